@@ -1,0 +1,1 @@
+//! Library for writing agents on the mesh (see issue 3).

@@ -1,0 +1,33 @@
+//! Errors of parsing and evaluating expressions.
+
+/// What went wrong in a template, a condition or a duration. The message names the
+/// offending text so that a user can find it in the workflow file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExprError {
+    /// The text does not parse.
+    #[error("cannot parse {what} '{text}': {reason}")]
+    Parse {
+        /// What was being parsed ("template", "condition", "path", "duration").
+        what: &'static str,
+        /// The offending text (truncated when long).
+        text: String,
+        /// Why it does not parse.
+        reason: String,
+    },
+    /// The expression parses but cannot be evaluated on these values.
+    #[error("cannot evaluate '{text}': {reason}")]
+    Eval {
+        /// The offending expression (truncated when long).
+        text: String,
+        /// Why it cannot be evaluated.
+        reason: String,
+    },
+    /// A size or depth limit was exceeded.
+    #[error("{what} exceeds the limit of {limit}")]
+    Limit {
+        /// Which limit.
+        what: &'static str,
+        /// The limit's value.
+        limit: usize,
+    },
+}

@@ -1,0 +1,1 @@
+//! Test harness: starts real nats-server processes for integration tests.

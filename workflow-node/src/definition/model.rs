@@ -1,0 +1,420 @@
+//! The typed, validated form of a workflow file. Produced only by the loader
+//! ([`super::load_file`], [`super::parse_str`]), so every value here has passed validation:
+//! references exist, the graph is acyclic, templates and schemas compile.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use workflow_expr::{Condition, Template};
+
+/// A node's id, unique within one workflow.
+pub type NodeId = String;
+
+/// One loaded workflow: the file's settings and its validated DAG.
+#[derive(Debug, Clone)]
+pub struct Workflow {
+    /// The workflow's agent name on the mesh (`name`).
+    pub name: String,
+    /// `display_name`, when given.
+    pub display_name: Option<String>,
+    /// `max_workflow_execution_time_seconds` (default 1800): the run's deadline.
+    pub max_execution_time: Duration,
+    /// `default_node_timeout_seconds` (default 300): timeout of a node without `timeout`.
+    pub default_node_timeout: Duration,
+    /// `default_max_map_items` (default 100): `max_items` of a map without one.
+    pub default_max_map_items: usize,
+    /// `workflow.description`.
+    pub description: String,
+    /// `workflow.version` (default "1.0.0").
+    pub version: String,
+    /// `workflow.input_schema`, compiled.
+    pub input_schema: Option<Schema>,
+    /// `workflow.output_schema`, compiled.
+    pub output_schema: Option<Schema>,
+    /// `workflow.nodes`, in file order.
+    pub nodes: Vec<Node>,
+    /// `workflow.output_mapping`: resolved after the DAG ends to give the run's output.
+    pub output_mapping: Template,
+    /// `workflow.skills`, as written (advertised on the agent card).
+    pub skills: Vec<Value>,
+    /// `workflow.on_exit`.
+    pub on_exit: ExitHandlers,
+    /// `workflow.fail_fast` (default true).
+    pub fail_fast: bool,
+    /// `workflow.max_call_depth` (default 10, at least 1).
+    pub max_call_depth: u32,
+    /// `workflow.retry_strategy`: the default for every agent node without its own.
+    pub retry_strategy: Option<RetryStrategy>,
+    /// `workflow.concurrency`: most nodes (agent calls, map items included) in flight at once
+    /// for one run; `None` is unlimited.
+    pub concurrency: Option<usize>,
+    /// The `workflow` block exactly as written (snake_case or camelCase), for the agent
+    /// card's `workflow_config`.
+    pub source: Value,
+    /// Derived graph facts, computed once at load.
+    pub graph: Graph,
+}
+
+/// Facts derived from the nodes at load time, so the core never rescans the whole DAG.
+#[derive(Debug, Clone, Default)]
+pub struct Graph {
+    /// Position of each node in [`Workflow::nodes`].
+    pub index: HashMap<NodeId, usize>,
+    /// For each node (by position), the positions of the nodes that list it in `depends_on`.
+    pub dependents: Vec<Vec<usize>>,
+    /// For each node (by position), its role.
+    pub roles: Vec<NodeRole>,
+    /// Positions of the main-DAG nodes with no dependencies, in file order.
+    pub roots: Vec<usize>,
+    /// Positions of the main-DAG nodes in a topological order (file order among equals).
+    pub topo_order: Vec<usize>,
+}
+
+/// How a node takes part in a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeRole {
+    /// Scheduled from `depends_on` as part of the main DAG.
+    Main,
+    /// Run only by the map or loop node at this position, once per item or iteration.
+    Inner {
+        /// Position of the owning map or loop node.
+        owner: usize,
+    },
+    /// Run only as an exit handler, after the main DAG ends.
+    ExitHandler,
+}
+
+/// A JSON Schema with its source, compiled once at load.
+#[derive(Clone)]
+pub struct Schema {
+    /// The schema as written.
+    pub source: Value,
+    /// The compiled validator.
+    pub validator: Arc<jsonschema::Validator>,
+}
+
+impl std::fmt::Debug for Schema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Schema")
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Schema {
+    /// Every violation of `value`, one message each (`"/path: message"`), empty when valid.
+    pub fn violations(&self, value: &Value) -> Vec<String> {
+        self.validator
+            .iter_errors(value)
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                if at.is_empty() {
+                    format!("(root): {e}")
+                } else {
+                    format!("{at}: {e}")
+                }
+            })
+            .collect()
+    }
+}
+
+/// One node of the workflow.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// `id`.
+    pub id: NodeId,
+    /// `depends_on` (alias `dependencies`).
+    pub depends_on: Vec<NodeId>,
+    /// `when`: the node runs only when this holds; otherwise it is skipped.
+    pub when: Option<Condition>,
+    /// What the node does.
+    pub kind: NodeKind,
+}
+
+/// The node types.
+#[derive(Debug, Clone)]
+pub enum NodeKind {
+    /// `type: agent` or `type: workflow`: one call to an agent (a workflow is an agent).
+    Call(Call),
+    /// `type: conditional`.
+    Conditional {
+        /// `condition`.
+        condition: Condition,
+        /// `true_branch`: runs when the condition holds.
+        true_branch: NodeId,
+        /// `false_branch`: runs when it does not.
+        false_branch: Option<NodeId>,
+    },
+    /// `type: switch`: the first case that holds selects its target.
+    Switch {
+        /// `cases`, in order.
+        cases: Vec<SwitchCase>,
+        /// `default`: runs when no case holds.
+        default: Option<NodeId>,
+    },
+    /// `type: map`: runs `node` once per item.
+    Map(MapNode),
+    /// `type: fork`: runs its branches in parallel and merges their outputs.
+    Fork {
+        /// `branches`.
+        branches: Vec<ForkBranch>,
+        /// `fail_fast` (default true): on a branch failure, cancel the others.
+        fail_fast: bool,
+    },
+    /// `type: join`: waits for some of `wait_for`.
+    Join {
+        /// `wait_for`.
+        wait_for: Vec<NodeId>,
+        /// `strategy` and `n`.
+        strategy: JoinStrategy,
+    },
+    /// `type: loop`: runs `node`, then repeats while `condition` holds (do-while).
+    Loop(LoopNode),
+    /// `type: approval`: waits for a person to approve or reject.
+    Approval(ApprovalNode),
+}
+
+impl NodeKind {
+    /// The type name as written in files and progress events.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            NodeKind::Call(c) => match c.target {
+                CallTarget::Agent(_) => "agent",
+                CallTarget::Workflow(_) => "workflow",
+            },
+            NodeKind::Conditional { .. } => "conditional",
+            NodeKind::Switch { .. } => "switch",
+            NodeKind::Map(_) => "map",
+            NodeKind::Fork { .. } => "fork",
+            NodeKind::Join { .. } => "join",
+            NodeKind::Loop(_) => "loop",
+            NodeKind::Approval(_) => "approval",
+        }
+    }
+}
+
+/// Whom a call goes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallTarget {
+    /// `agent_name`.
+    Agent(String),
+    /// `workflow_name`: another workflow, called as an agent.
+    Workflow(String),
+}
+
+impl CallTarget {
+    /// The agent name on the mesh (a workflow's name is its agent name).
+    pub fn agent_name(&self) -> &str {
+        match self {
+            CallTarget::Agent(n) | CallTarget::Workflow(n) => n,
+        }
+    }
+}
+
+/// An agent or workflow call: agent nodes, workflow nodes and fork branches.
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// Whom to call.
+    pub target: CallTarget,
+    /// `input`: when absent, the implicit input (workflow input, or the single dependency's
+    /// output).
+    pub input: Option<Template>,
+    /// `instruction`: a text part sent with the request, templates interpolated.
+    pub instruction: Option<Template>,
+    /// `input_schema_override`.
+    pub input_schema_override: Option<Schema>,
+    /// `output_schema_override`.
+    pub output_schema_override: Option<Schema>,
+    /// `retry_strategy`; `None` falls back to the workflow's, then to one attempt.
+    pub retry_strategy: Option<RetryStrategy>,
+    /// `timeout`; `None` means the workflow's `default_node_timeout_seconds`.
+    pub timeout: Option<Duration>,
+}
+
+/// One case of a switch.
+#[derive(Debug, Clone)]
+pub struct SwitchCase {
+    /// `when` (alias `condition`).
+    pub condition: Condition,
+    /// `then` (alias `node`).
+    pub target: NodeId,
+}
+
+/// A map node.
+#[derive(Debug, Clone)]
+pub struct MapNode {
+    /// Where the items come from.
+    pub items: MapItems,
+    /// `node`: the inner node run once per item.
+    pub node: NodeId,
+    /// `concurrency_limit`: most items in flight at once; `None` is unlimited.
+    pub concurrency_limit: Option<usize>,
+    /// `max_items` (default: the file's `default_max_map_items`): more items fail the map.
+    pub max_items: usize,
+}
+
+/// The source of a map's items.
+#[derive(Debug, Clone)]
+pub enum MapItems {
+    /// `items` or `withParam`: a template that must resolve to an array (null is empty).
+    Template(Template),
+    /// `withItems`: a literal array.
+    Literal(Vec<Value>),
+}
+
+/// One branch of a fork.
+#[derive(Debug, Clone)]
+pub struct ForkBranch {
+    /// The branch `id`, unique within the fork.
+    pub id: String,
+    /// `output_key`: the branch's key in the fork's output.
+    pub output_key: String,
+    /// The call the branch makes (`agent_name`, `input`, ...).
+    pub call: Call,
+}
+
+/// How a join decides it is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JoinStrategy {
+    /// Every node of `wait_for` finished.
+    All,
+    /// The first node of `wait_for` finished.
+    Any,
+    /// `n` nodes of `wait_for` finished.
+    NOfM(usize),
+}
+
+/// A loop node.
+#[derive(Debug, Clone)]
+pub struct LoopNode {
+    /// `node`: the inner node run once per iteration.
+    pub node: NodeId,
+    /// `condition`: evaluated after each iteration; the loop goes on while it holds.
+    pub condition: Condition,
+    /// `max_iterations` (default 100).
+    pub max_iterations: u32,
+    /// `delay` between iterations.
+    pub delay: Option<Duration>,
+    /// `on_iterations_exhausted` (default succeed).
+    pub on_exhausted: OnExhausted,
+}
+
+/// What a loop does when it reaches `max_iterations`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnExhausted {
+    /// The loop succeeds with `stopped_reason: max_iterations`.
+    Succeed,
+    /// The loop fails.
+    Fail,
+}
+
+/// An approval gate.
+#[derive(Debug, Clone)]
+pub struct ApprovalNode {
+    /// `approvers`: who may decide (empty: anyone).
+    pub approvers: Vec<String>,
+    /// `message`: shown to the approvers, templates interpolated.
+    pub message: Option<Template>,
+    /// `timeout`: how long to wait; `None` waits until the run's deadline.
+    pub timeout: Option<Duration>,
+    /// `on_timeout` (default reject).
+    pub on_timeout: OnTimeout,
+}
+
+/// What an approval does when nobody decides in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnTimeout {
+    /// The node fails as rejected.
+    Reject,
+    /// The node succeeds as approved.
+    Approve,
+}
+
+/// `retry_strategy`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryStrategy {
+    /// `limit` (default 3): attempts = limit + 1.
+    pub limit: u32,
+    /// `retry_policy` (default Always).
+    pub policy: RetryPolicy,
+    /// `backoff`.
+    pub backoff: Backoff,
+    /// `non_retryable_errors`: error kinds that never retry.
+    pub non_retryable_errors: Vec<String>,
+}
+
+/// Which failures retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryPolicy {
+    /// Both kinds below.
+    Always,
+    /// The agent answered with a failure.
+    OnFailure,
+    /// The agent did not answer in time or could not be reached.
+    OnError,
+}
+
+/// `backoff`: delay before attempt k+1 = min(duration * factor^(k-1), max_duration).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backoff {
+    /// `duration` (default 1s).
+    pub duration: Duration,
+    /// `factor` (default 2.0).
+    pub factor: f64,
+    /// `max_duration`.
+    pub max_duration: Option<Duration>,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            duration: Duration::from_secs(1),
+            factor: 2.0,
+            max_duration: None,
+        }
+    }
+}
+
+impl Backoff {
+    /// The delay after failed attempt `attempt` (1-based) before the next one.
+    pub fn delay_after(&self, attempt: u32) -> Duration {
+        let exp = attempt.saturating_sub(1).min(64) as i32;
+        let secs = self.duration.as_secs_f64() * self.factor.powi(exp);
+        let capped = match self.max_duration {
+            Some(max) => secs.min(max.as_secs_f64()),
+            None => secs,
+        };
+        // Bounded: a huge factor must not overflow Duration (a year is plenty).
+        Duration::from_secs_f64(capped.clamp(0.0, 365.0 * 86_400.0))
+    }
+}
+
+/// `on_exit`: a node id (always), or one per outcome.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExitHandlers {
+    /// `always` (or the plain string form).
+    pub always: Option<NodeId>,
+    /// `on_success`.
+    pub on_success: Option<NodeId>,
+    /// `on_failure`.
+    pub on_failure: Option<NodeId>,
+    /// `on_cancel`.
+    pub on_cancel: Option<NodeId>,
+}
+
+impl Workflow {
+    /// The node with `id`.
+    pub fn node(&self, id: &str) -> Option<&Node> {
+        self.graph.index.get(id).map(|&i| &self.nodes[i])
+    }
+
+    /// Attempts allowed for `call`: its retry strategy's limit + 1, else the workflow's,
+    /// else one.
+    pub fn retry_strategy_for<'a>(&'a self, call: &'a Call) -> Option<&'a RetryStrategy> {
+        call.retry_strategy
+            .as_ref()
+            .or(self.retry_strategy.as_ref())
+    }
+}

@@ -1,0 +1,7 @@
+//! The workflow node of an agent mesh over NATS.
+//!
+//! - [`definition`]: parse and validate workflow files.
+//! - [`cli`]: the `workflow-node` command's subcommands.
+
+pub mod cli;
+pub mod definition;
