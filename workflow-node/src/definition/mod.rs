@@ -1,8 +1,135 @@
 //! Workflow definitions: parse YAML or JSON into typed structs and validate them.
 //!
 //! [`load_file`] and [`parse_str`] report **all** problems at once as [`Problem`]s, each
-//! naming the node and the field.
+//! naming the node and the field. The file is first parsed into a `serde_json::Value` and
+//! then read by hand ([`fields`]), so that a wrong field does not stop the reading:
+//!
+//! - `parse` and `nodes`: the file's settings, the `workflow` block and each node, in
+//!   snake_case or camelCase;
+//! - `graph`: ids, references, roles (inner nodes, exit handlers), cycles, branch targets,
+//!   joins, implicit inputs, and the derived [`Graph`];
+//! - `refs`: what each template and condition may name.
 
+mod fields;
+mod graph;
 mod model;
+mod nodes;
+mod parse;
+mod problem;
+mod refs;
 
 pub use model::*;
+pub use problem::{Problem, SyntaxError};
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use problem::Sink;
+
+/// Parses and validates one workflow from `text`. `origin` names the source in problems
+/// (usually the file path; empty for none); an origin ending in `.json` is parsed as JSON,
+/// anything else as YAML (which also reads JSON).
+pub fn parse_str(text: &str, origin: &str) -> Result<Workflow, Vec<Problem>> {
+    let file = (!origin.is_empty()).then(|| origin.to_string());
+    let mut sink = Sink::new(file);
+    let value = match parse_value(text, origin) {
+        Ok(v) => v,
+        Err(e) => {
+            sink.push(None, "", e.to_string());
+            return Err(sink.into_problems());
+        }
+    };
+    let Some(draft) = parse::parse_document(&value, &mut sink) else {
+        return Err(sink.into_problems());
+    };
+    let parse::Draft {
+        mut workflow,
+        ghosts,
+    } = draft;
+    workflow.nodes = graph::dedup(std::mem::take(&mut workflow.nodes), &ghosts, &mut sink);
+    graph::check(&mut workflow, &ghosts, &mut sink);
+    refs::check(&workflow, &ghosts, &mut sink);
+    if sink.is_empty() {
+        Ok(workflow)
+    } else {
+        Err(sink.into_problems())
+    }
+}
+
+/// The file's text as a JSON value.
+fn parse_value(text: &str, origin: &str) -> Result<Value, SyntaxError> {
+    if origin.to_ascii_lowercase().ends_with(".json") {
+        serde_json::from_str(text).map_err(|e| SyntaxError::from_json(&e))
+    } else {
+        serde_yaml::from_str(text).map_err(|e| SyntaxError::from_yaml(&e))
+    }
+}
+
+/// Reads, parses and validates the workflow file at `path`.
+pub fn load_file(path: &Path) -> Result<Workflow, Vec<Problem>> {
+    let origin = path.display().to_string();
+    match std::fs::read_to_string(path) {
+        Ok(text) => parse_str(&text, &origin),
+        Err(e) => Err(vec![Problem {
+            file: Some(origin),
+            node: None,
+            field: String::new(),
+            message: format!("cannot read the file: {e}"),
+        }]),
+    }
+}
+
+/// Whether `path` names a workflow file (`.yaml`, `.yml` or `.json`).
+pub fn is_workflow_file(path: &Path) -> bool {
+    matches!(
+        path.extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase)
+            .as_deref(),
+        Some("yaml" | "yml" | "json")
+    )
+}
+
+/// Loads every file in `paths`; a directory loads its `*.yaml`, `*.yml` and `*.json` files
+/// (not recursively, in name order). Returns the workflows that loaded and the problems of
+/// the others.
+pub fn load_paths(paths: &[PathBuf]) -> (Vec<Workflow>, Vec<Problem>) {
+    let mut workflows = Vec::new();
+    let mut problems = Vec::new();
+    for path in expand(paths, &mut problems) {
+        match load_file(&path) {
+            Ok(w) => workflows.push(w),
+            Err(p) => problems.extend(p),
+        }
+    }
+    (workflows, problems)
+}
+
+/// The files named by `paths`, directories expanded.
+pub fn expand(paths: &[PathBuf], problems: &mut Vec<Problem>) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for path in paths {
+        if !path.is_dir() {
+            files.push(path.clone());
+            continue;
+        }
+        match std::fs::read_dir(path) {
+            Ok(entries) => {
+                let mut found: Vec<PathBuf> = entries
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.is_file() && is_workflow_file(p))
+                    .collect();
+                found.sort();
+                files.extend(found);
+            }
+            Err(e) => problems.push(Problem {
+                file: Some(path.display().to_string()),
+                node: None,
+                field: String::new(),
+                message: format!("cannot read the directory: {e}"),
+            }),
+        }
+    }
+    files
+}
