@@ -1,0 +1,28 @@
+//! NATS header names used on the mesh.
+
+/// W3C trace context (`traceparent`), passed through caller → workflow node → agents so one
+/// trace spans the whole call tree.
+pub const TRACEPARENT: &str = "traceparent";
+
+/// W3C trace state, passed along with [`TRACEPARENT`] when present.
+pub const TRACESTATE: &str = "tracestate";
+
+/// How many workflow hops led to this request (a decimal integer; absent means 0). A
+/// workflow node adds one when it calls another workflow and rejects requests deeper than
+/// its `max_call_depth`.
+pub const CALL_DEPTH: &str = "Mesh-Call-Depth";
+
+/// JetStream de-duplication id: publishes into streams carry it so a retried publish is
+/// stored once.
+pub const MSG_ID: &str = "Nats-Msg-Id";
+
+/// Where the callee sends its **final** reply (the JSON-RPC response carrying the terminal
+/// Task). For calls made by a workflow node this is
+/// [`crate::subjects::agent_response`], which the node's event stream captures, so the
+/// reply survives the death of the replica that sent the request. When absent, the NATS
+/// reply subject of the request message is used.
+pub const REPLY_TO: &str = "Mesh-Reply-To";
+
+/// Where the callee sends its **status updates** (`status-update` events, including the
+/// workflow progress DataParts). When absent, no status updates are sent.
+pub const STATUS_TO: &str = "Mesh-Status-To";

@@ -1,0 +1,131 @@
+//! NATS subject names. Every subject the mesh uses is built here, never by an ad-hoc
+//! `format!` elsewhere.
+//!
+//! Layout (the reference's topics with `/` → `.`): `{ns}.a2a.v1.discovery.agentcards`,
+//! `{ns}.a2a.v1.agent.request.{agent}`, `{ns}.a2a.v1.agent.response.{workflow}.{sub_task}`,
+//! `{ns}.a2a.v1.agent.status.{workflow}.{sub_task}`. Names put into a subject must be one
+//! token; check them with [`validate_token`] when they are loaded, not when used.
+
+/// Why a name cannot be a subject token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubjectError {
+    /// The name is empty.
+    #[error("a subject token must not be empty")]
+    Empty,
+    /// The name contains a character other than `A-Z a-z 0-9 _ -`.
+    #[error("{name:?} is not a valid subject token: {ch:?} is not one of A-Z a-z 0-9 _ -")]
+    InvalidChar {
+        /// The name.
+        name: String,
+        /// The first offending character.
+        ch: char,
+    },
+}
+
+/// Checks that `name` is one subject token: `[A-Za-z0-9_-]+` (no `.`, `*`, `>` or spaces).
+/// Agent names, workflow names, namespaces' tokens and sub-task ids must pass.
+pub fn validate_token(name: &str) -> Result<(), SubjectError> {
+    if name.is_empty() {
+        return Err(SubjectError::Empty);
+    }
+    match name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+    {
+        Some(ch) => Err(SubjectError::InvalidChar {
+            name: name.to_owned(),
+            ch,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Checks a namespace: one or more tokens joined by `.` (e.g. `mesh` or `acme.prod`).
+pub fn validate_namespace(ns: &str) -> Result<(), SubjectError> {
+    ns.split('.').try_for_each(validate_token)
+}
+
+/// `{ns}.a2a.v1.discovery.agentcards`: where agent cards are published.
+pub fn agent_cards(ns: &str) -> String {
+    format!("{ns}.a2a.v1.discovery.agentcards")
+}
+
+/// `{ns}.a2a.v1.discovery.>`: everything discovery-related (subscribe to see all cards).
+pub fn discovery_all(ns: &str) -> String {
+    format!("{ns}.a2a.v1.discovery.>")
+}
+
+/// `{ns}.a2a.v1.agent.request.{agent}`: requests to an agent or a workflow.
+pub fn agent_request(ns: &str, agent: &str) -> String {
+    format!("{ns}.a2a.v1.agent.request.{agent}")
+}
+
+/// `{ns}.a2a.v1.agent.response.{workflow}.{sub_task_id}`: the final reply of one call
+/// made by `workflow`.
+pub fn agent_response(ns: &str, workflow: &str, sub_task_id: &str) -> String {
+    format!("{ns}.a2a.v1.agent.response.{workflow}.{sub_task_id}")
+}
+
+/// `{ns}.a2a.v1.agent.response.{workflow}.>`: every final reply to `workflow`'s calls.
+pub fn agent_response_all(ns: &str, workflow: &str) -> String {
+    format!("{ns}.a2a.v1.agent.response.{workflow}.>")
+}
+
+/// `{ns}.a2a.v1.agent.status.{workflow}.{sub_task_id}`: status updates of one call made by
+/// `workflow`.
+pub fn agent_status(ns: &str, workflow: &str, sub_task_id: &str) -> String {
+    format!("{ns}.a2a.v1.agent.status.{workflow}.{sub_task_id}")
+}
+
+/// `{ns}.a2a.v1.agent.status.{workflow}.>`: every status update of `workflow`'s calls.
+pub fn agent_status_all(ns: &str, workflow: &str) -> String {
+    format!("{ns}.a2a.v1.agent.status.{workflow}.>")
+}
+
+/// The last token of a subject (the sub-task id of a response or status subject).
+pub fn last_token(subject: &str) -> &str {
+    subject.rsplit('.').next().unwrap_or(subject)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subjects_have_the_documented_shape() {
+        assert_eq!(agent_cards("mesh"), "mesh.a2a.v1.discovery.agentcards");
+        assert_eq!(discovery_all("mesh"), "mesh.a2a.v1.discovery.>");
+        assert_eq!(
+            agent_request("mesh", "Calc"),
+            "mesh.a2a.v1.agent.request.Calc"
+        );
+        assert_eq!(
+            agent_response("mesh", "Wf", "wf_1_a_1"),
+            "mesh.a2a.v1.agent.response.Wf.wf_1_a_1"
+        );
+        assert_eq!(
+            agent_status("acme.prod", "Wf", "x"),
+            "acme.prod.a2a.v1.agent.status.Wf.x"
+        );
+        assert_eq!(
+            agent_response_all("mesh", "Wf"),
+            "mesh.a2a.v1.agent.response.Wf.>"
+        );
+        assert_eq!(
+            agent_status_all("mesh", "Wf"),
+            "mesh.a2a.v1.agent.status.Wf.>"
+        );
+        assert_eq!(last_token("mesh.a2a.v1.agent.response.Wf.abc"), "abc");
+    }
+
+    #[test]
+    fn tokens_are_validated() {
+        assert_eq!(validate_token("Order_Workflow-2"), Ok(()));
+        assert_eq!(validate_token(""), Err(SubjectError::Empty));
+        for bad in ["a.b", "a*", ">", "a b", "é"] {
+            assert!(validate_token(bad).is_err(), "{bad}");
+        }
+        assert!(validate_namespace("acme.prod").is_ok());
+        assert!(validate_namespace("acme..prod").is_err());
+    }
+}

@@ -1,0 +1,506 @@
+//! The workflow DataParts: each struct serialises as a JSON object with `"type": "<name>"`
+//! and travels as the `data` of an A2A DataPart.
+//!
+//! - Node calls: [`WorkflowNodeRequest`] (workflow → agent, first part of the request) and
+//!   [`WorkflowNodeResult`] (agent → workflow, in the final Task).
+//! - Progress (status updates to the caller): [`WorkflowExecutionStart`],
+//!   [`WorkflowNodeExecutionStart`], [`WorkflowNodeExecutionResult`], [`WorkflowMapProgress`],
+//!   [`WorkflowExecutionResult`].
+//! - Approvals (ours): [`WorkflowApprovalRequest`], [`WorkflowApprovalDecision`].
+//!
+//! [`WorkflowDataPart`] reads any of them by `type`. Status words follow the seed spec
+//! (`failure`); the reference implementation's `error` is accepted as an alias on input.
+
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+use crate::a2a::{DataPartType, JsonObject};
+
+/// A reference to a stored artifact (object-store entry): `{name, version?}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArtifactRef {
+    /// The artifact's name (object-store key).
+    pub name: String,
+    /// Its version, when versioned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<u64>,
+}
+
+macro_rules! data_part_type {
+    ($ty:ident, $name:literal) => {
+        impl DataPartType for $ty {
+            const TYPE: &'static str = $name;
+        }
+    };
+}
+
+/// `workflow_node_request`: the first part of a request from a workflow to an agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "workflow_node_request")]
+pub struct WorkflowNodeRequest {
+    /// The calling workflow.
+    pub workflow_name: String,
+    /// The node being run.
+    pub node_id: String,
+    /// Schema the input satisfies (a node override, else the agent's card).
+    #[serde(default)]
+    pub input_schema: Option<Value>,
+    /// Schema the output must satisfy.
+    #[serde(default)]
+    pub output_schema: Option<Value>,
+    /// Name to store a large output under.
+    #[serde(default)]
+    pub suggested_output_filename: Option<String>,
+    /// Ours: the run's execution id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution_id: Option<String>,
+    /// Ours: the deterministic sub-task id of this call (also the reply subject's last token).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub_task_id: Option<String>,
+    /// Ours: the map item index, inside a map.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub map_index: Option<u64>,
+    /// Ours: the loop iteration (0-based), inside a loop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loop_iteration: Option<u64>,
+    /// Ours: the attempt number (1-based).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+}
+data_part_type!(WorkflowNodeRequest, "workflow_node_request");
+
+/// Outcome of a node call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResultStatus {
+    /// The agent produced an output.
+    Success,
+    /// The agent failed (`error` accepted on input).
+    #[serde(alias = "error")]
+    Failure,
+}
+
+/// `workflow_node_result`: an agent's answer to a [`WorkflowNodeRequest`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "workflow_node_result")]
+pub struct WorkflowNodeResult {
+    /// Success or failure.
+    pub status: ResultStatus,
+    /// The output, inline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    /// The output's artifact, when stored instead of inline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact_name: Option<String>,
+    /// The artifact's version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact_version: Option<u64>,
+    /// What went wrong, on failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    /// Ours: a machine-readable error kind, matched against `non_retryable_errors`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<String>,
+    /// Schema violations of the input or output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation_errors: Option<Vec<String>>,
+    /// Retries the agent made itself.
+    #[serde(default)]
+    pub retry_count: u32,
+}
+data_part_type!(WorkflowNodeResult, "workflow_node_result");
+
+impl WorkflowNodeResult {
+    /// A success with an inline output.
+    pub fn success(output: Value) -> Self {
+        WorkflowNodeResult {
+            status: ResultStatus::Success,
+            output: Some(output),
+            artifact_name: None,
+            artifact_version: None,
+            error_message: None,
+            error_kind: None,
+            validation_errors: None,
+            retry_count: 0,
+        }
+    }
+
+    /// A failure with a message.
+    pub fn failure(message: impl Into<String>) -> Self {
+        WorkflowNodeResult {
+            status: ResultStatus::Failure,
+            output: None,
+            artifact_name: None,
+            artifact_version: None,
+            error_message: Some(message.into()),
+            error_kind: None,
+            validation_errors: None,
+            retry_count: 0,
+        }
+    }
+}
+
+/// `workflow_execution_start`: a run began.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "workflow_execution_start")]
+pub struct WorkflowExecutionStart {
+    /// The workflow.
+    pub workflow_name: String,
+    /// The run.
+    pub execution_id: String,
+    /// The input's artifact, when it came by reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_artifact_ref: Option<ArtifactRef>,
+    /// The input, inline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_input: Option<Value>,
+}
+data_part_type!(WorkflowExecutionStart, "workflow_execution_start");
+
+/// One case of a switch, as reported in [`WorkflowNodeExecutionStart::cases`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwitchCaseInfo {
+    /// The case's condition, as written.
+    pub condition: String,
+    /// The node it selects.
+    pub node: String,
+}
+
+/// `workflow_node_execution_start`: a node (or one map item / loop iteration) began.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "workflow_node_execution_start")]
+pub struct WorkflowNodeExecutionStart {
+    /// The node.
+    pub node_id: String,
+    /// Its type: agent, workflow, conditional, switch, map, fork, join, loop, approval.
+    pub node_type: String,
+    /// The agent called, for agent and workflow nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_name: Option<String>,
+    /// The input's artifact, when passed by reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_artifact_ref: Option<ArtifactRef>,
+    /// The map index or loop iteration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iteration_index: Option<u64>,
+    /// The sub-task id of the call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub_task_id: Option<String>,
+    /// The owning map or loop node, for inner nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_node_id: Option<String>,
+    /// Nodes started in the same scheduling step share this id (for UIs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_group_id: Option<String>,
+    /// Conditional/loop: the condition, as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condition: Option<String>,
+    /// Conditional: the true branch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub true_branch: Option<String>,
+    /// Conditional: the false branch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub false_branch: Option<String>,
+    /// Switch: the cases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cases: Option<Vec<SwitchCaseInfo>>,
+    /// Switch: the default branch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_branch: Option<String>,
+    /// Join: the nodes waited for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_for: Option<Vec<String>>,
+    /// Join: `all`, `any` or `n_of_m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join_strategy: Option<String>,
+    /// Join: n of `n_of_m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join_n: Option<u64>,
+    /// Loop: the iteration limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_iterations: Option<u64>,
+    /// Loop: the delay between iterations, as written (`"5s"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loop_delay: Option<String>,
+    /// Ours: the attempt number (1-based) of an agent call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+}
+data_part_type!(WorkflowNodeExecutionStart, "workflow_node_execution_start");
+
+/// Final status of a node, as reported in progress events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeOutcome {
+    /// The node succeeded.
+    Success,
+    /// The node failed (`error` accepted on input).
+    #[serde(alias = "error")]
+    Failure,
+    /// The node never ran.
+    Skipped,
+    /// The node was stopped while running.
+    Cancelled,
+}
+
+/// `workflow_node_execution_result`: a node ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "workflow_node_execution_result")]
+pub struct WorkflowNodeExecutionResult {
+    /// The node.
+    pub node_id: String,
+    /// How it ended.
+    pub status: NodeOutcome,
+    /// The output's artifact, when stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_artifact_ref: Option<ArtifactRef>,
+    /// Ours: the output, inline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    /// What went wrong.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    /// Conditional: the condition's value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condition_result: Option<bool>,
+    /// Conditional/switch: the branch taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selected_branch: Option<String>,
+    /// The map index or loop iteration, for inner nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iteration_index: Option<u64>,
+    /// Anything else (the reference puts the condition result here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<JsonObject>,
+}
+data_part_type!(
+    WorkflowNodeExecutionResult,
+    "workflow_node_execution_result"
+);
+
+/// Status of a map in [`WorkflowMapProgress`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MapStatus {
+    /// Items are still running.
+    InProgress,
+    /// Every item finished.
+    Completed,
+    /// An item failed.
+    Failed,
+}
+
+/// `workflow_map_progress`: how far a map is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "workflow_map_progress")]
+pub struct WorkflowMapProgress {
+    /// The map node.
+    pub node_id: String,
+    /// Items in total.
+    pub total_items: u64,
+    /// Items finished.
+    pub completed_items: u64,
+    /// Overall status.
+    pub status: MapStatus,
+}
+data_part_type!(WorkflowMapProgress, "workflow_map_progress");
+
+/// Final status of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunOutcome {
+    /// The run succeeded.
+    Success,
+    /// The run failed (`error` accepted on input).
+    #[serde(alias = "error")]
+    Failure,
+    /// The run was cancelled.
+    Cancelled,
+}
+
+/// `workflow_execution_result`: a run ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "workflow_execution_result")]
+pub struct WorkflowExecutionResult {
+    /// The workflow.
+    pub workflow_name: String,
+    /// The run.
+    pub execution_id: String,
+    /// How it ended.
+    pub status: RunOutcome,
+    /// The output's artifact, when stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_artifact_ref: Option<ArtifactRef>,
+    /// The output, inline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_output: Option<Value>,
+    /// What went wrong.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    /// Ours: the node whose failure failed the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_node_id: Option<String>,
+}
+data_part_type!(WorkflowExecutionResult, "workflow_execution_result");
+
+/// `workflow_approval_request` (ours): an approval gate is waiting for a decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "workflow_approval_request")]
+pub struct WorkflowApprovalRequest {
+    /// The workflow.
+    pub workflow_name: String,
+    /// The run.
+    pub execution_id: String,
+    /// The approval node.
+    pub node_id: String,
+    /// Who may decide (empty: anyone).
+    #[serde(default)]
+    pub approvers: Vec<String>,
+    /// The message for the approvers, templates resolved.
+    #[serde(default)]
+    pub message: String,
+}
+data_part_type!(WorkflowApprovalRequest, "workflow_approval_request");
+
+/// An approver's decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    /// Go on.
+    Approve,
+    /// Stop: the approval node fails.
+    Reject,
+}
+
+/// `workflow_approval_decision` (ours): approve or reject a waiting approval node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "workflow_approval_decision")]
+pub struct WorkflowApprovalDecision {
+    /// The run.
+    pub execution_id: String,
+    /// The approval node.
+    pub node_id: String,
+    /// The decision.
+    pub decision: Decision,
+    /// Who decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// Why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+}
+data_part_type!(WorkflowApprovalDecision, "workflow_approval_decision");
+
+/// Any workflow DataPart, read by its `type`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkflowDataPart {
+    /// `workflow_node_request`.
+    NodeRequest(WorkflowNodeRequest),
+    /// `workflow_node_result`.
+    NodeResult(WorkflowNodeResult),
+    /// `workflow_execution_start`.
+    ExecutionStart(WorkflowExecutionStart),
+    /// `workflow_node_execution_start`.
+    NodeExecutionStart(WorkflowNodeExecutionStart),
+    /// `workflow_node_execution_result`.
+    NodeExecutionResult(WorkflowNodeExecutionResult),
+    /// `workflow_map_progress`.
+    MapProgress(WorkflowMapProgress),
+    /// `workflow_execution_result`.
+    ExecutionResult(WorkflowExecutionResult),
+    /// `workflow_approval_request`.
+    ApprovalRequest(WorkflowApprovalRequest),
+    /// `workflow_approval_decision`.
+    ApprovalDecision(WorkflowApprovalDecision),
+}
+
+/// Every `type` [`WorkflowDataPart`] understands.
+pub const WORKFLOW_DATA_PART_TYPES: &[&str] = &[
+    "workflow_node_request",
+    "workflow_node_result",
+    "workflow_execution_start",
+    "workflow_node_execution_start",
+    "workflow_node_execution_result",
+    "workflow_map_progress",
+    "workflow_execution_result",
+    "workflow_approval_request",
+    "workflow_approval_decision",
+];
+
+impl WorkflowDataPart {
+    /// Reads a DataPart's `data`: `Ok(None)` when its `type` is not a workflow DataPart,
+    /// an error when it is one but malformed.
+    pub fn from_data(data: &JsonObject) -> Result<Option<Self>, serde_json::Error> {
+        match data.get("type").and_then(Value::as_str) {
+            Some(t) if WORKFLOW_DATA_PART_TYPES.contains(&t) => {
+                serde_json::from_value(Value::Object(data.clone())).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The `type` of this DataPart.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            WorkflowDataPart::NodeRequest(_) => WorkflowNodeRequest::TYPE,
+            WorkflowDataPart::NodeResult(_) => WorkflowNodeResult::TYPE,
+            WorkflowDataPart::ExecutionStart(_) => WorkflowExecutionStart::TYPE,
+            WorkflowDataPart::NodeExecutionStart(_) => WorkflowNodeExecutionStart::TYPE,
+            WorkflowDataPart::NodeExecutionResult(_) => WorkflowNodeExecutionResult::TYPE,
+            WorkflowDataPart::MapProgress(_) => WorkflowMapProgress::TYPE,
+            WorkflowDataPart::ExecutionResult(_) => WorkflowExecutionResult::TYPE,
+            WorkflowDataPart::ApprovalRequest(_) => WorkflowApprovalRequest::TYPE,
+            WorkflowDataPart::ApprovalDecision(_) => WorkflowApprovalDecision::TYPE,
+        }
+    }
+}
+
+impl Serialize for WorkflowDataPart {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // Each struct writes its own `type`.
+        match self {
+            WorkflowDataPart::NodeRequest(p) => p.serialize(s),
+            WorkflowDataPart::NodeResult(p) => p.serialize(s),
+            WorkflowDataPart::ExecutionStart(p) => p.serialize(s),
+            WorkflowDataPart::NodeExecutionStart(p) => p.serialize(s),
+            WorkflowDataPart::NodeExecutionResult(p) => p.serialize(s),
+            WorkflowDataPart::MapProgress(p) => p.serialize(s),
+            WorkflowDataPart::ExecutionResult(p) => p.serialize(s),
+            WorkflowDataPart::ApprovalRequest(p) => p.serialize(s),
+            WorkflowDataPart::ApprovalDecision(p) => p.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for WorkflowDataPart {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // serde does not check a struct's own `tag`, so dispatch on `type` here.
+        let value = Value::deserialize(d)?;
+        let t = value
+            .get("type")
+            .and_then(Value::as_str)
+            .ok_or_else(|| D::Error::missing_field("type"))?
+            .to_owned();
+        fn parse<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, serde_json::Error> {
+            serde_json::from_value(v)
+        }
+        let parsed = match t.as_str() {
+            "workflow_node_request" => parse(value).map(WorkflowDataPart::NodeRequest),
+            "workflow_node_result" => parse(value).map(WorkflowDataPart::NodeResult),
+            "workflow_execution_start" => parse(value).map(WorkflowDataPart::ExecutionStart),
+            "workflow_node_execution_start" => {
+                parse(value).map(WorkflowDataPart::NodeExecutionStart)
+            }
+            "workflow_node_execution_result" => {
+                parse(value).map(WorkflowDataPart::NodeExecutionResult)
+            }
+            "workflow_map_progress" => parse(value).map(WorkflowDataPart::MapProgress),
+            "workflow_execution_result" => parse(value).map(WorkflowDataPart::ExecutionResult),
+            "workflow_approval_request" => parse(value).map(WorkflowDataPart::ApprovalRequest),
+            "workflow_approval_decision" => parse(value).map(WorkflowDataPart::ApprovalDecision),
+            other => return Err(D::Error::unknown_variant(other, WORKFLOW_DATA_PART_TYPES)),
+        };
+        parsed.map_err(D::Error::custom)
+    }
+}
