@@ -31,3 +31,22 @@ pub enum ExprError {
         limit: usize,
     },
 }
+
+/// The longest excerpt of user text an error message quotes, in characters.
+const CLIP_CHARS: usize = 160;
+
+/// `text`, shortened to a readable excerpt for an error message.
+pub(crate) fn clip(text: &str) -> String {
+    match text.char_indices().nth(CLIP_CHARS) {
+        None => text.to_string(),
+        Some((end, _)) => format!("{}…", &text[..end]),
+    }
+}
+
+/// The reason part of an error, for quoting it inside another error's message.
+pub(crate) fn reason(error: &ExprError) -> String {
+    match error {
+        ExprError::Parse { reason, .. } | ExprError::Eval { reason, .. } => reason.clone(),
+        ExprError::Limit { .. } => error.to_string(),
+    }
+}

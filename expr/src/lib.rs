@@ -6,20 +6,43 @@
 //!   cases, loop conditions).
 //! - [`Path`] and [`Scope`]: how a template names a value and how the caller supplies it.
 //! - [`duration`]: the duration syntax of workflow files (`"5s"`, `"1m"`, `"250ms"`).
+//! - [`to_text`]: how a value reads when interpolated into text; [`limits`]: the bounds.
+//!
+//! Inside the crate: `lex` turns condition text into evalexpr syntax with every value bound to
+//! a generated name, `ast` keeps evalexpr's parse as our own tree and evaluates it on JSON
+//! values, `value` holds the comparison and arithmetic rules, `template` the template tree.
 //!
 //! Everything here is pure: no I/O, no clock. Evaluation is bounded (size and depth limits)
 //! and fails with an [`ExprError`], never a panic.
 
+mod ast;
 mod condition;
 pub mod duration;
 mod error;
+mod lex;
 mod path;
 mod template;
+mod value;
 
 pub use condition::Condition;
 pub use error::ExprError;
-pub use path::{navigate, Path, Segment};
+pub use path::{navigate, parse_reference, Path, Segment};
 pub use template::{Template, TemplateOptions};
+pub use value::to_text;
+
+/// Size and depth limits. Exceeding one is an [`ExprError::Limit`], never a crash.
+pub mod limits {
+    /// The longest template string and the longest condition, in bytes.
+    pub const MAX_TEXT_LEN: usize = 16 * 1024;
+    /// The deepest nesting of template values and operators, and of brackets in an
+    /// expression.
+    pub const MAX_NESTING: usize = 64;
+    /// The most tokens (values, operators, brackets) in one expression; this also bounds the
+    /// depth of evalexpr's parse.
+    pub const MAX_EXPR_TOKENS: usize = 1024;
+    /// The deepest expression tree (a chain of 100 `or`s is 100 deep).
+    pub const MAX_EXPR_DEPTH: usize = 128;
+}
 
 use serde_json::Value;
 use std::borrow::Cow;

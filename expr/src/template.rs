@@ -1,8 +1,18 @@
 //! Templates: JSON values whose strings may hold `{{...}}` and whose objects may be
 //! `coalesce`/`concat` operators.
+//!
+//! Compiling walks the value once and keeps a tree in which every string is already split
+//! into text and holes, so resolving does no parsing, and a string that is one whole `{{path}}`
+//! costs one [`Scope::lookup`].
 
-use crate::{ExprError, Path, Scope};
-use serde_json::Value;
+use crate::ast::Compiled;
+use crate::error::{clip, reason, ExprError};
+use crate::lex::Mode;
+use crate::limits::{MAX_NESTING, MAX_TEXT_LEN};
+use crate::path::parse_reference;
+use crate::value::push_text;
+use crate::{Path, Scope};
+use serde_json::{Map, Value};
 
 /// What a template may contain beyond plain paths.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -15,6 +25,315 @@ pub struct TemplateOptions {
 #[derive(Debug, Clone)]
 pub struct Template {
     source: Value,
+    root: Node,
+}
+
+/// A part of a string: literal text or a hole.
+#[derive(Debug, Clone)]
+pub(crate) enum Piece {
+    Text(String),
+    Hole(Hole),
+}
+
+/// What is between `{{` and `}}`.
+#[derive(Debug, Clone)]
+pub(crate) enum Hole {
+    Path(Path),
+    /// Arithmetic, with the hole's text for error messages.
+    Expr(Box<Compiled>, String),
+}
+
+#[derive(Debug, Clone)]
+enum Node {
+    /// A value without templates or operators.
+    Literal(Value),
+    /// A string that is exactly one hole: the value keeps its JSON type.
+    Whole(Hole),
+    /// A string with text and holes: interpolated as text.
+    Text(Vec<Piece>),
+    Array(Vec<Node>),
+    Object(Vec<(String, Node)>),
+    Coalesce(Vec<Node>),
+    Concat(Vec<Node>),
+}
+
+impl Piece {
+    /// The paths this piece names.
+    pub(crate) fn paths(&self) -> Box<dyn Iterator<Item = &Path> + '_> {
+        match self {
+            Piece::Text(_) => Box::new(std::iter::empty()),
+            Piece::Hole(h) => h.paths(),
+        }
+    }
+}
+
+impl Hole {
+    fn paths(&self) -> Box<dyn Iterator<Item = &Path> + '_> {
+        match self {
+            Hole::Path(p) => Box::new(std::iter::once(p)),
+            Hole::Expr(c, _) => Box::new(c.paths()),
+        }
+    }
+
+    fn resolve(&self, scope: &dyn Scope) -> Result<Value, String> {
+        match self {
+            Hole::Path(p) => Ok(scope.lookup(p).map_or(Value::Null, |v| v.into_owned())),
+            Hole::Expr(c, text) => c
+                .eval(scope)
+                .map(|v| v.into_owned())
+                .map_err(|e| format!("in '{{{{{text}}}}}': {e}")),
+        }
+    }
+
+    /// Appends the text form of the hole's value.
+    fn push(&self, out: &mut String, scope: &dyn Scope) -> Result<(), String> {
+        match self {
+            Hole::Path(p) => {
+                if let Some(v) = scope.lookup(p) {
+                    push_text(out, &v);
+                }
+            }
+            Hole::Expr(c, text) => push_text(
+                out,
+                &*c.eval(scope)
+                    .map_err(|e| format!("in '{{{{{text}}}}}': {e}"))?,
+            ),
+        }
+        Ok(())
+    }
+}
+
+/// Compiles the text between `{{` and `}}`.
+fn hole(inner: &str, arithmetic: bool) -> Result<Hole, ExprError> {
+    if inner.trim().is_empty() {
+        return Err(template_error(inner, "'{{ }}' is empty".into()));
+    }
+    let path_error = match parse_reference(inner) {
+        Ok(path) => return Ok(Hole::Path(path)),
+        Err(e) => e,
+    };
+    if arithmetic {
+        let compiled = Compiled::compile(inner, Mode::Arithmetic)?;
+        return Ok(Hole::Expr(Box::new(compiled), inner.trim().to_string()));
+    }
+    if Compiled::compile(inner, Mode::Arithmetic).is_ok() {
+        return Err(template_error(
+            inner,
+            format!("arithmetic is not allowed here: '{{{{{inner}}}}}' must be a path such as workflow.input.x"),
+        ));
+    }
+    Err(template_error(
+        inner,
+        format!("'{{{{{inner}}}}}' is not a path: {}", reason(&path_error)),
+    ))
+}
+
+fn template_error(text: &str, reason: String) -> ExprError {
+    ExprError::Parse {
+        what: "template",
+        text: clip(text),
+        reason,
+    }
+}
+
+/// Splits a string into text and holes. Fails on an unclosed or empty `{{`.
+pub(crate) fn split_text(text: &str, arithmetic: bool) -> Result<Vec<Piece>, ExprError> {
+    if text.len() > MAX_TEXT_LEN {
+        return Err(ExprError::Limit {
+            what: "template string length in bytes",
+            limit: MAX_TEXT_LEN,
+        });
+    }
+    let mut pieces = Vec::new();
+    let mut rest = text;
+    while let Some(open) = rest.find("{{") {
+        if open > 0 {
+            pieces.push(Piece::Text(rest[..open].to_string()));
+        }
+        let after = &rest[open + 2..];
+        let Some(close) = after.find("}}") else {
+            return Err(template_error(
+                text,
+                format!("'{{{{' at byte {} is never closed", text.len() - rest.len() + open),
+            ));
+        };
+        pieces.push(Piece::Hole(
+            hole(&after[..close], arithmetic).map_err(|e| match e {
+                ExprError::Parse { reason, .. } => template_error(text, reason),
+                other => other,
+            })?,
+        ));
+        rest = &after[close + 2..];
+    }
+    if !rest.is_empty() {
+        pieces.push(Piece::Text(rest.to_string()));
+    }
+    Ok(pieces)
+}
+
+/// Interpolates `pieces` as text.
+pub(crate) fn resolve_pieces(pieces: &[Piece], scope: &dyn Scope) -> Result<String, String> {
+    let mut out = String::new();
+    for piece in pieces {
+        match piece {
+            Piece::Text(t) => out.push_str(t),
+            Piece::Hole(h) => h.push(&mut out, scope)?,
+        }
+    }
+    Ok(out)
+}
+
+fn compile_node(value: &Value, options: TemplateOptions, depth: usize) -> Result<Node, ExprError> {
+    if depth > MAX_NESTING {
+        return Err(ExprError::Limit {
+            what: "template nesting depth",
+            limit: MAX_NESTING,
+        });
+    }
+    Ok(match value {
+        Value::String(s) if s.contains("{{") => {
+            let mut pieces = split_text(s, options.arithmetic)?;
+            match pieces.as_slice() {
+                [Piece::Hole(_)] => match pieces.pop() {
+                    Some(Piece::Hole(h)) => Node::Whole(h),
+                    _ => Node::Text(pieces),
+                },
+                _ => Node::Text(pieces),
+            }
+        }
+        Value::String(s) if s.len() > MAX_TEXT_LEN => {
+            return Err(ExprError::Limit {
+                what: "template string length in bytes",
+                limit: MAX_TEXT_LEN,
+            })
+        }
+        Value::Array(items) => {
+            let nodes = items
+                .iter()
+                .map(|v| compile_node(v, options, depth + 1))
+                .collect::<Result<Vec<_>, _>>()?;
+            if nodes.iter().all(|n| matches!(n, Node::Literal(_))) {
+                Node::Literal(value.clone())
+            } else {
+                Node::Array(nodes)
+            }
+        }
+        Value::Object(map) if map.len() == 1 => {
+            let (key, operand) = map.iter().next().map(|(k, v)| (k.as_str(), v)).unwrap_or(("", value));
+            match key {
+                "coalesce" | "concat" => {
+                    let Value::Array(items) = operand else {
+                        return Err(template_error(
+                            &value.to_string(),
+                            format!("'{key}' takes an array, got {}", crate::value::type_name(operand)),
+                        ));
+                    };
+                    let nodes = items
+                        .iter()
+                        .map(|v| compile_node(v, options, depth + 1))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    if key == "coalesce" {
+                        Node::Coalesce(nodes)
+                    } else {
+                        Node::Concat(nodes)
+                    }
+                }
+                _ => object(map, value, options, depth)?,
+            }
+        }
+        Value::Object(map) => object(map, value, options, depth)?,
+        other => Node::Literal(other.clone()),
+    })
+}
+
+fn object(
+    map: &Map<String, Value>,
+    value: &Value,
+    options: TemplateOptions,
+    depth: usize,
+) -> Result<Node, ExprError> {
+    let members = map
+        .iter()
+        .map(|(k, v)| Ok((k.clone(), compile_node(v, options, depth + 1)?)))
+        .collect::<Result<Vec<_>, ExprError>>()?;
+    Ok(if members.iter().all(|(_, n)| matches!(n, Node::Literal(_))) {
+        Node::Literal(value.clone())
+    } else {
+        Node::Object(members)
+    })
+}
+
+impl Node {
+    fn resolve(&self, scope: &dyn Scope) -> Result<Value, String> {
+        Ok(match self {
+            Node::Literal(v) => v.clone(),
+            Node::Whole(h) => h.resolve(scope)?,
+            Node::Text(pieces) => Value::String(resolve_pieces(pieces, scope)?),
+            Node::Array(items) => Value::Array(
+                items
+                    .iter()
+                    .map(|n| n.resolve(scope))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Node::Object(members) => {
+                let mut map = Map::with_capacity(members.len());
+                for (k, n) in members {
+                    map.insert(k.clone(), n.resolve(scope)?);
+                }
+                Value::Object(map)
+            }
+            Node::Coalesce(items) => {
+                for item in items {
+                    let v = item.resolve(scope)?;
+                    if !v.is_null() {
+                        return Ok(v);
+                    }
+                }
+                Value::Null
+            }
+            Node::Concat(items) => {
+                let mut values = Vec::with_capacity(items.len());
+                for item in items {
+                    let v = item.resolve(scope)?;
+                    if !v.is_null() {
+                        values.push(v);
+                    }
+                }
+                concat(values)
+            }
+        })
+    }
+
+    fn paths<'a>(&'a self, out: &mut Vec<&'a Path>) {
+        match self {
+            Node::Literal(_) => {}
+            Node::Whole(h) => out.extend(h.paths()),
+            Node::Text(pieces) => out.extend(pieces.iter().flat_map(Piece::paths)),
+            Node::Array(items) | Node::Coalesce(items) | Node::Concat(items) => {
+                items.iter().for_each(|n| n.paths(out))
+            }
+            Node::Object(members) => members.iter().for_each(|(_, n)| n.paths(out)),
+        }
+    }
+}
+
+/// `concat` of the non-null values: arrays joined when every one is an array, text otherwise
+/// (no values at all gives the empty string).
+fn concat(values: Vec<Value>) -> Value {
+    if !values.is_empty() && values.iter().all(Value::is_array) {
+        let mut out = Vec::new();
+        for v in values {
+            if let Value::Array(items) = v {
+                out.extend(items);
+            }
+        }
+        return Value::Array(out);
+    }
+    let mut out = String::new();
+    for v in &values {
+        push_text(&mut out, v);
+    }
+    Value::String(out)
 }
 
 impl Template {
@@ -25,25 +344,35 @@ impl Template {
 
     /// Compiles `value` with `options`.
     pub fn compile_with(value: &Value, options: TemplateOptions) -> Result<Template, ExprError> {
-        let _ = options;
         Ok(Template {
+            root: compile_node(value, options, 0)?,
             source: value.clone(),
         })
     }
 
-    /// Resolves the template against `scope`.
+    /// Resolves the template against `scope`. Only arithmetic can fail (for example a string
+    /// times a number); missing paths are `null`.
     pub fn resolve(&self, scope: &dyn Scope) -> Result<Value, ExprError> {
-        let _ = scope;
-        Ok(self.source.clone())
+        self.root.resolve(scope).map_err(|reason| ExprError::Eval {
+            text: clip(&self.source.to_string()),
+            reason,
+        })
     }
 
     /// Every path the template names, in order of appearance.
     pub fn paths(&self) -> Vec<&Path> {
-        Vec::new()
+        let mut out = Vec::new();
+        self.root.paths(&mut out);
+        out
     }
 
     /// The JSON value the template was compiled from.
     pub fn source(&self) -> &Value {
         &self.source
+    }
+
+    /// Whether the template holds no `{{ }}` and no operator: it resolves to its source.
+    pub fn is_literal(&self) -> bool {
+        matches!(self.root, Node::Literal(_))
     }
 }
