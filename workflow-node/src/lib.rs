@@ -4,4 +4,5 @@
 //! - [`cli`]: the `workflow-node` command's subcommands.
 
 pub mod cli;
+pub mod core;
 pub mod definition;

@@ -196,7 +196,8 @@ impl NodeKind {
 }
 
 /// Whom a call goes to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum CallTarget {
     /// `agent_name`.
     Agent(String),

@@ -1,0 +1,265 @@
+//! One call's life: queued for a concurrency slot, dispatched with a timeout, retried with
+//! backoff, ended. Stale and duplicate results (another attempt, an ended call) are ignored.
+//!
+//! ```text
+//! Queued --slot free--> Running --result--> ended (owner told)
+//!                          |  \--failure, retries left--> BackingOff --timer--> Queued
+//!                          \--timeout timer--> failure (TimedOut)
+//! ```
+
+use serde_json::Value;
+
+use super::engine::Cx;
+use super::state::{CallPhase, CallState};
+use super::types::{
+    Command, Dispatch, Failure, FailureClass, Progress, Slot, TaskKey, TimerId,
+};
+use crate::definition::{Call, NodeKind, NodeRole, RetryPolicy};
+
+/// How a call ended, as its owner hears it.
+pub(super) enum CallEnd {
+    /// The agent answered with this output.
+    Output(Value),
+    /// It failed for good (retries exhausted or not allowed).
+    Failed(String),
+    /// The run stopped it; `ran` when some attempt was dispatched.
+    Stopped {
+        /// Whether an attempt was dispatched.
+        ran: bool,
+    },
+}
+
+impl Cx<'_> {
+    /// The definition of the call a task makes.
+    pub(super) fn call_def(&self, key: &TaskKey) -> Option<&Call> {
+        let node = self.wf.node(&key.node)?;
+        match (&node.kind, key.slot) {
+            (NodeKind::Fork { branches, .. }, Slot::Branch(i)) => {
+                branches.get(i as usize).map(|b| &b.call)
+            }
+            (NodeKind::Call(call), _) => Some(call),
+            _ => None,
+        }
+    }
+
+    /// Creates a call and starts it when a slot is free.
+    pub(super) fn add_call(&mut self, key: TaskKey, input: Value, instruction: Option<String>) {
+        let state = CallState { attempt: 1, phase: CallPhase::Queued, input, instruction };
+        self.st.calls.insert(key.clone(), state);
+        self.queue_or_dispatch(key);
+    }
+
+    fn queue_or_dispatch(&mut self, key: TaskKey) {
+        let limit = self.wf.concurrency.map_or(u32::MAX, |c| c as u32);
+        if self.st.in_flight >= limit {
+            self.st.queue.push_back(key);
+        } else {
+            self.dispatch(&key);
+        }
+    }
+
+    fn dispatch(&mut self, key: &TaskKey) {
+        let Some(def) = self.call_def(key) else { return };
+        let timeout = def.timeout.unwrap_or(self.wf.default_node_timeout);
+        let deadline = self.now.plus(timeout);
+        let target = def.target.clone();
+        let input_schema = def.input_schema_override.as_ref().map(|s| s.source.clone());
+        let output_schema = def.output_schema_override.as_ref().map(|s| s.source.clone());
+        let Some(call) = self.st.calls.get_mut(key) else { return };
+        call.phase = CallPhase::Running { deadline };
+        let attempt = call.attempt;
+        let dispatch = Dispatch {
+            task: key.clone(),
+            attempt,
+            sub_task_id: key.sub_task_id(&self.st.id, attempt),
+            node_id: key.node.clone(),
+            target: target.clone(),
+            input: call.input.clone(),
+            instruction: call.instruction.clone(),
+            input_schema,
+            output_schema,
+            deadline,
+        };
+        self.st.in_flight += 1;
+        let (iteration_index, parent_node_id) = match key.slot {
+            Slot::Single => (None, None),
+            Slot::Branch(i) => (Some(i), None),
+            Slot::Item(i) | Slot::Iteration(i) => (Some(i), self.owner_id(key)),
+        };
+        self.out.push(Command::Progress(Progress::NodeStarted {
+            node_id: key.node.clone(),
+            node_type: self.wf.node(&key.node).map_or("agent", |n| n.kind.type_name()).into(),
+            agent: Some(target.agent_name().to_string()),
+            sub_task_id: Some(dispatch.sub_task_id.clone()),
+            iteration_index,
+            parent_node_id,
+            attempt: Some(attempt),
+        }));
+        self.out.push(Command::StartTimer {
+            timer: TimerId::CallTimeout { task: key.clone(), attempt },
+            at: deadline,
+        });
+        self.out.push(Command::Dispatch(dispatch));
+    }
+
+    fn owner_id(&self, key: &TaskKey) -> Option<String> {
+        let idx = *self.wf.graph.index.get(&key.node)?;
+        match self.wf.graph.roles[idx] {
+            NodeRole::Inner { owner } => Some(self.wf.nodes[owner].id.clone()),
+            _ => None,
+        }
+    }
+
+    /// A running call stopped holding a slot: hand the slot to the oldest queued call.
+    fn release_slot(&mut self) {
+        self.st.in_flight = self.st.in_flight.saturating_sub(1);
+        let limit = self.wf.concurrency.map_or(u32::MAX, |c| c as u32);
+        while self.st.in_flight < limit {
+            let Some(key) = self.st.queue.pop_front() else { break };
+            let queued = self.st.calls.get(&key).is_some_and(|c| c.phase == CallPhase::Queued);
+            if queued {
+                self.dispatch(&key);
+            }
+        }
+    }
+
+    /// The attempt `attempt` of `key` is running, or `None` (stale or duplicate event).
+    fn running(&self, key: &TaskKey, attempt: u32) -> bool {
+        self.st.calls.get(key).is_some_and(|c| {
+            c.attempt == attempt && matches!(c.phase, CallPhase::Running { .. })
+        })
+    }
+
+    pub(super) fn call_succeeded(&mut self, key: TaskKey, attempt: u32, output: Value) {
+        if !self.running(&key, attempt) {
+            return;
+        }
+        let violations = self
+            .call_def(&key)
+            .and_then(|c| c.output_schema_override.as_ref())
+            .map(|s| s.violations(&output))
+            .unwrap_or_default();
+        if !violations.is_empty() {
+            let message =
+                format!("output does not match output_schema_override: {}", violations.join("; "));
+            let failure = Failure { class: FailureClass::Failed, message, kind: None };
+            return self.attempt_failed(key, attempt, failure);
+        }
+        self.st.calls.remove(&key);
+        self.release_slot();
+        self.call_ended(&key, CallEnd::Output(output));
+    }
+
+    pub(super) fn call_failed(&mut self, key: TaskKey, attempt: u32, failure: Failure) {
+        if self.running(&key, attempt) {
+            self.attempt_failed(key, attempt, failure);
+        }
+    }
+
+    fn attempt_failed(&mut self, key: TaskKey, attempt: u32, failure: Failure) {
+        let strategy = self.call_def(&key).and_then(|c| self.wf.retry_strategy_for(c)).cloned();
+        let agent = self.call_def(&key).map(|c| c.target.agent_name().to_string());
+        self.release_slot();
+        let retry = strategy.as_ref().is_some_and(|s| {
+            let class_ok = match s.policy {
+                RetryPolicy::Always => true,
+                RetryPolicy::OnFailure => failure.class == FailureClass::Failed,
+                RetryPolicy::OnError => failure.class != FailureClass::Failed,
+            };
+            let kind_ok = !failure.kind.as_ref().is_some_and(|k| s.non_retryable_errors.contains(k));
+            class_ok && kind_ok && attempt <= s.limit && !self.halted()
+        });
+        if let (true, Some(s)) = (retry, strategy.as_ref()) {
+            let until = self.now.plus(s.backoff.delay_after(attempt));
+            if let Some(call) = self.st.calls.get_mut(&key) {
+                call.attempt = attempt + 1;
+                call.phase = CallPhase::BackingOff { until };
+            }
+            let timer = TimerId::Retry { task: key, attempt: attempt + 1 };
+            self.out.push(Command::StartTimer { timer, at: until });
+            return;
+        }
+        self.st.calls.remove(&key);
+        let attempts = strategy.map_or(1, |s| s.limit + 1);
+        let agent = agent.unwrap_or_default();
+        let why = match failure.class {
+            FailureClass::Failed => format!("agent '{agent}' failed: {}", failure.message),
+            FailureClass::Unreachable => {
+                format!("agent '{agent}' could not be reached: {}", failure.message)
+            }
+            FailureClass::TimedOut => format!("agent '{agent}' {}", failure.message),
+        };
+        let message = if attempt > 1 || attempts > 1 {
+            format!("{why} (attempt {attempt} of {attempts})")
+        } else {
+            why
+        };
+        self.call_ended(&key, CallEnd::Failed(message));
+    }
+
+    /// A call timeout or a retry backoff came due.
+    pub(super) fn call_timer(&mut self, timer: TimerId) {
+        match timer {
+            TimerId::CallTimeout { task, attempt } => {
+                if !self.running(&task, attempt) {
+                    return;
+                }
+                let timeout = self
+                    .call_def(&task)
+                    .and_then(|c| c.timeout)
+                    .unwrap_or(self.wf.default_node_timeout);
+                self.cancel_remote(&task, attempt);
+                let message = format!("did not answer within {} s", timeout.as_secs_f64());
+                let failure = Failure { class: FailureClass::TimedOut, message, kind: None };
+                self.attempt_failed(task, attempt, failure);
+            }
+            TimerId::Retry { task, attempt } => {
+                let due = self.st.calls.get(&task).is_some_and(|c| {
+                    c.attempt == attempt && matches!(c.phase, CallPhase::BackingOff { .. })
+                });
+                if !due {
+                    return;
+                }
+                if self.halted() {
+                    self.st.calls.remove(&task);
+                    return self.call_ended(&task, CallEnd::Stopped { ran: true });
+                }
+                if let Some(c) = self.st.calls.get_mut(&task) {
+                    c.phase = CallPhase::Queued;
+                }
+                self.queue_or_dispatch(task);
+            }
+            _ => {}
+        }
+    }
+
+    fn cancel_remote(&mut self, key: &TaskKey, attempt: u32) {
+        let agent = self.call_def(key).map(|c| c.target.agent_name().to_string());
+        self.out.push(Command::CancelCall {
+            task: key.clone(),
+            attempt,
+            sub_task_id: key.sub_task_id(&self.st.id, attempt),
+            agent: agent.unwrap_or_default(),
+        });
+    }
+
+    /// Ends a call because the run stopped it: a running attempt is cancelled at the
+    /// agent, and the owner hears `Stopped`.
+    pub(super) fn drop_call(&mut self, key: &TaskKey) {
+        let Some(call) = self.remove_call(key) else { return };
+        let ran = call.attempt > 1 || matches!(call.phase, CallPhase::Running { .. });
+        self.call_ended(key, CallEnd::Stopped { ran });
+    }
+
+    /// Removes a call without telling its owner; a running attempt is cancelled and frees
+    /// its slot.
+    pub(super) fn remove_call(&mut self, key: &TaskKey) -> Option<CallState> {
+        let call = self.st.calls.remove(key)?;
+        if let CallPhase::Running { .. } = call.phase {
+            self.cancel_remote(key, call.attempt);
+            self.release_slot();
+        }
+        Some(call)
+    }
+}
+

@@ -1,0 +1,539 @@
+//! Readiness, node ends, stopping, and the end of a run.
+//!
+//! | event             | effect                                                           |
+//! |-------------------|------------------------------------------------------------------|
+//! | `Started`         | validate input, start the deadline, consider the roots           |
+//! | `CallSucceeded`   | end the call; its owner (node, map, fork, loop) moves on          |
+//! | `CallFailed`      | retry with backoff, or end the call as failed                     |
+//! | `TimerFired`      | call timeout, retry start, loop delay, approval timeout, deadline |
+//! | `CancelRequested` | cancel running calls, skip the rest, run the cancel handlers      |
+//! | `ApprovalDecided` | end a waiting approval                                            |
+//!
+//! A node is considered when one of its dependencies ends; consideration goes through a
+//! work list, so cascades of skips never recurse. Terminal runs absorb every event.
+
+use std::collections::VecDeque;
+
+use serde_json::{json, Value};
+
+use super::scope::RunScope;
+use super::state::{Detail, Execution, NodeState};
+use super::types::{
+    Command, Event, Millis, NodeStatus, Progress, RunError, RunStatus, TimerId,
+};
+use crate::definition::{JoinStrategy, NodeKind, NodeRole, Workflow};
+
+/// Applies one event to a run and returns what the shell must do.
+///
+/// Deterministic: the same workflow, state, event and time always give the same new state
+/// and the same commands. Events that no longer matter (duplicates, stale attempts, events
+/// after the end) change nothing and return no commands.
+pub fn apply(workflow: &Workflow, state: &mut Execution, event: Event, now: Millis) -> Vec<Command> {
+    let mut cx = Cx { wf: workflow, st: state, now, out: Vec::new(), work: VecDeque::new() };
+    if cx.st.status.is_terminal() {
+        return Vec::new();
+    }
+    match event {
+        Event::Started { input } => cx.start(input),
+        _ if !cx.st.started => {}
+        Event::CallSucceeded { task, attempt, output } => cx.call_succeeded(task, attempt, output),
+        Event::CallFailed { task, attempt, failure } => cx.call_failed(task, attempt, failure),
+        Event::TimerFired { timer } => cx.timer_fired(timer),
+        Event::CancelRequested { reason } => cx.cancel(reason),
+        Event::ApprovalDecided { node, approved, by, comment } => {
+            cx.approval_decided(&node, approved, by, comment)
+        }
+    }
+    cx.settle();
+    cx.out
+}
+
+/// The context of one `apply`.
+pub(super) struct Cx<'a> {
+    pub(super) wf: &'a Workflow,
+    pub(super) st: &'a mut Execution,
+    pub(super) now: Millis,
+    pub(super) out: Vec<Command>,
+    /// Main nodes to consider, because a dependency ended.
+    work: VecDeque<usize>,
+}
+
+impl Cx<'_> {
+    fn start(&mut self, input: Value) {
+        if self.st.started {
+            return;
+        }
+        self.st.started = true;
+        self.st.started_at = self.now;
+        self.st.deadline = self.now.plus(self.wf.max_execution_time);
+        self.st.input = input;
+        self.st.unfinished_main =
+            self.wf.graph.roles.iter().filter(|r| **r == NodeRole::Main).count() as u32;
+        self.out.push(Command::Progress(Progress::RunStarted { input: self.st.input.clone() }));
+        if let Some(schema) = &self.wf.input_schema {
+            let violations = schema.violations(&self.st.input);
+            if !violations.is_empty() {
+                self.st.error = Some(RunError {
+                    node_id: None,
+                    message: format!(
+                        "input does not match input_schema: {}",
+                        violations.join("; ")
+                    ),
+                });
+                self.st.outcome = Some(RunStatus::Failure);
+                self.finish_run();
+                return;
+            }
+        }
+        self.out.push(Command::StartTimer { timer: TimerId::Deadline, at: self.st.deadline });
+        self.work.extend(self.wf.graph.roots.iter().copied());
+    }
+
+    /// Drains the work list, then ends the main DAG or the run when their time has come.
+    pub(super) fn settle(&mut self) {
+        loop {
+            while let Some(idx) = self.work.pop_front() {
+                self.consider(idx);
+            }
+            if self.st.status == RunStatus::Running && self.st.unfinished_main == 0 {
+                self.main_done();
+                continue;
+            }
+            if self.st.status == RunStatus::Finishing && self.st.exit_pending.is_empty() {
+                self.finish_run();
+            }
+            if self.work.is_empty() {
+                break;
+            }
+        }
+    }
+
+    /// Whether new main-DAG work must not start.
+    pub(super) fn halted(&self) -> bool {
+        self.st.stopping && self.st.status == RunStatus::Running
+    }
+
+    fn consider(&mut self, idx: usize) {
+        let node = &self.wf.nodes[idx];
+        if self.st.node_status(&node.id) != NodeStatus::Pending {
+            return;
+        }
+        let status = |id: &String| self.st.node_status(id);
+        if let NodeKind::Join { wait_for, strategy } = &node.kind {
+            let succeeded = wait_for.iter().filter(|d| status(d) == NodeStatus::Success).count();
+            let skipped = wait_for.iter().filter(|d| status(d) == NodeStatus::Skipped).count();
+            let broken = wait_for
+                .iter()
+                .any(|d| matches!(status(d), NodeStatus::Failure | NodeStatus::Cancelled));
+            let all_ended = node.depends_on.iter().all(|d| status(d).is_terminal());
+            let others_ended = node
+                .depends_on
+                .iter()
+                .filter(|d| !wait_for.contains(d))
+                .all(|d| status(d).is_terminal());
+            let met = match strategy {
+                JoinStrategy::All => all_ended && !broken && succeeded > 0,
+                JoinStrategy::Any => succeeded >= 1,
+                JoinStrategy::NOfM(n) => succeeded >= *n,
+            };
+            if met && others_ended {
+                if let Some(reason) = self.stop_reason(idx, true) {
+                    return self.skip(idx, reason);
+                }
+                if !self.when_holds(idx) {
+                    return;
+                }
+                let mut output = serde_json::Map::new();
+                for d in wait_for {
+                    if let Some(out) = self.st.nodes.get(d).and_then(|n| n.output.clone()) {
+                        output.insert(d.clone(), out);
+                    }
+                }
+                self.node_started(idx);
+                return self.finish_node(idx, NodeStatus::Success, Some(Value::Object(output)), None);
+            }
+            if !all_ended {
+                return;
+            }
+            if let Some(reason) = self.stop_reason(idx, false) {
+                return self.skip(idx, reason);
+            }
+            let reason = if skipped == wait_for.len() {
+                "all nodes it waits for were skipped".to_string()
+            } else {
+                format!(
+                    "join strategy {} cannot be met: {succeeded} of {} nodes succeeded",
+                    strategy_name(*strategy),
+                    wait_for.len()
+                )
+            };
+            return self.skip(idx, reason);
+        }
+        if !node.depends_on.iter().all(|d| status(d).is_terminal()) {
+            return;
+        }
+        if let Some(reason) = self.stop_reason(idx, false) {
+            return self.skip(idx, reason);
+        }
+        if self.when_holds(idx) {
+            self.start_node(idx);
+        }
+    }
+
+    /// Why a node whose dependencies have ended must be skipped, if it must.
+    fn stop_reason(&self, idx: usize, join_met: bool) -> Option<String> {
+        let node = &self.wf.nodes[idx];
+        if self.halted() {
+            return Some("the run stopped before reaching it".into());
+        }
+        let wait_for: &[String] = match &node.kind {
+            NodeKind::Join { wait_for, .. } if join_met => wait_for,
+            _ => &[],
+        };
+        for d in node.depends_on.iter().filter(|d| !wait_for.contains(d)) {
+            if matches!(self.st.node_status(d), NodeStatus::Failure | NodeStatus::Cancelled) {
+                return Some(format!("dependency '{d}' did not succeed"));
+            }
+        }
+        if !join_met
+            && !node.depends_on.is_empty()
+            && node.depends_on.iter().all(|d| self.st.node_status(d) == NodeStatus::Skipped)
+        {
+            return Some("all its dependencies were skipped".into());
+        }
+        None
+    }
+
+    /// Evaluates `when`; skips (false) or fails (error) the node when it does not hold.
+    fn when_holds(&mut self, idx: usize) -> bool {
+        let Some(when) = &self.wf.nodes[idx].when else { return true };
+        let scope = self.node_scope(idx);
+        match when.evaluate(&scope) {
+            Ok(true) => true,
+            Ok(false) => {
+                self.skip(idx, format!("`when` is false: {}", when.source()));
+                false
+            }
+            Err(e) => {
+                self.node_started(idx);
+                self.finish_node(idx, NodeStatus::Failure, None, Some(format!("when: {e}")));
+                false
+            }
+        }
+    }
+
+    /// The scope of templates in a node: exit handlers also see the run's outcome.
+    pub(super) fn node_scope(&self, idx: usize) -> RunScope<'_> {
+        let mut scope = RunScope::new(self.st);
+        scope.outcome = self.wf.graph.roles[idx] == NodeRole::ExitHandler;
+        scope
+    }
+
+    pub(super) fn skip(&mut self, idx: usize, reason: String) {
+        self.finish_node(idx, NodeStatus::Skipped, None, Some(reason));
+    }
+
+    /// Marks a node running and says so.
+    pub(super) fn node_started(&mut self, idx: usize) {
+        let node = &self.wf.nodes[idx];
+        let entry = self
+            .st
+            .nodes
+            .entry(node.id.clone())
+            .or_insert_with(|| NodeState::new(NodeStatus::Running));
+        entry.status = NodeStatus::Running;
+        entry.started_at = Some(self.now);
+        if matches!(node.kind, NodeKind::Call(_)) {
+            return; // calls say so when dispatched, with their sub-task id
+        }
+        self.out.push(Command::Progress(Progress::NodeStarted {
+            node_id: node.id.clone(),
+            node_type: node.kind.type_name().into(),
+            agent: None,
+            sub_task_id: None,
+            iteration_index: None,
+            parent_node_id: None,
+            attempt: None,
+        }));
+    }
+
+    /// Ends a node once; later calls for an ended node do nothing.
+    pub(super) fn finish_node(
+        &mut self,
+        idx: usize,
+        status: NodeStatus,
+        output: Option<Value>,
+        error: Option<String>,
+    ) {
+        self.finish_node_with(idx, status, output, error, None, None);
+    }
+
+    pub(super) fn finish_node_with(
+        &mut self,
+        idx: usize,
+        status: NodeStatus,
+        output: Option<Value>,
+        error: Option<String>,
+        condition_result: Option<bool>,
+        selected_branch: Option<String>,
+    ) {
+        let node = &self.wf.nodes[idx];
+        let entry = self
+            .st
+            .nodes
+            .entry(node.id.clone())
+            .or_insert_with(|| NodeState::new(NodeStatus::Pending));
+        if entry.status.is_terminal() {
+            return;
+        }
+        entry.status = status;
+        entry.output = output.clone();
+        entry.error = error.clone();
+        entry.ended_at = Some(self.now);
+        entry.detail = None;
+        self.out.push(Command::Progress(Progress::NodeFinished {
+            node_id: node.id.clone(),
+            status,
+            output,
+            error: error.clone(),
+            condition_result,
+            selected_branch,
+        }));
+        match self.wf.graph.roles[idx] {
+            NodeRole::Main => {
+                self.st.unfinished_main -= 1;
+                if status == NodeStatus::Failure {
+                    self.main_failed(idx, error.unwrap_or_default());
+                }
+                self.work.extend(self.wf.graph.dependents[idx].iter().copied());
+            }
+            NodeRole::Inner { .. } => {}
+            NodeRole::ExitHandler => {
+                self.st.exit_pending.retain(|id| *id != node.id);
+                if status == NodeStatus::Failure && self.st.outcome == Some(RunStatus::Success) {
+                    self.st.outcome = Some(RunStatus::Failure);
+                    self.st.output = None;
+                    self.st.error = Some(RunError {
+                        node_id: Some(node.id.clone()),
+                        message: format!(
+                            "exit handler '{}' failed: {}",
+                            node.id,
+                            error.unwrap_or_default()
+                        ),
+                    });
+                }
+            }
+        }
+    }
+
+    fn main_failed(&mut self, idx: usize, message: String) {
+        let id = &self.wf.nodes[idx].id;
+        if self.st.error.is_none() {
+            self.st.error = Some(RunError {
+                node_id: Some(id.clone()),
+                message: format!("node '{id}' failed: {message}"),
+            });
+        }
+        if self.wf.fail_fast && !self.st.stopping {
+            self.stop(false);
+        }
+    }
+
+    /// Stops new work. With `cancel_running`, running calls are cancelled too (cancel and
+    /// deadline); without (fail_fast), they run to their end.
+    pub(super) fn stop(&mut self, cancel_running: bool) {
+        self.st.stopping = true;
+        let keys: Vec<_> = self.st.calls.keys().cloned().collect();
+        for key in keys {
+            let Some(call) = self.st.calls.get(&key) else { continue };
+            let running = matches!(call.phase, super::state::CallPhase::Running { .. });
+            if running && !cancel_running {
+                continue;
+            }
+            self.drop_call(&key);
+        }
+        // Approvals waiting and loops between iterations hold no call: end them here.
+        let idle: Vec<usize> = self
+            .st
+            .nodes
+            .iter()
+            .filter(|(_, n)| {
+                matches!(n.status, NodeStatus::Waiting | NodeStatus::Running)
+                    && matches!(n.detail, Some(Detail::Approval { .. }) | Some(Detail::Loop { .. }))
+            })
+            .filter_map(|(id, _)| self.wf.graph.index.get(id).copied())
+            .filter(|idx| !self.has_calls(*idx))
+            .collect();
+        for idx in idle {
+            self.finish_node(idx, NodeStatus::Cancelled, None, Some("the run stopped".into()));
+        }
+    }
+
+    fn cancel(&mut self, reason: Option<String>) {
+        if self.st.cancel_requested {
+            return;
+        }
+        self.st.cancel_requested = true;
+        let message = match reason {
+            Some(r) => format!("cancelled: {r}"),
+            None => "cancelled".to_string(),
+        };
+        match self.st.status {
+            RunStatus::Running => {
+                self.st.error.get_or_insert(RunError { node_id: None, message });
+                self.stop(true);
+            }
+            RunStatus::Finishing => {
+                self.st.outcome = Some(RunStatus::Cancelled);
+                self.st.output = None;
+                self.st.error.get_or_insert(RunError { node_id: None, message });
+                self.end_exit_handlers("the run was cancelled");
+            }
+            _ => {}
+        }
+    }
+
+    pub(super) fn deadline(&mut self) {
+        let limit = self.wf.max_execution_time.as_secs();
+        match self.st.status {
+            RunStatus::Running => {
+                let message = format!(
+                    "the run exceeded max_workflow_execution_time_seconds ({limit} s)"
+                );
+                self.st.error = Some(RunError { node_id: None, message });
+                self.stop(true);
+                // Exit handlers get one default node timeout of grace, then the run ends.
+                let at = self.now.plus(self.wf.default_node_timeout);
+                self.out.push(Command::StartTimer { timer: TimerId::Deadline, at });
+            }
+            RunStatus::Finishing => {
+                if self.st.outcome == Some(RunStatus::Success) {
+                    self.st.outcome = Some(RunStatus::Failure);
+                    self.st.output = None;
+                    self.st.error = Some(RunError {
+                        node_id: None,
+                        message: "exit handlers did not end before the deadline".into(),
+                    });
+                }
+                self.end_exit_handlers("the run's deadline passed");
+            }
+            _ => {}
+        }
+    }
+
+    /// Cancels every exit handler still running.
+    fn end_exit_handlers(&mut self, why: &str) {
+        let keys: Vec<_> = self.st.calls.keys().cloned().collect();
+        for key in keys {
+            self.drop_call(&key);
+        }
+        for id in self.st.exit_pending.clone() {
+            if let Some(&idx) = self.wf.graph.index.get(&id) {
+                self.finish_node(idx, NodeStatus::Cancelled, None, Some(why.into()));
+            }
+        }
+    }
+
+    /// The main DAG ended: decide the outcome, map the output, start the exit handlers.
+    fn main_done(&mut self) {
+        let outcome = if self.st.cancel_requested {
+            RunStatus::Cancelled
+        } else if self.st.error.is_some() {
+            RunStatus::Failure
+        } else {
+            RunStatus::Success
+        };
+        self.st.outcome = Some(outcome);
+        if outcome == RunStatus::Success {
+            self.map_output();
+        }
+        self.st.status = RunStatus::Finishing;
+        let exits = &self.wf.on_exit;
+        let specific = match self.st.outcome {
+            Some(RunStatus::Success) => &exits.on_success,
+            Some(RunStatus::Cancelled) => &exits.on_cancel,
+            _ => &exits.on_failure,
+        };
+        let mut handlers: Vec<String> = Vec::new();
+        for id in [specific, &exits.always].into_iter().flatten() {
+            if !handlers.contains(id) {
+                handlers.push(id.clone());
+            }
+        }
+        self.st.exit_pending = handlers.clone();
+        for id in handlers {
+            let Some(&idx) = self.wf.graph.index.get(&id) else { continue };
+            if self.when_holds(idx) {
+                self.start_node(idx);
+            }
+        }
+    }
+
+    fn map_output(&mut self) {
+        let scope = RunScope::new(self.st);
+        let result = self.wf.output_mapping.resolve(&scope);
+        let failure = match result {
+            Err(e) => Some(format!("output_mapping: {e}")),
+            Ok(output) => {
+                let violations = self
+                    .wf
+                    .output_schema
+                    .as_ref()
+                    .map(|s| s.violations(&output))
+                    .unwrap_or_default();
+                if violations.is_empty() {
+                    self.st.output = Some(output);
+                    None
+                } else {
+                    Some(format!("output does not match output_schema: {}", violations.join("; ")))
+                }
+            }
+        };
+        if let Some(message) = failure {
+            self.st.outcome = Some(RunStatus::Failure);
+            self.st.error = Some(RunError { node_id: None, message });
+        }
+    }
+
+    fn finish_run(&mut self) {
+        let status = self.st.outcome.unwrap_or(RunStatus::Failure);
+        self.st.status = status;
+        self.st.queue.clear();
+        let output = if status == RunStatus::Success { self.st.output.clone() } else { None };
+        let error = if status == RunStatus::Success { None } else { self.st.error.clone() };
+        self.out.push(Command::Finish { status, output, error });
+    }
+
+    fn approval_decided(
+        &mut self,
+        node: &str,
+        approved: bool,
+        by: Option<String>,
+        comment: Option<String>,
+    ) {
+        let Some(&idx) = self.wf.graph.index.get(node) else { return };
+        let NodeKind::Approval(def) = &self.wf.nodes[idx].kind else { return };
+        if self.st.node_status(node) != NodeStatus::Waiting {
+            return;
+        }
+        if !def.approvers.is_empty() && !by.as_ref().is_some_and(|b| def.approvers.contains(b)) {
+            return;
+        }
+        if approved {
+            let output = json!({"approved": true, "by": by, "comment": comment});
+            self.finish_node(idx, NodeStatus::Success, Some(output), None);
+        } else {
+            let who = by.as_deref().unwrap_or("an approver");
+            let why = comment.map(|c| format!(": {c}")).unwrap_or_default();
+            self.finish_node(idx, NodeStatus::Failure, None, Some(format!("rejected by {who}{why}")));
+        }
+    }
+}
+
+fn strategy_name(s: JoinStrategy) -> String {
+    match s {
+        JoinStrategy::All => "all".into(),
+        JoinStrategy::Any => "any".into(),
+        JoinStrategy::NOfM(n) => format!("n_of_m (n = {n})"),
+    }
+}

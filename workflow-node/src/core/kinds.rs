@@ -1,0 +1,555 @@
+//! What each node type does when it starts, and when one of its calls ends.
+//!
+//! - call (agent, workflow): one call; the node ends with it.
+//! - conditional, switch: evaluate, skip the targets not taken, end at once.
+//! - map: one call per item, at most `concurrency_limit` at once; results in item order;
+//!   the first failed item cancels the others and fails the map.
+//! - fork: one call per branch; output keyed by `output_key`; `fail_fast` cancels siblings.
+//! - loop: do-while over its inner node, with `delay` between iterations and a bounded
+//!   number of iterations.
+//! - approval: waits for a decision or its timeout.
+//! - join: ends at once when its strategy is met (see the engine's readiness).
+
+use serde_json::{json, Value};
+use workflow_expr::Template;
+
+use super::calls::CallEnd;
+use super::engine::Cx;
+use super::scope::RunScope;
+use super::state::{Detail, ForkState, MapState};
+use super::types::{Command, NodeStatus, Progress, Slot, TaskKey, TimerId};
+use crate::definition::{MapItems, NodeKind, NodeRole, OnExhausted, OnTimeout};
+
+impl Cx<'_> {
+    /// Starts a node whose dependencies allow it (and whose `when` held).
+    pub(super) fn start_node(&mut self, idx: usize) {
+        self.node_started(idx);
+        let node = &self.wf.nodes[idx];
+        match &node.kind {
+            NodeKind::Call(call) => {
+                let scope = self.node_scope(idx);
+                let input = match resolve_input(call.input.as_ref(), &scope, || {
+                    self.implicit_input(idx)
+                }) {
+                    Ok(v) => v,
+                    Err(e) => return self.fail(idx, format!("input: {e}")),
+                };
+                let instruction = match resolve_text(call.instruction.as_ref(), &scope) {
+                    Ok(v) => v,
+                    Err(e) => return self.fail(idx, format!("instruction: {e}")),
+                };
+                self.add_call(TaskKey::single(&node.id), input, instruction);
+            }
+            NodeKind::Conditional { condition, true_branch, false_branch } => {
+                let result = condition.evaluate(&self.node_scope(idx));
+                let taken = match result {
+                    Ok(b) => b,
+                    Err(e) => return self.fail(idx, format!("condition: {e}")),
+                };
+                let (selected, other) = if taken {
+                    (Some(true_branch), false_branch.as_ref())
+                } else {
+                    (false_branch.as_ref(), Some(true_branch))
+                };
+                if let Some(other) = other {
+                    self.skip_branch(other, &node.id);
+                }
+                let output = json!({"condition_result": taken, "selected_branch": selected});
+                self.finish_node_with(
+                    idx,
+                    NodeStatus::Success,
+                    Some(output),
+                    None,
+                    Some(taken),
+                    selected.cloned(),
+                );
+            }
+            NodeKind::Switch { cases, default } => {
+                let scope = self.node_scope(idx);
+                let mut selected = None;
+                for (i, case) in cases.iter().enumerate() {
+                    match case.condition.evaluate(&scope) {
+                        Ok(true) => {
+                            selected = Some((i, &case.target));
+                            break;
+                        }
+                        Ok(false) => {}
+                        Err(e) => return self.fail(idx, format!("cases[{i}]: {e}")),
+                    }
+                }
+                let target = selected.map(|(_, t)| t).or(default.as_ref());
+                let targets = cases.iter().map(|c| &c.target).chain(default.iter());
+                let others: Vec<String> =
+                    targets.filter(|t| Some(*t) != target).cloned().collect();
+                for other in others {
+                    self.skip_branch(&other, &node.id);
+                }
+                let output = json!({
+                    "selected_branch": target,
+                    "selected_case_index": selected.map(|(i, _)| i),
+                });
+                self.finish_node_with(idx, NodeStatus::Success, Some(output), None, None, target.cloned());
+            }
+            NodeKind::Map(map) => {
+                let items = match &map.items {
+                    MapItems::Literal(items) => Ok(Value::Array(items.clone())),
+                    MapItems::Template(t) => t.resolve(&self.node_scope(idx)),
+                };
+                let items = match items {
+                    Ok(Value::Array(items)) => items,
+                    Ok(Value::Null) => Vec::new(),
+                    Ok(other) => {
+                        let kind = json_kind(&other);
+                        return self.fail(idx, format!("items: resolved to {kind}, expected an array"));
+                    }
+                    Err(e) => return self.fail(idx, format!("items: {e}")),
+                };
+                if items.len() > map.max_items {
+                    let n = items.len();
+                    let max = map.max_items;
+                    return self.fail(idx, format!("items: {n} items exceed max_items ({max})"));
+                }
+                if items.is_empty() {
+                    let output = json!({"results": []});
+                    self.set_inner_status(&map.node, NodeStatus::Skipped, None);
+                    return self.finish_node(idx, NodeStatus::Success, Some(output), None);
+                }
+                let n = items.len();
+                let state = MapState { items, next: 0, active: 0, done: 0, results: vec![Value::Null; n] };
+                self.set_detail(idx, Detail::Map(state));
+                self.pump_map(idx);
+            }
+            NodeKind::Fork { branches, .. } => {
+                let state = ForkState {
+                    pending: branches.len() as u32,
+                    outputs: serde_json::Map::new(),
+                    failures: Vec::new(),
+                };
+                self.set_detail(idx, Detail::Fork(state));
+                for (i, branch) in branches.iter().enumerate() {
+                    let scope = self.node_scope(idx);
+                    let input = resolve_input(branch.call.input.as_ref(), &scope, || {
+                        self.implicit_input(idx)
+                    });
+                    let instruction = resolve_text(branch.call.instruction.as_ref(), &scope);
+                    let key = TaskKey { node: node.id.clone(), slot: Slot::Branch(i as u32) };
+                    match (input, instruction) {
+                        (Ok(input), Ok(instruction)) => self.add_call(key, input, instruction),
+                        (Err(e), _) | (_, Err(e)) => {
+                            let msg = format!("branches[{i}] ('{}'): {e}", branch.id);
+                            return self.fork_branch_ended(idx, i, CallEnd::Failed(msg));
+                        }
+                    }
+                    if self.st.node_status(&node.id).is_terminal() {
+                        return;
+                    }
+                }
+            }
+            NodeKind::Loop(_) => {
+                self.set_detail(idx, Detail::Loop { iteration: 0 });
+                self.start_iteration(idx, 0);
+            }
+            NodeKind::Approval(approval) => {
+                let message = match resolve_text(approval.message.as_ref(), &self.node_scope(idx)) {
+                    Ok(m) => m,
+                    Err(e) => return self.fail(idx, format!("message: {e}")),
+                };
+                let deadline = approval.timeout.map(|t| self.now.plus(t));
+                if let Some(n) = self.st.nodes.get_mut(&node.id) {
+                    n.status = NodeStatus::Waiting;
+                }
+                self.set_detail(idx, Detail::Approval { deadline });
+                self.out.push(Command::RequestApproval {
+                    node: node.id.clone(),
+                    approvers: approval.approvers.clone(),
+                    message,
+                    deadline,
+                });
+                if let Some(at) = deadline {
+                    let timer = TimerId::ApprovalTimeout { node: node.id.clone() };
+                    self.out.push(Command::StartTimer { timer, at });
+                }
+            }
+            NodeKind::Join { .. } => {
+                // Joins end as soon as their strategy is met; the engine does it.
+            }
+        }
+    }
+
+    fn fail(&mut self, idx: usize, message: String) {
+        self.finish_node(idx, NodeStatus::Failure, None, Some(message));
+    }
+
+    fn skip_branch(&mut self, target: &str, by: &str) {
+        if let Some(&t) = self.wf.graph.index.get(target) {
+            if self.st.node_status(target) == NodeStatus::Pending {
+                self.skip(t, format!("branch not taken by '{by}'"));
+            }
+        }
+    }
+
+    fn set_detail(&mut self, idx: usize, detail: Detail) {
+        if let Some(n) = self.st.nodes.get_mut(&self.wf.nodes[idx].id) {
+            n.detail = Some(detail);
+        }
+    }
+
+    fn set_inner_status(&mut self, inner: &str, status: NodeStatus, output: Option<Value>) {
+        let n = self
+            .st
+            .nodes
+            .entry(inner.to_string())
+            .or_insert_with(|| super::state::NodeState::new(status));
+        n.status = status;
+        if output.is_some() {
+            n.output = output;
+        }
+        n.ended_at = status.is_terminal().then_some(self.now);
+    }
+
+    /// Whether any call of this node (or of its inner node) has not ended.
+    pub(super) fn has_calls(&self, idx: usize) -> bool {
+        let node = &self.wf.nodes[idx];
+        let id = match &node.kind {
+            NodeKind::Map(m) => &m.node,
+            NodeKind::Loop(l) => &l.node,
+            _ => &node.id,
+        };
+        self.st.calls.range(TaskKey::single(id)..).next().is_some_and(|(k, _)| k.node == *id)
+    }
+
+    /// The input of a node without `input`: the workflow input (no dependency), the
+    /// dependency's output (one; through a conditional or switch, that node's own input),
+    /// or an object keyed by dependency (several).
+    fn implicit_input(&self, idx: usize) -> Value {
+        let node = &self.wf.nodes[idx];
+        match node.depends_on.as_slice() {
+            [] => self.st.input.clone(),
+            [dep] => {
+                let Some(&d) = self.wf.graph.index.get(dep) else { return Value::Null };
+                match self.wf.nodes[d].kind {
+                    NodeKind::Conditional { .. } | NodeKind::Switch { .. } => self.implicit_input(d),
+                    _ => self.output_of(dep),
+                }
+            }
+            deps => Value::Object(deps.iter().map(|d| (d.clone(), self.output_of(d))).collect()),
+        }
+    }
+
+    fn output_of(&self, id: &str) -> Value {
+        self.st.nodes.get(id).and_then(|n| n.output.clone()).unwrap_or(Value::Null)
+    }
+
+    /// Routes a call's end to its owner.
+    pub(super) fn call_ended(&mut self, key: &TaskKey, end: CallEnd) {
+        let Some(&idx) = self.wf.graph.index.get(&key.node) else { return };
+        match key.slot {
+            Slot::Single => match end {
+                CallEnd::Output(out) => self.finish_node(idx, NodeStatus::Success, Some(out), None),
+                CallEnd::Failed(msg) => self.fail(idx, msg),
+                CallEnd::Stopped { ran: true } => {
+                    self.finish_node(idx, NodeStatus::Cancelled, None, Some("the run stopped".into()))
+                }
+                CallEnd::Stopped { ran: false } => {
+                    self.skip(idx, "the run stopped before it was dispatched".into())
+                }
+            },
+            Slot::Branch(i) => self.fork_branch_ended(idx, i as usize, end),
+            Slot::Item(i) => {
+                if let NodeRole::Inner { owner } = self.wf.graph.roles[idx] {
+                    self.map_item_ended(owner, i, end);
+                }
+            }
+            Slot::Iteration(i) => {
+                if let NodeRole::Inner { owner } = self.wf.graph.roles[idx] {
+                    self.iteration_ended(owner, i, end);
+                }
+            }
+        }
+    }
+
+    fn map_state(&mut self, idx: usize) -> Option<&mut MapState> {
+        match self.st.nodes.get_mut(&self.wf.nodes[idx].id)?.detail.as_mut()? {
+            Detail::Map(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// Starts items while the map's limit allows.
+    fn pump_map(&mut self, idx: usize) {
+        let NodeKind::Map(def) = &self.wf.nodes[idx].kind else { return };
+        let limit = def.concurrency_limit.map_or(u32::MAX, |c| c as u32);
+        let inner_idx = self.wf.graph.index[&def.node];
+        let NodeKind::Call(call) = &self.wf.nodes[inner_idx].kind else { return };
+        loop {
+            if self.halted() {
+                break;
+            }
+            let Some(map) = self.map_state(idx) else { return };
+            if map.active >= limit || map.next as usize >= map.items.len() {
+                break;
+            }
+            let i = map.next;
+            map.next += 1;
+            map.active += 1;
+            let item = map.items[i as usize].clone();
+            let mut scope = RunScope::new(self.st);
+            scope.map_item = Some((&item, i));
+            let input = resolve_input(call.input.as_ref(), &scope, || item.clone());
+            let instruction = resolve_text(call.instruction.as_ref(), &scope);
+            let key = TaskKey { node: def.node.clone(), slot: Slot::Item(i) };
+            match (input, instruction) {
+                (Ok(input), Ok(instruction)) => self.add_call(key, input, instruction),
+                (Err(e), _) | (_, Err(e)) => {
+                    return self.map_item_ended(idx, i, CallEnd::Failed(format!("input: {e}")))
+                }
+            }
+        }
+        self.map_maybe_stopped(idx);
+    }
+
+    fn map_item_ended(&mut self, idx: usize, i: u32, end: CallEnd) {
+        let NodeKind::Map(def) = &self.wf.nodes[idx].kind else { return };
+        let node_id = self.wf.nodes[idx].id.clone();
+        let Some(map) = self.map_state(idx) else { return };
+        map.active -= 1;
+        match end {
+            CallEnd::Output(out) => {
+                map.results[i as usize] = out;
+                map.done += 1;
+                let (total, done) = (map.items.len() as u32, map.done);
+                self.out.push(Command::Progress(Progress::MapProgress {
+                    node_id,
+                    total_items: total,
+                    completed_items: done,
+                }));
+                if done == total {
+                    let Some(map) = self.map_state(idx) else { return };
+                    let results = std::mem::take(&mut map.results);
+                    self.set_inner_status(&def.node, NodeStatus::Success, None);
+                    let output = json!({ "results": results });
+                    return self.finish_node(idx, NodeStatus::Success, Some(output), None);
+                }
+                self.pump_map(idx);
+            }
+            CallEnd::Failed(msg) => {
+                let keys: Vec<TaskKey> = self
+                    .st
+                    .calls
+                    .range(TaskKey { node: def.node.clone(), slot: Slot::Item(0) }..)
+                    .take_while(|(k, _)| k.node == def.node && matches!(k.slot, Slot::Item(_)))
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for key in keys {
+                    self.remove_call(&key);
+                }
+                self.set_inner_status(&def.node, NodeStatus::Failure, None);
+                self.fail(idx, format!("item {i} failed: {msg}"));
+            }
+            CallEnd::Stopped { .. } => self.map_maybe_stopped(idx),
+        }
+    }
+
+    /// A halted map with no item in flight ends as cancelled.
+    fn map_maybe_stopped(&mut self, idx: usize) {
+        let halted = self.halted();
+        let Some(map) = self.map_state(idx) else { return };
+        if halted && map.active == 0 {
+            let NodeKind::Map(def) = &self.wf.nodes[idx].kind else { return };
+            self.set_inner_status(&def.node, NodeStatus::Cancelled, None);
+            self.finish_node(idx, NodeStatus::Cancelled, None, Some("the run stopped".into()));
+        }
+    }
+
+    fn fork_branch_ended(&mut self, idx: usize, i: usize, end: CallEnd) {
+        let NodeKind::Fork { branches, fail_fast } = &self.wf.nodes[idx].kind else { return };
+        let node_id = self.wf.nodes[idx].id.clone();
+        let Some(Detail::Fork(fork)) =
+            self.st.nodes.get_mut(&node_id).and_then(|n| n.detail.as_mut())
+        else {
+            return;
+        };
+        fork.pending -= 1;
+        let mut stopped = false;
+        match end {
+            CallEnd::Output(out) => {
+                fork.outputs.insert(branches[i].output_key.clone(), out);
+            }
+            CallEnd::Failed(msg) => fork.failures.push(format!("branch '{}': {msg}", branches[i].id)),
+            CallEnd::Stopped { .. } => stopped = true,
+        }
+        let failed = !fork.failures.is_empty();
+        if failed && *fail_fast {
+            let message = fork.failures.join("; ");
+            for b in 0..branches.len() {
+                self.remove_call(&TaskKey { node: node_id.clone(), slot: Slot::Branch(b as u32) });
+            }
+            return self.fail(idx, message);
+        }
+        if fork.pending > 0 {
+            return;
+        }
+        let fork = std::mem::replace(
+            fork,
+            ForkState { pending: 0, outputs: serde_json::Map::new(), failures: Vec::new() },
+        );
+        if failed {
+            self.fail(idx, fork.failures.join("; "))
+        } else if stopped || self.halted() {
+            self.finish_node(idx, NodeStatus::Cancelled, None, Some("the run stopped".into()))
+        } else {
+            self.finish_node(idx, NodeStatus::Success, Some(Value::Object(fork.outputs)), None)
+        }
+    }
+
+    fn start_iteration(&mut self, idx: usize, iteration: u32) {
+        let NodeKind::Loop(def) = &self.wf.nodes[idx].kind else { return };
+        let inner_idx = self.wf.graph.index[&def.node];
+        let NodeKind::Call(call) = &self.wf.nodes[inner_idx].kind else { return };
+        let mut scope = RunScope::new(self.st);
+        scope.loop_iteration = Some(iteration);
+        let input = resolve_input(call.input.as_ref(), &scope, || self.implicit_input(inner_idx));
+        let instruction = resolve_text(call.instruction.as_ref(), &scope);
+        let key = TaskKey { node: def.node.clone(), slot: Slot::Iteration(iteration) };
+        match (input, instruction) {
+            (Ok(input), Ok(instruction)) => {
+                let prev = self.st.nodes.get(&def.node).and_then(|n| n.output.clone());
+                self.set_inner_status(&def.node, NodeStatus::Running, prev);
+                self.add_call(key, input, instruction)
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                self.iteration_ended(idx, iteration, CallEnd::Failed(format!("input: {e}")))
+            }
+        }
+    }
+
+    fn iteration_ended(&mut self, idx: usize, iteration: u32, end: CallEnd) {
+        let NodeKind::Loop(def) = &self.wf.nodes[idx].kind else { return };
+        match end {
+            CallEnd::Output(out) => {
+                self.set_inner_status(&def.node, NodeStatus::Success, Some(out));
+                let mut scope = RunScope::new(self.st);
+                scope.loop_iteration = Some(iteration);
+                let completed = iteration + 1;
+                let output = |reason: &str| {
+                    json!({"iterations_completed": completed, "stopped_reason": reason})
+                };
+                match def.condition.evaluate(&scope) {
+                    Err(e) => self.fail(idx, format!("condition: {e}")),
+                    Ok(false) => {
+                        self.finish_node(idx, NodeStatus::Success, Some(output("condition_false")), None)
+                    }
+                    Ok(true) if completed >= def.max_iterations => match def.on_exhausted {
+                        OnExhausted::Succeed => self.finish_node(
+                            idx,
+                            NodeStatus::Success,
+                            Some(output("max_iterations")),
+                            None,
+                        ),
+                        OnExhausted::Fail => self.fail(
+                            idx,
+                            format!(
+                                "reached max_iterations ({}) while its condition still held",
+                                def.max_iterations
+                            ),
+                        ),
+                    },
+                    Ok(true) if self.halted() => {
+                        self.finish_node(idx, NodeStatus::Cancelled, None, Some("the run stopped".into()))
+                    }
+                    Ok(true) => {
+                        self.set_detail(idx, Detail::Loop { iteration: completed });
+                        match def.delay {
+                            Some(delay) if !delay.is_zero() => {
+                                let node = self.wf.nodes[idx].id.clone();
+                                let timer = TimerId::LoopDelay { node, iteration: completed };
+                                let at = self.now.plus(delay);
+                                self.out.push(Command::StartTimer { timer, at });
+                            }
+                            _ => self.start_iteration(idx, completed),
+                        }
+                    }
+                }
+            }
+            CallEnd::Failed(msg) => {
+                self.set_inner_status(&def.node, NodeStatus::Failure, None);
+                self.fail(idx, format!("iteration {iteration} failed: {msg}"));
+            }
+            CallEnd::Stopped { .. } => {
+                self.set_inner_status(&def.node, NodeStatus::Cancelled, None);
+                self.finish_node(idx, NodeStatus::Cancelled, None, Some("the run stopped".into()));
+            }
+        }
+    }
+
+    /// Any timer came due.
+    pub(super) fn timer_fired(&mut self, timer: TimerId) {
+        match timer {
+            TimerId::CallTimeout { .. } | TimerId::Retry { .. } => self.call_timer(timer),
+            TimerId::Deadline => self.deadline(),
+            TimerId::LoopDelay { node, iteration } => {
+                let Some(&idx) = self.wf.graph.index.get(&node) else { return };
+                let waiting = self.st.nodes.get(&node).is_some_and(|n| {
+                    n.status == NodeStatus::Running
+                        && n.detail == Some(Detail::Loop { iteration })
+                });
+                if waiting && !self.has_calls(idx) {
+                    self.start_iteration(idx, iteration);
+                }
+            }
+            TimerId::ApprovalTimeout { node } => {
+                let Some(&idx) = self.wf.graph.index.get(&node) else { return };
+                let NodeKind::Approval(def) = &self.wf.nodes[idx].kind else { return };
+                if self.st.node_status(&node) != NodeStatus::Waiting {
+                    return;
+                }
+                let secs = def.timeout.map_or(0.0, |t| t.as_secs_f64());
+                match def.on_timeout {
+                    OnTimeout::Approve => {
+                        let output = json!({"approved": true, "by": null, "timed_out": true});
+                        self.finish_node(idx, NodeStatus::Success, Some(output), None)
+                    }
+                    OnTimeout::Reject => {
+                        self.fail(idx, format!("no decision within {secs} s (on_timeout: reject)"))
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Resolves `input`, or takes the implicit input when there is none.
+fn resolve_input(
+    template: Option<&Template>,
+    scope: &RunScope<'_>,
+    implicit: impl FnOnce() -> Value,
+) -> Result<Value, workflow_expr::ExprError> {
+    match template {
+        Some(t) => t.resolve(scope),
+        None => Ok(implicit()),
+    }
+}
+
+/// Resolves a text template (instruction, approval message) to a string.
+fn resolve_text(
+    template: Option<&Template>,
+    scope: &RunScope<'_>,
+) -> Result<Option<String>, workflow_expr::ExprError> {
+    let Some(t) = template else { return Ok(None) };
+    Ok(Some(match t.resolve(scope)? {
+        Value::String(s) => s,
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }))
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}

@@ -1,0 +1,28 @@
+//! The deterministic execution core: `apply(workflow, state, event, now) -> commands`.
+//!
+//! No I/O, no clock, no randomness: time comes in as [`Millis`], timers go out as
+//! [`Command::StartTimer`] deadlines, and identical inputs give identical commands. The
+//! shell loads an [`Execution`], applies one [`Event`], commits the new state with
+//! compare-and-swap, and only then carries out the [`Command`]s.
+//!
+//! - `types`: events, commands, ids.
+//! - `state`: what a run keeps (serialised into one KV entry).
+//! - `engine`: readiness, node ends, stopping, the end of the run.
+//! - `calls`: one agent call's life: queue, dispatch, timeout, retry with backoff.
+//! - `kinds`: what each node type does when it starts and when its calls end.
+//! - [`sim`]: a simulator with scripted agents on virtual time, for tests and benches.
+
+mod calls;
+mod engine;
+mod kinds;
+mod scope;
+pub mod sim;
+mod state;
+mod types;
+
+pub use engine::apply;
+pub use state::{CallPhase, CallState, Detail, Execution, ForkState, MapState, NodeState};
+pub use types::{
+    Command, Dispatch, Event, ExecutionId, Failure, FailureClass, Millis, NodeStatus, Progress,
+    RunError, RunStatus, Slot, TaskKey, TimerId,
+};

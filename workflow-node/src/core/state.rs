@@ -1,0 +1,196 @@
+//! The state of one run: everything a replica needs to carry it on. Serialised whole into
+//! one KV entry; a serde round trip between any two events changes nothing.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::types::{ExecutionId, Millis, NodeStatus, RunError, RunStatus, TaskKey};
+use crate::definition::NodeId;
+
+/// One run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Execution {
+    /// The run's id.
+    pub id: ExecutionId,
+    /// The workflow's name.
+    pub workflow: String,
+    /// Where the run is.
+    pub status: RunStatus,
+    /// Whether [`super::Event::Started`] was applied.
+    pub started: bool,
+    /// The workflow input (null until [`super::Event::Started`]).
+    pub input: Value,
+    /// When it started.
+    pub started_at: Millis,
+    /// When it must have ended.
+    pub deadline: Millis,
+    /// Per-node state; a node absent here is pending.
+    pub nodes: BTreeMap<NodeId, NodeState>,
+    /// Calls not yet ended: queued, running or backing off.
+    pub calls: BTreeMap<TaskKey, CallState>,
+    /// Calls waiting for a slot under the workflow's `concurrency`, oldest first.
+    pub queue: VecDeque<TaskKey>,
+    /// Calls in flight (running), counted against `concurrency`.
+    pub in_flight: u32,
+    /// Main-DAG nodes not yet ended; the main DAG is over at zero.
+    pub unfinished_main: u32,
+    /// Set once the run stops taking new work (a failure under fail_fast, a cancel, the
+    /// deadline).
+    pub stopping: bool,
+    /// Whether a cancel was requested.
+    pub cancel_requested: bool,
+    /// The first error, which the run's failure names.
+    pub error: Option<RunError>,
+    /// The status the run will end with, decided when the main DAG ends.
+    pub outcome: Option<RunStatus>,
+    /// Exit handlers not yet ended.
+    pub exit_pending: Vec<NodeId>,
+    /// The output, once mapped.
+    pub output: Option<Value>,
+}
+
+/// One node's state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeState {
+    /// Its status.
+    pub status: NodeStatus,
+    /// Its output on success (for a loop's inner node: the last iteration's output).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    /// Why it failed or was skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// When it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Millis>,
+    /// When it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<Millis>,
+    /// What a map, fork, loop or approval keeps while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<Detail>,
+}
+
+impl NodeState {
+    pub(crate) fn new(status: NodeStatus) -> NodeState {
+        NodeState {
+            status,
+            output: None,
+            error: None,
+            started_at: None,
+            ended_at: None,
+            detail: None,
+        }
+    }
+}
+
+/// Per-kind progress of a running node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Detail {
+    /// A map.
+    Map(MapState),
+    /// A fork.
+    Fork(ForkState),
+    /// A loop.
+    Loop {
+        /// The iteration running or next to run (0-based).
+        iteration: u32,
+    },
+    /// An approval.
+    Approval {
+        /// When it times out.
+        deadline: Option<Millis>,
+    },
+}
+
+/// A running map.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MapState {
+    /// The resolved items.
+    pub items: Vec<Value>,
+    /// The next item to start.
+    pub next: u32,
+    /// Items started and not ended.
+    pub active: u32,
+    /// Items ended.
+    pub done: u32,
+    /// Results by item index (null until the item ends).
+    pub results: Vec<Value>,
+}
+
+/// A running fork.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ForkState {
+    /// Branches not yet ended.
+    pub pending: u32,
+    /// Outputs by `output_key`.
+    pub outputs: serde_json::Map<String, Value>,
+    /// Failed branches: `id: message`.
+    pub failures: Vec<String>,
+}
+
+/// A call not yet ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallState {
+    /// The current attempt (1-based).
+    pub attempt: u32,
+    /// Where it is.
+    pub phase: CallPhase,
+    /// The resolved input, reused by retries.
+    pub input: Value,
+    /// The resolved instruction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instruction: Option<String>,
+}
+
+/// Where a call is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallPhase {
+    /// Waiting for a concurrency slot.
+    Queued,
+    /// Dispatched; times out at the deadline.
+    Running {
+        /// When the attempt times out.
+        deadline: Millis,
+    },
+    /// Failed; the next attempt starts at `until`.
+    BackingOff {
+        /// When the next attempt starts.
+        until: Millis,
+    },
+}
+
+impl Execution {
+    /// A run not yet started; [`super::apply`] with [`super::Event::Started`] starts it.
+    pub fn new(id: ExecutionId, workflow: &str) -> Execution {
+        Execution {
+            id,
+            workflow: workflow.to_string(),
+            status: RunStatus::Running,
+            started: false,
+            input: Value::Null,
+            started_at: Millis(0),
+            deadline: Millis(0),
+            nodes: BTreeMap::new(),
+            calls: BTreeMap::new(),
+            queue: VecDeque::new(),
+            in_flight: 0,
+            unfinished_main: 0,
+            stopping: false,
+            cancel_requested: false,
+            error: None,
+            outcome: None,
+            exit_pending: Vec::new(),
+            output: None,
+        }
+    }
+
+    /// A node's status (pending when it has no state yet).
+    pub fn node_status(&self, id: &str) -> NodeStatus {
+        self.nodes.get(id).map_or(NodeStatus::Pending, |n| n.status)
+    }
+}

@@ -1,0 +1,515 @@
+//! The vocabulary of the core: time, ids, events (facts) and commands (imperatives).
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::definition::{CallTarget, NodeId};
+
+/// Milliseconds since the Unix epoch. The core never reads a clock: time comes in as this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Millis(pub u64);
+
+impl Millis {
+    /// `self + d`, saturating.
+    pub fn plus(self, d: std::time::Duration) -> Millis {
+        Millis(self.0.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)))
+    }
+}
+
+/// The id of one run. Made of `[A-Za-z0-9-]` (no `_`: sub-task ids use `_` as separator).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ExecutionId(pub String);
+
+impl ExecutionId {
+    /// Checks the id's alphabet.
+    pub fn parse(text: &str) -> Result<ExecutionId, String> {
+        if !text.is_empty()
+            && text.len() <= 128
+            && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        {
+            Ok(ExecutionId(text.to_string()))
+        } else {
+            Err(format!("execution id '{text}' must be 1 to 128 of [A-Za-z0-9-]"))
+        }
+    }
+}
+
+impl fmt::Display for ExecutionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Which instance of a node's call a task is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Slot {
+    /// The node's only call (agent and workflow nodes, exit handlers).
+    Single,
+    /// Item `i` of a map (the task's node is the map's inner node).
+    Item(u32),
+    /// Branch `i` of a fork (the task's node is the fork).
+    Branch(u32),
+    /// Iteration `i` of a loop (the task's node is the loop's inner node).
+    Iteration(u32),
+}
+
+/// One call made by the run: a node and a slot. Stable across attempts and replicas.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TaskKey {
+    /// The node whose call this is.
+    pub node: NodeId,
+    /// Which of its calls.
+    pub slot: Slot,
+}
+
+impl TaskKey {
+    /// The node's single call.
+    pub fn single(node: &str) -> TaskKey {
+        TaskKey { node: node.to_string(), slot: Slot::Single }
+    }
+
+    /// The sub-task id of `attempt`: `{execution}_{node}_{slot}_{attempt}`, one NATS token.
+    pub fn sub_task_id(&self, execution: &ExecutionId, attempt: u32) -> String {
+        format!("{execution}_{}_{}_{attempt}", self.node, slot_code(self.slot))
+    }
+
+    /// Inverse of [`TaskKey::sub_task_id`].
+    pub fn parse_sub_task_id(id: &str) -> Option<(ExecutionId, TaskKey, u32)> {
+        let mut parts = id.rsplitn(3, '_');
+        let attempt = parts.next()?.parse().ok()?;
+        let slot = parse_slot(parts.next()?)?;
+        let (execution, node) = parts.next()?.split_once('_')?;
+        if node.is_empty() {
+            return None;
+        }
+        let execution = ExecutionId::parse(execution).ok()?;
+        Some((execution, TaskKey { node: node.to_string(), slot }, attempt))
+    }
+}
+
+fn slot_code(slot: Slot) -> String {
+    match slot {
+        Slot::Single => "x".into(),
+        Slot::Item(i) => format!("i{i}"),
+        Slot::Branch(i) => format!("b{i}"),
+        Slot::Iteration(i) => format!("l{i}"),
+    }
+}
+
+fn parse_slot(code: &str) -> Option<Slot> {
+    if code == "x" {
+        return Some(Slot::Single);
+    }
+    let (tag, n) = code.split_at_checked(1)?;
+    let n: u32 = n.parse().ok()?;
+    match tag {
+        "i" => Some(Slot::Item(n)),
+        "b" => Some(Slot::Branch(n)),
+        "l" => Some(Slot::Iteration(n)),
+        _ => None,
+    }
+}
+
+impl fmt::Display for TaskKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}#{}", self.node, slot_code(self.slot))
+    }
+}
+
+impl FromStr for TaskKey {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (node, slot) = s.rsplit_once('#').ok_or_else(|| format!("bad task key '{s}'"))?;
+        let slot = parse_slot(slot).ok_or_else(|| format!("bad task slot in '{s}'"))?;
+        Ok(TaskKey { node: node.to_string(), slot })
+    }
+}
+
+impl Serialize for TaskKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for TaskKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A durable timer. Firing one that no longer matters (the call ended, the approval was
+/// decided) does nothing, so the shell may fire each at least once.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(tag = "timer", rename_all = "snake_case")]
+pub enum TimerId {
+    /// The per-node timeout of one attempt.
+    CallTimeout {
+        /// The call.
+        task: TaskKey,
+        /// Its attempt.
+        attempt: u32,
+    },
+    /// The end of a retry backoff: start `attempt`.
+    Retry {
+        /// The call.
+        task: TaskKey,
+        /// The attempt to start.
+        attempt: u32,
+    },
+    /// The end of a loop's delay: start `iteration`.
+    LoopDelay {
+        /// The loop node.
+        node: NodeId,
+        /// The iteration to start.
+        iteration: u32,
+    },
+    /// An approval's timeout.
+    ApprovalTimeout {
+        /// The approval node.
+        node: NodeId,
+    },
+    /// The run's `max_workflow_execution_time_seconds`.
+    Deadline,
+}
+
+impl TimerId {
+    /// A stable text key, usable as a KV key suffix (`[A-Za-z0-9_#-]` and `.`-free).
+    pub fn key(&self) -> String {
+        match self {
+            TimerId::CallTimeout { task, attempt } => {
+                format!("timeout-{}-{}-{attempt}", task.node, slot_code(task.slot))
+            }
+            TimerId::Retry { task, attempt } => {
+                format!("retry-{}-{}-{attempt}", task.node, slot_code(task.slot))
+            }
+            TimerId::LoopDelay { node, iteration } => format!("delay-{node}-{iteration}"),
+            TimerId::ApprovalTimeout { node } => format!("approval-{node}"),
+            TimerId::Deadline => "deadline".into(),
+        }
+    }
+}
+
+/// Why a call failed; decides which `retry_policy` retries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureClass {
+    /// The agent answered with a failure (retried by `OnFailure` and `Always`).
+    Failed,
+    /// The agent could not be reached (retried by `OnError` and `Always`).
+    Unreachable,
+    /// The agent did not answer in time (retried by `OnError` and `Always`).
+    TimedOut,
+}
+
+/// A failed call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    /// Why.
+    pub class: FailureClass,
+    /// What the agent or the shell said.
+    pub message: String,
+    /// The agent's error kind, matched against `non_retryable_errors`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+}
+
+/// Something that happened to a run. Every event is safe to apply twice.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// The run was requested with this input. Must be the first event.
+    Started {
+        /// The workflow input.
+        input: Value,
+    },
+    /// An agent answered a call with an output.
+    CallSucceeded {
+        /// The call.
+        task: TaskKey,
+        /// The attempt answered.
+        attempt: u32,
+        /// The output.
+        output: Value,
+    },
+    /// A call failed (the agent said so, or it could not be reached).
+    CallFailed {
+        /// The call.
+        task: TaskKey,
+        /// The attempt.
+        attempt: u32,
+        /// Why.
+        failure: Failure,
+    },
+    /// A timer the core started has come due.
+    TimerFired {
+        /// Which.
+        timer: TimerId,
+    },
+    /// Someone asked to cancel the run.
+    CancelRequested {
+        /// Why, if said.
+        #[serde(default)]
+        reason: Option<String>,
+    },
+    /// Someone approved or rejected an approval node.
+    ApprovalDecided {
+        /// The approval node.
+        node: NodeId,
+        /// Approved (true) or rejected.
+        approved: bool,
+        /// Who decided.
+        #[serde(default)]
+        by: Option<String>,
+        /// Their comment.
+        #[serde(default)]
+        comment: Option<String>,
+    },
+}
+
+/// A node's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeStatus {
+    /// Not started.
+    Pending,
+    /// Started, not ended.
+    Running,
+    /// An approval waiting for a decision.
+    Waiting,
+    /// Ended well.
+    Success,
+    /// Ended badly.
+    Failure,
+    /// Never ran: branch not taken, `when` false, all dependencies skipped, or the run
+    /// stopped before reaching it.
+    Skipped,
+    /// Stopped while running.
+    Cancelled,
+}
+
+impl NodeStatus {
+    /// Whether the status is final.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            NodeStatus::Success | NodeStatus::Failure | NodeStatus::Skipped | NodeStatus::Cancelled
+        )
+    }
+
+    /// The status as written in files and events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeStatus::Pending => "pending",
+            NodeStatus::Running => "running",
+            NodeStatus::Waiting => "waiting",
+            NodeStatus::Success => "success",
+            NodeStatus::Failure => "failure",
+            NodeStatus::Skipped => "skipped",
+            NodeStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// A run's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// The main DAG is running.
+    Running,
+    /// The main DAG ended; exit handlers are running.
+    Finishing,
+    /// Ended well.
+    Success,
+    /// Ended badly.
+    Failure,
+    /// Cancelled.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// Whether the status is final.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, RunStatus::Success | RunStatus::Failure | RunStatus::Cancelled)
+    }
+
+    /// The status as written in results and events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Finishing => "finishing",
+            RunStatus::Success => "success",
+            RunStatus::Failure => "failure",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Why a run failed: the node that failed (if any) and the message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunError {
+    /// The node that failed, when a node did.
+    pub node_id: Option<NodeId>,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// A call to carry out: send a `workflow_node_request` to an agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Dispatch {
+    /// The call.
+    pub task: TaskKey,
+    /// Its attempt (1-based).
+    pub attempt: u32,
+    /// Deterministic sub-task id: the same on every replica and every re-dispatch.
+    pub sub_task_id: String,
+    /// The node id sent in the request (the fork node for a fork branch).
+    pub node_id: NodeId,
+    /// Whom to call.
+    pub target: CallTarget,
+    /// The resolved input.
+    pub input: Value,
+    /// The resolved instruction.
+    pub instruction: Option<String>,
+    /// `input_schema_override`, when set.
+    pub input_schema: Option<Value>,
+    /// `output_schema_override`, when set.
+    pub output_schema: Option<Value>,
+    /// When the attempt times out.
+    pub deadline: Millis,
+}
+
+/// A progress update for the caller's status subject.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "progress", rename_all = "snake_case")]
+pub enum Progress {
+    /// The run started.
+    RunStarted {
+        /// The workflow input.
+        input: Value,
+    },
+    /// A node (or one call of a map, fork or loop) started.
+    NodeStarted {
+        /// The node.
+        node_id: NodeId,
+        /// Its type name.
+        node_type: String,
+        /// The agent called, for calls.
+        agent: Option<String>,
+        /// The sub-task id, for calls.
+        sub_task_id: Option<String>,
+        /// Map item or loop iteration index.
+        iteration_index: Option<u32>,
+        /// The owning map, loop or fork, for their calls.
+        parent_node_id: Option<NodeId>,
+        /// Attempt, for calls.
+        attempt: Option<u32>,
+    },
+    /// A node ended.
+    NodeFinished {
+        /// The node.
+        node_id: NodeId,
+        /// How it ended.
+        status: NodeStatus,
+        /// Its output, on success.
+        output: Option<Value>,
+        /// Why it failed or was skipped.
+        error: Option<String>,
+        /// A conditional's result.
+        condition_result: Option<bool>,
+        /// The branch a conditional or switch took.
+        selected_branch: Option<NodeId>,
+    },
+    /// A map item ended.
+    MapProgress {
+        /// The map node.
+        node_id: NodeId,
+        /// Items in all.
+        total_items: u32,
+        /// Items ended.
+        completed_items: u32,
+    },
+}
+
+/// What the shell must do, in order, after committing the new state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "snake_case")]
+pub enum Command {
+    /// Send a request to an agent.
+    Dispatch(Dispatch),
+    /// Ask an agent to stop a call (best effort; its late answer is ignored).
+    CancelCall {
+        /// The call.
+        task: TaskKey,
+        /// The attempt.
+        attempt: u32,
+        /// Its sub-task id.
+        sub_task_id: String,
+        /// The agent running it.
+        agent: String,
+    },
+    /// Fire [`Event::TimerFired`] at `at` (durably: the timer must outlive this replica).
+    StartTimer {
+        /// Which timer.
+        timer: TimerId,
+        /// When.
+        at: Millis,
+    },
+    /// Publish progress to the caller.
+    Progress(Progress),
+    /// Tell the approvers that a decision is awaited.
+    RequestApproval {
+        /// The approval node.
+        node: NodeId,
+        /// Who may decide (empty: anyone).
+        approvers: Vec<String>,
+        /// The resolved message.
+        message: Option<String>,
+        /// When it times out, if it does.
+        deadline: Option<Millis>,
+    },
+    /// The run ended: send the one final reply.
+    Finish {
+        /// `success`, `failure` or `cancelled`.
+        status: RunStatus,
+        /// The output, on success.
+        output: Option<Value>,
+        /// The error, on failure or cancel.
+        error: Option<RunError>,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sub_task_ids_round_trip_with_underscores_in_node_ids() {
+        let exec = ExecutionId::parse("abc-123").unwrap();
+        for slot in [Slot::Single, Slot::Item(7), Slot::Branch(0), Slot::Iteration(12)] {
+            let key = TaskKey { node: "my_node_x".into(), slot };
+            let id = key.sub_task_id(&exec, 3);
+            assert_eq!(TaskKey::parse_sub_task_id(&id), Some((exec.clone(), key, 3)));
+        }
+        assert_eq!(TaskKey::parse_sub_task_id("garbage"), None);
+        assert_eq!(TaskKey::parse_sub_task_id("a_b_q1_1"), None);
+    }
+
+    #[test]
+    fn execution_ids_reject_underscores() {
+        assert!(ExecutionId::parse("a_b").is_err());
+        assert!(ExecutionId::parse("").is_err());
+        assert!(ExecutionId::parse("A-9").is_ok());
+    }
+
+    #[test]
+    fn task_keys_serialize_as_strings() {
+        let k = TaskKey { node: "n".into(), slot: Slot::Item(4) };
+        let j = serde_json::to_string(&k).unwrap();
+        assert_eq!(j, "\"n#i4\"");
+        assert_eq!(serde_json::from_str::<TaskKey>(&j).unwrap(), k);
+    }
+}
