@@ -1,18 +1,35 @@
-//! `workflow-node plan`.
+//! `workflow-node plan`: print each workflow's dry-run plan (parallel batches, branches,
+//! gates, limits). Invalid files: every problem on stderr, exit 1.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::visual;
+
 /// Arguments of `plan`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Workflow files (YAML or JSON).
+    /// Workflow files (YAML or JSON), or directories of them.
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
 }
 
 /// Runs `plan`.
 pub fn run(args: Args) -> ExitCode {
-    eprintln!("plan: not implemented yet ({} files)", args.files.len());
-    ExitCode::from(2)
+    match visual::load_workflows(&args.files) {
+        Ok(workflows) => {
+            let plans: Vec<String> = workflows
+                .iter()
+                .map(|w| visual::plan(w).to_string())
+                .collect();
+            print!("{}", plans.join("\n"));
+            ExitCode::SUCCESS
+        }
+        Err(problems) => {
+            for p in &problems {
+                eprintln!("{p}");
+            }
+            ExitCode::FAILURE
+        }
+    }
 }

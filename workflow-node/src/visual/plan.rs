@@ -1,0 +1,363 @@
+//! The dry-run plan of a workflow: parallel batches of the main DAG, then branches, map and
+//! loop bodies, approval gates, exit handlers, and each call's retries and timeout.
+//!
+//! [`plan`] computes a [`Plan`] (plain data, usable by tests and tools); its `Display` is
+//! the human-readable text `workflow-node plan` prints.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::definition::{
+    CallTarget, JoinStrategy, MapItems, NodeKind, NodeRole, OnExhausted, OnTimeout, RetryPolicy,
+    Workflow,
+};
+
+/// What a workflow will do, section by section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// The workflow's name.
+    pub name: String,
+    /// Its display name.
+    pub display_name: Option<String>,
+    /// Its version.
+    pub version: String,
+    /// Run-wide settings, one `key value` string each.
+    pub settings: Vec<String>,
+    /// Batch k: the main-DAG nodes whose longest dependency chain has length k. Nodes of one
+    /// batch can run in parallel. Each entry is `(node id, short description)`.
+    pub batches: Vec<Vec<(String, String)>>,
+    /// Conditionals, switches, forks and joins: `(node id, description)`.
+    pub branches: Vec<(String, String)>,
+    /// Maps and loops with their inner node and limits: `(node id, description)`.
+    pub repeats: Vec<(String, String)>,
+    /// Approval gates: `(node id, description)`.
+    pub gates: Vec<(String, String)>,
+    /// Exit handlers: `(trigger, node id)`, trigger one of always, on_success, on_failure,
+    /// on_cancel.
+    pub exit_handlers: Vec<(String, String)>,
+    /// Every call (agent and workflow nodes, fork branches): `(node id, attempts, retry and
+    /// timeout)`.
+    pub calls: Vec<(String, String)>,
+}
+
+/// The plan of `wf`.
+pub fn plan(wf: &Workflow) -> Plan {
+    let role = |i: usize| wf.graph.roles.get(i).copied().unwrap_or(NodeRole::Main);
+    let mut plan = Plan {
+        name: wf.name.clone(),
+        display_name: wf.display_name.clone(),
+        version: wf.version.clone(),
+        settings: settings(wf),
+        batches: Vec::new(),
+        branches: Vec::new(),
+        repeats: Vec::new(),
+        gates: Vec::new(),
+        exit_handlers: Vec::new(),
+        calls: Vec::new(),
+    };
+
+    // Longest dependency chain, in topological order so every dependency is known first.
+    let mut level = vec![0usize; wf.nodes.len()];
+    for &i in &wf.graph.topo_order {
+        level[i] = wf.nodes[i]
+            .depends_on
+            .iter()
+            .filter_map(|d| wf.graph.index.get(d))
+            .filter(|&&j| role(j) == NodeRole::Main)
+            .map(|&j| level[j] + 1)
+            .max()
+            .unwrap_or(0);
+    }
+    for (i, node) in wf.nodes.iter().enumerate() {
+        if role(i) != NodeRole::Main {
+            continue;
+        }
+        let k = level[i];
+        if plan.batches.len() <= k {
+            plan.batches.resize(k + 1, Vec::new());
+        }
+        let mut what = short(&node.kind);
+        if let Some(when) = &node.when {
+            what.push_str(&format!(", when {}", when.source()));
+        }
+        plan.batches[k].push((node.id.clone(), what));
+    }
+
+    for node in &wf.nodes {
+        let id = node.id.clone();
+        match &node.kind {
+            NodeKind::Call(call) => {
+                plan.calls.push((id, call_text(wf, call)));
+            }
+            NodeKind::Conditional {
+                condition,
+                true_branch,
+                false_branch,
+            } => plan.branches.push((
+                id,
+                format!(
+                    "conditional: if {} then {true_branch} else {}",
+                    condition.source(),
+                    false_branch.as_deref().unwrap_or("(nothing)")
+                ),
+            )),
+            NodeKind::Switch { cases, default } => {
+                let mut parts: Vec<String> = cases
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        format!("case {}: {} -> {}", i + 1, c.condition.source(), c.target)
+                    })
+                    .collect();
+                parts.push(format!(
+                    "default -> {}",
+                    default
+                        .as_deref()
+                        .unwrap_or("(nothing; all targets skipped)")
+                ));
+                plan.branches
+                    .push((id, format!("switch (first match): {}", parts.join("; "))));
+            }
+            NodeKind::Fork {
+                branches,
+                fail_fast,
+            } => {
+                let parts: Vec<String> = branches
+                    .iter()
+                    .map(|b| {
+                        format!(
+                            "{} [{}] -> output.{}",
+                            b.id,
+                            target_text(&b.call.target),
+                            b.output_key
+                        )
+                    })
+                    .collect();
+                plan.branches.push((
+                    id.clone(),
+                    format!(
+                        "fork ({}): {}",
+                        if *fail_fast {
+                            "fail fast"
+                        } else {
+                            "all branches run to the end"
+                        },
+                        parts.join("; ")
+                    ),
+                ));
+                for b in branches {
+                    plan.calls
+                        .push((format!("{id}.{}", b.id), call_text(wf, &b.call)));
+                }
+            }
+            NodeKind::Join { wait_for, strategy } => {
+                let how = match strategy {
+                    JoinStrategy::All => "all of".to_owned(),
+                    JoinStrategy::Any => "any of".to_owned(),
+                    JoinStrategy::NOfM(n) => format!("{n} of"),
+                };
+                plan.branches
+                    .push((id, format!("join: waits for {how} {}", wait_for.join(", "))));
+            }
+            NodeKind::Map(m) => {
+                let items = match &m.items {
+                    MapItems::Template(t) => compact(t.source()),
+                    MapItems::Literal(v) => format!("{} literal items", v.len()),
+                };
+                let concurrency = m
+                    .concurrency_limit
+                    .map_or("unlimited".to_owned(), |n| n.to_string());
+                plan.repeats.push((
+                    id,
+                    format!(
+                        "map: runs {} once per item of {items}; max_items {}, concurrency {concurrency}",
+                        m.node, m.max_items
+                    ),
+                ));
+            }
+            NodeKind::Loop(l) => {
+                let delay = l.delay.map_or("none".to_owned(), duration);
+                let exhausted = match l.on_exhausted {
+                    OnExhausted::Succeed => "succeed",
+                    OnExhausted::Fail => "fail",
+                };
+                plan.repeats.push((
+                    id,
+                    format!(
+                        "loop: runs {} then repeats while {}; max_iterations {}, delay {delay}, at the limit: {exhausted}",
+                        l.node,
+                        l.condition.source(),
+                        l.max_iterations
+                    ),
+                ));
+            }
+            NodeKind::Approval(a) => {
+                let approvers = if a.approvers.is_empty() {
+                    "anyone".to_owned()
+                } else {
+                    a.approvers.join(", ")
+                };
+                let timeout = a
+                    .timeout
+                    .map_or("none (the run's deadline)".to_owned(), duration);
+                let on_timeout = match a.on_timeout {
+                    OnTimeout::Reject => "reject",
+                    OnTimeout::Approve => "approve",
+                };
+                let mut text =
+                    format!("approval by {approvers}; timeout {timeout}, on timeout {on_timeout}");
+                if let Some(m) = &a.message {
+                    text.push_str(&format!("; message {}", compact(m.source())));
+                }
+                plan.gates.push((id, text));
+            }
+        }
+    }
+
+    let handlers = [
+        ("always", &wf.on_exit.always),
+        ("on_success", &wf.on_exit.on_success),
+        ("on_failure", &wf.on_exit.on_failure),
+        ("on_cancel", &wf.on_exit.on_cancel),
+    ];
+    for (trigger, handler) in handlers {
+        if let Some(h) = handler {
+            plan.exit_handlers.push((trigger.to_owned(), h.clone()));
+        }
+    }
+    plan
+}
+
+fn settings(wf: &Workflow) -> Vec<String> {
+    vec![
+        format!("deadline {}", duration(wf.max_execution_time)),
+        format!("default node timeout {}", duration(wf.default_node_timeout)),
+        format!("fail_fast {}", wf.fail_fast),
+        format!(
+            "concurrency {}",
+            wf.concurrency
+                .map_or("unlimited".to_owned(), |n| n.to_string())
+        ),
+        format!("max_call_depth {}", wf.max_call_depth),
+    ]
+}
+
+/// One line about a node for the batch list.
+fn short(kind: &NodeKind) -> String {
+    match kind {
+        NodeKind::Call(c) => target_text(&c.target),
+        other => other.type_name().to_owned(),
+    }
+}
+
+fn target_text(target: &CallTarget) -> String {
+    match target {
+        CallTarget::Agent(a) => format!("agent {a}"),
+        CallTarget::Workflow(w) => format!("workflow {w}"),
+    }
+}
+
+/// `agent X: 4 attempts (...), timeout 5m`.
+fn call_text(wf: &Workflow, call: &crate::definition::Call) -> String {
+    let retry = match wf.retry_strategy_for(call) {
+        None => "1 attempt (no retry)".to_owned(),
+        Some(r) => {
+            let policy = match r.policy {
+                RetryPolicy::Always => "Always",
+                RetryPolicy::OnFailure => "OnFailure",
+                RetryPolicy::OnError => "OnError",
+            };
+            let mut backoff = format!(
+                "backoff {} x{}",
+                duration(r.backoff.duration),
+                r.backoff.factor
+            );
+            if let Some(max) = r.backoff.max_duration {
+                backoff.push_str(&format!(" max {}", duration(max)));
+            }
+            let mut text = format!("{} attempts ({policy}, {backoff}", r.limit as u64 + 1);
+            if !r.non_retryable_errors.is_empty() {
+                text.push_str(&format!(
+                    ", non-retryable: {}",
+                    r.non_retryable_errors.join(", ")
+                ));
+            }
+            text.push(')');
+            text
+        }
+    };
+    let timeout = duration(call.timeout.unwrap_or(wf.default_node_timeout));
+    format!("{}: {retry}, timeout {timeout}", target_text(&call.target))
+}
+
+/// A JSON value on one line.
+fn compact(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// `90s` → `1m30s`, `250ms`, `2h`; whole units where possible.
+pub fn duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if !ms.is_multiple_of(1000) {
+        return format!("{ms}ms");
+    }
+    let mut secs = d.as_secs();
+    if secs == 0 {
+        return "0s".to_owned();
+    }
+    let mut out = String::new();
+    for (unit, size) in [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)] {
+        if secs >= size {
+            out.push_str(&format!("{}{unit}", secs / size));
+            secs %= size;
+        }
+    }
+    out
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Workflow {}", self.name)?;
+        if let Some(d) = &self.display_name {
+            write!(f, " ({d})")?;
+        }
+        writeln!(f, " v{}", self.version)?;
+        writeln!(f, "  {}", self.settings.join(", "))?;
+
+        writeln!(f)?;
+        writeln!(f, "Batches (nodes in one batch can run in parallel):")?;
+        if self.batches.is_empty() {
+            writeln!(f, "  (no nodes)")?;
+        }
+        for (k, batch) in self.batches.iter().enumerate() {
+            let nodes: Vec<String> = batch.iter().map(|(id, w)| format!("{id} ({w})")).collect();
+            writeln!(f, "  {}: {}", k + 1, nodes.join(", "))?;
+        }
+        section(f, "Branches", &self.branches)?;
+        section(f, "Map and loop bodies", &self.repeats)?;
+        section(f, "Approval gates", &self.gates)?;
+        if !self.exit_handlers.is_empty() {
+            writeln!(f)?;
+            writeln!(f, "Exit handlers (after the main DAG, awaited):")?;
+            for (trigger, node) in &self.exit_handlers {
+                writeln!(f, "  {trigger}: {node}")?;
+            }
+        }
+        section(f, "Calls (attempts, retries, timeout)", &self.calls)
+    }
+}
+
+fn section(f: &mut fmt::Formatter<'_>, title: &str, rows: &[(String, String)]) -> fmt::Result {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    writeln!(f)?;
+    writeln!(f, "{title}:")?;
+    for (id, text) in rows {
+        writeln!(f, "  {id}: {text}")?;
+    }
+    Ok(())
+}
