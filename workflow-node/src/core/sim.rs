@@ -93,6 +93,8 @@ pub struct Sim<'w> {
     pub duplicate_answers: bool,
     /// Stop after this many events (a guard against a run that never ends).
     pub max_events: usize,
+    /// The most calls running at once so far.
+    pub max_running: usize,
 }
 
 impl<'w> Sim<'w> {
@@ -111,6 +113,7 @@ impl<'w> Sim<'w> {
             check_replay: true,
             duplicate_answers: false,
             max_events: 1_000_000,
+            max_running: 0,
         }
     }
 
@@ -170,6 +173,13 @@ impl<'w> Sim<'w> {
             assert_eq!(again, commands, "a replica resuming from serialised state diverged");
             assert_eq!(replica, self.state, "replica state diverged");
         }
+        let running = self
+            .state
+            .calls
+            .values()
+            .filter(|c| matches!(c.phase, super::state::CallPhase::Running { .. }))
+            .count();
+        self.max_running = self.max_running.max(running);
         for c in &commands {
             self.carry_out(c);
         }
