@@ -297,6 +297,9 @@ impl Lexer<'_> {
         match lower.as_str() {
             "and" => return self.emit("&&", false),
             "or" => return self.emit("||", false),
+            "in" if !self.after_value => {
+                return Err(self.fail("'in' needs a value on its left".into()))
+            }
             "in" => return self.emit("== __in", false),
             "not" => {
                 let after = self.rest().trim_start();
@@ -304,6 +307,9 @@ impl Lexer<'_> {
                 let is_in = after.get(..2).is_some_and(|w| w.eq_ignore_ascii_case("in"))
                     && !after[2..].starts_with(|c: char| c.is_alphanumeric() || c == '_');
                 if is_in {
+                    if !self.after_value {
+                        return Err(self.fail("'not in' needs a value on its left".into()));
+                    }
                     self.pos += skipped + 2;
                     return self.emit("!= __in", false);
                 }

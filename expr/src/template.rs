@@ -376,3 +376,224 @@ impl Template {
         matches!(self.root, Node::Literal(_))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn scope() -> Map<String, Value> {
+        let Value::Object(m) = json!({
+            "workflow": {"input": {"x": 3, "name": "Ann", "items": [{"id": "a"}, {"id": "b"}],
+                                   "quote": "it's \"q\"", "nothing": null}},
+            "fetch": {"output": {"status": "ok", "list": [1, 2], "obj": {"k": [1]}, "flag": true,
+                                 "n": null, "f": 2.5}},
+            "_map_item": {"name": "first"},
+            "_map_index": 0,
+            "input": {"value": 21, "s": "x"},
+            "call": 2,
+        }) else {
+            unreachable!()
+        };
+        m
+    }
+
+    fn resolve(v: Value) -> Value {
+        Template::compile(&v).unwrap().resolve(&scope()).unwrap()
+    }
+
+    #[test]
+    fn whole_template_keeps_type() {
+        assert_eq!(resolve(json!("{{workflow.input.x}}")), json!(3));
+        assert_eq!(resolve(json!("{{ workflow.input.items }}")), json!([{"id": "a"}, {"id": "b"}]));
+        assert_eq!(resolve(json!("{{workflow.input.items[1].id}}")), json!("b"));
+        assert_eq!(resolve(json!("{{fetch.output.flag}}")), json!(true));
+        assert_eq!(resolve(json!("{{fetch}}")), scope()["fetch"]);
+    }
+
+    #[test]
+    fn interpolation_is_text() {
+        assert_eq!(
+            resolve(json!("n={{workflow.input.x}} s={{fetch.output.status}} b={{fetch.output.flag}} f={{fetch.output.f}}")),
+            json!("n=3 s=ok b=true f=2.5")
+        );
+        assert_eq!(resolve(json!("[{{fetch.output.n}}]")), json!("[]"));
+        assert_eq!(
+            resolve(json!("{{fetch.output.obj}} {{fetch.output.list}}")),
+            json!(r#"{"k":[1]} [1,2]"#)
+        );
+        assert_eq!(resolve(json!("{{workflow.input.x}}{{workflow.input.x}}")), json!("33"));
+        assert_eq!(resolve(json!(" {{workflow.input.x}}")), json!(" 3"));
+        assert_eq!(resolve(json!("q: {{workflow.input.quote}}")), json!("q: it's \"q\""));
+    }
+
+    #[test]
+    fn literals_and_recursion() {
+        assert_eq!(resolve(json!("plain }} text {")), json!("plain }} text {"));
+        assert_eq!(resolve(json!(42)), json!(42));
+        let t = Template::compile(&json!({"a": [1, "x"], "b": null})).unwrap();
+        assert!(t.is_literal());
+        assert_eq!(
+            resolve(json!({"a": ["{{workflow.input.x}}", {"b": "{{_map_item.name}}"}], "c": 1})),
+            json!({"a": [3, {"b": "first"}], "c": 1})
+        );
+    }
+
+    #[test]
+    fn missing_is_null_everywhere() {
+        for p in [
+            "{{workflow.input.missing}}",
+            "{{nosuchnode.output.x}}",
+            "{{fetch.output.missing}}",
+            "{{fetch.output.n.deeper}}",
+            "{{workflow.input.items[9].id}}",
+            "{{workflow.input.x.y}}",
+        ] {
+            assert_eq!(resolve(json!(p)), Value::Null, "{p}");
+        }
+        assert_eq!(resolve(json!("a{{nosuch.x}}b")), json!("ab"));
+    }
+
+    #[test]
+    fn coalesce() {
+        assert_eq!(
+            resolve(json!({"coalesce": ["{{nosuch.output.x}}", "{{workflow.input.nothing}}", "{{workflow.input.x}}", "later"]})),
+            json!(3)
+        );
+        assert_eq!(resolve(json!({"coalesce": ["{{nosuch.x}}"]})), Value::Null);
+        assert_eq!(resolve(json!({"coalesce": []})), Value::Null);
+        assert_eq!(resolve(json!({"coalesce": [null, false]})), json!(false));
+        // Nested operators and operators inside objects.
+        assert_eq!(
+            resolve(json!({"out": {"coalesce": [{"concat": ["{{nosuch.a}}"]}, "x"]}})),
+            json!({"out": ""})
+        );
+    }
+
+    #[test]
+    fn concat() {
+        assert_eq!(
+            resolve(json!({"concat": ["{{fetch.output.list}}", "{{nosuch.x}}", [3, "{{workflow.input.x}}"]]})),
+            json!([1, 2, 3, 3])
+        );
+        assert_eq!(
+            resolve(json!({"concat": ["Hi ", "{{workflow.input.name}}", null, ", n=", "{{workflow.input.x}}", " ", "{{fetch.output.obj}}", " ", true]})),
+            json!(r#"Hi Ann, n=3 {"k":[1]} true"#)
+        );
+        assert_eq!(resolve(json!({"concat": ["{{fetch.output.list}}", "x"]})), json!("[1,2]x"));
+        assert_eq!(resolve(json!({"concat": []})), json!(""));
+        assert_eq!(
+            resolve(json!({"concat": [{"coalesce": ["{{nosuch.x}}", "a"]}, "b"]})),
+            json!("ab")
+        );
+        // Not an operator: two keys, or another key.
+        assert_eq!(
+            resolve(json!({"concat": ["a"], "other": 1})),
+            json!({"concat": ["a"], "other": 1})
+        );
+        let err = Template::compile(&json!({"concat": "a"})).unwrap_err();
+        assert!(err.to_string().contains("takes an array"), "{err}");
+    }
+
+    #[test]
+    fn aliases() {
+        assert_eq!(resolve(json!("{{item}}")), json!({"name": "first"}));
+        assert_eq!(resolve(json!("{{item.name}}")), json!("first"));
+        assert_eq!(resolve(json!("{{workflow.parameters.x}}")), json!(3));
+        let t = Template::compile(&json!("{{item.name}}")).unwrap();
+        assert_eq!(t.paths()[0].to_string(), "_map_item.name");
+    }
+
+    #[test]
+    fn paths_in_order() {
+        let t = Template::compile(&json!({
+            "a": "{{workflow.input.x}} and {{b.output.y}}",
+            "c": {"coalesce": ["{{d.output}}", 1]},
+            "e": "literal"
+        }))
+        .unwrap();
+        let paths: Vec<String> = t.paths().iter().map(|p| p.to_string()).collect();
+        assert_eq!(paths, ["workflow.input.x", "b.output.y", "d.output"]);
+        assert_eq!(t.source()["e"], json!("literal"));
+    }
+
+    #[test]
+    fn parse_errors() {
+        for (bad, needle) in [
+            ("{{}}", "empty"),
+            ("{{  }}", "empty"),
+            ("a {{x", "never closed"),
+            ("{{a..b}}", "not a path"),
+            ("{{a[x]}}", "not a path"),
+            ("{{input.value * 2}}", "arithmetic is not allowed"),
+            ("{{ (a) }}", "arithmetic is not allowed"),
+        ] {
+            let err = Template::compile(&json!(bad)).unwrap_err();
+            assert!(matches!(err, ExprError::Parse { what: "template", .. }), "{bad}: {err}");
+            assert!(err.to_string().contains(needle), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn arithmetic() {
+        let on = TemplateOptions { arithmetic: true };
+        let run = |v: Value| Template::compile_with(&v, on).unwrap().resolve(&scope());
+        assert_eq!(run(json!("{{input.value * 2}}")), Ok(json!(42)));
+        assert_eq!(run(json!("{{ (input.value + 1) / 2 }}")), Ok(json!(11)));
+        assert_eq!(run(json!("{{input.value / 2}}")), Ok(json!(10.5)));
+        assert_eq!(run(json!("{{input.value - -1}}")), Ok(json!(22)));
+        assert_eq!(run(json!("{{call}}")), Ok(json!(2)));
+        assert_eq!(run(json!("{{call * 1.5}}")), Ok(json!(3.0)));
+        assert_eq!(run(json!("v={{input.value * call}}")), Ok(json!("v=42")));
+        assert_eq!(run(json!("{{input.s + 'y'}}")), Ok(json!("xy")));
+        let t = Template::compile_with(&json!("{{input.value * call}}"), on).unwrap();
+        let paths: Vec<String> = t.paths().iter().map(|p| p.to_string()).collect();
+        assert_eq!(paths, ["input.value", "call"]);
+        let err = run(json!("{{input.s * 2}}")).unwrap_err();
+        assert!(matches!(err, ExprError::Eval { .. }), "{err}");
+        assert!(err.to_string().contains("input.s * 2"), "{err}");
+        assert!(run(json!("{{call / 0}}")).is_err());
+        for bad in ["{{call == 2}}", "{{call *}}", "{{(call}}", "{{call % 2}}", "{{ {{call}} }}"] {
+            assert!(Template::compile_with(&json!(bad), on).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn limits() {
+        let long = "x".repeat(MAX_TEXT_LEN + 1);
+        assert!(matches!(Template::compile(&json!(long)), Err(ExprError::Limit { .. })));
+        let long = format!("{}{{{{a}}}}", "x".repeat(MAX_TEXT_LEN));
+        assert!(matches!(Template::compile(&json!(long)), Err(ExprError::Limit { .. })));
+        let mut deep = json!("{{a.b}}");
+        for _ in 0..MAX_NESTING + 1 {
+            deep = json!({ "coalesce": [deep] });
+        }
+        assert!(matches!(Template::compile(&deep), Err(ExprError::Limit { .. })));
+        let mut ok = json!("{{a.b}}");
+        for _ in 0..MAX_NESTING - 1 {
+            ok = json!([ok]);
+        }
+        assert!(Template::compile(&ok).is_ok());
+    }
+
+    /// A scope that counts lookups.
+    struct Counting(std::cell::Cell<usize>, Map<String, Value>);
+
+    impl Scope for Counting {
+        fn lookup(&self, path: &Path) -> Option<std::borrow::Cow<'_, Value>> {
+            self.0.set(self.0.get() + 1);
+            self.1.lookup(path)
+        }
+    }
+
+    #[test]
+    fn one_lookup_per_hole() {
+        let s = Counting(Default::default(), scope());
+        let t = Template::compile(&json!("{{workflow.input.items}}")).unwrap();
+        assert_eq!(t.resolve(&s).unwrap().as_array().map(Vec::len), Some(2));
+        assert_eq!(s.0.get(), 1);
+        let t = Template::compile(&json!({"coalesce": ["{{workflow.input.x}}", "{{b.c}}"]})).unwrap();
+        t.resolve(&s).unwrap();
+        assert_eq!(s.0.get(), 2, "coalesce stops at the first non-null value");
+    }
+}
