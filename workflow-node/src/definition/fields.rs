@@ -42,21 +42,31 @@ pub(crate) fn snake(key: &str) -> String {
     out
 }
 
-/// Edit distance between two short keys.
-fn levenshtein(a: &str, b: &str) -> usize {
+/// Edit distance between two short keys, counting a swap of neighbours as one edit
+/// (optimal string alignment), so that `frist` is one edit from `first`.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            let cost = usize::from(ca != *cb);
-            row[j + 1] = (row[j + 1] + 1).min(row[j] + 1).min(prev + cost);
-            prev = cur;
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut v = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                v = v.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = v;
         }
     }
-    row[b.len()]
+    d[a.len()][b.len()]
 }
 
 /// The known spelling closest to `key`, when it is close enough to be a typo.
@@ -67,7 +77,7 @@ pub(crate) fn did_you_mean<'k>(
     let lower = key.to_ascii_lowercase();
     known
         .into_iter()
-        .map(|k| (levenshtein(&lower, &k.to_ascii_lowercase()), k))
+        .map(|k| (edit_distance(&lower, &k.to_ascii_lowercase()), k))
         .filter(|(d, k)| *d <= (k.len() / 3).max(1))
         .min_by_key(|(d, _)| *d)
         .map(|(_, k)| k)
@@ -426,5 +436,6 @@ mod tests {
         assert_eq!(did_you_mean("retryStratgy", known), Some("retryStrategy"));
         assert_eq!(did_you_mean("timout", known), Some("timeout"));
         assert_eq!(did_you_mean("banana", known), None);
+        assert_eq!(did_you_mean("frist", ["first", "second"]), Some("first"));
     }
 }
