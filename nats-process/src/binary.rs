@@ -67,7 +67,7 @@ pub fn find_binary() -> Result<PathBuf, Error> {
     FOUND
         .get_or_init(|| locate().map_err(|e| e.to_string()))
         .clone()
-        .map_err(|searched| Error::NotFound { searched })
+        .map_err(Error::Unavailable)
 }
 
 /// The uncached search behind [`find_binary`].

@@ -46,6 +46,9 @@ pub enum Error {
         /// The end of that log.
         log_tail: String,
     },
+    /// An earlier search in this process failed (the search runs once); its message.
+    #[error("{0}")]
+    Unavailable(String),
     /// A cluster did not form (routes or JetStream meta leader) before the deadline.
     #[error("nats cluster not ready: {0}")]
     Cluster(String),

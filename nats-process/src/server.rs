@@ -65,7 +65,9 @@ impl Home {
 
 /// A running (or stopped, restartable) nats-server child process.
 ///
-/// Dropping it kills the process and removes its temp dir (never a caller's `data_dir`).
+/// Dropping it kills the process (SIGKILL) and removes its temp dir (never a caller's
+/// `data_dir`). A long-lived owner of a kept `data_dir` (the embedded mode) should call
+/// [`NatsServer::stop`] on the way out, so JetStream shuts down cleanly.
 #[derive(Debug)]
 pub struct NatsServer {
     options: Options,

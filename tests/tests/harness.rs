@@ -202,3 +202,15 @@ async fn cluster_keeps_an_r3_bucket_writable_when_a_node_stops() -> Result<()> {
     assert_eq!(value.as_ref(), b"3");
     Ok(())
 }
+
+#[test]
+fn a_server_that_cannot_start_reports_why() {
+    let err = mesh_tests::NatsServer::start(Options {
+        extra_config: Some("jetstream: { unknown_option_xyz: 1 }".into()),
+        ..Options::default()
+    })
+    .unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("did not start"), "{message}");
+    assert!(message.contains("unknown_option_xyz"), "{message}");
+}
