@@ -18,6 +18,14 @@ fn unique_ids() {
 }
 
 #[test]
+fn dependencies_are_listed_once() {
+    let got = problems(
+        "- {id: a, type: agent, agent_name: E}\n- {id: b, type: agent, agent_name: E, depends_on: [a, a]}\n",
+    );
+    assert_problems(got, &["t.yaml: node 'b': depends_on: 'a' is listed twice"]);
+}
+
+#[test]
 fn references_must_exist() {
     let got = problems_of(&doc(
         "\

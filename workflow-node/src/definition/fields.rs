@@ -51,8 +51,8 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for (i, row) in d.iter_mut().enumerate() {
         row[0] = i;
     }
-    for j in 0..=b.len() {
-        d[0][j] = j;
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
     }
     for i in 1..=a.len() {
         for j in 1..=b.len() {
@@ -294,9 +294,7 @@ impl<'a> Fields<'a> {
         let v = self.get(sink, name, &[])?;
         let parsed = match v {
             Value::Number(n) => match n.as_f64() {
-                Some(secs) if secs.is_finite() && secs >= 0.0 && secs < 1e12 => {
-                    Ok(Duration::from_secs_f64(secs))
-                }
+                Some(secs) if (0.0..1e12).contains(&secs) => Ok(Duration::from_secs_f64(secs)),
                 _ => Err(format!("'{n}' is not a valid number of seconds")),
             },
             Value::String(s) => duration::parse(s).map_err(|e| e.to_string()),

@@ -197,7 +197,14 @@ pub(crate) fn check(wf: &mut Workflow, ghosts: &HashSet<String>, sink: &mut Sink
     // Who may depend on whom.
     let ancestors = ancestors(nodes, &index);
     for (i, node) in nodes.iter().enumerate() {
-        for d in &node.depends_on {
+        for (k, d) in node.depends_on.iter().enumerate() {
+            if node.depends_on[..k].contains(d) {
+                sink.push(
+                    Some(&node.id),
+                    "depends_on",
+                    format!("'{d}' is listed twice"),
+                );
+            }
             let Some(&j) = index.get(d) else { continue };
             let problem = match (roles[i], roles[j]) {
                 (NodeRole::Inner { owner }, _) if !ancestors[owner].contains(&j) => Some(format!(
@@ -261,15 +268,25 @@ pub(crate) fn check(wf: &mut Workflow, ghosts: &HashSet<String>, sink: &mut Sink
                     }
                 }
             }
-            NodeKind::Call(call) if call.input.is_none() && node.depends_on.len() >= 2 => sink.push(
-                Some(&node.id),
-                "input",
-                format!(
-                    "missing field: with {} dependencies ({}) the implicit input would be ambiguous; map the input explicitly",
-                    node.depends_on.len(),
-                    node.depends_on.join(", ")
-                ),
-            ),
+            NodeKind::Call(call) if call.input.is_none() => {
+                let mut distinct: Vec<&str> = Vec::new();
+                for d in &node.depends_on {
+                    if !distinct.contains(&d.as_str()) {
+                        distinct.push(d);
+                    }
+                }
+                if distinct.len() >= 2 {
+                    sink.push(
+                        Some(&node.id),
+                        "input",
+                        format!(
+                            "missing field: with {} dependencies ({}) the implicit input would be ambiguous; map the input explicitly",
+                            distinct.len(),
+                            distinct.join(", ")
+                        ),
+                    );
+                }
+            }
             _ => {}
         }
     }

@@ -134,6 +134,9 @@ pub struct Node {
 }
 
 /// The node types.
+// Nodes are built once at load and read in place; boxing `Call` would only add an
+// indirection on every access.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum NodeKind {
     /// `type: agent` or `type: workflow`: one call to an agent (a workflow is an agent).

@@ -179,7 +179,7 @@ fn seconds(f: &mut Fields<'_>, sink: &mut Sink, name: &str, default: f64) -> Dur
     let secs = match f.get(sink, name, &[]) {
         None => default,
         Some(v) => match v.as_f64() {
-            Some(s) if s.is_finite() && s > 0.0 && s < 1e12 => s,
+            Some(s) if s > 0.0 && s < 1e12 => s,
             Some(_) => {
                 f.problem(
                     sink,

@@ -6,7 +6,7 @@
 use workflow_node::definition::{parse_str, Workflow};
 
 /// Indents every line of `text` by `n` spaces.
-pub fn indent(text: &str, n: usize) -> String {
+pub(crate) fn indent(text: &str, n: usize) -> String {
     let pad = " ".repeat(n);
     text.lines()
         .map(|l| {
@@ -22,7 +22,7 @@ pub fn indent(text: &str, n: usize) -> String {
 
 /// A whole file around `nodes` (a YAML list written at column 0) with `extra` keys of the
 /// workflow block (also at column 0).
-pub fn doc(nodes: &str, extra: &str) -> String {
+pub(crate) fn doc(nodes: &str, extra: &str) -> String {
     format!(
         "name: T\nworkflow:\n  description: test\n  output_mapping: {{}}\n  nodes:\n{}\n{}\n",
         indent(nodes, 4),
@@ -31,7 +31,7 @@ pub fn doc(nodes: &str, extra: &str) -> String {
 }
 
 /// The problems of `text` (as `t.yaml`), displayed; empty when it loads.
-pub fn problems_of(text: &str) -> Vec<String> {
+pub(crate) fn problems_of(text: &str) -> Vec<String> {
     match parse_str(text, "t.yaml") {
         Ok(_) => Vec::new(),
         Err(p) => p.iter().map(ToString::to_string).collect(),
@@ -39,12 +39,12 @@ pub fn problems_of(text: &str) -> Vec<String> {
 }
 
 /// The problems of a file around `nodes`.
-pub fn problems(nodes: &str) -> Vec<String> {
+pub(crate) fn problems(nodes: &str) -> Vec<String> {
     problems_of(&doc(nodes, ""))
 }
 
 /// Loads `text`, failing the test with every problem when it does not load.
-pub fn load(text: &str) -> Workflow {
+pub(crate) fn load(text: &str) -> Workflow {
     match parse_str(text, "t.yaml") {
         Ok(w) => w,
         Err(p) => panic!(
@@ -58,7 +58,7 @@ pub fn load(text: &str) -> Workflow {
 }
 
 /// Asserts that `got` is exactly `want`.
-pub fn assert_problems(got: Vec<String>, want: &[&str]) {
+pub(crate) fn assert_problems(got: Vec<String>, want: &[&str]) {
     let want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
     assert_eq!(got, want, "\n got: {got:#?}\nwant: {want:#?}");
 }
