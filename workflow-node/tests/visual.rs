@@ -240,7 +240,7 @@ fn plan_lists_branches_bodies_gates_handlers_and_calls() {
         .map(|n| n.id.as_str())
         .collect();
     assert_eq!(inner_or_handler.len(), 3);
-    for (_, batch) in plan.batches.iter().enumerate() {
+    for batch in &plan.batches {
         for (id, _) in batch {
             assert!(
                 !inner_or_handler.contains(&id.as_str()),
