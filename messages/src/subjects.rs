@@ -82,6 +82,38 @@ pub fn agent_status_all(ns: &str, workflow: &str) -> String {
     format!("{ns}.a2a.v1.agent.status.{workflow}.>")
 }
 
+/// `{ns}.a2a.v1.discovery.ping`: any message asks every agent to republish its card.
+pub fn discovery_ping(ns: &str) -> String {
+    format!("{ns}.a2a.v1.discovery.ping")
+}
+
+/// `{ns}.a2a.v1.agent.cancel.{agent}`: `tasks/cancel` broadcast to every replica of `agent`.
+pub fn agent_cancel(ns: &str, agent: &str) -> String {
+    format!("{ns}.a2a.v1.agent.cancel.{agent}")
+}
+
+/// `{ns}.a2a.v1.approval.{workflow}`: approval requests of `workflow`, for approver tools.
+pub fn approvals(ns: &str, workflow: &str) -> String {
+    format!("{ns}.a2a.v1.approval.{workflow}")
+}
+
+/// `{ns}.wf.{workflow}.events.{execution}`: internal events of one run (starts, cancels,
+/// approvals, timers), captured by the workflow's event stream.
+pub fn run_events(ns: &str, workflow: &str, execution: &str) -> String {
+    format!("{ns}.wf.{workflow}.events.{execution}")
+}
+
+/// `{ns}.wf.{workflow}.events.>`: every internal event of `workflow`.
+pub fn run_events_all(ns: &str, workflow: &str) -> String {
+    format!("{ns}.wf.{workflow}.events.>")
+}
+
+/// The object-store bucket for artifacts (large inputs and outputs): `{ns}_artifacts`, with
+/// the namespace's dots turned into `_`.
+pub fn artifact_bucket(ns: &str) -> String {
+    format!("{}_artifacts", ns.replace('.', "_"))
+}
+
 /// The last token of a subject (the sub-task id of a response or status subject).
 pub fn last_token(subject: &str) -> &str {
     subject.rsplit('.').next().unwrap_or(subject)
@@ -116,6 +148,12 @@ mod tests {
             "mesh.a2a.v1.agent.status.Wf.>"
         );
         assert_eq!(last_token("mesh.a2a.v1.agent.response.Wf.abc"), "abc");
+        assert_eq!(discovery_ping("mesh"), "mesh.a2a.v1.discovery.ping");
+        assert_eq!(agent_cancel("mesh", "A"), "mesh.a2a.v1.agent.cancel.A");
+        assert_eq!(approvals("mesh", "Wf"), "mesh.a2a.v1.approval.Wf");
+        assert_eq!(run_events("mesh", "Wf", "e1"), "mesh.wf.Wf.events.e1");
+        assert_eq!(run_events_all("mesh", "Wf"), "mesh.wf.Wf.events.>");
+        assert_eq!(artifact_bucket("acme.prod"), "acme_prod_artifacts");
     }
 
     #[test]
