@@ -120,13 +120,15 @@ impl Compiled {
 
     /// Every path the expression names, in order of appearance.
     pub(crate) fn paths(&self) -> impl Iterator<Item = &Path> {
-        self.leaves.iter().flat_map(|leaf| -> Box<dyn Iterator<Item = &Path> + '_> {
-            match leaf {
-                Leaf::Const(_) => Box::new(std::iter::empty()),
-                Leaf::Path(p) => Box::new(std::iter::once(p)),
-                Leaf::Text(pieces) => Box::new(pieces.iter().flat_map(Piece::paths)),
-            }
-        })
+        self.leaves
+            .iter()
+            .flat_map(|leaf| -> Box<dyn Iterator<Item = &Path> + '_> {
+                match leaf {
+                    Leaf::Const(_) => Box::new(std::iter::empty()),
+                    Leaf::Path(p) => Box::new(std::iter::once(p)),
+                    Leaf::Text(pieces) => Box::new(pieces.iter().flat_map(Piece::paths)),
+                }
+            })
     }
 
     /// Evaluates the expression; the error is a reason, without the expression's text.
@@ -134,7 +136,11 @@ impl Compiled {
         self.eval_expr(&self.expr, scope)
     }
 
-    fn eval_expr<'a>(&'a self, e: &'a Expr, scope: &'a dyn Scope) -> Result<Cow<'a, Value>, String> {
+    fn eval_expr<'a>(
+        &'a self,
+        e: &'a Expr,
+        scope: &'a dyn Scope,
+    ) -> Result<Cow<'a, Value>, String> {
         Ok(match e {
             Expr::Leaf(i) => match self.leaves.get(*i) {
                 Some(Leaf::Const(v)) => Cow::Borrowed(v),
@@ -209,7 +215,10 @@ impl Compiled {
     fn boolean(&self, e: &Expr, scope: &dyn Scope, op: &str) -> Result<bool, String> {
         match &*self.eval_expr(e, scope)? {
             Value::Bool(b) => Ok(*b),
-            other => Err(format!("'{op}' needs true or false, got {}", describe(other))),
+            other => Err(format!(
+                "'{op}' needs true or false, got {}",
+                describe(other)
+            )),
         }
     }
 }
@@ -242,9 +251,13 @@ fn call(f: Func, args: &[Cow<'_, Value>]) -> Result<Value, String> {
         (Func::Contains, [h, n]) => contains(h, n).map(Value::Bool),
         (Func::ToJson, [x]) => Ok(Value::String(x.to_string())),
         (Func::FromJson, [x]) => match &**x {
-            Value::String(s) => serde_json::from_str(s)
-                .map_err(|e| format!("fromJSON(): not JSON ({e})")),
-            other => Err(format!("fromJSON() needs a string, got {}", type_name(other))),
+            Value::String(s) => {
+                serde_json::from_str(s).map_err(|e| format!("fromJSON(): not JSON ({e})"))
+            }
+            other => Err(format!(
+                "fromJSON() needs a string, got {}",
+                type_name(other)
+            )),
         },
         _ => Err("internal error: wrong number of arguments".into()),
     }
@@ -287,7 +300,11 @@ impl Converter {
             Operator::RootNode => match children {
                 [] => return Err("empty parentheses".to_string().into()),
                 [only] => self.convert(only, depth + 1)?,
-                _ => return Err("an operator is missing between two values".to_string().into()),
+                _ => {
+                    return Err("an operator is missing between two values"
+                        .to_string()
+                        .into())
+                }
             },
             Operator::VariableIdentifierRead { identifier } => Expr::Leaf(self.leaf(identifier)?),
             Operator::Const { value } => {
@@ -348,9 +365,11 @@ impl Converter {
             Operator::Gt => self.comparison(CmpOp::Gt, children, depth)?,
             Operator::Geq => self.comparison(CmpOp::Ge, children, depth)?,
             Operator::Tuple => {
-                return Err("',' is only allowed in a list or between function arguments"
-                    .to_string()
-                    .into())
+                return Err(
+                    "',' is only allowed in a list or between function arguments"
+                        .to_string()
+                        .into(),
+                )
             }
             other => return Err(format!("unsupported operator '{other}'").into()),
         })
@@ -370,7 +389,11 @@ impl Converter {
                 return Err("'not' is missing its operand".to_string().into());
             };
             let pair = [inner.clone(), rhs.clone()];
-            return Ok(Expr::Not(Box::new(self.comparison(op, &pair, depth + 1)?)));
+            return Ok(Expr::Not(Box::new(self.comparison(
+                op,
+                &pair,
+                depth + 1,
+            )?)));
         }
         let item = Box::new(self.convert(lhs, depth + 1)?);
         if function_name(rhs) == Some("__in") {
@@ -380,7 +403,9 @@ impl Converter {
                 _ => return Err("'in' cannot follow a comparison".to_string().into()),
             };
             let [within] = rhs.children() else {
-                return Err("'in' needs a list, a path or a string on its right".to_string().into());
+                return Err("'in' needs a list, a path or a string on its right"
+                    .to_string()
+                    .into());
             };
             // `x in (1, 2)` reads as a list, like Python's tuples.
             let within = match (within.operator(), within.children()) {

@@ -224,7 +224,10 @@ mod tests {
             .unwrap();
         let paths: Vec<String> = c.paths().iter().map(|p| p.to_string()).collect();
         assert_eq!(paths, ["a.output.n", "_map_item.x", "workflow.input.y"]);
-        assert_eq!(c.source(), "{{a.output.n}} > 1 and '{{item.x}}' == {{workflow.input.y}}");
+        assert_eq!(
+            c.source(),
+            "{{a.output.n}} > 1 and '{{item.x}}' == {{workflow.input.y}}"
+        );
     }
 
     #[test]
@@ -232,7 +235,10 @@ mod tests {
         let err = eval("{{a.output.n}} + 1").unwrap_err();
         assert!(matches!(err, ExprError::Eval { .. }));
         let msg = err.to_string();
-        assert!(msg.contains("{{a.output.n}} + 1") && msg.contains("not true or false"), "{msg}");
+        assert!(
+            msg.contains("{{a.output.n}} + 1") && msg.contains("not true or false"),
+            "{msg}"
+        );
         assert!(eval("{{a.output.status}}").is_err());
         assert!(eval("{{a.output.missing}}").is_err());
     }
@@ -268,7 +274,16 @@ mod tests {
             ("__v0", "unknown name"),
         ] {
             let err = Condition::compile(bad).unwrap_err();
-            assert!(matches!(err, ExprError::Parse { what: "condition", .. }), "{bad}: {err}");
+            assert!(
+                matches!(
+                    err,
+                    ExprError::Parse {
+                        what: "condition",
+                        ..
+                    }
+                ),
+                "{bad}: {err}"
+            );
             assert!(err.to_string().contains(needle), "{bad}: {err}");
         }
     }
@@ -276,18 +291,43 @@ mod tests {
     #[test]
     fn limits() {
         let huge = format!("'{}' == ''", "x".repeat(64 * 1024));
-        assert!(matches!(Condition::compile(&huge), Err(ExprError::Limit { .. })));
-        let nested = format!("{}true{}", "(".repeat(MAX_NESTING + 1), ")".repeat(MAX_NESTING + 1));
-        assert!(matches!(Condition::compile(&nested), Err(ExprError::Limit { .. })));
+        assert!(matches!(
+            Condition::compile(&huge),
+            Err(ExprError::Limit { .. })
+        ));
+        let nested = format!(
+            "{}true{}",
+            "(".repeat(MAX_NESTING + 1),
+            ")".repeat(MAX_NESTING + 1)
+        );
+        assert!(matches!(
+            Condition::compile(&nested),
+            Err(ExprError::Limit { .. })
+        ));
         let nested = format!("{}true{}", "(".repeat(MAX_NESTING), ")".repeat(MAX_NESTING));
-        assert_eq!(Condition::compile(&nested).unwrap().evaluate(&scope()), Ok(true));
+        assert_eq!(
+            Condition::compile(&nested).unwrap().evaluate(&scope()),
+            Ok(true)
+        );
         let chain = vec!["false"; MAX_EXPR_DEPTH + 10].join(" or ");
-        assert!(matches!(Condition::compile(&chain), Err(ExprError::Limit { .. })));
+        assert!(matches!(
+            Condition::compile(&chain),
+            Err(ExprError::Limit { .. })
+        ));
         let chain = vec!["false"; 60].join(" or ") + " or true";
-        assert_eq!(Condition::compile(&chain).unwrap().evaluate(&scope()), Ok(true));
+        assert_eq!(
+            Condition::compile(&chain).unwrap().evaluate(&scope()),
+            Ok(true)
+        );
         let many = vec!["1"; 2000].join(" + ");
-        assert!(matches!(Condition::compile(&many), Err(ExprError::Limit { .. })));
+        assert!(matches!(
+            Condition::compile(&many),
+            Err(ExprError::Limit { .. })
+        ));
         let nots = "!".repeat(5000) + "true";
-        assert!(matches!(Condition::compile(&nots), Err(ExprError::Limit { .. })));
+        assert!(matches!(
+            Condition::compile(&nots),
+            Err(ExprError::Limit { .. })
+        ));
     }
 }

@@ -72,8 +72,23 @@ mod tests {
     #[test]
     fn errors() {
         for bad in [
-            "", "  ", "-5s", "-1", "NaN", "nan", "inf", "1e400", "5x", "5 sec", "ms", "s", "1.2.3s",
-            "1e3", "99999999999d", "--1", "5s5",
+            "",
+            "  ",
+            "-5s",
+            "-1",
+            "NaN",
+            "nan",
+            "inf",
+            "1e400",
+            "5x",
+            "5 sec",
+            "ms",
+            "s",
+            "1.2.3s",
+            "1e3",
+            "99999999999d",
+            "--1",
+            "5s5",
         ] {
             assert!(parse(bad).is_err(), "{bad:?} should not parse");
         }

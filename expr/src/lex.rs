@@ -360,7 +360,9 @@ impl Lexer<'_> {
             "true" => Leaf::Const(Value::Bool(true)),
             "false" => Leaf::Const(Value::Bool(false)),
             "null" => Leaf::Const(Value::Null),
-            _ => Leaf::Path(parse_reference(word).map_err(|e| self.fail(crate::error::reason(&e)))?),
+            _ => {
+                Leaf::Path(parse_reference(word).map_err(|e| self.fail(crate::error::reason(&e)))?)
+            }
         };
         self.pos += end;
         self.leaf(leaf)

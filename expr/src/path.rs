@@ -152,7 +152,11 @@ mod tests {
         assert_eq!(p.root, "a");
         assert_eq!(
             p.rest,
-            vec![Segment::Key("b".into()), Segment::Index(0), Segment::Key("c".into())]
+            vec![
+                Segment::Key("b".into()),
+                Segment::Index(0),
+                Segment::Key("c".into())
+            ]
         );
         assert_eq!(p.to_string(), "a.b[0].c");
         let p = Path::parse("node-1.output.items[12][3]").unwrap();
@@ -163,11 +167,27 @@ mod tests {
     #[test]
     fn rejects_bad_paths() {
         for bad in [
-            "", ".a", "a.", "a..b", "a[", "a[]", "a[x]", "a[-1]", "a]", "[0]", "a b", "a.b c",
-            "a[0", "a[99999999999999999999999]", "a.'b'",
+            "",
+            ".a",
+            "a.",
+            "a..b",
+            "a[",
+            "a[]",
+            "a[x]",
+            "a[-1]",
+            "a]",
+            "[0]",
+            "a b",
+            "a.b c",
+            "a[0",
+            "a[99999999999999999999999]",
+            "a.'b'",
         ] {
             let err = Path::parse(bad).unwrap_err();
-            assert!(matches!(err, ExprError::Parse { what: "path", .. }), "{bad}: {err}");
+            assert!(
+                matches!(err, ExprError::Parse { what: "path", .. }),
+                "{bad}: {err}"
+            );
         }
         let msg = Path::parse("a..b").unwrap_err().to_string();
         assert!(msg.contains("empty name"), "{msg}");

@@ -154,15 +154,18 @@ pub(crate) fn split_text(text: &str, arithmetic: bool) -> Result<Vec<Piece>, Exp
         let Some(close) = after.find("}}") else {
             return Err(template_error(
                 text,
-                format!("'{{{{' at byte {} is never closed", text.len() - rest.len() + open),
+                format!(
+                    "'{{{{' at byte {} is never closed",
+                    text.len() - rest.len() + open
+                ),
             ));
         };
-        pieces.push(Piece::Hole(
-            hole(&after[..close], arithmetic).map_err(|e| match e {
+        pieces.push(Piece::Hole(hole(&after[..close], arithmetic).map_err(
+            |e| match e {
                 ExprError::Parse { reason, .. } => template_error(text, reason),
                 other => other,
-            })?,
-        ));
+            },
+        )?));
         rest = &after[close + 2..];
     }
     if !rest.is_empty() {
@@ -219,13 +222,20 @@ fn compile_node(value: &Value, options: TemplateOptions, depth: usize) -> Result
             }
         }
         Value::Object(map) if map.len() == 1 => {
-            let (key, operand) = map.iter().next().map(|(k, v)| (k.as_str(), v)).unwrap_or(("", value));
+            let (key, operand) = map
+                .iter()
+                .next()
+                .map(|(k, v)| (k.as_str(), v))
+                .unwrap_or(("", value));
             match key {
                 "coalesce" | "concat" => {
                     let Value::Array(items) = operand else {
                         return Err(template_error(
                             &value.to_string(),
-                            format!("'{key}' takes an array, got {}", crate::value::type_name(operand)),
+                            format!(
+                                "'{key}' takes an array, got {}",
+                                crate::value::type_name(operand)
+                            ),
                         ));
                     };
                     let nodes = items
@@ -256,11 +266,13 @@ fn object(
         .iter()
         .map(|(k, v)| Ok((k.clone(), compile_node(v, options, depth + 1)?)))
         .collect::<Result<Vec<_>, ExprError>>()?;
-    Ok(if members.iter().all(|(_, n)| matches!(n, Node::Literal(_))) {
-        Node::Literal(value.clone())
-    } else {
-        Node::Object(members)
-    })
+    Ok(
+        if members.iter().all(|(_, n)| matches!(n, Node::Literal(_))) {
+            Node::Literal(value.clone())
+        } else {
+            Node::Object(members)
+        },
+    )
 }
 
 impl Node {
@@ -405,7 +417,10 @@ mod tests {
     #[test]
     fn whole_template_keeps_type() {
         assert_eq!(resolve(json!("{{workflow.input.x}}")), json!(3));
-        assert_eq!(resolve(json!("{{ workflow.input.items }}")), json!([{"id": "a"}, {"id": "b"}]));
+        assert_eq!(
+            resolve(json!("{{ workflow.input.items }}")),
+            json!([{"id": "a"}, {"id": "b"}])
+        );
         assert_eq!(resolve(json!("{{workflow.input.items[1].id}}")), json!("b"));
         assert_eq!(resolve(json!("{{fetch.output.flag}}")), json!(true));
         assert_eq!(resolve(json!("{{fetch}}")), scope()["fetch"]);
@@ -422,9 +437,15 @@ mod tests {
             resolve(json!("{{fetch.output.obj}} {{fetch.output.list}}")),
             json!(r#"{"k":[1]} [1,2]"#)
         );
-        assert_eq!(resolve(json!("{{workflow.input.x}}{{workflow.input.x}}")), json!("33"));
+        assert_eq!(
+            resolve(json!("{{workflow.input.x}}{{workflow.input.x}}")),
+            json!("33")
+        );
         assert_eq!(resolve(json!(" {{workflow.input.x}}")), json!(" 3"));
-        assert_eq!(resolve(json!("q: {{workflow.input.quote}}")), json!("q: it's \"q\""));
+        assert_eq!(
+            resolve(json!("q: {{workflow.input.quote}}")),
+            json!("q: it's \"q\"")
+        );
     }
 
     #[test]
@@ -457,7 +478,9 @@ mod tests {
     #[test]
     fn coalesce() {
         assert_eq!(
-            resolve(json!({"coalesce": ["{{nosuch.output.x}}", "{{workflow.input.nothing}}", "{{workflow.input.x}}", "later"]})),
+            resolve(
+                json!({"coalesce": ["{{nosuch.output.x}}", "{{workflow.input.nothing}}", "{{workflow.input.x}}", "later"]})
+            ),
             json!(3)
         );
         assert_eq!(resolve(json!({"coalesce": ["{{nosuch.x}}"]})), Value::Null);
@@ -473,14 +496,21 @@ mod tests {
     #[test]
     fn concat() {
         assert_eq!(
-            resolve(json!({"concat": ["{{fetch.output.list}}", "{{nosuch.x}}", [3, "{{workflow.input.x}}"]]})),
+            resolve(
+                json!({"concat": ["{{fetch.output.list}}", "{{nosuch.x}}", [3, "{{workflow.input.x}}"]]})
+            ),
             json!([1, 2, 3, 3])
         );
         assert_eq!(
-            resolve(json!({"concat": ["Hi ", "{{workflow.input.name}}", null, ", n=", "{{workflow.input.x}}", " ", "{{fetch.output.obj}}", " ", true]})),
+            resolve(
+                json!({"concat": ["Hi ", "{{workflow.input.name}}", null, ", n=", "{{workflow.input.x}}", " ", "{{fetch.output.obj}}", " ", true]})
+            ),
             json!(r#"Hi Ann, n=3 {"k":[1]} true"#)
         );
-        assert_eq!(resolve(json!({"concat": ["{{fetch.output.list}}", "x"]})), json!("[1,2]x"));
+        assert_eq!(
+            resolve(json!({"concat": ["{{fetch.output.list}}", "x"]})),
+            json!("[1,2]x")
+        );
         assert_eq!(resolve(json!({"concat": []})), json!(""));
         assert_eq!(
             resolve(json!({"concat": [{"coalesce": ["{{nosuch.x}}", "a"]}, "b"]})),
@@ -529,7 +559,16 @@ mod tests {
             ("{{ (a) }}", "arithmetic is not allowed"),
         ] {
             let err = Template::compile(&json!(bad)).unwrap_err();
-            assert!(matches!(err, ExprError::Parse { what: "template", .. }), "{bad}: {err}");
+            assert!(
+                matches!(
+                    err,
+                    ExprError::Parse {
+                        what: "template",
+                        ..
+                    }
+                ),
+                "{bad}: {err}"
+            );
             assert!(err.to_string().contains(needle), "{bad}: {err}");
         }
     }
@@ -553,7 +592,13 @@ mod tests {
         assert!(matches!(err, ExprError::Eval { .. }), "{err}");
         assert!(err.to_string().contains("input.s * 2"), "{err}");
         assert!(run(json!("{{call / 0}}")).is_err());
-        for bad in ["{{call == 2}}", "{{call *}}", "{{(call}}", "{{call % 2}}", "{{ {{call}} }}"] {
+        for bad in [
+            "{{call == 2}}",
+            "{{call *}}",
+            "{{(call}}",
+            "{{call % 2}}",
+            "{{ {{call}} }}",
+        ] {
             assert!(Template::compile_with(&json!(bad), on).is_err(), "{bad}");
         }
     }
@@ -561,14 +606,23 @@ mod tests {
     #[test]
     fn limits() {
         let long = "x".repeat(MAX_TEXT_LEN + 1);
-        assert!(matches!(Template::compile(&json!(long)), Err(ExprError::Limit { .. })));
+        assert!(matches!(
+            Template::compile(&json!(long)),
+            Err(ExprError::Limit { .. })
+        ));
         let long = format!("{}{{{{a}}}}", "x".repeat(MAX_TEXT_LEN));
-        assert!(matches!(Template::compile(&json!(long)), Err(ExprError::Limit { .. })));
+        assert!(matches!(
+            Template::compile(&json!(long)),
+            Err(ExprError::Limit { .. })
+        ));
         let mut deep = json!("{{a.b}}");
         for _ in 0..MAX_NESTING + 1 {
             deep = json!({ "coalesce": [deep] });
         }
-        assert!(matches!(Template::compile(&deep), Err(ExprError::Limit { .. })));
+        assert!(matches!(
+            Template::compile(&deep),
+            Err(ExprError::Limit { .. })
+        ));
         let mut ok = json!("{{a.b}}");
         for _ in 0..MAX_NESTING - 1 {
             ok = json!([ok]);
@@ -592,7 +646,8 @@ mod tests {
         let t = Template::compile(&json!("{{workflow.input.items}}")).unwrap();
         assert_eq!(t.resolve(&s).unwrap().as_array().map(Vec::len), Some(2));
         assert_eq!(s.0.get(), 1);
-        let t = Template::compile(&json!({"coalesce": ["{{workflow.input.x}}", "{{b.c}}"]})).unwrap();
+        let t =
+            Template::compile(&json!({"coalesce": ["{{workflow.input.x}}", "{{b.c}}"]})).unwrap();
         t.resolve(&s).unwrap();
         assert_eq!(s.0.get(), 2, "coalesce stops at the first non-null value");
     }

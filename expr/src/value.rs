@@ -4,6 +4,7 @@
 use serde_json::{Number, Value};
 use std::borrow::Cow;
 use std::cmp::Ordering;
+use std::fmt::Write;
 
 /// The text form of a value, as interpolation writes it: strings raw, numbers and booleans as
 /// JSON, `null` as the empty string, arrays and objects as compact JSON.
@@ -20,7 +21,10 @@ pub(crate) fn push_text(out: &mut String, value: &Value) {
     match value {
         Value::String(s) => out.push_str(s),
         Value::Null => {}
-        other => out.push_str(&other.to_string()),
+        // Writing to a String cannot fail.
+        other => {
+            let _ = write!(out, "{other}");
+        }
     }
 }
 
@@ -77,23 +81,21 @@ fn numeric_string(s: &str) -> Option<f64> {
 /// Orders two values for `< <= > >=`: numbers by value, strings by code point, and a
 /// numeric string against a number as a number. Anything else is an error.
 pub(crate) fn order(a: &Value, b: &Value) -> Result<Ordering, String> {
-    let unordered = || {
-        format!(
-            "cannot order {} and {}",
-            describe(a),
-            describe(b)
-        )
-    };
+    let unordered = || format!("cannot order {} and {}", describe(a), describe(b));
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => number_cmp(x, y).ok_or_else(unordered),
         (Value::String(x), Value::String(y)) => Ok(x.cmp(y)),
         (Value::Number(x), Value::String(y)) => {
             let y = numeric_string(y).ok_or_else(unordered)?;
-            x.as_f64().and_then(|x| x.partial_cmp(&y)).ok_or_else(unordered)
+            x.as_f64()
+                .and_then(|x| x.partial_cmp(&y))
+                .ok_or_else(unordered)
         }
         (Value::String(x), Value::Number(y)) => {
             let x = numeric_string(x).ok_or_else(unordered)?;
-            y.as_f64().and_then(|y| x.partial_cmp(&y)).ok_or_else(unordered)
+            y.as_f64()
+                .and_then(|y| x.partial_cmp(&y))
+                .ok_or_else(unordered)
         }
         _ => Err(unordered()),
     }
@@ -165,7 +167,10 @@ pub(crate) fn arith(op: ArithOp, a: &Value, b: &Value) -> Result<Value, String> 
             ArithOp::Sub => i.checked_sub(j),
             ArithOp::Mul => i.checked_mul(j),
             ArithOp::Div if j == 0 => return Err("division by zero".into()),
-            ArithOp::Div => i.checked_rem(j).filter(|r| *r == 0).and_then(|_| i.checked_div(j)),
+            ArithOp::Div => i
+                .checked_rem(j)
+                .filter(|r| *r == 0)
+                .and_then(|_| i.checked_div(j)),
         };
         if let Some(n) = exact {
             return Ok(Value::from(n));
@@ -237,14 +242,20 @@ mod tests {
         assert_eq!(arith(ArithOp::Div, &json!(7), &json!(2)), Ok(json!(3.5)));
         assert_eq!(arith(ArithOp::Div, &json!(8), &json!(2)), Ok(json!(4)));
         assert_eq!(arith(ArithOp::Add, &json!(1.5), &json!(1)), Ok(json!(2.5)));
-        assert_eq!(arith(ArithOp::Add, &json!("a"), &json!("b")), Ok(json!("ab")));
+        assert_eq!(
+            arith(ArithOp::Add, &json!("a"), &json!("b")),
+            Ok(json!("ab"))
+        );
         assert!(arith(ArithOp::Div, &json!(1), &json!(0)).is_err());
         assert!(arith(ArithOp::Sub, &json!("a"), &json!(1)).is_err());
         assert_eq!(
             arith(ArithOp::Add, &json!(i64::MAX), &json!(1)),
             Ok(json!(i64::MAX as f64 + 1.0))
         );
-        assert_eq!(arith(ArithOp::Div, &json!(i64::MIN), &json!(-1)).map(|v| v.is_f64()), Ok(true));
+        assert_eq!(
+            arith(ArithOp::Div, &json!(i64::MIN), &json!(-1)).map(|v| v.is_f64()),
+            Ok(true)
+        );
         assert_eq!(negate(&json!(3)), Ok(json!(-3)));
         assert!(negate(&json!("3")).is_err());
     }
