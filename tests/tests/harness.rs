@@ -107,7 +107,16 @@ async fn two_servers_run_side_by_side() -> Result<()> {
 async fn restart_keeps_stream_data_and_clients_reconnect() -> Result<()> {
     let mut server = nats();
     let port = server.port();
-    let client = async_nats::connect(server.url()).await?;
+    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let client = async_nats::ConnectOptions::new()
+        .event_callback(move |event| {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send(event);
+            }
+        })
+        .connect(server.url())
+        .await?;
     let js = jetstream::new(client.clone());
     js.create_stream(stream::Config {
         name: "EVENTS".into(),
@@ -122,13 +131,25 @@ async fn restart_keeps_stream_data_and_clients_reconnect() -> Result<()> {
     server.restart()?;
     assert_eq!(server.port(), port);
 
-    // The old client reconnects by itself; bounded by attempts, not by time.
-    let messages = retry(50, Duration::from_millis(100), || async {
-        let mut s = js.get_stream("EVENTS").await?;
-        Ok(s.info().await?.state.messages)
+    // The same client notices the restart and reconnects by itself. Asking before it has
+    // would send the request into the dead connection and wait out its timeout.
+    let reconnected = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut disconnected = false;
+        while let Some(event) = events.recv().await {
+            match event {
+                async_nats::Event::Disconnected => disconnected = true,
+                async_nats::Event::Connected if disconnected => return true,
+                _ => {}
+            }
+        }
+        false
     })
-    .await?;
-    assert_eq!(messages, 3);
+    .await
+    .context("no reconnect within 10 s")?;
+    assert!(reconnected);
+
+    let mut s = js.get_stream("EVENTS").await?;
+    assert_eq!(s.info().await?.state.messages, 3);
     Ok(())
 }
 
