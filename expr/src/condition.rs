@@ -324,6 +324,19 @@ mod tests {
             Condition::compile(&many),
             Err(ExprError::Limit { .. })
         ));
+        for long_chain in [
+            "!".repeat(1000) + "true",
+            "- ".repeat(1000) + "1",
+            "not ".repeat(1000) + "true",
+            "not ".repeat(500) + "1 == 1",
+            "1 - ".repeat(500) + "1",
+        ] {
+            assert!(matches!(
+                Condition::compile(&long_chain),
+                Err(ExprError::Limit { .. })
+            ));
+        }
+        assert_eq!(eval(&("not ".repeat(100) + "1 == 1")), Ok(true));
         let nots = "!".repeat(5000) + "true";
         assert!(matches!(
             Condition::compile(&nots),

@@ -12,6 +12,32 @@
 //! a generated name, `ast` keeps evalexpr's parse as our own tree and evaluates it on JSON
 //! values, `value` holds the comparison and arithmetic rules, `template` the template tree.
 //!
+//! Rules every caller relies on:
+//!
+//! - A string that is exactly one `{{path}}` resolves to the value with its JSON type; holes
+//!   inside longer strings interpolate as text ([`to_text`]: strings raw, numbers and booleans
+//!   as JSON, `null` as nothing, arrays and objects as compact JSON).
+//! - A missing path is `null` everywhere (also inside `coalesce`). `{{item...}}` means
+//!   `_map_item`, and `workflow.parameters.` means `workflow.input.`.
+//! - `{"coalesce": [...]}` is the first non-null element; `{"concat": [...]}` joins the non-null
+//!   elements as arrays when all are arrays, as text otherwise (`""` when none).
+//! - Conditions are typed: `"7" == 7` is false, `7 == 7.0` is true, `null` equals only `null`,
+//!   but `< <= > >=` read a numeric string as a number (`"7" > 3`). `'{{p}}'` (a quoted hole)
+//!   is the text form of the value. A result that is not a boolean is an error.
+//!
+//! ```
+//! use serde_json::json;
+//! use workflow_expr::{Condition, Template};
+//!
+//! let scope = json!({"fetch": {"output": {"status": "ok", "n": 3}}});
+//! let scope = scope.as_object().expect("an object");
+//! let t = Template::compile(&json!({"n": "{{fetch.output.n}}", "s": "is {{fetch.output.status}}"}))?;
+//! assert_eq!(t.resolve(scope)?, json!({"n": 3, "s": "is ok"}));
+//! let c = Condition::compile("{{fetch.output.status}} == 'ok' and {{fetch.output.n}} in [1, 3]")?;
+//! assert!(c.evaluate(scope)?);
+//! # Ok::<(), workflow_expr::ExprError>(())
+//! ```
+//!
 //! Everything here is pure: no I/O, no clock. Evaluation is bounded (size and depth limits)
 //! and fails with an [`ExprError`], never a panic.
 
