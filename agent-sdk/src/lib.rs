@@ -1,1 +1,40 @@
-//! Library for writing agents on the mesh (see issue 3).
+//! Write agents for the mesh in Rust, and call agents and workflows.
+//!
+//! An agent declares a name, description, skills and JSON Schemas with an
+//! [`AgentBuilder`], gives it a [`Handler`] (or a closure through [`handler_fn`]) and calls
+//! [`AgentBuilder::serve`]. The SDK then, following `docs/protocol.md`:
+//!
+//! - publishes the card (with the schemas extension) at start, every card interval and on
+//!   any message to the discovery ping subject;
+//! - serves `{ns}.a2a.v1.agent.request.{name}` in queue group `{name}`, one tokio task per
+//!   call, at most `max_in_flight` handlers at once;
+//! - reads the input (DataPart, wrapped non-objects, object-store FileParts), validates it
+//!   against the effective input schema (the handler never sees a violation), calls the
+//!   handler, validates the output, stores large outputs in the object store;
+//! - answers a workflow's call with a `workflow_node_result` and a plain call with the
+//!   output as a DataPart, to the reply subject, with `Nats-Msg-Id` and the trace headers;
+//! - aborts a running call on a `tasks/cancel` broadcast and answers `canceled`;
+//! - answers malformed requests with a JSON-RPC error and keeps serving.
+//!
+//! Modules: [`agent`] (builder and handle), [`handler`] (what agents implement),
+//! [`client`] ([`call_agent`]), [`payload`] (wrapping and the object store), [`schema`]
+//! (JSON Schema checks), [`stub`] (YAML-described stub agents for testing workflows),
+//! [`error`]. Inside: `protocol` decodes requests and builds replies without I/O, `server`
+//! runs the loop.
+
+pub mod agent;
+pub mod client;
+pub mod error;
+pub mod handler;
+pub mod payload;
+mod protocol;
+pub mod schema;
+mod server;
+pub mod stub;
+
+pub use agent::{skill, AgentBuilder, AgentHandle, DEFAULT_NAMESPACE};
+pub use client::{call_agent, call_agent_with, CallOptions};
+pub use error::{AgentError, ArtifactError, CallError, ServeError};
+pub use handler::{handler_fn, FnHandler, Handler, HandlerResult, NodeRequest, WorkflowCallInfo};
+pub use protocol::{KIND_CANCELED, KIND_INPUT_VALIDATION, KIND_OUTPUT_VALIDATION};
+pub use stub::{load_stub_file, serve_stubs, StubFile};

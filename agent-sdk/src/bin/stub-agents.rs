@@ -1,0 +1,109 @@
+//! `stub-agents FILE [--nats-url URL] [--namespace NS]`: serves the stub agents a YAML file
+//! describes, until ctrl-c. Without a URL (flag or `NATS_URL`) it starts a local
+//! nats-server with JetStream in a data directory of its own, and stops it on exit.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use agent_sdk::{load_stub_file, serve_stubs, DEFAULT_NAMESPACE};
+use anyhow::{Context, Result};
+use clap::Parser;
+
+/// Serve stub agents described in YAML, for testing workflows without any LLM.
+#[derive(Debug, Parser)]
+#[command(name = "stub-agents", version)]
+struct Args {
+    /// The stub file (`agents: [{name, rules: [{when, output | fail}], ...}]`).
+    file: PathBuf,
+    /// NATS server URL; without it (and without NATS_URL) a local server is started.
+    #[arg(long, env = "NATS_URL")]
+    nats_url: Option<String>,
+    /// Subject namespace.
+    #[arg(long, default_value = DEFAULT_NAMESPACE)]
+    namespace: String,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let stubs = match load_stub_file(&args.file) {
+        Ok(s) => s,
+        Err(problems) => {
+            for p in problems {
+                eprintln!("{p}");
+            }
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("stub-agents: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(args, stubs)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("stub-agents: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(args: Args, stubs: agent_sdk::StubFile) -> Result<()> {
+    let mut embedded = None;
+    let url = match args.nats_url {
+        Some(url) => url,
+        None => {
+            let dir = std::env::temp_dir().join(format!("stub-agents-nats-{}", std::process::id()));
+            let server = nats_process::NatsServer::start(nats_process::Options {
+                data_dir: Some(dir.clone()),
+                ..Default::default()
+            })
+            .context("starting a local nats-server (give --nats-url to use another)")?;
+            eprintln!(
+                "stub-agents: no --nats-url or NATS_URL; started a local nats-server at {} (data in {})",
+                server.url(),
+                dir.display()
+            );
+            let url = server.url();
+            embedded = Some((server, dir));
+            url
+        }
+    };
+    let result = serve(&url, &args.namespace, stubs).await;
+    if let Some((mut server, dir)) = embedded {
+        if let Err(e) = server.stop() {
+            eprintln!("stub-agents: stopping the local nats-server: {e}");
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    result
+}
+
+async fn serve(url: &str, ns: &str, stubs: agent_sdk::StubFile) -> Result<()> {
+    let client = async_nats::connect(url)
+        .await
+        .with_context(|| format!("connecting to {url}"))?;
+    let names: Vec<String> = stubs.agents.iter().map(|a| a.name.clone()).collect();
+    let handles = serve_stubs(client, ns, stubs).await?;
+    eprintln!(
+        "stub-agents: serving {} in namespace {ns} on {url}; ctrl-c to stop",
+        names.join(", ")
+    );
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for ctrl-c")?;
+    eprintln!("stub-agents: stopping");
+    for h in handles {
+        h.stop().await;
+    }
+    Ok(())
+}

@@ -1,0 +1,193 @@
+//! Errors, one enum per boundary: [`AgentError`] (what a handler returns), [`ServeError`]
+//! (starting an agent), [`ArtifactError`] (the object store) and [`CallError`] (calling an
+//! agent or a workflow).
+
+use messages::SubjectError;
+
+/// The failure of a handler: a message for people and an optional machine-readable kind
+/// (matched by workflows against a node's `non_retryable_errors`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct AgentError {
+    /// What went wrong.
+    pub message: String,
+    /// A machine-readable kind such as `transient` or `bad_input`.
+    pub kind: Option<String>,
+}
+
+impl AgentError {
+    /// An error without a kind.
+    pub fn new(message: impl Into<String>) -> Self {
+        AgentError {
+            message: message.into(),
+            kind: None,
+        }
+    }
+
+    /// An error with a kind.
+    pub fn with_kind(message: impl Into<String>, kind: impl Into<String>) -> Self {
+        AgentError {
+            message: message.into(),
+            kind: Some(kind.into()),
+        }
+    }
+}
+
+impl From<String> for AgentError {
+    fn from(message: String) -> Self {
+        AgentError::new(message)
+    }
+}
+
+impl From<&str> for AgentError {
+    fn from(message: &str) -> Self {
+        AgentError::new(message)
+    }
+}
+
+/// Why an agent could not start serving.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The agent's name is not one subject token.
+    #[error("agent name: {0}")]
+    InvalidName(SubjectError),
+    /// The namespace is not a valid subject prefix.
+    #[error("namespace: {0}")]
+    InvalidNamespace(SubjectError),
+    /// No handler was given to the builder.
+    #[error("agent {0}: no handler given")]
+    NoHandler(String),
+    /// The input or output schema does not compile.
+    #[error("agent {agent}: {which} is not a valid JSON Schema: {reason}")]
+    InvalidSchema {
+        /// The agent.
+        agent: String,
+        /// `input_schema` or `output_schema`.
+        which: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// Subscribing or flushing failed.
+    #[error("agent {agent}: subscribing to {subject}: {reason}")]
+    Subscribe {
+        /// The agent.
+        agent: String,
+        /// The subject.
+        subject: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A failure reading or writing an artifact in the JetStream object store.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArtifactError {
+    /// The URI is not `nats-object://{bucket}/{name}`.
+    #[error("not an object-store reference: {0:?} (expected nats-object://BUCKET/NAME)")]
+    BadUri(String),
+    /// The bucket could not be opened or created.
+    #[error("object-store bucket {bucket}: {reason}")]
+    Bucket {
+        /// The bucket.
+        bucket: String,
+        /// Why.
+        reason: String,
+    },
+    /// Reading the object failed (including: it does not exist).
+    #[error("reading artifact {bucket}/{name}: {reason}")]
+    Read {
+        /// The bucket.
+        bucket: String,
+        /// The object.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// Writing the object failed.
+    #[error("writing artifact {bucket}/{name}: {reason}")]
+    Write {
+        /// The bucket.
+        bucket: String,
+        /// The object.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// The object is larger than we are willing to load.
+    #[error("artifact {bucket}/{name} is {size} bytes, above the limit of {limit}")]
+    TooLarge {
+        /// The bucket.
+        bucket: String,
+        /// The object.
+        name: String,
+        /// Its size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The object's content is not JSON.
+    #[error("artifact {bucket}/{name} is not JSON: {reason}")]
+    NotJson {
+        /// The bucket.
+        bucket: String,
+        /// The object.
+        name: String,
+        /// The parse error.
+        reason: String,
+    },
+}
+
+/// Why [`crate::call_agent`] returned no output.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CallError {
+    /// The agent name or namespace cannot be put into a subject.
+    #[error("invalid subject: {0}")]
+    InvalidSubject(SubjectError),
+    /// Nobody serves the agent.
+    #[error("no agent {0} is serving on the mesh")]
+    NoResponders(String),
+    /// No reply within the timeout.
+    #[error("agent {0} did not answer in time")]
+    TimedOut(String),
+    /// The request could not be sent.
+    #[error("request to {agent} failed: {reason}")]
+    Request {
+        /// The agent.
+        agent: String,
+        /// Why.
+        reason: String,
+    },
+    /// The agent answered with a failed or canceled task.
+    #[error("agent {agent} failed: {message}")]
+    Failed {
+        /// The agent.
+        agent: String,
+        /// Its error message.
+        message: String,
+        /// Its error kind, when given.
+        kind: Option<String>,
+        /// Schema violations, when the failure was a validation failure.
+        validation_errors: Vec<String>,
+    },
+    /// The agent answered with a JSON-RPC error.
+    #[error("agent {agent} answered with error {code}: {message}")]
+    Rpc {
+        /// The agent.
+        agent: String,
+        /// The JSON-RPC error code.
+        code: i64,
+        /// The error message.
+        message: String,
+    },
+    /// The reply could not be understood.
+    #[error("agent {agent} sent an invalid reply: {reason}")]
+    InvalidReply {
+        /// The agent.
+        agent: String,
+        /// Why.
+        reason: String,
+    },
+    /// The input or the output artifact could not be transferred.
+    #[error(transparent)]
+    Artifact(#[from] ArtifactError),
+}

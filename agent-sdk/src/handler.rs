@@ -1,0 +1,191 @@
+//! What an agent implements: the [`Handler`] trait (or a closure through [`handler_fn`]),
+//! called with a [`NodeRequest`] that the SDK has already decoded and validated.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use async_nats::HeaderMap;
+use serde_json::Value;
+
+use crate::error::AgentError;
+
+/// The result of a handler: the output, or an error with an optional kind.
+pub type HandlerResult = Result<Value, AgentError>;
+
+/// One decoded request, as a handler sees it.
+#[derive(Debug, Clone)]
+pub struct NodeRequest {
+    /// The input: unwrapped when it travelled wrapped, loaded when it travelled as an
+    /// object-store reference, and valid against the effective input schema.
+    pub input: Value,
+    /// The instruction (the request's text parts), when there is one.
+    pub instruction: Option<String>,
+    /// Who called, when the caller is a workflow (the request carried a
+    /// `workflow_node_request`).
+    pub workflow: Option<WorkflowCallInfo>,
+    /// The task id of this call (a workflow's sub-task id, or the caller's task or request
+    /// id); a `tasks/cancel` names it.
+    pub task_id: String,
+    /// The A2A context id (a workflow's execution id).
+    pub context_id: String,
+    /// The request message's id.
+    pub message_id: String,
+    /// The request's NATS headers (trace context, call depth, ...).
+    pub headers: HeaderMap,
+}
+
+/// The workflow side of a call: which run, node and attempt asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkflowCallInfo {
+    /// The calling workflow.
+    pub workflow_name: String,
+    /// The node being run.
+    pub node_id: String,
+    /// The run.
+    pub execution_id: String,
+    /// `{execution}_{node}_{slot}_{attempt}`: deterministic per attempt.
+    pub sub_task_id: String,
+    /// The attempt (1-based), from the request or the sub-task id's last token.
+    pub attempt: Option<u32>,
+    /// The map item index, inside a map.
+    pub map_index: Option<u64>,
+    /// The loop iteration, inside a loop.
+    pub loop_iteration: Option<u64>,
+}
+
+impl WorkflowCallInfo {
+    /// The sub-task id without its attempt: the same for every attempt of one node in one
+    /// run, map item and loop iteration.
+    pub fn slot_key(&self) -> &str {
+        slot_key(&self.sub_task_id)
+    }
+}
+
+/// `id` up to its last `_` (the whole id when it has none).
+pub(crate) fn slot_key(id: &str) -> &str {
+    id.rsplit_once('_').map_or(id, |(head, _)| head)
+}
+
+impl NodeRequest {
+    /// A request with `input` and nothing else (for unit tests of handlers).
+    pub fn new(input: Value) -> Self {
+        NodeRequest {
+            input,
+            instruction: None,
+            workflow: None,
+            task_id: String::new(),
+            context_id: String::new(),
+            message_id: String::new(),
+            headers: HeaderMap::new(),
+        }
+    }
+
+    /// What identifies "the same call" across retries: for a workflow's call the sub-task
+    /// id without the attempt (run, node, map index, loop iteration); for a plain call the
+    /// message id.
+    pub fn call_key(&self) -> &str {
+        match &self.workflow {
+            Some(w) => w.slot_key(),
+            None => &self.message_id,
+        }
+    }
+
+    /// Headers for a call this handler makes onward (an agent calling a workflow as a
+    /// tool): the trace context passed through and `Mesh-Call-Depth` one higher.
+    pub fn onward_headers(&self) -> HeaderMap {
+        let mut out = HeaderMap::new();
+        for name in [
+            messages::headers::TRACEPARENT,
+            messages::headers::TRACESTATE,
+        ] {
+            if let Some(v) = self.headers.get(name) {
+                out.insert(name, v.as_str());
+            }
+        }
+        let depth = self
+            .headers
+            .get(messages::headers::CALL_DEPTH)
+            .and_then(|v| v.as_str().trim().parse::<u32>().ok())
+            .unwrap_or(0);
+        out.insert(
+            messages::headers::CALL_DEPTH,
+            depth.saturating_add(1).to_string().as_str(),
+        );
+        out
+    }
+}
+
+/// An agent's behaviour. Implement it with `async fn handle(&self, req: NodeRequest) ->
+/// HandlerResult`; each request runs in its own tokio task, so `&self` is shared between
+/// concurrent calls.
+pub trait Handler: Send + Sync + 'static {
+    /// Answers one request: the output, or an error (with a kind when the caller should be
+    /// able to tell failures apart).
+    fn handle(&self, req: NodeRequest) -> impl Future<Output = HandlerResult> + Send;
+}
+
+/// A [`Handler`] made from an async closure; see [`handler_fn`].
+#[derive(Clone)]
+pub struct FnHandler<F>(F);
+
+impl<F> std::fmt::Debug for FnHandler<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FnHandler")
+    }
+}
+
+/// A handler from a closure returning a future:
+/// `handler_fn(|req| async move { Ok(req.input) })`.
+pub fn handler_fn<F, Fut>(f: F) -> FnHandler<F>
+where
+    F: Fn(NodeRequest) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = HandlerResult> + Send + 'static,
+{
+    FnHandler(f)
+}
+
+impl<F, Fut> Handler for FnHandler<F>
+where
+    F: Fn(NodeRequest) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = HandlerResult> + Send + 'static,
+{
+    fn handle(&self, req: NodeRequest) -> impl Future<Output = HandlerResult> + Send {
+        (self.0)(req)
+    }
+}
+
+/// A boxed handler future.
+pub(crate) type BoxedResult = Pin<Box<dyn Future<Output = HandlerResult> + Send + 'static>>;
+
+/// The object-safe form of [`Handler`] that the server stores.
+pub(crate) trait DynHandler: Send + Sync + 'static {
+    fn call(self: Arc<Self>, req: NodeRequest) -> BoxedResult;
+}
+
+impl<H: Handler> DynHandler for H {
+    fn call(self: Arc<Self>, req: NodeRequest) -> BoxedResult {
+        Box::pin(async move { self.handle(req).await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_key_drops_the_attempt() {
+        assert_eq!(slot_key("e1_node_a_0_2"), "e1_node_a_0");
+        assert_eq!(slot_key("plain"), "plain");
+    }
+
+    #[test]
+    fn onward_headers_pass_trace_and_count_the_hop() {
+        let mut req = NodeRequest::new(Value::Null);
+        req.headers.insert("traceparent", "00-abc-def-01");
+        req.headers.insert(messages::headers::CALL_DEPTH, "2");
+        let h = req.onward_headers();
+        assert_eq!(h.get("traceparent").unwrap().as_str(), "00-abc-def-01");
+        assert_eq!(h.get(messages::headers::CALL_DEPTH).unwrap().as_str(), "3");
+    }
+}

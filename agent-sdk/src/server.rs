@@ -1,0 +1,504 @@
+//! The serving loop of one agent: subscriptions, card publishing, cancel routing, and one
+//! tokio task per call (decode → load input → validate → handler → validate → reply).
+//!
+//! Requests and cancels are read by the same loop, and a call is registered as running
+//! before its task is spawned, so a cancel that follows its request on the wire always
+//! finds it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use async_nats::{Client, HeaderMap, Message};
+use bytes::Bytes;
+use futures::StreamExt;
+use messages::jsonrpc::codes;
+use messages::subjects;
+use messages::{AgentReply, ErrorObject, Response, Task, TaskState, TaskStatus};
+use serde_json::Value;
+use tokio::sync::{oneshot, Semaphore};
+use tokio::task::JoinSet;
+
+use crate::agent::{AgentBuilder, AgentHandle};
+use crate::error::ServeError;
+use crate::handler::{DynHandler, NodeRequest};
+use crate::payload::Artifacts;
+use crate::protocol::{
+    self, Call, Decoded, InputSource, Outcome, Output, KIND_INPUT_VALIDATION,
+    KIND_OUTPUT_VALIDATION,
+};
+use crate::schema::Schema;
+
+/// Everything a call task needs, shared.
+struct Shared {
+    name: String,
+    client: Client,
+    handler: Arc<dyn DynHandler>,
+    input_schema: Option<Schema>,
+    output_schema: Option<Schema>,
+    artifacts: Artifacts,
+    artifact_threshold: usize,
+    permits: Arc<Semaphore>,
+    running: Mutex<Running>,
+}
+
+/// Calls running here, by task id; each holds the sender that cancels it.
+#[derive(Default)]
+struct Running {
+    next: u64,
+    by_task: HashMap<String, Vec<(u64, oneshot::Sender<()>)>>,
+}
+
+impl Shared {
+    fn register(&self, task_id: &str) -> (u64, oneshot::Receiver<()>) {
+        let (tx, rx) = oneshot::channel();
+        let mut running = lock(&self.running);
+        running.next += 1;
+        let seq = running.next;
+        running
+            .by_task
+            .entry(task_id.to_owned())
+            .or_default()
+            .push((seq, tx));
+        (seq, rx)
+    }
+
+    fn unregister(&self, task_id: &str, seq: u64) {
+        let mut running = lock(&self.running);
+        if let Some(list) = running.by_task.get_mut(task_id) {
+            list.retain(|(s, _)| *s != seq);
+            if list.is_empty() {
+                running.by_task.remove(task_id);
+            }
+        }
+    }
+
+    /// Signals every call running `task_id`; whether there was one.
+    fn cancel(&self, task_id: &str) -> bool {
+        let senders = lock(&self.running).by_task.remove(task_id);
+        match senders {
+            Some(list) => {
+                for (_, tx) in list {
+                    let _ = tx.send(());
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    async fn publish(&self, subject: &str, headers: HeaderMap, response: &Response) {
+        let bytes = match serde_json::to_vec(response) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!(agent = %self.name, "cannot serialise a reply: {e}");
+                return;
+            }
+        };
+        if let Err(e) = self
+            .client
+            .publish_with_headers(subject.to_owned(), headers, Bytes::from(bytes))
+            .await
+        {
+            tracing::warn!(agent = %self.name, subject, "cannot publish a reply: {e}");
+        }
+    }
+}
+
+fn lock(m: &Mutex<Running>) -> std::sync::MutexGuard<'_, Running> {
+    // The map stays consistent even if a holder panicked: every update is one call.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Starts serving `builder` on `client` (see [`AgentBuilder::serve`]).
+pub(crate) async fn start(
+    builder: AgentBuilder,
+    client: Client,
+) -> Result<AgentHandle, ServeError> {
+    let (input_schema, output_schema) = builder.check()?;
+    let name = builder.name.clone();
+    let ns = builder.namespace.clone();
+    let handler = builder
+        .handler
+        .clone()
+        .ok_or_else(|| ServeError::NoHandler(name.clone()))?;
+    let sub_err = |subject: &str, e: &dyn std::fmt::Display| ServeError::Subscribe {
+        agent: name.clone(),
+        subject: subject.to_owned(),
+        reason: e.to_string(),
+    };
+    let request_subject = subjects::agent_request(&ns, &name);
+    let requests = client
+        .queue_subscribe(request_subject.clone(), name.clone())
+        .await
+        .map_err(|e| sub_err(&request_subject, &e))?;
+    let cancel_subject = subjects::agent_cancel(&ns, &name);
+    let cancels = client
+        .subscribe(cancel_subject.clone())
+        .await
+        .map_err(|e| sub_err(&cancel_subject, &e))?;
+    let ping_subject = subjects::discovery_ping(&ns);
+    let pings = client
+        .subscribe(ping_subject.clone())
+        .await
+        .map_err(|e| sub_err(&ping_subject, &e))?;
+    client
+        .flush()
+        .await
+        .map_err(|e| sub_err(&request_subject, &e))?;
+
+    let card = Bytes::from(
+        serde_json::to_vec(&builder.card()).expect("an agent card always serialises to JSON"),
+    );
+    let shared = Arc::new(Shared {
+        name: name.clone(),
+        client: client.clone(),
+        handler,
+        input_schema,
+        output_schema,
+        artifacts: Artifacts::new(client.clone(), &ns),
+        artifact_threshold: builder.artifact_threshold,
+        permits: Arc::new(Semaphore::new(builder.max_in_flight)),
+        running: Mutex::new(Running::default()),
+    });
+    let cards_subject = subjects::agent_cards(&ns);
+    publish_card(&client, &cards_subject, &card).await;
+
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let serving = Serving {
+        shared,
+        cards_subject,
+        card,
+        card_interval: builder.card_interval,
+    };
+    let task = tokio::spawn(serving.run(requests, cancels, pings, stop_rx));
+    tracing::info!(agent = %name, subject = %request_subject, "agent serving");
+    Ok(AgentHandle {
+        name,
+        stop: Some(stop_tx),
+        task: Some(task),
+    })
+}
+
+async fn publish_card(client: &Client, subject: &str, card: &Bytes) {
+    if let Err(e) = client.publish(subject.to_owned(), card.clone()).await {
+        tracing::warn!(subject, "cannot publish the agent card: {e}");
+    }
+}
+
+struct Serving {
+    shared: Arc<Shared>,
+    cards_subject: String,
+    card: Bytes,
+    card_interval: std::time::Duration,
+}
+
+impl Serving {
+    async fn run(
+        self,
+        mut requests: async_nats::Subscriber,
+        mut cancels: async_nats::Subscriber,
+        mut pings: async_nats::Subscriber,
+        mut stop: oneshot::Receiver<()>,
+    ) {
+        let mut calls = JoinSet::new();
+        let start = tokio::time::Instant::now() + self.card_interval;
+        let mut ticker = tokio::time::interval_at(start, self.card_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut stop => break,
+                // Requests before cancels: a cancel that arrived after its request is then
+                // always seen after the request was registered.
+                msg = requests.next() => match msg {
+                    Some(msg) => self.on_request(msg, &mut calls).await,
+                    None => break,
+                },
+                msg = cancels.next() => match msg {
+                    Some(msg) => self.on_cancel(msg).await,
+                    None => break,
+                },
+                Some(_) = pings.next() => {
+                    publish_card(&self.shared.client, &self.cards_subject, &self.card).await;
+                }
+                _ = ticker.tick() => {
+                    publish_card(&self.shared.client, &self.cards_subject, &self.card).await;
+                }
+                Some(done) = calls.join_next(), if !calls.is_empty() => {
+                    if let Err(e) = done {
+                        tracing::error!(agent = %self.shared.name, "call task failed: {e}");
+                    }
+                }
+            }
+        }
+        // Unsubscribe first so queue-group peers take new requests, then let running
+        // calls answer.
+        drop((requests, cancels, pings));
+        while calls.join_next().await.is_some() {}
+        tracing::info!(agent = %self.shared.name, "agent stopped");
+    }
+
+    async fn on_request(&self, msg: Message, calls: &mut JoinSet<()>) {
+        let reply = msg.reply.as_ref().map(|s| s.as_str());
+        match protocol::decode(&msg.payload, msg.headers.as_ref(), reply) {
+            Decoded::Send(call) => {
+                let (seq, canceled) = self.shared.register(&call.task_id);
+                calls.spawn(run_call(self.shared.clone(), *call, seq, canceled));
+            }
+            Decoded::Cancel {
+                id,
+                task_id,
+                reply_to,
+            } => {
+                let found = self.shared.cancel(&task_id);
+                if let Some(to) = reply_to {
+                    let response = cancel_answer(id, &task_id, found);
+                    let headers = protocol::reply_headers("", msg.headers.as_ref());
+                    self.shared.publish(&to, headers, &response).await;
+                }
+            }
+            Decoded::Reject { reply_to, response } => {
+                tracing::debug!(agent = %self.shared.name, "rejecting a malformed request");
+                match reply_to {
+                    Some(to) => {
+                        let msg_id = response.id.as_ref().map(|i| i.to_string());
+                        let headers = protocol::reply_headers(
+                            msg_id.as_deref().unwrap_or(""),
+                            msg.headers.as_ref(),
+                        );
+                        self.shared.publish(&to, headers, &response).await;
+                    }
+                    None => tracing::warn!(
+                        agent = %self.shared.name,
+                        "malformed request without a reply subject dropped"
+                    ),
+                }
+            }
+        }
+    }
+
+    /// A message on the cancel broadcast: only the replica running the task answers.
+    async fn on_cancel(&self, msg: Message) {
+        let reply = msg.reply.as_ref().map(|s| s.as_str());
+        match protocol::decode(&msg.payload, msg.headers.as_ref(), reply) {
+            Decoded::Cancel {
+                id,
+                task_id,
+                reply_to,
+            } => {
+                if self.shared.cancel(&task_id) {
+                    if let Some(to) = reply_to {
+                        let response = cancel_answer(id, &task_id, true);
+                        let headers = protocol::reply_headers("", msg.headers.as_ref());
+                        self.shared.publish(&to, headers, &response).await;
+                    }
+                }
+            }
+            _ => {
+                tracing::debug!(agent = %self.shared.name, "ignoring a non-cancel on the cancel subject")
+            }
+        }
+    }
+}
+
+/// The answer to a `tasks/cancel` itself: the canceled task, or "task not found".
+fn cancel_answer(id: messages::RequestId, task_id: &str, found: bool) -> Response {
+    if found {
+        Response::result(
+            id,
+            AgentReply::Task(Task {
+                id: task_id.to_owned(),
+                context_id: task_id.to_owned(),
+                status: TaskStatus::new(TaskState::Canceled),
+                artifacts: None,
+                metadata: None,
+            }),
+        )
+    } else {
+        Response::error(
+            Some(id),
+            ErrorObject::new(
+                codes::TASK_NOT_FOUND,
+                format!("task {task_id} is not running here"),
+            ),
+        )
+    }
+}
+
+/// Unregisters a call however its task ends.
+struct Registration {
+    shared: Arc<Shared>,
+    task_id: String,
+    seq: u64,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.shared.unregister(&self.task_id, self.seq);
+    }
+}
+
+async fn run_call(shared: Arc<Shared>, call: Call, seq: u64, canceled: oneshot::Receiver<()>) {
+    let _registration = Registration {
+        shared: shared.clone(),
+        task_id: call.task_id.clone(),
+        seq,
+    };
+    let canceled = async move {
+        // A dropped sender (the call was re-registered) is not a cancel.
+        if canceled.await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::pin!(canceled);
+    let permits = shared.permits.clone();
+    let _permit = tokio::select! {
+        permit = permits.acquire_owned() => permit.ok(),
+        _ = &mut canceled => {
+            answer(&shared, &call, &Outcome::Canceled).await;
+            return;
+        }
+    };
+    if let Some(to) = &call.status_to {
+        let headers = protocol::reply_headers("", Some(&call.headers));
+        shared
+            .publish(to, headers, &protocol::working_update(&call))
+            .await;
+    }
+    let outcome = tokio::select! {
+        outcome = process(&shared, &call) => outcome,
+        _ = &mut canceled => Outcome::Canceled,
+    };
+    answer(&shared, &call, &outcome).await;
+}
+
+async fn answer(shared: &Shared, call: &Call, outcome: &Outcome) {
+    let Some(to) = &call.reply_to else {
+        tracing::debug!(agent = %shared.name, task = %call.task_id, "no reply subject; result dropped");
+        return;
+    };
+    let headers = protocol::reply_headers(&call.task_id, Some(&call.headers));
+    shared
+        .publish(to, headers, &protocol::reply(call, outcome))
+        .await;
+}
+
+/// Loads and checks the input, runs the handler in a task of its own (so a panic or an
+/// abort cannot take the call down without an answer), checks and stores the output.
+async fn process(shared: &Arc<Shared>, call: &Call) -> Outcome {
+    let input = match &call.input {
+        InputSource::Inline(v) => v.clone(),
+        InputSource::Artifact { uri, wrapped } => match shared.artifacts.get_uri(uri).await {
+            Ok(v) if *wrapped => v.get("value").cloned().unwrap_or(Value::Null),
+            Ok(v) => v,
+            Err(e) => return Outcome::failure(format!("cannot read the input: {e}"), None),
+        },
+        InputSource::Unsupported(why) => return Outcome::failure(why.clone(), None),
+    };
+    let schemas = call.node_request.as_ref();
+    let input_schema = match effective(
+        schemas.and_then(|r| r.input_schema.as_ref()),
+        &shared.input_schema,
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            return Outcome::failure(format!("the request's input_schema is invalid: {e}"), None)
+        }
+    };
+    let output_schema = match effective(
+        schemas.and_then(|r| r.output_schema.as_ref()),
+        &shared.output_schema,
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            return Outcome::failure(format!("the request's output_schema is invalid: {e}"), None)
+        }
+    };
+    if let Some(schema) = &input_schema {
+        let violations = schema.violations("input", &input);
+        if !violations.is_empty() {
+            return Outcome::Failure {
+                message: format!(
+                    "the input does not match the input schema ({} violation{})",
+                    violations.len(),
+                    if violations.len() == 1 { "" } else { "s" }
+                ),
+                kind: Some(KIND_INPUT_VALIDATION.into()),
+                validation_errors: violations,
+            };
+        }
+    }
+    let request = NodeRequest {
+        input,
+        instruction: call.instruction.clone(),
+        workflow: call.workflow.clone(),
+        task_id: call.task_id.clone(),
+        context_id: call.context_id.clone(),
+        message_id: call.message_id.clone(),
+        headers: call.headers.clone(),
+    };
+    let handler = shared.handler.clone();
+    let mut task = tokio::spawn(handler.call(request));
+    // Aborts the handler when this future is dropped (a cancel won the race).
+    struct AbortOnDrop(tokio::task::AbortHandle);
+    impl Drop for AbortOnDrop {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let _abort = AbortOnDrop(task.abort_handle());
+    let output = match (&mut task).await {
+        Ok(Ok(output)) => output,
+        Ok(Err(e)) => return Outcome::failure(e.message, e.kind),
+        Err(e) if e.is_panic() => return Outcome::failure("the agent's handler panicked", None),
+        Err(_) => return Outcome::Canceled,
+    };
+    if let Some(schema) = &output_schema {
+        let violations = schema.violations("output", &output);
+        if !violations.is_empty() {
+            return Outcome::Failure {
+                message: format!(
+                    "the output does not match the output schema ({} violation{})",
+                    violations.len(),
+                    if violations.len() == 1 { "" } else { "s" }
+                ),
+                kind: Some(KIND_OUTPUT_VALIDATION.into()),
+                validation_errors: violations,
+            };
+        }
+    }
+    store_output(shared, call, output).await
+}
+
+/// The request's schema when it brings one (JSON null counts as none), else the agent's.
+fn effective(requested: Option<&Value>, own: &Option<Schema>) -> Result<Option<Schema>, String> {
+    match requested.filter(|v| !v.is_null()) {
+        Some(source) => Schema::compile(source).map(Some),
+        None => Ok(own.clone()),
+    }
+}
+
+/// Inline when small, else stored as `{task_id}/{suggested name or output.json}`.
+async fn store_output(shared: &Shared, call: &Call, output: Value) -> Outcome {
+    let size = match serde_json::to_vec(&output) {
+        Ok(b) => b.len(),
+        Err(e) => return Outcome::failure(format!("the output is not JSON: {e}"), None),
+    };
+    if size <= shared.artifact_threshold {
+        return Outcome::Success(Output::Inline(output));
+    }
+    let file = call
+        .node_request
+        .as_ref()
+        .and_then(|r| r.suggested_output_filename.clone())
+        .filter(|f| !f.is_empty())
+        .unwrap_or_else(|| "output.json".into());
+    let name = format!("{}/{file}", call.task_id);
+    match shared.artifacts.put_json(&name, &output).await {
+        Ok(()) => Outcome::Success(Output::Artifact {
+            bucket: shared.artifacts.bucket().to_owned(),
+            name,
+        }),
+        Err(e) => Outcome::failure(format!("cannot store the output: {e}"), None),
+    }
+}
