@@ -5,8 +5,14 @@
 //! Every event goes through [`super::apply`]; with [`Sim::check_replay`] on (the default),
 //! the state is also round-tripped through serde JSON before each event and the copy must
 //! produce the same commands and the same state: that is what a replica resuming a run does.
+//!
+//! Faults for property tests: [`Answer::Events`] lets a script answer with any events (twice,
+//! for a stale attempt, contradicting itself); [`Sim::crash_after_commit`] drops the command
+//! batch of chosen events and redelivers them (a replica died between commit and side
+//! effects); [`Sim::redeliver`] re-applies chosen events after their commands were carried
+//! out (the triggering message was not acked).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -27,6 +33,9 @@ pub enum Answer {
     Fail(String, Option<String>),
     /// Never answer (the call times out).
     Silence,
+    /// Deliver exactly these events, each at the reply's delay plus its own: answers sent
+    /// twice, for another attempt, or contradicting each other.
+    Events(Vec<(Duration, Event)>),
 }
 
 /// A scripted answer with its delay.
@@ -41,17 +50,26 @@ pub struct Reply {
 impl Reply {
     /// Succeed at once with `output`.
     pub fn ok(output: Value) -> Reply {
-        Reply { after: Duration::ZERO, answer: Answer::Output(output) }
+        Reply {
+            after: Duration::ZERO,
+            answer: Answer::Output(output),
+        }
     }
 
     /// Fail at once with `message`.
     pub fn fail(message: &str) -> Reply {
-        Reply { after: Duration::ZERO, answer: Answer::Fail(message.into(), None) }
+        Reply {
+            after: Duration::ZERO,
+            answer: Answer::Fail(message.into(), None),
+        }
     }
 
     /// Never answer.
     pub fn silence() -> Reply {
-        Reply { after: Duration::ZERO, answer: Answer::Silence }
+        Reply {
+            after: Duration::ZERO,
+            answer: Answer::Silence,
+        }
     }
 
     /// The same answer after `d`.
@@ -95,6 +113,17 @@ pub struct Sim<'w> {
     pub max_events: usize,
     /// The most calls running at once so far.
     pub max_running: usize,
+    /// Indexes (into [`Sim::events`]) of events whose replica commits the new state and
+    /// dies before carrying out the commands: the batch goes to [`Sim::lost`] and the
+    /// unacked event is redelivered at once to a replica that loads the committed state.
+    pub crash_after_commit: BTreeSet<usize>,
+    /// Indexes of events whose commands are carried out but whose message is not acked:
+    /// the same event is applied again at once.
+    pub redeliver: BTreeSet<usize>,
+    /// Commands computed and committed but never carried out (see `crash_after_commit`).
+    pub lost: Vec<Command>,
+    /// For each redelivered event: its index in [`Sim::events`] and the commands it gave.
+    pub redeliveries: Vec<(usize, Vec<Command>)>,
 }
 
 impl<'w> Sim<'w> {
@@ -114,6 +143,10 @@ impl<'w> Sim<'w> {
             duplicate_answers: false,
             max_events: 1_000_000,
             max_running: 0,
+            crash_after_commit: BTreeSet::new(),
+            redeliver: BTreeSet::new(),
+            lost: Vec::new(),
+            redeliveries: Vec::new(),
         }
     }
 
@@ -144,7 +177,9 @@ impl<'w> Sim<'w> {
     /// Runs until the run ends or nothing more is scheduled.
     pub fn run_to_end(&mut self) -> Outcome {
         while !self.state.status.is_terminal() && self.events.len() < self.max_events {
-            let Some((&(at, seq), _)) = self.schedule.iter().next() else { break };
+            let Some((&(at, seq), _)) = self.schedule.iter().next() else {
+                break;
+            };
             let due = self.schedule.remove(&(at, seq)).expect("key was just read");
             self.now = self.now.max(at);
             match due {
@@ -160,8 +195,35 @@ impl<'w> Sim<'w> {
         self.outcome()
     }
 
-    /// Applies one event now, carrying out its commands.
+    /// Applies one event now, carrying out its commands (unless a crash is scripted for it;
+    /// a crashed or unacked event is then redelivered at once).
     pub fn apply(&mut self, event: Event) {
+        self.deliver(event);
+    }
+
+    /// Applies one event and returns the commands it gave, carried out or lost.
+    fn deliver(&mut self, event: Event) -> Vec<Command> {
+        let index = self.events.len();
+        let commands = self.commit(event.clone());
+        let crashed = self.crash_after_commit.contains(&index);
+        if crashed {
+            self.lost.extend(commands.iter().cloned());
+        } else {
+            for c in &commands {
+                self.carry_out(c);
+            }
+            self.commands.extend(commands.iter().cloned());
+        }
+        if crashed || self.redeliver.contains(&index) {
+            let again_index = self.events.len();
+            let again = self.deliver(event);
+            self.redeliveries.push((again_index, again));
+        }
+        commands
+    }
+
+    /// Applies one event to the state (checking the replay) and returns its commands.
+    fn commit(&mut self, event: Event) -> Vec<Command> {
         self.events.push((self.now, event.clone()));
         let replica = self.check_replay.then(|| {
             let text = serde_json::to_string(&self.state).expect("state serialises");
@@ -170,7 +232,10 @@ impl<'w> Sim<'w> {
         let commands = super::apply(self.workflow, &mut self.state, event.clone(), self.now);
         if let Some(mut replica) = replica {
             let again = super::apply(self.workflow, &mut replica, event, self.now);
-            assert_eq!(again, commands, "a replica resuming from serialised state diverged");
+            assert_eq!(
+                again, commands,
+                "a replica resuming from serialised state diverged"
+            );
             assert_eq!(replica, self.state, "replica state diverged");
         }
         let running = self
@@ -180,10 +245,7 @@ impl<'w> Sim<'w> {
             .filter(|c| matches!(c.phase, super::state::CallPhase::Running { .. }))
             .count();
         self.max_running = self.max_running.max(running);
-        for c in &commands {
-            self.carry_out(c);
-        }
-        self.commands.extend(commands);
+        commands
     }
 
     fn carry_out(&mut self, command: &Command) {
@@ -194,23 +256,43 @@ impl<'w> Sim<'w> {
                     None => {
                         let failure = Failure {
                             class: FailureClass::Unreachable,
-                            message: format!("agent '{}' has no card on the mesh", d.target.agent_name()),
+                            message: format!(
+                                "agent '{}' has no card on the mesh",
+                                d.target.agent_name()
+                            ),
                             kind: None,
                         };
-                        let event = Event::CallFailed { task: d.task.clone(), attempt: d.attempt, failure };
+                        let event = Event::CallFailed {
+                            task: d.task.clone(),
+                            attempt: d.attempt,
+                            failure,
+                        };
                         self.push(self.now, Due::Event(event));
                         return;
                     }
                 };
                 let event = match reply.answer {
                     Answer::Silence => return,
-                    Answer::Output(output) => {
-                        Event::CallSucceeded { task: d.task.clone(), attempt: d.attempt, output }
+                    Answer::Events(events) => {
+                        for (delay, event) in events {
+                            let at = self.now.plus(reply.after).plus(delay);
+                            self.push(at, Due::Event(event));
+                        }
+                        return;
                     }
+                    Answer::Output(output) => Event::CallSucceeded {
+                        task: d.task.clone(),
+                        attempt: d.attempt,
+                        output,
+                    },
                     Answer::Fail(message, kind) => Event::CallFailed {
                         task: d.task.clone(),
                         attempt: d.attempt,
-                        failure: Failure { class: FailureClass::Failed, message, kind },
+                        failure: Failure {
+                            class: FailureClass::Failed,
+                            message,
+                            kind,
+                        },
                     },
                 };
                 let at = self.now.plus(reply.after);
@@ -232,13 +314,25 @@ impl<'w> Sim<'w> {
 
     /// The run's result so far.
     pub fn outcome(&self) -> Outcome {
-        let finishes: Vec<&Command> =
-            self.commands.iter().filter(|c| matches!(c, Command::Finish { .. })).collect();
+        let finishes: Vec<&Command> = self
+            .commands
+            .iter()
+            .filter(|c| matches!(c, Command::Finish { .. }))
+            .collect();
         let (status, output, error) = match finishes.last() {
-            Some(Command::Finish { status, output, error }) => (Some(*status), output.clone(), error.clone()),
+            Some(Command::Finish {
+                status,
+                output,
+                error,
+            }) => (Some(*status), output.clone(), error.clone()),
             _ => (None, None, None),
         };
-        Outcome { status, output, error, finishes: finishes.len() }
+        Outcome {
+            status,
+            output,
+            error,
+            finishes: finishes.len(),
+        }
     }
 
     /// Every dispatch so far.
