@@ -6,4 +6,5 @@
 pub mod cli;
 pub mod core;
 pub mod definition;
+pub mod shell;
 pub mod visual;

@@ -122,7 +122,7 @@ fn node_spec() -> impl Strategy<Value = NodeSpec> {
         kind_spec(),
         any::<u8>(),
         any::<[u8; 3]>(),
-        0..8u8,
+        0..16u8,
         proptest::option::weighted(0.3, any::<bool>()),
         proptest::option::weighted(0.5, retry_spec()),
         proptest::option::weighted(0.5, 1..30u8),
@@ -162,7 +162,9 @@ fn workflow_spec() -> impl Strategy<Value = WorkflowSpec> {
 }
 
 /// Agent names; "Nobody" has no card on the mesh (its calls are unreachable).
-const AGENTS: [&str; 8] = ["A", "B", "C", "A", "B", "C", "A", "Nobody"];
+const AGENTS: [&str; 16] = [
+    "A", "B", "C", "A", "B", "C", "A", "B", "C", "A", "B", "C", "A", "B", "C", "Nobody",
+];
 const EXITS: [&str; 4] = ["always", "on_success", "on_failure", "on_cancel"];
 
 fn id(i: usize) -> String {
@@ -535,9 +537,21 @@ fn failure(d: &Dispatch, fatal: bool) -> Event {
     }
 }
 
-/// The reply to call number `k` under `script`.
-fn reply(script: &[Behave], k: u64, d: &Dispatch) -> Reply {
-    match &script[k as usize % script.len()] {
+/// The reply to call number `k` under `script`; a `reliable` world answers every call.
+fn reply(script: &[Behave], reliable: bool, k: u64, d: &Dispatch) -> Reply {
+    let behaviour = &script[k as usize % script.len()];
+    let behaviour = match behaviour {
+        Behave::Fail { after, .. } | Behave::Contradict { after, .. } if reliable => &Behave::Ok {
+            after: *after,
+            again: k % 2 == 0,
+        },
+        Behave::Silence | Behave::Late { .. } if reliable => &Behave::Ok {
+            after: 0,
+            again: false,
+        },
+        other => other,
+    };
+    match behaviour {
         Behave::Ok { after, again } => {
             Reply::ok(json!({"v": k, "again": again})).after(tenths(*after))
         }
@@ -592,6 +606,8 @@ fn reply(script: &[Behave], k: u64, d: &Dispatch) -> Reply {
 #[derive(Debug, Clone)]
 struct World {
     script: Vec<Behave>,
+    /// Every call gets an answer (late, twice or stale, but never a failure or silence).
+    reliable: bool,
     cancel_at: Option<u16>,
     /// (approval pick, at in tenths, approved, by alice).
     decisions: Vec<(u8, u16, bool, bool)>,
@@ -603,6 +619,7 @@ fn world(crashes: bool) -> impl Strategy<Value = World> {
     let faults = if crashes { 0..4usize } else { 0..1usize };
     (
         vec(behave(), 1..40),
+        any::<bool>(),
         proptest::option::weighted(0.3, 0..1200u16),
         vec(
             (
@@ -617,8 +634,9 @@ fn world(crashes: bool) -> impl Strategy<Value = World> {
         btree_set(0..120usize, faults),
     )
         .prop_map(
-            |(script, cancel_at, decisions, crash_after_commit, redeliver)| World {
+            |(script, reliable, cancel_at, decisions, crash_after_commit, redeliver)| World {
                 script,
+                reliable,
                 cancel_at,
                 decisions,
                 crash_after_commit,
@@ -632,11 +650,11 @@ fn sim<'w>(w: &'w Workflow, world: &World) -> Sim<'w> {
     let calls = Rc::new(Cell::new(0u64));
     let mut sim = Sim::new(w);
     for name in ["A", "B", "C", "X"] {
-        let (calls, script) = (calls.clone(), world.script.clone());
+        let (calls, script, reliable) = (calls.clone(), world.script.clone(), world.reliable);
         sim = sim.agent(name, move |d| {
             let k = calls.get();
             calls.set(k + 1);
-            reply(&script, k, d)
+            reply(&script, reliable, k, d)
         });
     }
     sim.max_events = 20_000;

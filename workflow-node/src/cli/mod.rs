@@ -1,11 +1,23 @@
 //! Command-line interface: one module per subcommand, each with its `Args` and `run`.
 
 pub mod card;
+pub mod client;
+pub mod connect;
+pub mod demo;
 pub mod mermaid;
 pub mod plan;
+pub mod run;
+pub mod serve;
+pub mod stubs;
+pub mod suite;
 pub mod validate;
 
+use std::future::Future;
+use std::path::PathBuf;
+
 use clap::{Parser, Subcommand};
+
+use crate::definition::Workflow;
 
 /// The workflow node of an agent mesh over NATS.
 #[derive(Debug, Parser)]
@@ -27,4 +39,42 @@ pub enum Command {
     Mermaid(mermaid::Args),
     /// Print the agent card JSON of a workflow.
     Card(card::Args),
+    /// Host workflows on the mesh.
+    Serve(serve::Args),
+    /// Invoke a workflow as another agent would and print its output.
+    Run(run::Args),
+    /// Run workflow test suites against stub agents.
+    Test(suite::Args),
+    /// Run the demo: a local server, stub agents, the node, one run of an example.
+    Demo(demo::Args),
+}
+
+/// Runs a command's async body on a fresh runtime; errors print and exit 2.
+pub fn block_on<F>(body: F) -> std::process::ExitCode
+where
+    F: Future<Output = anyhow::Result<std::process::ExitCode>>,
+{
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(body) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+/// Loads workflow files, printing every problem; `None` when any is invalid.
+pub fn load(paths: &[PathBuf]) -> Option<Vec<Workflow>> {
+    let (workflows, problems) = crate::definition::load_paths(paths);
+    for p in &problems {
+        eprintln!("{p}");
+    }
+    problems.is_empty().then_some(workflows)
 }

@@ -1,0 +1,135 @@
+//! `workflow-node run NAME`: invoke a workflow as another agent would, show progress on
+//! stderr, print the output on stdout. Exit 0 on success, 1 when the run fails or is
+//! cancelled, 2 on a usage or connection error.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use messages::workflow::WorkflowDataPart;
+use serde_json::{json, Value};
+
+use super::client::{invoke, RunResult};
+use super::connect::{connect, NatsArgs};
+use crate::shell::{Config, WorkflowNode};
+
+/// Arguments of `run`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The workflow's name.
+    pub name: String,
+    /// The input as JSON.
+    #[arg(long, conflicts_with = "input_file")]
+    pub input: Option<String>,
+    /// A file holding the input JSON (or YAML).
+    #[arg(long)]
+    pub input_file: Option<PathBuf>,
+    /// How long to wait for the result, e.g. 30s, 5m.
+    #[arg(long, default_value = "5m")]
+    pub timeout: String,
+    /// Print {"status", "output", "error"} instead of the bare output.
+    #[arg(long)]
+    pub json: bool,
+    /// Host these workflows in this process too (handy with the embedded server).
+    #[arg(long)]
+    pub workflows: Vec<PathBuf>,
+    /// Serve these stub agents in this process too.
+    #[arg(long)]
+    pub agents: Option<PathBuf>,
+    /// NATS connection.
+    #[command(flatten)]
+    pub nats: NatsArgs,
+}
+
+/// Runs `run`.
+pub fn run(args: Args) -> ExitCode {
+    super::block_on(execute(args))
+}
+
+fn read_input(args: &Args) -> Result<Value> {
+    match (&args.input, &args.input_file) {
+        (Some(text), _) => serde_json::from_str(text).context("--input is not valid JSON"),
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            serde_yaml::from_str(&text).with_context(|| format!("{} is not valid JSON or YAML", path.display()))
+        }
+        (None, None) => Err(anyhow!("give the input with --input JSON or --input-file PATH")),
+    }
+}
+
+async fn execute(args: Args) -> Result<ExitCode> {
+    let input = read_input(&args)?;
+    let timeout = workflow_expr::duration::parse(&args.timeout).map_err(|e| anyhow!("--timeout: {e}"))?;
+    if args.nats.nats_url.is_none() && args.workflows.is_empty() {
+        return Err(anyhow!(
+            "nothing serves {} on a fresh embedded server: give --nats-url (or NATS_URL) of a mesh where it runs, or --workflows (and --agents) to host it here",
+            args.name
+        ));
+    }
+    let conn = connect(&args.nats).await?;
+    let ns = args.nats.namespace.clone();
+    let stubs = match &args.agents {
+        Some(path) => Some(super::stubs::start(&conn.client, &ns, path).await?),
+        None => None,
+    };
+    let node = if args.workflows.is_empty() {
+        None
+    } else {
+        let workflows = super::load(&args.workflows).ok_or_else(|| anyhow!("invalid workflow files"))?;
+        let config = Config { namespace: ns.clone(), ..Config::default() };
+        Some(WorkflowNode::start(conn.client.clone(), workflows, config).await.map_err(anyhow::Error::msg)?)
+    };
+    let result = invoke(&conn.client, &ns, &args.name, &input, timeout, show_progress).await;
+    if let Some(node) = node {
+        node.shutdown().await;
+    }
+    drop(stubs);
+    conn.close().await;
+    let result = result?;
+    print_result(&result, args.json);
+    Ok(if result.status == "success" { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn print_result(result: &RunResult, as_json: bool) {
+    if as_json {
+        let v = json!({"status": result.status, "output": result.output, "error": result.error});
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else if result.status == "success" {
+        let out = result.output.clone().unwrap_or(Value::Null);
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    } else {
+        eprintln!("run {}: {}", result.status, result.error.clone().unwrap_or_default());
+    }
+}
+
+/// Prints one progress update on stderr.
+pub fn show_progress(part: &WorkflowDataPart) {
+    let line = match part {
+        WorkflowDataPart::ExecutionStart(s) => format!("run {} started", s.execution_id),
+        WorkflowDataPart::NodeExecutionStart(s) => {
+            let what = s.agent_name.as_deref().map(|a| format!(" -> {a}")).unwrap_or_default();
+            let idx = s.iteration_index.map(|i| format!(" [{i}]")).unwrap_or_default();
+            let attempt = s.attempt.filter(|a| *a > 1).map(|a| format!(" (attempt {a})")).unwrap_or_default();
+            format!("  {} ({}){idx}{what}{attempt}", s.node_id, s.node_type)
+        }
+        WorkflowDataPart::NodeExecutionResult(r) => {
+            let status = serde_json::to_value(r.status).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+            let why = r.error_message.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
+            format!("  {} {status}{why}", r.node_id)
+        }
+        WorkflowDataPart::MapProgress(m) => format!("  {} {}/{} items", m.node_id, m.completed_items, m.total_items),
+        WorkflowDataPart::ApprovalRequest(a) => {
+            format!("  {} waits for approval by {:?}: {}", a.node_id, a.approvers, a.message)
+        }
+        WorkflowDataPart::ExecutionResult(r) => {
+            let status = serde_json::to_value(r.status).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+            format!("run {} {status}", r.execution_id)
+        }
+        _ => return,
+    };
+    eprintln!("{line}");
+}
+
+/// How long `run` and `test` wait by default.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);

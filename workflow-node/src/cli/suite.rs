@@ -1,0 +1,220 @@
+//! `workflow-node test SUITE...`: run workflow test suites against stub agents, on the
+//! embedded NATS unless given a URL. Exit 0 only when every case passes.
+//!
+//! ```yaml
+//! workflows: [order.yaml]      # relative to the suite file
+//! agents: stubs.yaml           # a stub file, or an inline list of stub agents
+//! cases:
+//!   - name: small values take the small branch
+//!     workflow: OrderWorkflow  # optional when the suite has one workflow
+//!     input: {value: 5}
+//!     expect:
+//!       status: success        # success | failure | cancelled
+//!       output: {...}          # exact JSON equality, when present
+//!       error_contains: "..."
+//!       nodes: {handle_small: success, handle_large: skipped}
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::client::{invoke, RunResult};
+use super::connect::{connect, NatsArgs};
+use crate::shell::{Config, WorkflowNode};
+
+/// Arguments of `test`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Suite files.
+    #[arg(required = true)]
+    pub suites: Vec<PathBuf>,
+    /// Per-case timeout, e.g. 30s.
+    #[arg(long, default_value = "60s")]
+    pub timeout: String,
+    /// NATS connection.
+    #[command(flatten)]
+    pub nats: NatsArgs,
+}
+
+/// A suite file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Suite {
+    /// Workflow files, relative to the suite.
+    pub workflows: Vec<PathBuf>,
+    /// A stub agent file, or an inline list of stub agents.
+    #[serde(default)]
+    pub agents: Option<Value>,
+    /// The cases.
+    pub cases: Vec<Case>,
+}
+
+/// One case.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Case {
+    /// What it checks.
+    pub name: String,
+    /// The workflow to run (optional with one workflow).
+    #[serde(default)]
+    pub workflow: Option<String>,
+    /// The input.
+    #[serde(default)]
+    pub input: Value,
+    /// What must hold.
+    pub expect: Expect,
+}
+
+/// A case's expectations.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    /// `success`, `failure` or `cancelled`.
+    #[serde(default)]
+    pub status: Option<String>,
+    /// The exact output.
+    #[serde(default)]
+    pub output: Option<Value>,
+    /// A substring of the error.
+    #[serde(default)]
+    pub error_contains: Option<String>,
+    /// Node statuses.
+    #[serde(default)]
+    pub nodes: BTreeMap<String, String>,
+}
+
+/// Runs `test`.
+pub fn run(args: Args) -> ExitCode {
+    super::block_on(async move {
+        let timeout = workflow_expr::duration::parse(&args.timeout).map_err(|e| anyhow!("--timeout: {e}"))?;
+        let mut passed = 0;
+        let mut failed = 0;
+        for path in &args.suites {
+            let (p, f) = run_suite(path, &args.nats, timeout).await.with_context(|| format!("suite {}", path.display()))?;
+            passed += p;
+            failed += f;
+        }
+        println!("{passed} passed, {failed} failed");
+        Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    })
+}
+
+/// Loads a suite file.
+pub fn load_suite(path: &Path) -> Result<Suite> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let suite: Suite = serde_yaml::from_str(&text).with_context(|| format!("{} is not a valid suite", path.display()))?;
+    if suite.cases.is_empty() {
+        bail!("{}: cases: a suite needs at least one case", path.display());
+    }
+    for (i, case) in suite.cases.iter().enumerate() {
+        if let Some(s) = &case.expect.status {
+            if !["success", "failure", "cancelled"].contains(&s.as_str()) {
+                bail!("{}: cases[{i}].expect.status: '{s}' is not success, failure or cancelled", path.display());
+            }
+        }
+    }
+    Ok(suite)
+}
+
+async fn run_suite(path: &Path, nats: &NatsArgs, timeout: std::time::Duration) -> Result<(usize, usize)> {
+    let suite = load_suite(path)?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let files: Vec<PathBuf> = suite.workflows.iter().map(|w| dir.join(w)).collect();
+    let workflows = super::load(&files).ok_or_else(|| anyhow!("invalid workflow files"))?;
+    let names: Vec<String> = workflows.iter().map(|w| w.name.clone()).collect();
+    let conn = connect(nats).await?;
+    let ns = nats.namespace.clone();
+    let _temp;
+    let stubs = match &suite.agents {
+        None => None,
+        Some(Value::String(file)) => Some(super::stubs::start(&conn.client, &ns, &dir.join(file)).await?),
+        Some(list @ Value::Array(_)) => {
+            let temp = tempfile_in(dir, list)?;
+            let stubs = super::stubs::start(&conn.client, &ns, &temp).await?;
+            _temp = TempFile(temp);
+            Some(stubs)
+        }
+        Some(other) => bail!("agents: expected a file name or a list of agents, found {other}"),
+    };
+    let config = Config { namespace: ns.clone(), ..Config::default() };
+    let node = WorkflowNode::start(conn.client.clone(), workflows, config).await.map_err(anyhow::Error::msg)?;
+    let (mut passed, mut failed) = (0, 0);
+    println!("suite {}", path.display());
+    for case in &suite.cases {
+        let workflow = match (&case.workflow, names.as_slice()) {
+            (Some(w), _) => w.clone(),
+            (None, [only]) => only.clone(),
+            (None, _) => bail!("case '{}': name its workflow (the suite has {})", case.name, names.join(", ")),
+        };
+        let result = invoke(&conn.client, &ns, &workflow, &case.input, timeout, |_| {}).await;
+        let problems = match result {
+            Ok(r) => check(&case.expect, &r),
+            Err(e) => vec![format!("{e:#}")],
+        };
+        if problems.is_empty() {
+            passed += 1;
+            println!("  ok   {}", case.name);
+        } else {
+            failed += 1;
+            println!("  FAIL {}", case.name);
+            for p in problems {
+                println!("       {p}");
+            }
+        }
+    }
+    node.shutdown().await;
+    drop(stubs);
+    conn.close().await;
+    Ok((passed, failed))
+}
+
+/// What differs between a result and the expectations (empty: the case passes).
+pub fn check(expect: &Expect, result: &RunResult) -> Vec<String> {
+    let mut problems = Vec::new();
+    if let Some(status) = &expect.status {
+        if *status != result.status {
+            let why = result.error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default();
+            problems.push(format!("status: expected {status}, got {}{why}", result.status));
+        }
+    }
+    if let Some(output) = &expect.output {
+        if Some(output) != result.output.as_ref() {
+            let got = result.output.as_ref().map_or("nothing".to_string(), |o| o.to_string());
+            problems.push(format!("output: expected {output}, got {got}"));
+        }
+    }
+    if let Some(needle) = &expect.error_contains {
+        let error = result.error.clone().unwrap_or_default();
+        if !error.contains(needle.as_str()) {
+            problems.push(format!("error: expected it to contain {needle:?}, got {error:?}"));
+        }
+    }
+    for (node, status) in &expect.nodes {
+        let got = result.nodes.get(node).map_or("pending", String::as_str);
+        if got != status {
+            problems.push(format!("node '{node}': expected {status}, got {got}"));
+        }
+    }
+    problems
+}
+
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn tempfile_in(dir: &Path, agents: &Value) -> Result<PathBuf> {
+    let path = std::env::temp_dir().join(format!("stubs-{}.yaml", uuid::Uuid::new_v4().simple()));
+    let _ = dir;
+    let doc = serde_json::json!({ "agents": agents });
+    std::fs::write(&path, serde_yaml::to_string(&doc)?)?;
+    Ok(path)
+}

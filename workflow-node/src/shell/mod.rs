@@ -1,0 +1,272 @@
+//! The NATS shell around the core: a process on the mesh that hosts workflows.
+//!
+//! - `requests`: takes requests to each workflow (start, cancel, approve), any replica.
+//! - `worker`: the event stream of each workflow and its shared durable consumer: load,
+//!   `apply`, commit with compare-and-swap, carry out, ack.
+//! - `effects`: carries out the core's commands (dispatch, timers, progress, final reply).
+//! - `timers`: durable timers in a KV bucket, armed by every replica.
+//! - `registry`: agent cards seen on the mesh, and publishing our own.
+//! - `record`, `names`, `wire`: what a run's KV entry holds, resource names, message
+//!   encoding.
+//!
+//! Nothing about a run lives only in one process: its state is in KV, its events in a
+//! stream, its timers in KV. Any replica carries on any run.
+
+mod effects;
+pub mod names;
+pub mod record;
+mod registry;
+mod requests;
+pub mod timers;
+pub mod wire;
+mod worker;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_nats::jetstream::{self, kv, object_store};
+use async_nats::HeaderMap;
+use messages::card::AgentCard;
+use messages::{headers, subjects};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::io::AsyncReadExt;
+use tokio::task::JoinHandle;
+
+use crate::core::{Event, ExecutionId, Millis};
+use crate::definition::Workflow;
+pub use record::{Caller, RunRecord};
+pub use registry::Registry;
+
+/// Settings of a workflow node.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Subject namespace (default `mesh`).
+    pub namespace: String,
+    /// How often cards are republished (default 10 s).
+    pub card_interval: Duration,
+    /// How long an event may be in hand before another replica gets it (default 5 s): the
+    /// time a run waits after its replica is killed.
+    pub ack_wait: Duration,
+    /// Worker tasks per workflow (runs are spread over them by id).
+    pub workers: usize,
+    /// Inputs and outputs larger than this travel through the object store.
+    pub inline_limit: usize,
+    /// How long a dispatch waits for an agent's card before failing the call.
+    pub card_wait: Duration,
+    /// Replicas of streams and buckets (1, or 3 on a cluster).
+    pub replicas: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            namespace: "mesh".into(),
+            card_interval: Duration::from_secs(10),
+            ack_wait: Duration::from_secs(5),
+            workers: 16,
+            inline_limit: 256 * 1024,
+            card_wait: Duration::from_secs(2),
+            replicas: 1,
+        }
+    }
+}
+
+/// An event as it travels in a workflow's stream: the core event, and for a start, who
+/// asked.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Envelope {
+    /// The event.
+    pub event: Event,
+    /// The caller (on `Started` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<Caller>,
+}
+
+/// What every task of a node shares.
+pub struct Shared {
+    client: async_nats::Client,
+    js: jetstream::Context,
+    ns: String,
+    config: Config,
+    runs: kv::Store,
+    timers: kv::Store,
+    registry: Registry,
+    cards: HashMap<String, AgentCard>,
+    artifacts: tokio::sync::OnceCell<object_store::ObjectStore>,
+}
+
+/// The wall clock, in the core's unit.
+pub fn now() -> Millis {
+    let ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+    Millis(u64::try_from(ms).unwrap_or(u64::MAX))
+}
+
+/// Publishes an event into a run's stream and waits for the stream to store it.
+/// `msg_id` makes a second publish of the same event a no-op.
+pub(crate) async fn publish_event(
+    shared: &Shared,
+    workflow: &str,
+    execution: &ExecutionId,
+    msg_id: &str,
+    envelope: &Envelope,
+) -> Result<(), async_nats::Error> {
+    let mut h = HeaderMap::new();
+    h.insert(headers::MSG_ID, msg_id);
+    let subject = subjects::run_events(&shared.ns, workflow, &execution.0);
+    let bytes = serde_json::to_vec(envelope)?;
+    shared.js.publish_with_headers(subject, h, bytes.into()).await?.await?;
+    Ok(())
+}
+
+impl Shared {
+    async fn artifact_store(&self) -> Result<&object_store::ObjectStore, async_nats::Error> {
+        self.artifacts
+            .get_or_try_init(|| async {
+                let bucket = subjects::artifact_bucket(&self.ns);
+                match self.js.get_object_store(&bucket).await {
+                    Ok(s) => Ok(s),
+                    Err(_) => self
+                        .js
+                        .create_object_store(object_store::Config {
+                            bucket,
+                            num_replicas: self.config.replicas,
+                            ..Default::default()
+                        })
+                        .await
+                        .map_err(async_nats::Error::from),
+                }
+            })
+            .await
+    }
+
+    /// Stores an artifact; returns its `nats-object://` URI.
+    async fn put_artifact(&self, name: &str, bytes: Vec<u8>) -> Result<String, async_nats::Error> {
+        let store = self.artifact_store().await?;
+        store.put(name, &mut bytes.as_slice()).await?;
+        Ok(format!("nats-object://{}/{name}", subjects::artifact_bucket(&self.ns)))
+    }
+
+    /// Reads a JSON artifact from our bucket.
+    async fn get_artifact(&self, name: &str) -> Result<Value, async_nats::Error> {
+        let bucket = subjects::artifact_bucket(&self.ns);
+        match wire::object_ref(name, &bucket) {
+            Some((bucket, name)) => self.get_artifact_in(&bucket, &name).await,
+            None => Err(format!("'{name}' is not an artifact name").into()),
+        }
+    }
+
+    /// Reads a JSON artifact from a bucket.
+    async fn get_artifact_in(&self, bucket: &str, name: &str) -> Result<Value, async_nats::Error> {
+        let store = if bucket == subjects::artifact_bucket(&self.ns) {
+            self.artifact_store().await?.clone()
+        } else {
+            self.js.get_object_store(bucket).await?
+        };
+        let mut object = store.get(name).await?;
+        let mut bytes = Vec::new();
+        object.read_to_end(&mut bytes).await?;
+        Ok(serde_json::from_slice(&bytes)?)
+    }
+}
+
+/// A running workflow node.
+pub struct WorkflowNode {
+    shared: Arc<Shared>,
+    stop: tokio::sync::watch::Sender<bool>,
+    consumers: Vec<JoinHandle<Result<(), async_nats::Error>>>,
+    background: Vec<JoinHandle<()>>,
+}
+
+impl WorkflowNode {
+    /// Creates the streams and buckets it needs (or finds them) and starts serving
+    /// `workflows` on `client`.
+    pub async fn start(
+        client: async_nats::Client,
+        workflows: Vec<Workflow>,
+        config: Config,
+    ) -> Result<WorkflowNode, async_nats::Error> {
+        subjects::validate_namespace(&config.namespace)?;
+        let js = jetstream::new(client.clone());
+        let ns = config.namespace.clone();
+        let runs = kv_bucket(&js, &names::runs_bucket(&ns), config.replicas).await?;
+        let timers = kv_bucket(&js, &names::timers_bucket(&ns), config.replicas).await?;
+        let cards = workflows
+            .iter()
+            .map(|w| (w.name.clone(), crate::visual::agent_card(w, &ns)))
+            .collect();
+        let shared = Arc::new(Shared {
+            client,
+            js,
+            ns,
+            config,
+            runs,
+            timers,
+            registry: Registry::default(),
+            cards,
+            artifacts: tokio::sync::OnceCell::new(),
+        });
+        for card in shared.cards.values() {
+            shared.registry.insert(card.clone());
+        }
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let mut background = Vec::new();
+        let s = shared.clone();
+        background.push(tokio::spawn(async move { log_err("card registry", registry::watch_cards(s).await) }));
+        let s = shared.clone();
+        background.push(tokio::spawn(async move { log_err("card publisher", registry::publish_cards(s).await) }));
+        background.push(tokio::spawn(timers::run(shared.clone())));
+        let mut consumers = Vec::new();
+        for workflow in workflows {
+            let workflow = Arc::new(workflow);
+            // The consumer exists before requests are taken, so no start is lost.
+            worker::consumer(&shared, &workflow.name).await?;
+            consumers.push(tokio::spawn(worker::run(shared.clone(), workflow.clone(), stop_rx.clone())));
+            let s = shared.clone();
+            background.push(tokio::spawn(async move { log_err("requests", requests::serve(s, workflow).await) }));
+        }
+        shared.client.flush().await?;
+        Ok(WorkflowNode { shared, stop, consumers, background })
+    }
+
+    /// The agent cards this node publishes.
+    pub fn cards(&self) -> Vec<AgentCard> {
+        self.shared.cards.values().cloned().collect()
+    }
+
+    /// The registry of cards seen on the mesh.
+    pub fn registry(&self) -> &Registry {
+        &self.shared.registry
+    }
+
+    /// Drains: stops taking requests and events, finishes the events in hand, returns.
+    pub async fn shutdown(self) {
+        for task in &self.background {
+            task.abort();
+        }
+        let _ = self.stop.send(true);
+        for c in self.consumers {
+            let _ = c.await;
+        }
+        let _ = self.shared.client.flush().await;
+    }
+}
+
+fn log_err(what: &str, result: Result<(), async_nats::Error>) {
+    if let Err(e) = result {
+        tracing::error!("{what} stopped: {e}");
+    }
+}
+
+async fn kv_bucket(js: &jetstream::Context, bucket: &str, replicas: usize) -> Result<kv::Store, async_nats::Error> {
+    if let Ok(store) = js.get_key_value(bucket).await {
+        return Ok(store);
+    }
+    let config = kv::Config { bucket: bucket.to_string(), history: 1, num_replicas: replicas, ..Default::default() };
+    match js.create_key_value(config).await {
+        Ok(store) => Ok(store),
+        // Another replica created it in between.
+        Err(_) => Ok(js.get_key_value(bucket).await?),
+    }
+}

@@ -1,0 +1,68 @@
+//! Names of the JetStream resources of a namespace: buckets, streams, keys.
+//!
+//! KV buckets and stream names allow `[A-Za-z0-9_-]`, so a namespace's dots become `_`.
+
+use sha2::{Digest, Sha256};
+
+use crate::core::ExecutionId;
+
+fn ns_token(ns: &str) -> String {
+    ns.replace('.', "_")
+}
+
+/// The KV bucket of run records.
+pub fn runs_bucket(ns: &str) -> String {
+    format!("{}_wf_runs", ns_token(ns))
+}
+
+/// The KV bucket of durable timers.
+pub fn timers_bucket(ns: &str) -> String {
+    format!("{}_wf_timers", ns_token(ns))
+}
+
+/// The event stream of one workflow.
+pub fn event_stream(ns: &str, workflow: &str) -> String {
+    format!("{}_WF_{workflow}", ns_token(ns))
+}
+
+/// The durable consumer all replicas share.
+pub const CONSUMER: &str = "replicas";
+
+/// The KV key of a run.
+pub fn run_key(workflow: &str, execution: &ExecutionId) -> String {
+    format!("{workflow}.{execution}")
+}
+
+/// The KV key of a timer.
+pub fn timer_key(workflow: &str, execution: &ExecutionId, timer: &str) -> String {
+    format!("{workflow}.{execution}.{timer}")
+}
+
+/// The execution id of a request: derived from the caller's task id (or message id), so
+/// that the same request delivered twice names the same run, and `tasks/cancel` with that
+/// id finds it.
+pub fn execution_id(workflow: &str, caller_task_id: &str) -> ExecutionId {
+    let digest = Sha256::digest(format!("{workflow}\n{caller_task_id}").as_bytes());
+    ExecutionId(hex::encode(&digest[..16]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn execution_ids_are_stable_and_valid() {
+        let a = execution_id("Wf", "task-1");
+        assert_eq!(a, execution_id("Wf", "task-1"));
+        assert_ne!(a, execution_id("Wf", "task-2"));
+        assert_ne!(a, execution_id("Other", "task-1"));
+        assert!(ExecutionId::parse(&a.0).is_ok());
+        assert_eq!(a.0.len(), 32);
+    }
+
+    #[test]
+    fn namespaces_with_dots_make_valid_names() {
+        assert_eq!(runs_bucket("acme.prod"), "acme_prod_wf_runs");
+        assert_eq!(event_stream("mesh", "Wf"), "mesh_WF_Wf");
+    }
+}

@@ -1,0 +1,53 @@
+//! What one KV entry holds for a run: the core's state, who to answer, and the outbox of
+//! commands committed but perhaps not yet carried out.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::core::{Command, Execution, Millis};
+
+/// Who started a run and where its answers go.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Caller {
+    /// Where the final reply goes (the request's reply subject).
+    pub reply_to: Option<String>,
+    /// Where status updates go (`Mesh-Status-To`).
+    pub status_to: Option<String>,
+    /// The JSON-RPC id of the request, echoed in every answer.
+    pub request_id: Value,
+    /// The A2A context id.
+    pub context_id: Option<String>,
+    /// The call depth of the request (`Mesh-Call-Depth`).
+    pub call_depth: u32,
+    /// W3C trace context, passed on to agents.
+    pub traceparent: Option<String>,
+    /// Whether the caller is a workflow (it wants a `workflow_node_result`).
+    pub workflow_caller: bool,
+    /// The caller's sub-task id, when the caller is a workflow (dedupes our reply).
+    pub sub_task_id: Option<String>,
+}
+
+/// Commands produced by one event and committed with its state. An entry stays until its
+/// event's processing finished its side effects; a redelivered event whose entry is still
+/// here carries them out again (at-least-once), instead of re-applying the event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutboxEntry {
+    /// The event's stream sequence.
+    pub seq: u64,
+    /// When it was committed (entries older than the redelivery horizon are dropped).
+    pub at: Millis,
+    /// The commands.
+    pub commands: Vec<Command>,
+}
+
+/// One run's KV entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// The core's state.
+    pub state: Execution,
+    /// Who to answer.
+    pub caller: Caller,
+    /// Commands committed, maybe not carried out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outbox: Vec<OutboxEntry>,
+}

@@ -1,0 +1,203 @@
+//! Requests to a workflow on `{ns}.a2a.v1.agent.request.{workflow}` (queue group: any
+//! replica takes any request): start a run, cancel one, or record an approval decision.
+//!
+//! A start is validated here (call depth, input schema) and answered at once when invalid,
+//! creating no run. A valid one becomes a `Started` event in the workflow's stream, with a
+//! message id derived from the caller's task id, so the same request delivered twice makes
+//! one run. The final reply comes later, from whichever replica ends the run.
+
+use std::sync::Arc;
+
+use async_nats::HeaderMap;
+use futures::StreamExt;
+use messages::a2a::{Message, Part, TaskState};
+use messages::jsonrpc::{codes, ErrorObject, Method, Request, Response};
+use messages::workflow::{Decision, WorkflowApprovalDecision, WorkflowNodeRequest};
+use messages::{headers, subjects};
+use serde_json::Value;
+
+use super::record::{Caller, RunRecord};
+use super::wire::{self, InputSource};
+use super::{names, publish_event, Envelope, Shared};
+use crate::core::{Event, ExecutionId, NodeStatus};
+use crate::definition::{NodeKind, Workflow};
+
+/// Serves the workflow's request subject until the subscription ends.
+pub(super) async fn serve(shared: Arc<Shared>, workflow: Arc<Workflow>) -> Result<(), async_nats::Error> {
+    let subject = subjects::agent_request(&shared.ns, &workflow.name);
+    let mut sub = shared.client.queue_subscribe(subject, workflow.name.clone()).await?;
+    while let Some(msg) = sub.next().await {
+        let shared = shared.clone();
+        let workflow = workflow.clone();
+        tokio::spawn(async move {
+            let reply_to = msg
+                .reply
+                .as_ref()
+                .map(|r| r.to_string())
+                .or_else(|| header(msg.headers.as_ref(), headers::REPLY_TO));
+            if let Some(answer) = handle(&shared, &workflow, &msg, reply_to.clone()).await {
+                if let Some(to) = reply_to {
+                    let _ = shared.client.publish(to, answer.into()).await;
+                }
+            }
+        });
+    }
+    Ok(())
+}
+
+fn header(h: Option<&HeaderMap>, name: &str) -> Option<String> {
+    h?.get(name).map(|v| v.as_str().to_string())
+}
+
+/// Handles one request; returns the immediate answer, if any (a started run answers at its
+/// end instead).
+async fn handle(
+    shared: &Shared,
+    workflow: &Workflow,
+    msg: &async_nats::Message,
+    reply_to: Option<String>,
+) -> Option<Vec<u8>> {
+    let request = match Request::from_slice(&msg.payload) {
+        Ok(r) => r,
+        Err(response) => return serde_json::to_vec(&*response).ok(),
+    };
+    let id = serde_json::to_value(&request.id).unwrap_or(Value::Null);
+    let fail = |state: TaskState, task: &str, text: String| {
+        Some(wire::response(&id, wire::task(task, task, state, vec![Part::text(text)])))
+    };
+    match request.method {
+        Method::TasksCancel(params) => {
+            let Some((execution, record)) = find_run(shared, workflow, &params.id).await else {
+                let e = ErrorObject::new(codes::TASK_NOT_FOUND, format!("no run of {} with task id '{}'", workflow.name, params.id));
+                return serde_json::to_vec(&Response::error(Some(request.id), e)).ok();
+            };
+            if record.state.status.is_terminal() {
+                let e = ErrorObject::new(
+                    codes::TASK_NOT_CANCELABLE,
+                    format!("run {execution} already ended ({})", record.state.status.as_str()),
+                );
+                return serde_json::to_vec(&Response::error(Some(request.id), e)).ok();
+            }
+            let envelope = Envelope { event: Event::CancelRequested { reason: Some("requested by the caller".into()) }, caller: None };
+            let msg_id = format!("cancel.{execution}");
+            if let Err(e) = publish_event(shared, &workflow.name, &execution, &msg_id, &envelope).await {
+                return fail(TaskState::Failed, &execution.0, format!("could not record the cancel: {e}"));
+            }
+            fail(TaskState::Working, &execution.0, format!("cancel of run {execution} requested"))
+        }
+        Method::MessageSend(params) => {
+            let message = params.message;
+            if let Some(decision) = message.find_data::<WorkflowApprovalDecision>() {
+                let text = match decision {
+                    Ok(d) => approve(shared, workflow, d).await,
+                    Err(e) => Err(format!("malformed workflow_approval_decision: {e}")),
+                };
+                return match text {
+                    Ok(t) => fail(TaskState::Completed, &message.message_id, t),
+                    Err(t) => fail(TaskState::Failed, &message.message_id, t),
+                };
+            }
+            start(shared, workflow, msg, message, id, reply_to).await
+        }
+    }
+}
+
+/// Finds a run by its execution id, or by the caller's task id it was started with.
+async fn find_run(shared: &Shared, workflow: &Workflow, id: &str) -> Option<(ExecutionId, RunRecord)> {
+    let mut candidates = vec![names::execution_id(&workflow.name, id)];
+    if let Ok(direct) = ExecutionId::parse(id) {
+        candidates.insert(0, direct);
+    }
+    for execution in candidates {
+        let key = names::run_key(&workflow.name, &execution);
+        if let Ok(Some(bytes)) = shared.runs.get(key).await {
+            if let Ok(record) = serde_json::from_slice::<RunRecord>(&bytes) {
+                return Some((execution, record));
+            }
+        }
+    }
+    None
+}
+
+async fn approve(shared: &Shared, workflow: &Workflow, d: WorkflowApprovalDecision) -> Result<String, String> {
+    let (execution, record) = find_run(shared, workflow, &d.execution_id)
+        .await
+        .ok_or_else(|| format!("no run of {} with id '{}'", workflow.name, d.execution_id))?;
+    let Some(NodeKind::Approval(def)) = workflow.node(&d.node_id).map(|n| &n.kind) else {
+        return Err(format!("'{}' is not an approval node of {}", d.node_id, workflow.name));
+    };
+    let status = record.state.node_status(&d.node_id);
+    if status != NodeStatus::Waiting {
+        return Err(format!("node '{}' is not waiting for a decision (it is {})", d.node_id, status.as_str()));
+    }
+    if !def.approvers.is_empty() && !d.by.as_ref().is_some_and(|b| def.approvers.contains(b)) {
+        return Err(format!(
+            "{} may not decide on '{}' (approvers: {})",
+            d.by.as_deref().unwrap_or("an anonymous caller"),
+            d.node_id,
+            def.approvers.join(", ")
+        ));
+    }
+    let approved = d.decision == Decision::Approve;
+    let event = Event::ApprovalDecided { node: d.node_id.clone(), approved, by: d.by, comment: d.comment };
+    let msg_id = format!("approval.{execution}.{}", d.node_id);
+    publish_event(shared, &workflow.name, &execution, &msg_id, &Envelope { event, caller: None })
+        .await
+        .map_err(|e| format!("could not record the decision: {e}"))?;
+    Ok(format!("decision on '{}' of run {execution} recorded", d.node_id))
+}
+
+async fn start(
+    shared: &Shared,
+    workflow: &Workflow,
+    msg: &async_nats::Message,
+    message: Message,
+    id: Value,
+    reply_to: Option<String>,
+) -> Option<Vec<u8>> {
+    let task_key = message.task_id.clone().unwrap_or_else(|| message.message_id.clone());
+    let execution = names::execution_id(&workflow.name, &task_key);
+    let fail = |text: String| {
+        Some(wire::response(&id, wire::task(&execution.0, &execution.0, TaskState::Failed, vec![Part::text(text)])))
+    };
+    let h = msg.headers.as_ref();
+    let depth: u32 = header(h, headers::CALL_DEPTH).and_then(|d| d.trim().parse().ok()).unwrap_or(0);
+    if depth > workflow.max_call_depth {
+        return fail(format!(
+            "call depth {depth} exceeds max_call_depth ({}) of {}",
+            workflow.max_call_depth, workflow.name
+        ));
+    }
+    let bucket = subjects::artifact_bucket(&shared.ns);
+    let input = match wire::request_input(&message, &bucket) {
+        Ok(InputSource::Inline(v)) => v,
+        Ok(InputSource::Object(bucket, name)) => match shared.get_artifact_in(&bucket, &name).await {
+            Ok(v) => v,
+            Err(e) => return fail(format!("input artifact '{name}' in bucket '{bucket}' could not be read: {e}")),
+        },
+        Err(e) => return fail(format!("invalid input: {e}")),
+    };
+    if let Some(schema) = &workflow.input_schema {
+        let violations = schema.violations(&input);
+        if !violations.is_empty() {
+            return fail(format!("input does not match the input_schema of {}: {}", workflow.name, violations.join("; ")));
+        }
+    }
+    let workflow_caller = message.find_data::<WorkflowNodeRequest>().is_some();
+    let caller = Caller {
+        reply_to,
+        status_to: header(h, headers::STATUS_TO),
+        request_id: id.clone(),
+        context_id: message.context_id.clone(),
+        call_depth: depth,
+        traceparent: header(h, headers::TRACEPARENT),
+        workflow_caller,
+        sub_task_id: workflow_caller.then(|| task_key.clone()),
+    };
+    let envelope = Envelope { event: Event::Started { input }, caller: Some(caller) };
+    let msg_id = format!("start.{execution}");
+    if let Err(e) = publish_event(shared, &workflow.name, &execution, &msg_id, &envelope).await {
+        return fail(format!("could not start the run: {e}"));
+    }
+    None
+}

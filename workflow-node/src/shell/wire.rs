@@ -1,0 +1,294 @@
+//! Encoding and decoding of wire messages for the shell: inputs out of requests, events out
+//! of agent replies, tasks and status updates for callers. Pure functions, unit-tested.
+
+use messages::a2a::{AgentReply, JsonObject, Message, Part, Role, Task, TaskState, TaskStatus};
+use messages::jsonrpc::{Outcome, RequestId, Response};
+use messages::workflow::{ResultStatus, WorkflowNodeResult};
+use serde_json::{json, Value};
+
+use crate::core::{Event, Failure, FailureClass, TaskKey};
+
+/// Part metadata marking a non-object value wrapped as `{"value": ...}`.
+pub const WRAPPED: &str = "mesh_wrapped";
+
+/// A value as a DataPart: objects as they are, anything else wrapped.
+pub fn value_part(value: &Value) -> Part {
+    match value {
+        Value::Object(map) => Part::data(map.clone()),
+        other => {
+            let mut data = JsonObject::new();
+            data.insert("value".into(), other.clone());
+            let mut meta = JsonObject::new();
+            meta.insert(WRAPPED.into(), Value::Bool(true));
+            Part::Data { data, metadata: Some(meta) }
+        }
+    }
+}
+
+/// The value of a DataPart, unwrapping `{"value": ...}` when marked.
+pub fn part_value(part: &Part) -> Option<Value> {
+    match part {
+        Part::Data { data, metadata } => {
+            let wrapped = metadata
+                .as_ref()
+                .and_then(|m| m.get(WRAPPED))
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            if wrapped {
+                Some(data.get("value").cloned().unwrap_or(Value::Null))
+            } else {
+                Some(Value::Object(data.clone()))
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Where a request's input is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InputSource {
+    /// Inline JSON.
+    Inline(Value),
+    /// An object-store reference: (bucket, object name).
+    Object(String, String),
+}
+
+/// Parses `nats-object://bucket/name`, or a bare name in `default_bucket`.
+pub fn object_ref(uri: &str, default_bucket: &str) -> Option<(String, String)> {
+    if let Some(rest) = uri.strip_prefix("nats-object://") {
+        let (bucket, name) = rest.split_once('/')?;
+        (!bucket.is_empty() && !name.is_empty()).then(|| (bucket.to_string(), name.to_string()))
+    } else if uri.contains("://") || uri.is_empty() {
+        None
+    } else {
+        Some((default_bucket.to_string(), uri.to_string()))
+    }
+}
+
+/// The input of a workflow request: the first DataPart that is not a protocol DataPart,
+/// else the first FilePart (an object-store artifact), else the text, else `{}`.
+pub fn request_input(message: &Message, default_bucket: &str) -> Result<InputSource, String> {
+    for part in &message.parts {
+        if let Part::Data { data, .. } = part {
+            let protocol = data.get("type").and_then(Value::as_str).is_some_and(|t| {
+                t.starts_with("workflow_") || t.starts_with("structured_invocation")
+            });
+            if !protocol {
+                return Ok(InputSource::Inline(part_value(part).unwrap_or(Value::Null)));
+            }
+        }
+    }
+    for part in &message.parts {
+        if let Part::File { file, .. } = part {
+            if let Some(uri) = &file.uri {
+                return object_ref(uri, default_bucket)
+                    .map(|(b, n)| InputSource::Object(b, n))
+                    .ok_or_else(|| format!("file part uri '{uri}' is not a nats-object:// artifact"));
+            }
+            if let Some(bytes) = &file.bytes {
+                return Err(format!(
+                    "inline file bytes are not supported ({} base64 characters): store the input in the object store",
+                    bytes.len()
+                ));
+            }
+        }
+    }
+    let text = message.text();
+    if text.is_empty() {
+        Ok(InputSource::Inline(json!({})))
+    } else {
+        Ok(InputSource::Inline(json!({ "text": text })))
+    }
+}
+
+/// What an agent's reply means for the run, or `None` for status updates.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReplyMeaning {
+    /// The call succeeded with inline output.
+    Output(Value),
+    /// The call succeeded; the output is the named artifact.
+    Artifact(String),
+    /// The call failed.
+    Failed(Failure),
+}
+
+/// Interprets a reply published to a response subject.
+pub fn interpret_reply(bytes: &[u8]) -> Option<ReplyMeaning> {
+    let failed = |message: String| {
+        Some(ReplyMeaning::Failed(Failure { class: FailureClass::Failed, message, kind: None }))
+    };
+    let response: Response = match serde_json::from_slice(bytes) {
+        Ok(r) => r,
+        Err(e) => {
+            let preview: String = String::from_utf8_lossy(bytes).chars().take(120).collect();
+            return failed(format!("the agent sent a reply that is not a JSON-RPC response ({e}): {preview}"));
+        }
+    };
+    let reply = match response.outcome {
+        Outcome::Error(e) => return failed(format!("the agent answered with error {}: {}", e.code, e.message)),
+        Outcome::Result(r) => *r,
+    };
+    let task = match reply {
+        AgentReply::StatusUpdate(_) => return None,
+        AgentReply::Task(t) => t,
+        AgentReply::Message(m) => Task {
+            id: m.task_id.clone().unwrap_or_default(),
+            context_id: m.context_id.clone().unwrap_or_default(),
+            status: TaskStatus { state: TaskState::Completed, message: Some(m), timestamp: None },
+            artifacts: None,
+            metadata: None,
+        },
+    };
+    if !task.status.state.is_terminal() {
+        return None;
+    }
+    if let Some(result) = task.find_data::<WorkflowNodeResult>() {
+        let result = match result {
+            Ok(r) => r,
+            Err(e) => return failed(format!("the agent's workflow_node_result is malformed: {e}")),
+        };
+        return Some(match result.status {
+            ResultStatus::Success => match (result.output, result.artifact_name) {
+                (Some(output), _) => ReplyMeaning::Output(output),
+                (None, Some(name)) => ReplyMeaning::Artifact(name),
+                (None, None) => ReplyMeaning::Output(Value::Null),
+            },
+            _ => {
+                let mut message = result.error_message.unwrap_or_else(|| "the agent reported a failure".into());
+                if let Some(errors) = result.validation_errors.filter(|e| !e.is_empty()) {
+                    message = format!("{message} (validation errors: {})", errors.join("; "));
+                }
+                ReplyMeaning::Failed(Failure { class: FailureClass::Failed, message, kind: result.error_kind })
+            }
+        });
+    }
+    let message = task.status.message.as_ref();
+    match task.status.state {
+        TaskState::Completed => {
+            let output = message
+                .and_then(|m| m.parts.iter().find_map(part_value))
+                .or_else(|| message.map(|m| json!({ "text": m.text() })))
+                .unwrap_or(Value::Null);
+            Some(ReplyMeaning::Output(output))
+        }
+        state => {
+            let text = message.map(|m| m.text()).filter(|t| !t.is_empty());
+            failed(text.unwrap_or_else(|| format!("the agent ended the task as {state:?}")))
+        }
+    }
+}
+
+/// The core event for an agent's reply to `key`/`attempt`.
+pub fn reply_event(key: TaskKey, attempt: u32, meaning: ReplyMeaning) -> Event {
+    match meaning {
+        ReplyMeaning::Output(output) => Event::CallSucceeded { task: key, attempt, output },
+        ReplyMeaning::Failed(failure) => Event::CallFailed { task: key, attempt, failure },
+        ReplyMeaning::Artifact(name) => Event::CallFailed {
+            task: key,
+            attempt,
+            failure: Failure {
+                class: FailureClass::Failed,
+                message: format!("artifact '{name}' could not be loaded"),
+                kind: None,
+            },
+        },
+    }
+}
+
+/// A final or status reply: a JSON-RPC response carrying `reply`.
+pub fn response(id: &Value, reply: AgentReply) -> Vec<u8> {
+    let id: RequestId = serde_json::from_value(id.clone()).unwrap_or(RequestId::String(String::new()));
+    serde_json::to_vec(&Response::result(id, reply)).unwrap_or_default()
+}
+
+/// A Task in `state` with these parts in its status message.
+pub fn task(id: &str, context_id: &str, state: TaskState, parts: Vec<Part>) -> AgentReply {
+    let mut message = Message::new(format!("{id}-{}", state_name(state)), Role::Agent, parts);
+    message.task_id = Some(id.to_string());
+    message.context_id = Some(context_id.to_string());
+    AgentReply::Task(Task {
+        id: id.to_string(),
+        context_id: context_id.to_string(),
+        status: TaskStatus { state, message: Some(message), timestamp: None },
+        artifacts: None,
+        metadata: None,
+    })
+}
+
+fn state_name(state: TaskState) -> &'static str {
+    match state {
+        TaskState::Completed => "completed",
+        TaskState::Failed => "failed",
+        TaskState::Canceled => "canceled",
+        _ => "status",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use messages::jsonrpc::ErrorObject;
+
+    fn reply_bytes(task: AgentReply) -> Vec<u8> {
+        response(&json!("x"), task)
+    }
+
+    #[test]
+    fn non_objects_are_wrapped_and_unwrapped() {
+        for v in [json!(3), json!("s"), json!([1]), json!(null), json!({"a": 1})] {
+            assert_eq!(part_value(&value_part(&v)), Some(v));
+        }
+    }
+
+    #[test]
+    fn object_refs_parse() {
+        assert_eq!(object_ref("nats-object://b/n.json", "d"), Some(("b".into(), "n.json".into())));
+        assert_eq!(object_ref("in.json", "d"), Some(("d".into(), "in.json".into())));
+        assert_eq!(object_ref("https://x/y", "d"), None);
+    }
+
+    #[test]
+    fn replies_become_events() {
+        let ok = WorkflowNodeResult::success(json!({"n": 1}));
+        let bytes = reply_bytes(task("t", "c", TaskState::Completed, vec![Part::data_part(&ok)]));
+        assert_eq!(interpret_reply(&bytes), Some(ReplyMeaning::Output(json!({"n": 1}))));
+
+        let mut bad = WorkflowNodeResult::failure("nope");
+        bad.error_kind = Some("fatal".into());
+        bad.validation_errors = Some(vec!["/a: missing".into()]);
+        let bytes = reply_bytes(task("t", "c", TaskState::Failed, vec![Part::data_part(&bad)]));
+        match interpret_reply(&bytes) {
+            Some(ReplyMeaning::Failed(f)) => {
+                assert_eq!(f.kind.as_deref(), Some("fatal"));
+                assert!(f.message.contains("nope") && f.message.contains("/a: missing"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // A plain agent's completed task: the first DataPart is the output.
+        let bytes = reply_bytes(task("t", "c", TaskState::Completed, vec![value_part(&json!(5))]));
+        assert_eq!(interpret_reply(&bytes), Some(ReplyMeaning::Output(json!(5))));
+    }
+
+    #[test]
+    fn garbage_and_errors_are_failures_naming_the_problem() {
+        match interpret_reply(b"not json") {
+            Some(ReplyMeaning::Failed(f)) => assert!(f.message.contains("not a JSON-RPC response")),
+            other => panic!("{other:?}"),
+        }
+        let err = serde_json::to_vec(&Response::error(None, ErrorObject::new(-32602, "bad params"))).unwrap();
+        match interpret_reply(&err) {
+            Some(ReplyMeaning::Failed(f)) => assert!(f.message.contains("-32602") && f.message.contains("bad params")),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn request_input_prefers_data_then_files_then_text() {
+        let m = Message::new("m", Role::User, vec![Part::text("hello"), value_part(&json!({"a": 1}))]);
+        assert_eq!(request_input(&m, "b"), Ok(InputSource::Inline(json!({"a": 1}))));
+        let m = Message::new("m", Role::User, vec![Part::file_uri("nats-object://b/x", None, None)]);
+        assert_eq!(request_input(&m, "d"), Ok(InputSource::Object("b".into(), "x".into())));
+        let m = Message::new("m", Role::User, vec![Part::text("hello")]);
+        assert_eq!(request_input(&m, "d"), Ok(InputSource::Inline(json!({"text": "hello"}))));
+    }
+}
