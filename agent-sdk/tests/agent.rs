@@ -52,8 +52,11 @@ async fn a_workflow_call_gets_a_successful_node_result() -> Result<()> {
     let req = node_request("e1", "double", 2);
     let reply_subject = subjects::agent_response("mesh", "Wf", &sub_task("e1", "double", 2));
     let mut replies = client.subscribe(reply_subject.clone()).await?;
+    let status_subject = subjects::agent_status("mesh", "Wf", &sub_task("e1", "double", 2));
+    let mut statuses = client.subscribe(status_subject.clone()).await?;
     let mut headers = HeaderMap::new();
     headers.insert(messages::headers::REPLY_TO, reply_subject.as_str());
+    headers.insert(messages::headers::STATUS_TO, status_subject.as_str());
     headers.insert(
         "traceparent",
         "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
@@ -86,6 +89,22 @@ async fn a_workflow_call_gets_a_successful_node_result() -> Result<()> {
     );
     assert_eq!(result.retry_count, 1);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    // A `working` status update went to Mesh-Status-To first.
+    let update: messages::Response = serde_json::from_slice(&next(&mut statuses).await?.payload)?;
+    match update.outcome {
+        Outcome::Result(r) => match *r {
+            messages::AgentReply::StatusUpdate(u) => {
+                assert_eq!(
+                    (u.task_id.as_str(), u.status.state),
+                    ("e1_double_0_2", TaskState::Working)
+                );
+                assert!(!u.is_final);
+            }
+            other => panic!("expected a status update, got {other:?}"),
+        },
+        other => panic!("expected a result, got {other:?}"),
+    }
     Ok(())
 }
 
