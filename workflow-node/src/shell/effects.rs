@@ -261,6 +261,13 @@ impl RunContext<'_> {
         }))
         .await?;
         let Some(reply_to) = &self.caller.reply_to else { return Ok(()) };
+        // One final reply per run: a redelivered Finish (its replica died after replying,
+        // before the ack) finds the marker and stays quiet. Only a death between the
+        // publish and the marker's write can still duplicate it.
+        let marker = names::final_marker(&self.workflow.name, self.execution);
+        if shared.runs.get(&marker).await?.is_some() {
+            return Ok(());
+        }
         let mut parts = Vec::new();
         if self.caller.workflow_caller {
             parts.push(Part::data_part(&WorkflowNodeResult {
@@ -297,8 +304,14 @@ impl RunContext<'_> {
         let mut h = HeaderMap::new();
         h.insert(headers::MSG_ID, format!("{task_id}.final").as_str());
         shared.client.publish_with_headers(reply_to.clone(), h, bytes.into()).await?;
+        shared.client.flush().await?;
+        let _ = shared.runs.create(&marker, state_name(status).into()).await;
         Ok(())
     }
+}
+
+fn state_name(status: RunStatus) -> &'static str {
+    status.as_str()
 }
 
 /// Fills the kind-specific fields of a node start from the definition.

@@ -33,6 +33,11 @@ pub fn run_key(workflow: &str, execution: &ExecutionId) -> String {
     format!("{workflow}.{execution}")
 }
 
+/// The KV key marking that a run's final reply was sent.
+pub fn final_marker(workflow: &str, execution: &ExecutionId) -> String {
+    format!("{workflow}.{execution}.final")
+}
+
 /// The KV key of a timer.
 pub fn timer_key(workflow: &str, execution: &ExecutionId, timer: &str) -> String {
     format!("{workflow}.{execution}.{timer}")
