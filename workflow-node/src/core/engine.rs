@@ -393,32 +393,38 @@ impl Cx<'_> {
         }
     }
 
+    /// The run's deadline passed: stop the main DAG (its failure runs the exit handlers),
+    /// and give exit handlers one default node timeout of grace. A redelivered deadline
+    /// changes nothing.
     pub(super) fn deadline(&mut self) {
-        let limit = self.wf.max_execution_time.as_secs();
-        match self.st.status {
-            RunStatus::Running => {
-                let message = format!(
-                    "the run exceeded max_workflow_execution_time_seconds ({limit} s)"
-                );
-                self.st.error = Some(RunError { node_id: None, message });
-                self.stop(true);
-                // Exit handlers get one default node timeout of grace, then the run ends.
-                let at = self.now.plus(self.wf.default_node_timeout);
-                self.out.push(Command::StartTimer { timer: TimerId::Deadline, at });
-            }
-            RunStatus::Finishing => {
-                if self.st.outcome == Some(RunStatus::Success) {
-                    self.st.outcome = Some(RunStatus::Failure);
-                    self.st.output = None;
-                    self.st.error = Some(RunError {
-                        node_id: None,
-                        message: "exit handlers did not end before the deadline".into(),
-                    });
-                }
-                self.end_exit_handlers("the run's deadline passed");
-            }
-            _ => {}
+        if self.st.deadline_passed {
+            return;
         }
+        self.st.deadline_passed = true;
+        let limit = self.wf.max_execution_time.as_secs();
+        if self.st.status == RunStatus::Running {
+            let message = format!("the run exceeded max_workflow_execution_time_seconds ({limit} s)");
+            self.st.error = Some(RunError { node_id: None, message });
+            self.stop(true);
+        }
+        let at = self.now.plus(self.wf.default_node_timeout);
+        self.out.push(Command::StartTimer { timer: TimerId::ExitGrace, at });
+    }
+
+    /// The exit handlers' grace ended: cancel those still running and end the run.
+    pub(super) fn exit_grace_over(&mut self) {
+        if self.st.status != RunStatus::Finishing {
+            return;
+        }
+        if self.st.outcome == Some(RunStatus::Success) {
+            self.st.outcome = Some(RunStatus::Failure);
+            self.st.output = None;
+            self.st.error = Some(RunError {
+                node_id: None,
+                message: "exit handlers did not end before the deadline".into(),
+            });
+        }
+        self.end_exit_handlers("the run's deadline passed");
     }
 
     /// Cancels every exit handler still running.

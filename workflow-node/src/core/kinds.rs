@@ -487,6 +487,7 @@ impl Cx<'_> {
         match timer {
             TimerId::CallTimeout { .. } | TimerId::Retry { .. } => self.call_timer(timer),
             TimerId::Deadline => self.deadline(),
+            TimerId::ExitGrace => self.exit_grace_over(),
             TimerId::LoopDelay { node, iteration } => {
                 let Some(&idx) = self.wf.graph.index.get(&node) else { return };
                 let waiting = self.st.nodes.get(&node).is_some_and(|n| {

@@ -41,6 +41,9 @@ pub struct Execution {
     pub stopping: bool,
     /// Whether a cancel was requested.
     pub cancel_requested: bool,
+    /// Whether the deadline passed (exit handlers then run on a grace timer).
+    #[serde(default)]
+    pub deadline_passed: bool,
     /// The first error, which the run's failure names.
     pub error: Option<RunError>,
     /// The status the run will end with, decided when the main DAG ends.
@@ -182,6 +185,7 @@ impl Execution {
             unfinished_main: 0,
             stopping: false,
             cancel_requested: false,
+            deadline_passed: false,
             error: None,
             outcome: None,
             exit_pending: Vec::new(),

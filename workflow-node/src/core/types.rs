@@ -174,6 +174,8 @@ pub enum TimerId {
     },
     /// The run's `max_workflow_execution_time_seconds`.
     Deadline,
+    /// The end of the grace exit handlers get once the deadline passed.
+    ExitGrace,
 }
 
 impl TimerId {
@@ -189,6 +191,7 @@ impl TimerId {
             TimerId::LoopDelay { node, iteration } => format!("delay-{node}-{iteration}"),
             TimerId::ApprovalTimeout { node } => format!("approval-{node}"),
             TimerId::Deadline => "deadline".into(),
+            TimerId::ExitGrace => "exit-grace".into(),
         }
     }
 }
