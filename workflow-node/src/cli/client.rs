@@ -84,6 +84,10 @@ pub async fn invoke(
                     let protocol = data.get("type").and_then(Value::as_str).is_some_and(|t| t.starts_with("workflow_"));
                     if protocol { None } else { part_value(p) }
                 });
+                let output = match output {
+                    Some(v) => Some(v),
+                    None => artifact_output(client, ns, &parts).await?,
+                };
                 let (status, error) = match task.status.state {
                     TaskState::Completed => ("success", None),
                     TaskState::Canceled => ("cancelled", Some(text.join("\n"))),
@@ -117,4 +121,16 @@ fn on_status(
         }
         progress(&data);
     }
+}
+
+/// The output of a reply that carries it as an object-store artifact (a large output).
+async fn artifact_output(client: &async_nats::Client, ns: &str, parts: &[Part]) -> Result<Option<Value>> {
+    let uri = parts.iter().find_map(|p| match p {
+        Part::File { file, .. } => file.uri.clone(),
+        _ => None,
+    });
+    let Some(uri) = uri else { return Ok(None) };
+    let artifacts = agent_sdk::payload::Artifacts::new(client.clone(), ns);
+    let value = artifacts.get_uri(&uri).await.map_err(|e| anyhow!("reading the output artifact {uri}: {e}"))?;
+    Ok(Some(value))
 }
