@@ -56,7 +56,7 @@ fn test_runs_the_example_suite() {
     let out = bin().args(["test", "examples/suites/examples.yaml"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("6 passed, 0 failed"), "{stdout}");
+    assert!(stdout.contains("9 passed, 0 failed"), "{stdout}");
 }
 
 #[test]

@@ -66,8 +66,32 @@ pub struct Case {
     /// The input.
     #[serde(default)]
     pub input: Value,
+    /// Decisions to give when the run asks for approval.
+    #[serde(default)]
+    pub approvals: Vec<ApprovalStep>,
     /// What must hold.
     pub expect: Expect,
+}
+
+/// A decision the runner gives when an approval node of the case's run waits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalStep {
+    /// The approval node.
+    pub node: String,
+    /// `approve` (default) or `reject`.
+    #[serde(default = "approve")]
+    pub decision: String,
+    /// Who decides.
+    #[serde(default)]
+    pub by: Option<String>,
+    /// A comment.
+    #[serde(default)]
+    pub comment: Option<String>,
+}
+
+fn approve() -> String {
+    "approve".into()
 }
 
 /// A case's expectations.
@@ -112,6 +136,11 @@ pub fn load_suite(path: &Path) -> Result<Suite> {
         bail!("{}: cases: a suite needs at least one case", path.display());
     }
     for (i, case) in suite.cases.iter().enumerate() {
+        for (j, step) in case.approvals.iter().enumerate() {
+            if !["approve", "reject"].contains(&step.decision.as_str()) {
+                bail!("{}: cases[{i}].approvals[{j}].decision: '{}' is not approve or reject", path.display(), step.decision);
+            }
+        }
         if let Some(s) = &case.expect.status {
             if !["success", "failure", "cancelled"].contains(&s.as_str()) {
                 bail!("{}: cases[{i}].expect.status: '{s}' is not success, failure or cancelled", path.display());
@@ -151,7 +180,15 @@ async fn run_suite(path: &Path, nats: &NatsArgs, timeout: std::time::Duration) -
             (None, [only]) => only.clone(),
             (None, _) => bail!("case '{}': name its workflow (the suite has {})", case.name, names.join(", ")),
         };
+        let approver = if case.approvals.is_empty() {
+            None
+        } else {
+            Some(spawn_approver(&conn.client, &ns, &workflow, case.approvals.clone()).await?)
+        };
         let result = invoke(&conn.client, &ns, &workflow, &case.input, timeout, |_| {}).await;
+        if let Some(task) = approver {
+            task.abort();
+        }
         let problems = match result {
             Ok(r) => check(&case.expect, &r),
             Err(e) => vec![format!("{e:#}")],
@@ -201,6 +238,42 @@ pub fn check(expect: &Expect, result: &RunResult) -> Vec<String> {
         }
     }
     problems
+}
+
+/// Answers the approval requests of `workflow` with the case's decisions.
+async fn spawn_approver(
+    client: &async_nats::Client,
+    ns: &str,
+    workflow: &str,
+    steps: Vec<ApprovalStep>,
+) -> Result<tokio::task::JoinHandle<()>> {
+    use futures::StreamExt;
+    use messages::a2a::{Message, Part, Role};
+    use messages::jsonrpc::Request;
+    use messages::workflow::{Decision, WorkflowApprovalDecision, WorkflowDataPart};
+    let mut requests = client.subscribe(messages::subjects::approvals(ns, workflow)).await?;
+    client.flush().await?;
+    let (client, subject) = (client.clone(), messages::subjects::agent_request(ns, workflow));
+    Ok(tokio::spawn(async move {
+        while let Some(msg) = requests.next().await {
+            let Ok(part) = serde_json::from_slice::<Part>(&msg.payload) else { continue };
+            let Some(Ok(Some(WorkflowDataPart::ApprovalRequest(req)))) = part.as_data().map(WorkflowDataPart::from_data) else {
+                continue;
+            };
+            let Some(step) = steps.iter().find(|s| s.node == req.node_id) else { continue };
+            let decision = WorkflowApprovalDecision {
+                execution_id: req.execution_id.clone(),
+                node_id: req.node_id.clone(),
+                decision: if step.decision == "reject" { Decision::Reject } else { Decision::Approve },
+                by: step.by.clone(),
+                comment: step.comment.clone(),
+            };
+            let id = format!("decision-{}-{}", req.execution_id, req.node_id);
+            let message = Message::new(id.clone(), Role::User, vec![Part::data_part(&decision)]);
+            let Ok(bytes) = serde_json::to_vec(&Request::message_send(id.as_str(), message)) else { continue };
+            let _ = client.request(subject.clone(), bytes.into()).await;
+        }
+    }))
 }
 
 struct TempFile(PathBuf);
