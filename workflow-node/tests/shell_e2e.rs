@@ -355,5 +355,5 @@ async fn the_node_publishes_its_card_when_pinged() {
             break;
         }
     }
-    m.node.map(|n| drop(n));
+    drop(m.node);
 }

@@ -54,8 +54,8 @@ async fn large_inputs_and_outputs_travel_through_the_object_store() {
     let r = invoke(&client, "mesh", "Big", &json!({"blob": blob}), Duration::from_secs(30), |_| {}).await.unwrap();
     assert_eq!(r.status, "success", "{:?}", r.error);
     assert_eq!(r.output, Some(json!({"blob": blob, "size": 10_000})), "the output came back through an artifact");
-    let seen = seen.lock().unwrap();
-    assert_eq!(seen[0].0["blob"].as_str().map(str::len), Some(10_000), "the agent read the input artifact");
+    let first = seen.lock().unwrap()[0].0.clone();
+    assert_eq!(first["blob"].as_str().map(str::len), Some(10_000), "the agent read the input artifact");
     // The artifacts are really there.
     let js = async_nats::jetstream::new(client.clone());
     let store = js.get_object_store(subjects::artifact_bucket("mesh")).await.unwrap();

@@ -438,6 +438,8 @@ pub enum Progress {
 }
 
 /// What the shell must do, in order, after committing the new state.
+// Commands live for one event; boxing the common `Dispatch` would cost an allocation each.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "command", rename_all = "snake_case")]
 pub enum Command {

@@ -93,7 +93,7 @@ impl RunContext<'_> {
             let event = Event::CallFailed { task: d.task.clone(), attempt: d.attempt, failure };
             let envelope = Envelope { event, caller: None };
             let msg_id = format!("{}.nocard", d.sub_task_id);
-            return Ok(publish_event(shared, &self.workflow.name, self.execution, &msg_id, &envelope).await?);
+            return publish_event(shared, &self.workflow.name, self.execution, &msg_id, &envelope).await;
         };
         let (card_in, card_out) = card.schemas();
         let (map_index, loop_iteration) = match d.task.slot {
