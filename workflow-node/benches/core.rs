@@ -3,10 +3,12 @@
 //! node running at once; chain: the middle node of a chain), and one item result in a
 //! 100-item and a 10,000-item map. States are built with the simulator and cloned per
 //! iteration (outside the timing); the state is dropped outside the timing too.
+//!
+//! `cargo bench -p workflow-node --bench core -- --quick`
 
 use std::hint::black_box;
 
-use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion};
+use criterion::{criterion_main, BatchSize, BenchmarkId, Criterion};
 use serde_json::{json, Value};
 use workflow_node::core::sim::{Reply, Sim};
 use workflow_node::core::{apply, Event, Execution, Millis, RunStatus, Slot, TaskKey};
@@ -111,7 +113,7 @@ fn bench_one(
                 let commands = apply(w, &mut s, e, now);
                 (s, black_box(commands))
             },
-            BatchSize::LargeInput,
+            BatchSize::PerIteration,
         )
     });
     g.finish();
@@ -145,5 +147,9 @@ fn map_item_result(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, agent_result, map_item_result);
-criterion_main!(benches);
+// The macro defines an undocumented `pub fn benches`.
+#[allow(missing_docs)]
+mod group {
+    criterion::criterion_group!(benches, super::agent_result, super::map_item_result);
+}
+criterion_main!(group::benches);

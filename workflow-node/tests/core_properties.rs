@@ -14,8 +14,10 @@ use proptest::collection::{btree_set, vec};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 use workflow_node::core::sim::{Answer, Reply, Sim};
-use workflow_node::core::{apply, Command, Dispatch, Event, Progress, RunStatus, TimerId};
-use workflow_node::definition::{parse_str, NodeRole, Workflow};
+use workflow_node::core::{
+    apply, Command, Dispatch, Event, NodeStatus, Progress, RunStatus, Slot, TimerId,
+};
+use workflow_node::definition::{parse_str, NodeKind, NodeRole, Workflow};
 
 // ---------------------------------------------------------------------------------------
 // Random workflows
@@ -543,7 +545,7 @@ fn reply(script: &[Behave], reliable: bool, k: u64, d: &Dispatch) -> Reply {
     let behaviour = match behaviour {
         Behave::Fail { after, .. } | Behave::Contradict { after, .. } if reliable => &Behave::Ok {
             after: *after,
-            again: k % 2 == 0,
+            again: k.is_multiple_of(2),
         },
         Behave::Silence | Behave::Late { .. } if reliable => &Behave::Ok {
             after: 0,
@@ -779,6 +781,65 @@ fn check_ended(w: &Workflow, sim: &Sim<'_>) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// Rules visible in the command log: progress agrees with the final state; attempts stay
+/// within `limit + 1`; exit handlers run only after the main DAG; under `fail_fast`, nothing
+/// of the main DAG is dispatched after the first failure.
+fn check_rules(w: &Workflow, sim: &Sim<'_>) -> Result<(), TestCaseError> {
+    let role = |id: &str| w.graph.index.get(id).map(|&i| w.graph.roles[i]);
+    let mut last_main_end = None;
+    let mut first_failure = None;
+    for (k, c) in sim.commands.iter().enumerate() {
+        if let Command::Progress(Progress::NodeFinished {
+            node_id, status, ..
+        }) = c
+        {
+            prop_assert_eq!(
+                sim.state.node_status(node_id),
+                *status,
+                "node '{}'",
+                node_id
+            );
+            if role(node_id) == Some(NodeRole::Main) {
+                last_main_end = Some(k);
+                if *status == NodeStatus::Failure {
+                    first_failure.get_or_insert(k);
+                }
+            }
+        }
+    }
+    for (k, c) in sim.commands.iter().enumerate() {
+        let Command::Dispatch(d) = c else { continue };
+        let node = w.node(&d.task.node).expect("dispatched nodes exist");
+        let call = match (&node.kind, d.task.slot) {
+            (NodeKind::Fork { branches, .. }, Slot::Branch(b)) => &branches[b as usize].call,
+            (NodeKind::Call(call), _) => call,
+            (kind, slot) => panic!("dispatch of a {} node, slot {slot:?}", kind.type_name()),
+        };
+        let attempts = w.retry_strategy_for(call).map_or(1, |s| s.limit + 1);
+        prop_assert!(
+            d.attempt <= attempts,
+            "{} dispatched attempt {} of {}",
+            d.sub_task_id,
+            d.attempt,
+            attempts
+        );
+        if role(&d.task.node) == Some(NodeRole::ExitHandler) {
+            prop_assert!(
+                last_main_end.is_some_and(|e| e < k),
+                "exit handler {} ran before the main DAG ended",
+                d.task.node
+            );
+        } else if w.fail_fast {
+            prop_assert!(
+                first_failure.is_none_or(|f| k < f),
+                "{} dispatched after a failure under fail_fast",
+                d.sub_task_id
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Every event anyone could still send after the end: none changes anything.
 fn late_events(w: &Workflow, sim: &Sim<'_>) -> Vec<Event> {
     let mut events = vec![
@@ -849,6 +910,7 @@ proptest! {
         sim.run(input);
         check_once(&sim.commands)?;
         check_ended(&w, &sim)?;
+        check_rules(&w, &sim)?;
         check_absorbs(&w, &sim)?;
     }
 
@@ -1017,10 +1079,7 @@ fn the_deadline_gives_exit_handlers_a_grace_period() {
     let mut sim = echo_sim(&w).agent("Slow", |_| Reply::silence());
     let out = sim.run(json!({}));
     assert_eq!(out.status, Some(RunStatus::Failure));
-    assert_eq!(
-        sim.state.node_status("cleanup"),
-        workflow_node::core::NodeStatus::Success
-    );
+    assert_eq!(sim.state.node_status("cleanup"), NodeStatus::Success);
 }
 
 #[test]
@@ -1037,8 +1096,5 @@ fn a_redelivered_deadline_does_not_cut_the_exit_handlers_grace() {
         }
     ));
     assert_eq!(out.status, Some(RunStatus::Failure));
-    assert_eq!(
-        sim.state.node_status("cleanup"),
-        workflow_node::core::NodeStatus::Success
-    );
+    assert_eq!(sim.state.node_status("cleanup"), NodeStatus::Success);
 }
