@@ -111,7 +111,11 @@ pub struct Sim<'w> {
     /// Indexes of events whose commands are carried out but whose message is not acked:
     /// the same event is applied again at once.
     pub redeliver: BTreeSet<usize>,
-    /// Commands computed and committed but never carried out (see `crash_after_commit`).
+    /// Model the shell's outbox: a crashed event's committed commands are carried out when
+    /// it is redelivered, instead of applying it again (and losing them). Off by default.
+    pub outbox: bool,
+    /// Commands committed but not carried out by the replica that computed them (see
+    /// `crash_after_commit`; with `outbox`, they are carried out on redelivery).
     pub lost: Vec<Command>,
     /// For each redelivered event: its index in [`Sim::events`] and the commands it gave.
     pub redeliveries: Vec<(usize, Vec<Command>)>,
@@ -136,6 +140,7 @@ impl<'w> Sim<'w> {
             max_running: 0,
             crash_after_commit: BTreeSet::new(),
             redeliver: BTreeSet::new(),
+            outbox: false,
             lost: Vec::new(),
             redeliveries: Vec::new(),
         }
@@ -203,7 +208,14 @@ impl<'w> Sim<'w> {
             }
             self.commands.extend(commands.iter().cloned());
         }
-        if crashed || self.redeliver.contains(&index) {
+        if crashed && self.outbox {
+            // The redelivered event finds its commands in the outbox: they are carried out,
+            // the event is not applied again.
+            for c in &commands {
+                self.carry_out(c);
+            }
+            self.commands.extend(commands.iter().cloned());
+        } else if crashed || self.redeliver.contains(&index) {
             let again_index = self.events.len();
             let again = self.deliver(event);
             self.redeliveries.push((again_index, again));
