@@ -66,6 +66,9 @@ pub async fn invoke(
             }
             Some(msg) = status.next() => on_status(&msg, &mut nodes, &mut execution_id, &mut progress),
             Some(msg) = replies.next() => {
+                if msg.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
+                    bail!("nothing serves {workflow} in namespace '{ns}' (no responders)");
+                }
                 // Updates published before the reply are already queued: take them first.
                 while let Some(Some(msg)) = status.next().now_or_never() {
                     on_status(&msg, &mut nodes, &mut execution_id, &mut progress);

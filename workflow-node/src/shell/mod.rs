@@ -212,10 +212,13 @@ impl WorkflowNode {
         }
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         let mut background = Vec::new();
+        // Every subscription exists before start returns: a request sent right after
+        // finds a responder.
+        let (card_sub, ping_sub) = registry::subscribe_cards(&shared).await?;
         let s = shared.clone();
-        background.push(tokio::spawn(async move { log_err("card registry", registry::watch_cards(s).await) }));
+        background.push(tokio::spawn(async move { log_err("card registry", registry::watch_cards(s, card_sub).await) }));
         let s = shared.clone();
-        background.push(tokio::spawn(async move { log_err("card publisher", registry::publish_cards(s).await) }));
+        background.push(tokio::spawn(async move { log_err("card publisher", registry::publish_cards(s, ping_sub).await) }));
         background.push(tokio::spawn(timers::run(shared.clone())));
         let mut consumers = Vec::new();
         for workflow in workflows {
@@ -223,8 +226,9 @@ impl WorkflowNode {
             // The consumer exists before requests are taken, so no start is lost.
             worker::consumer(&shared, &workflow.name).await?;
             consumers.push(tokio::spawn(worker::run(shared.clone(), workflow.clone(), stop_rx.clone())));
+            let sub = requests::subscribe(&shared, &workflow).await?;
             let s = shared.clone();
-            background.push(tokio::spawn(async move { log_err("requests", requests::serve(s, workflow).await) }));
+            background.push(tokio::spawn(async move { log_err("requests", requests::serve(s, workflow, sub).await) }));
         }
         shared.client.flush().await?;
         Ok(WorkflowNode { shared, stop, consumers, background })

@@ -61,9 +61,9 @@ impl Registry {
     }
 }
 
-/// Keeps the registry up to date from the discovery subject.
-pub(super) async fn watch_cards(shared: Arc<Shared>) -> Result<(), async_nats::Error> {
-    let mut sub = shared.client.subscribe(subjects::agent_cards(&shared.ns)).await?;
+/// Keeps the registry up to date from the discovery subject (`sub`, from
+/// [`subscribe_cards`]).
+pub(super) async fn watch_cards(shared: Arc<Shared>, mut sub: async_nats::Subscriber) -> Result<(), async_nats::Error> {
     while let Some(msg) = sub.next().await {
         match serde_json::from_slice::<AgentCard>(&msg.payload) {
             Ok(card) => shared.registry.insert(card),
@@ -73,9 +73,17 @@ pub(super) async fn watch_cards(shared: Arc<Shared>) -> Result<(), async_nats::E
     Ok(())
 }
 
-/// Publishes our cards at start, every interval, and on every discovery ping.
-pub(super) async fn publish_cards(shared: Arc<Shared>) -> Result<(), async_nats::Error> {
-    let mut pings = shared.client.subscribe(subjects::discovery_ping(&shared.ns)).await?;
+/// The subscriptions of the registry: cards, and discovery pings.
+pub(super) async fn subscribe_cards(
+    shared: &Shared,
+) -> Result<(async_nats::Subscriber, async_nats::Subscriber), async_nats::Error> {
+    let cards = shared.client.subscribe(subjects::agent_cards(&shared.ns)).await?;
+    let pings = shared.client.subscribe(subjects::discovery_ping(&shared.ns)).await?;
+    Ok((cards, pings))
+}
+
+/// Publishes our cards at start, every interval, and on every discovery ping (`pings`).
+pub(super) async fn publish_cards(shared: Arc<Shared>, mut pings: async_nats::Subscriber) -> Result<(), async_nats::Error> {
     let mut tick = tokio::time::interval(shared.config.card_interval);
     loop {
         tokio::select! {

@@ -22,10 +22,18 @@ use super::{names, publish_event, Envelope, Shared};
 use crate::core::{Event, ExecutionId, NodeStatus};
 use crate::definition::{NodeKind, Workflow};
 
-/// Serves the workflow's request subject until the subscription ends.
-pub(super) async fn serve(shared: Arc<Shared>, workflow: Arc<Workflow>) -> Result<(), async_nats::Error> {
+/// Subscribes to the workflow's request subject (in its queue group).
+pub(super) async fn subscribe(shared: &Shared, workflow: &Workflow) -> Result<async_nats::Subscriber, async_nats::Error> {
     let subject = subjects::agent_request(&shared.ns, &workflow.name);
-    let mut sub = shared.client.queue_subscribe(subject, workflow.name.clone()).await?;
+    Ok(shared.client.queue_subscribe(subject, workflow.name.clone()).await?)
+}
+
+/// Serves the workflow's request subscription until it ends.
+pub(super) async fn serve(
+    shared: Arc<Shared>,
+    workflow: Arc<Workflow>,
+    mut sub: async_nats::Subscriber,
+) -> Result<(), async_nats::Error> {
     while let Some(msg) = sub.next().await {
         let shared = shared.clone();
         let workflow = workflow.clone();
