@@ -641,7 +641,6 @@ fn the_deadline_gives_exit_handlers_a_grace_period() {
 }
 
 #[test]
-#[ignore = "bug: TimerId::Deadline names both the run deadline and the exit handlers' grace deadline, so Cx::deadline (engine.rs) takes a second firing of the run deadline (timers fire at least once) for the end of the grace and cancels the exit handlers at once"]
 fn a_redelivered_deadline_does_not_cut_the_exit_handlers_grace() {
     let w = load(DEADLINE);
     let mut sim = echo_sim(&w).agent("Slow", |_| Reply::silence());
