@@ -193,7 +193,9 @@ async fn process(
     let (seq, delivered) = (info.stream_sequence, info.delivered);
     let key = names::run_key(&workflow.name, &execution);
     for _ in 0..64 {
-        let loaded = match cache.remove(&execution) {
+        let cached = cache.remove(&execution);
+        let from_cache = cached.is_some();
+        let loaded = match cached {
             Some(hit) => Some(hit),
             None => match shared.runs.entry(key.clone()).await? {
                 Some(e) if !e.value.is_empty() => Some((e.revision, serde_json::from_slice::<RunRecord>(&e.value)?)),
@@ -228,8 +230,19 @@ async fn process(
             }
         }
         let now = now();
+        // Some events change the state without any command (a fork branch that is not
+        // the last to end): those must be committed too, or the next replica to load the
+        // run never learns of them.
+        let before = record.state.clone();
         let commands = core::apply(workflow, &mut record.state, envelope.event.clone(), now);
-        if commands.is_empty() {
+        if commands.is_empty() && record.state == before {
+            if from_cache {
+                // Another replica may have moved the run on since this worker cached it,
+                // and the event may matter to the newer state (a result of a call that
+                // replica dispatched): acking it now would lose it. Only a fresh read can
+                // tell; a commit does not need this, its compare-and-swap tells.
+                continue;
+            }
             if let Some(rev) = revision {
                 cache.insert(execution.clone(), (rev, record));
             }
