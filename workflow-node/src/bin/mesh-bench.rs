@@ -1,0 +1,131 @@
+//! `mesh-bench`: the end-to-end benchmark of the workflow node over real NATS.
+//!
+//! `cargo run --release -p workflow-node --bin mesh-bench -- SCENARIO [--nats-url URL]
+//! [--json FILE]`, SCENARIO one of `chain`, `throughput`, `map`, `replicas`, `resume`, `all`.
+//! Starts its own nats-server unless given a URL; prints a table; writes one JSON object per
+//! scenario with `--json`. The bench, the server and the node share the machine's cores.
+
+mod mesh_bench;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Parser, ValueEnum};
+use mesh_bench::env::Env;
+use mesh_bench::{procs, scenarios, Report};
+
+/// Which scenario to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Scenario {
+    /// 10 agent nodes in sequence, one run at a time: per-node overhead, start latency.
+    Chain,
+    /// A 5-node fork/join, 64 and 256 runs in flight: runs/s, node executions/s.
+    Throughput,
+    /// A map over 100, 1,000, 10,000 items: per-item overhead, KV bytes per item.
+    Map,
+    /// `throughput` with 1, 2 and 3 node processes; RSS with 1,000 runs in flight.
+    Replicas,
+    /// `kill -9` of a replica mid-chain: time to the next dispatch.
+    Resume,
+    /// Every scenario, in that order.
+    All,
+}
+
+/// The end-to-end benchmark of the workflow node over real NATS.
+#[derive(Debug, Parser)]
+#[command(name = "mesh-bench")]
+struct Args {
+    /// The scenario.
+    #[arg(value_enum)]
+    scenario: Scenario,
+    /// Use this server instead of starting one.
+    #[arg(long)]
+    nats_url: Option<String>,
+    /// Write the figures here as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<()> {
+    let env = Env::new(args.nats_url.clone())?;
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!(
+        "mesh-bench on {} ({} server, {cores} cores shared by the server, the node, the agents and the bench)",
+        env.url,
+        if env.server.is_some() { "own" } else { "given" }
+    );
+    let list = match args.scenario {
+        Scenario::All => vec![
+            Scenario::Chain,
+            Scenario::Throughput,
+            Scenario::Map,
+            Scenario::Replicas,
+            Scenario::Resume,
+        ],
+        s => vec![s],
+    };
+    let mut out = serde_json::Map::new();
+    for s in list {
+        let report = match s {
+            Scenario::Chain => scenarios::chain(&env).await?,
+            Scenario::Throughput => scenarios::throughput(&env).await?,
+            Scenario::Map => scenarios::map(&env).await?,
+            Scenario::Replicas => procs::replicas(&env).await?,
+            Scenario::Resume => procs::resume(&env).await?,
+            Scenario::All => unreachable!("expanded above"),
+        };
+        print_table(&report);
+        out.insert(report.name.to_string(), report.json);
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(
+            path,
+            serde_json::to_vec_pretty(&serde_json::Value::Object(out))?,
+        )?;
+        println!("figures written to {}", path.display());
+    }
+    Ok(())
+}
+
+fn print_table(r: &Report) {
+    let f = &r.floor;
+    let mut rows = vec![
+        (
+            "floor request/reply p50 / p99".to_string(),
+            format!("{:.0} µs / {:.0} µs", f.rr_p50, f.rr_p99),
+        ),
+        (
+            "floor KV CAS p50 / p99".to_string(),
+            format!("{:.0} µs / {:.0} µs", f.cas_p50, f.cas_p99),
+        ),
+    ];
+    rows.extend(r.rows.iter().cloned());
+    let width = rows
+        .iter()
+        .map(|(l, _)| l.chars().count())
+        .max()
+        .unwrap_or(0);
+    println!("\n== {} ==", r.name);
+    for (label, value) in rows {
+        println!("  {label:<width$}  {value}");
+    }
+}

@@ -1,0 +1,23 @@
+//! The end-to-end benchmark over real NATS: scenarios, the floor, and their report.
+//!
+//! - `env`: the server, connections, echo agents, bench workflows, percentiles.
+//! - `floor`: raw request/reply and KV compare-and-swap on the same server.
+//! - `scenarios`: `chain`, `throughput`, `map` with an in-process node.
+//! - `procs`: `replicas` and `resume` with `workflow-node serve` processes.
+
+pub(crate) mod env;
+pub(crate) mod floor;
+pub(crate) mod procs;
+pub(crate) mod scenarios;
+
+/// What one scenario measured: its JSON object and its table rows.
+pub(crate) struct Report {
+    /// The scenario's name.
+    pub(crate) name: &'static str,
+    /// The floor measured in the same run.
+    pub(crate) floor: floor::Floor,
+    /// Figures under the names the issue fixes.
+    pub(crate) json: serde_json::Value,
+    /// (label, value) rows for the table.
+    pub(crate) rows: Vec<(String, String)>,
+}
