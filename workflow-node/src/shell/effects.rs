@@ -35,7 +35,12 @@ pub(super) struct RunContext<'a> {
 impl RunContext<'_> {
     /// Carries out `commands` in order. Failures to publish are logged: every command is
     /// safe to carry out again, and the outbox does so when the event is redelivered.
+    ///
+    /// Timer writes are pipelined: each is sent in order, and their acks are awaited
+    /// together at the end, so a dispatch does not wait behind a KV round trip, while the
+    /// event is still acked only once every timer is stored.
     pub(super) async fn carry_out(&self, commands: &[Command]) -> Result<(), async_nats::Error> {
+        let mut timer_acks = Vec::new();
         for command in commands {
             match command {
                 Command::Dispatch(d) => self.dispatch(d).await?,
@@ -52,7 +57,8 @@ impl RunContext<'_> {
                         timer: timer.clone(),
                         at: *at,
                     };
-                    self.shared.timers.put(key, serde_json::to_vec(&rec)?.into()).await?;
+                    let subject = format!("$KV.{}.{key}", names::timers_bucket(&self.shared.ns));
+                    timer_acks.push(self.shared.js.publish(subject, serde_json::to_vec(&rec)?.into()).await?);
                 }
                 Command::Progress(p) => self.progress(p).await?,
                 Command::RequestApproval { node, approvers, message, .. } => {
@@ -73,6 +79,9 @@ impl RunContext<'_> {
                     self.finish(*status, output.as_ref(), error.as_ref()).await?
                 }
             }
+        }
+        for ack in timer_acks {
+            ack.await?;
         }
         Ok(())
     }
