@@ -8,11 +8,13 @@
 //! - `registry`: agent cards seen on the mesh, and publishing our own.
 //! - `record`, `names`, `wire`: what a run's KV entry holds, resource names, message
 //!   encoding.
+//! - `maps`: the items and results of large maps, kept beside the run's entry.
 //!
 //! Nothing about a run lives only in one process: its state is in KV, its events in a
 //! stream, its timers in KV. Any replica carries on any run.
 
 mod effects;
+pub mod maps;
 pub mod names;
 pub mod record;
 mod registry;

@@ -4,6 +4,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use std::collections::BTreeMap;
+
+use super::maps::{ItemResult, MapRef};
 use crate::core::{Command, Execution, Millis};
 
 /// Who started a run and where its answers go.
@@ -38,6 +41,9 @@ pub struct OutboxEntry {
     pub at: Millis,
     /// The commands.
     pub commands: Vec<Command>,
+    /// Item results of large maps to write to their own keys (see `maps`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub results: Vec<ItemResult>,
 }
 
 /// One run's KV entry.
@@ -50,4 +56,10 @@ pub struct RunRecord {
     /// Commands committed, maybe not carried out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outbox: Vec<OutboxEntry>,
+    /// Large maps whose items and results are kept under keys of their own (see `maps`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub maps: BTreeMap<String, MapRef>,
+    /// Whether the workflow input is kept under a key of its own (see `maps`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub input_apart: bool,
 }

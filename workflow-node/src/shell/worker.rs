@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use super::effects::RunContext;
 use super::record::{OutboxEntry, RunRecord};
 use super::wire::{interpret_reply, reply_event, ReplyMeaning};
-use super::{names, now, Envelope, Shared};
+use super::{maps, names, now, Envelope, Shared};
 use crate::core::{self, Event, Execution, ExecutionId, TaskKey};
 use crate::definition::Workflow;
 
@@ -198,7 +198,11 @@ async fn process(
         let loaded = match cached {
             Some(hit) => Some(hit),
             None => match shared.runs.entry(key.clone()).await? {
-                Some(e) if !e.value.is_empty() => Some((e.revision, serde_json::from_slice::<RunRecord>(&e.value)?)),
+                Some(e) if !e.value.is_empty() => {
+                    let mut record = serde_json::from_slice::<RunRecord>(&e.value)?;
+                    maps::load_items(shared, &key, &mut record).await?;
+                    Some((e.revision, record))
+                }
                 _ => None,
             },
         };
@@ -207,7 +211,7 @@ async fn process(
             None => match (&envelope.event, &envelope.caller) {
                 (Event::Started { .. }, Some(caller)) => {
                     let state = Execution::new(execution.clone(), &workflow.name);
-                    (None, RunRecord { state, caller: caller.clone(), outbox: Vec::new() })
+                    (None, RunRecord { state, caller: caller.clone(), outbox: Vec::new(), maps: Default::default(), input_apart: false })
                 }
                 _ => {
                     tracing::debug!("event for unknown run {execution} dropped");
@@ -220,9 +224,11 @@ async fn process(
             if let Some(pos) = record.outbox.iter().position(|e| e.seq == seq) {
                 // Committed before, maybe not carried out: do it again (at-least-once).
                 let entry = record.outbox.remove(pos);
+                let acks = maps::start_puts(shared, maps::result_writes(&key, &entry.results)?).await?;
                 ctx.carry_out(&entry.commands).await?;
+                maps::wait_acks(acks).await?;
                 if let Some(rev) = revision {
-                    if let Ok(new_rev) = shared.runs.update(&key, serde_json::to_vec(&record)?.into(), rev).await {
+                    if let Ok(new_rev) = shared.runs.update(&key, maps::encode(&mut record)?.into(), rev).await {
                         cache.insert(execution.clone(), (new_rev, record));
                     }
                 }
@@ -230,6 +236,7 @@ async fn process(
             }
         }
         let now = now();
+        maps::load_results(shared, workflow, &key, &mut record, &envelope.event).await?;
         // Some events change the state without any command (a fork branch that is not
         // the last to end): those must be committed too, or the next replica to load the
         // run never learns of them.
@@ -249,8 +256,12 @@ async fn process(
             return Ok(());
         }
         record.outbox.retain(|e| now.0.saturating_sub(e.at.0) < OUTBOX_HORIZON_MS);
-        record.outbox.push(OutboxEntry { seq, at: now, commands: commands.clone() });
-        let bytes = serde_json::to_vec(&record)?;
+        let results = maps::item_results(workflow, &record, &envelope.event);
+        record.outbox.push(OutboxEntry { seq, at: now, commands: commands.clone(), results });
+        // Items of a map that just started go first: the commit refers to them.
+        let items = maps::externalize(&mut record, &key)?;
+        maps::wait_acks(maps::start_puts(shared, items).await?).await?;
+        let bytes = maps::encode(&mut record)?;
         let written = match revision {
             None => match shared.runs.create(&key, bytes.into()).await {
                 Ok(rev) => Some(rev),
@@ -267,7 +278,10 @@ async fn process(
             continue; // another replica moved first: reload and apply again
         };
         let ctx = RunContext { shared, workflow, execution: &execution, caller: &record.caller };
+        let written = record.outbox.last().map(|e| maps::result_writes(&key, &e.results)).transpose()?;
+        let acks = maps::start_puts(shared, written.unwrap_or_default()).await?;
         ctx.carry_out(&commands).await?;
+        maps::wait_acks(acks).await?;
         record.outbox.pop();
         if !record.state.status.is_terminal() {
             cache.insert(execution.clone(), (new_rev, record));

@@ -1,0 +1,394 @@
+//! Large maps live beside the run's KV entry, so the cost of an event does not grow with the
+//! number of items and the entry stays far below NATS's max payload.
+//!
+//! The core keeps a map's `items` and `results` inline ([`crate::core::MapState`]); the
+//! shell persists them apart once a map has more than [`INLINE_ITEMS`] items:
+//!
+//! - items: written once, in chunks of at most [`CHUNK_BYTES`], under
+//!   `{run key}.items.{map}.{chunk}`, **before** the commit that starts the map (their
+//!   content is fixed by the committed state, so a writer that loses the CAS writes the same
+//!   bytes);
+//! - results: one key per item, `{run key}.result.{map}.{index}`, written **after** the
+//!   commit that records the item's end, as part of that event's outbox entry (so a replica
+//!   that dies before writing it leaves it in the entry, and the redelivery writes it);
+//! - the run's entry holds the map's counters and [`MapRef`] (the chunk layout), with
+//!   `items` and `results` emptied.
+//!
+//! - a large workflow input (above [`INLINE_INPUT`] bytes) is kept under `{run key}.input`,
+//!   written before the commit that starts the run; the entry holds null in its place.
+//!
+//! A replica that loads the run reads the item chunks at once, but the results only before
+//! an event that may end the map (they are only needed for its output), taking results
+//! still in outbox entries first.
+
+use std::collections::BTreeMap;
+
+use async_nats::jetstream::context::PublishAckFuture;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::record::RunRecord;
+use super::Shared;
+use crate::core::{Detail, Event, MapState, Slot};
+use crate::definition::{NodeRole, Workflow};
+
+/// Maps with at most this many items stay inline in the run's entry.
+pub const INLINE_ITEMS: usize = 256;
+/// Workflow inputs up to this many bytes stay inline in the run's entry.
+pub const INLINE_INPUT: usize = 16 * 1024;
+/// Most serialised item bytes per chunk key.
+pub const CHUNK_BYTES: usize = 128 * 1024;
+/// Item results read at once when a map's results are loaded.
+const PARALLEL_GETS: usize = 64;
+
+/// An item's result, kept in its event's outbox entry until written to its own key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ItemResult {
+    /// The map node.
+    pub map: String,
+    /// The item's index.
+    pub index: u32,
+    /// Its output.
+    pub value: Value,
+}
+
+/// Where an externalised map's items are: the first item index of each chunk.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct MapRef {
+    /// First item index of each chunk (chunk `c` holds `starts[c]..starts[c+1]`).
+    pub starts: Vec<u32>,
+    /// Items in all.
+    pub total: u32,
+    /// Whether the item results are in memory (not persisted: false after a load).
+    #[serde(skip)]
+    pub results_loaded: bool,
+}
+
+fn items_key(run_key: &str, map: &str, chunk: usize) -> String {
+    format!("{run_key}.items.{map}.{chunk}")
+}
+
+fn input_key(run_key: &str) -> String {
+    format!("{run_key}.input")
+}
+
+fn result_key(run_key: &str, map: &str, index: u32) -> String {
+    format!("{run_key}.result.{map}.{index}")
+}
+
+fn running_maps(record: &mut RunRecord) -> impl Iterator<Item = (&String, &mut MapState)> {
+    record
+        .state
+        .nodes
+        .iter_mut()
+        .filter_map(|(id, n)| match n.detail.as_mut() {
+            Some(Detail::Map(m)) => Some((id, m)),
+            _ => None,
+        })
+}
+
+/// Externalises the maps that just got large: returns their item chunks to write before
+/// the commit, and records their layout. Forgets maps that ended.
+pub(super) fn externalize(
+    record: &mut RunRecord,
+    run_key: &str,
+) -> serde_json::Result<Vec<(String, Vec<u8>)>> {
+    let mut writes = Vec::new();
+    if !record.input_apart && record.state.started {
+        let input = serde_json::to_vec(&record.state.input)?;
+        if input.len() > INLINE_INPUT {
+            writes.push((input_key(run_key), input));
+            record.input_apart = true;
+        }
+    }
+    let mut refs = std::mem::take(&mut record.maps);
+    let mut alive = BTreeMap::new();
+    for (id, map) in running_maps(record) {
+        if let Some(r) = refs.remove(id) {
+            alive.insert(id.clone(), r);
+            continue;
+        }
+        if map.items.len() <= INLINE_ITEMS {
+            continue;
+        }
+        let mut starts = Vec::new();
+        let mut chunk: Vec<&Value> = Vec::new();
+        let mut size = 0;
+        let mut flush = |chunk: &mut Vec<&Value>,
+                         starts: &mut Vec<u32>,
+                         next: usize|
+         -> serde_json::Result<()> {
+            let first = next - chunk.len();
+            starts.push(first as u32);
+            writes.push((
+                items_key(run_key, id, starts.len() - 1),
+                serde_json::to_vec(chunk)?,
+            ));
+            chunk.clear();
+            Ok(())
+        };
+        for (i, item) in map.items.iter().enumerate() {
+            let n = serde_json::to_vec(item)?.len();
+            if !chunk.is_empty() && size + n > CHUNK_BYTES {
+                flush(&mut chunk, &mut starts, i)?;
+                size = 0;
+            }
+            size += n;
+            chunk.push(item);
+        }
+        if !chunk.is_empty() {
+            flush(&mut chunk, &mut starts, map.items.len())?;
+        }
+        let total = map.items.len() as u32;
+        alive.insert(
+            id.clone(),
+            MapRef {
+                starts,
+                total,
+                results_loaded: true,
+            },
+        );
+    }
+    record.maps = alive;
+    Ok(writes)
+}
+
+/// The run's entry as stored: externalised maps without their items and results.
+pub(super) fn encode(record: &mut RunRecord) -> serde_json::Result<Vec<u8>> {
+    if record.input_apart {
+        let input = std::mem::take(&mut record.state.input);
+        let bytes = encode_maps(record);
+        record.state.input = input;
+        return bytes;
+    }
+    encode_maps(record)
+}
+
+fn encode_maps(record: &mut RunRecord) -> serde_json::Result<Vec<u8>> {
+    if record.maps.is_empty() {
+        return serde_json::to_vec(record);
+    }
+    let ids: Vec<String> = record.maps.keys().cloned().collect();
+    let mut held = Vec::new();
+    for (id, map) in running_maps(record) {
+        if ids.contains(id) {
+            held.push((
+                id.clone(),
+                std::mem::take(&mut map.items),
+                std::mem::take(&mut map.results),
+            ));
+        }
+    }
+    let bytes = serde_json::to_vec(record);
+    for (id, map) in running_maps(record) {
+        if let Some(pos) = held.iter().position(|(h, _, _)| h == id) {
+            let (_, items, results) = held.swap_remove(pos);
+            map.items = items;
+            map.results = results;
+        }
+    }
+    bytes
+}
+
+/// Reads the input kept apart and the item chunks of a just-loaded run's externalised maps; results stay null until
+/// [`load_results`].
+pub(super) async fn load_items(
+    shared: &Shared,
+    run_key: &str,
+    record: &mut RunRecord,
+) -> Result<(), async_nats::Error> {
+    if record.input_apart {
+        let key = input_key(run_key);
+        let bytes = shared
+            .runs
+            .get(&key)
+            .await?
+            .ok_or_else(|| format!("run input {key} is missing"))?;
+        record.state.input = serde_json::from_slice(&bytes)?;
+    }
+    let refs = record.maps.clone();
+    for (id, r) in refs {
+        let mut items = Vec::with_capacity(r.total as usize);
+        for c in 0..r.starts.len() {
+            let key = items_key(run_key, &id, c);
+            let bytes = shared
+                .runs
+                .get(&key)
+                .await?
+                .ok_or_else(|| format!("map items {key} are missing"))?;
+            items.extend(serde_json::from_slice::<Vec<Value>>(&bytes)?);
+        }
+        if let Some(Some(Detail::Map(map))) =
+            record.state.nodes.get_mut(&id).map(|n| n.detail.as_mut())
+        {
+            map.results = vec![Value::Null; items.len()];
+            map.items = items;
+        }
+    }
+    Ok(())
+}
+
+/// The externalised map whose inner node made `event`'s call, if the event is an item's
+/// success that may end a map whose results are not loaded.
+fn unloaded_map_ending<'r>(
+    workflow: &Workflow,
+    record: &'r RunRecord,
+    event: &Event,
+) -> Option<&'r String> {
+    let Event::CallSucceeded { task, .. } = event else {
+        return None;
+    };
+    let Slot::Item(_) = task.slot else {
+        return None;
+    };
+    let idx = *workflow.graph.index.get(&task.node)?;
+    let NodeRole::Inner { owner } = workflow.graph.roles[idx] else {
+        return None;
+    };
+    let map_id = &workflow.nodes[owner].id;
+    let (id, r) = record.maps.get_key_value(map_id)?;
+    let Some(Detail::Map(map)) = record.state.nodes.get(id)?.detail.as_ref() else {
+        return None;
+    };
+    (!r.results_loaded && map.done + 1 >= r.total).then_some(id)
+}
+
+/// Before applying `event`: loads the results of a map it may end (from outbox entries,
+/// then from their keys).
+pub(super) async fn load_results(
+    shared: &Shared,
+    workflow: &Workflow,
+    run_key: &str,
+    record: &mut RunRecord,
+    event: &Event,
+) -> Result<(), async_nats::Error> {
+    let Some(id) = unloaded_map_ending(workflow, record, event).cloned() else {
+        return Ok(());
+    };
+    let pending: Vec<ItemResult> = record
+        .outbox
+        .iter()
+        .flat_map(|e| e.results.iter())
+        .filter(|r| r.map == id)
+        .cloned()
+        .collect();
+    let Some(Some(Detail::Map(map))) = record.state.nodes.get_mut(&id).map(|n| n.detail.as_mut())
+    else {
+        return Ok(());
+    };
+    for r in pending {
+        if let Some(slot) = map.results.get_mut(r.index as usize) {
+            *slot = r.value;
+        }
+    }
+    let running: std::collections::HashSet<u32> = record
+        .state
+        .calls
+        .keys()
+        .filter_map(|k| match k.slot {
+            Slot::Item(i) => Some(i),
+            _ => None,
+        })
+        .collect();
+    let wanted: Vec<u32> = (0..map.next)
+        .filter(|i| !running.contains(i) && map.results[*i as usize].is_null())
+        .collect();
+    let id_ref = &id;
+    let mut fetched = futures::stream::iter(wanted)
+        .map(|i| async move { (i, shared.runs.get(result_key(run_key, id_ref, i)).await) })
+        .buffer_unordered(PARALLEL_GETS);
+    while let Some((i, got)) = fetched.next().await {
+        if let Some(bytes) = got? {
+            map.results[i as usize] = serde_json::from_slice(&bytes)?;
+        }
+    }
+    if let Some(r) = record.maps.get_mut(&id) {
+        r.results_loaded = true;
+    }
+    Ok(())
+}
+
+/// After applying `event`: the item result to store apart, when it ended an item of an
+/// externalised map that goes on.
+pub(super) fn item_results(
+    workflow: &Workflow,
+    record: &RunRecord,
+    event: &Event,
+) -> Vec<ItemResult> {
+    let Event::CallSucceeded { task, .. } = event else {
+        return Vec::new();
+    };
+    let Slot::Item(i) = task.slot else {
+        return Vec::new();
+    };
+    let Some(&idx) = workflow.graph.index.get(&task.node) else {
+        return Vec::new();
+    };
+    let NodeRole::Inner { owner } = workflow.graph.roles[idx] else {
+        return Vec::new();
+    };
+    let map_id = &workflow.nodes[owner].id;
+    if !record.maps.contains_key(map_id) {
+        return Vec::new();
+    }
+    let Some(Detail::Map(map)) = record
+        .state
+        .nodes
+        .get(map_id)
+        .and_then(|n| n.detail.as_ref())
+    else {
+        return Vec::new();
+    };
+    let called = record.state.calls.contains_key(task);
+    match map.results.get(i as usize) {
+        Some(value) if !called => vec![ItemResult {
+            map: map_id.clone(),
+            index: i,
+            value: value.clone(),
+        }],
+        _ => Vec::new(),
+    }
+}
+
+/// Starts writing `writes`; the caller awaits the returned acks before acking its event.
+pub(super) async fn start_puts(
+    shared: &Shared,
+    writes: Vec<(String, Vec<u8>)>,
+) -> Result<Vec<PublishAckFuture>, async_nats::Error> {
+    let bucket = super::names::runs_bucket(&shared.ns);
+    let mut acks = Vec::with_capacity(writes.len());
+    for (key, bytes) in writes {
+        acks.push(
+            shared
+                .js
+                .publish(format!("$KV.{bucket}.{key}"), bytes.into())
+                .await?,
+        );
+    }
+    Ok(acks)
+}
+
+/// The writes of item results.
+pub(super) fn result_writes(
+    run_key: &str,
+    results: &[ItemResult],
+) -> serde_json::Result<Vec<(String, Vec<u8>)>> {
+    results
+        .iter()
+        .map(|r| {
+            Ok((
+                result_key(run_key, &r.map, r.index),
+                serde_json::to_vec(&r.value)?,
+            ))
+        })
+        .collect()
+}
+
+/// Waits for every ack.
+pub(super) async fn wait_acks(acks: Vec<PublishAckFuture>) -> Result<(), async_nats::Error> {
+    for ack in acks {
+        ack.await?;
+    }
+    Ok(())
+}
