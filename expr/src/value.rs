@@ -29,7 +29,7 @@ pub(crate) fn push_text(out: &mut String, value: &Value) {
 }
 
 /// A short name of the value's JSON type, for error messages.
-pub(crate) fn type_name(value: &Value) -> &'static str {
+pub fn type_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -99,7 +99,7 @@ impl Cx<'_> {
                     Ok(Value::Array(items)) => items,
                     Ok(Value::Null) => Vec::new(),
                     Ok(other) => {
-                        let kind = json_kind(&other);
+                        let kind = workflow_expr::type_name(&other);
                         return self.fail(idx, format!("items: resolved to {kind}, expected an array"));
                     }
                     Err(e) => return self.fail(idx, format!("items: {e}")),
@@ -542,15 +542,4 @@ fn resolve_text(
         Value::Null => String::new(),
         other => other.to_string(),
     }))
-}
-
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
