@@ -7,7 +7,10 @@ use workflow_node::cli::{self, Cli, Command};
 
 fn main() -> ExitCode {
     if std::env::var_os("RUST_LOG").is_some() {
-        tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_writer(std::io::stderr).init();
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
     }
     match Cli::parse().command {
         Command::Validate(args) => cli::validate::run(args),

@@ -17,7 +17,16 @@ fn repo() -> PathBuf {
 #[test]
 fn run_prints_the_output_and_exits_0() {
     let out = bin()
-        .args(["run", "ValueRouter", "--input", r#"{"value": 5}"#, "--workflows", "examples/workflows", "--agents", "examples/agents.yaml"])
+        .args([
+            "run",
+            "ValueRouter",
+            "--input",
+            r#"{"value": 5}"#,
+            "--workflows",
+            "examples/workflows",
+            "--agents",
+            "examples/agents.yaml",
+        ])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -26,13 +35,26 @@ fn run_prints_the_output_and_exits_0() {
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(v, serde_json::json!({"category": "low", "result": 5}));
     assert!(stderr.contains("started a local nats-server"), "{stderr}");
-    assert!(stderr.contains("classify (agent) -> ValueClassifier"), "progress is shown: {stderr}");
+    assert!(
+        stderr.contains("classify (agent) -> ValueClassifier"),
+        "progress is shown: {stderr}"
+    );
 }
 
 #[test]
 fn run_json_reports_a_failed_run_and_exits_1() {
     let out = bin()
-        .args(["run", "ValueRouter", "--json", "--input", r#"{"value": "x"}"#, "--workflows", "examples/workflows", "--agents", "examples/agents.yaml"])
+        .args([
+            "run",
+            "ValueRouter",
+            "--json",
+            "--input",
+            r#"{"value": "x"}"#,
+            "--workflows",
+            "examples/workflows",
+            "--agents",
+            "examples/agents.yaml",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -43,19 +65,33 @@ fn run_json_reports_a_failed_run_and_exits_1() {
 
 #[test]
 fn run_without_a_mesh_or_workflows_is_a_usage_error() {
-    let out = bin().args(["run", "Nothing", "--input", "{}"]).output().unwrap();
+    let out = bin()
+        .args(["run", "Nothing", "--input", "{}"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nothing serves Nothing"));
-    let out = bin().args(["run", "X", "--input", "{not json"]).output().unwrap();
+    let out = bin()
+        .args(["run", "X", "--input", "{not json"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--input is not valid JSON"));
 }
 
 #[test]
 fn test_runs_the_example_suite() {
-    let out = bin().args(["test", "examples/suites/examples.yaml"]).output().unwrap();
+    let out = bin()
+        .args(["test", "examples/suites/examples.yaml"])
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("9 passed, 0 failed"), "{stdout}");
 }
 
@@ -75,6 +111,10 @@ fn test_exits_1_and_explains_a_failing_case() {
     let out = bin().args(["test"]).arg(&suite).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
-    assert!(stdout.contains("FAIL wrong") && stdout.contains(r#"expected {"text":"hi"}, got {"text":"changed"}"#), "{stdout}");
+    assert!(
+        stdout.contains("FAIL wrong")
+            && stdout.contains(r#"expected {"text":"hi"}, got {"text":"changed"}"#),
+        "{stdout}"
+    );
     assert!(stdout.contains("0 passed, 1 failed"));
 }

@@ -13,7 +13,11 @@ fn wf(yaml: &str) -> Workflow {
         Ok(w) => w,
         Err(problems) => panic!(
             "invalid test workflow:\n{}",
-            problems.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("\n")
+            problems
+                .iter()
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join("\n")
         ),
     }
 }
@@ -58,7 +62,11 @@ fn a_chain_passes_implicit_input_and_maps_the_output() {
     assert_eq!(out.finishes, 1);
     let d = sim.dispatches();
     assert_eq!(d.len(), 2);
-    assert_eq!(d[1].input, json!({"value": 10}), "b gets a's output as implicit input");
+    assert_eq!(
+        d[1].input,
+        json!({"value": 10}),
+        "b gets a's output as implicit input"
+    );
     assert_eq!(d[0].sub_task_id, "sim_a_x_1");
 }
 
@@ -70,7 +78,10 @@ fn invalid_input_fails_before_any_dispatch_listing_every_violation() {
     assert_eq!(out.status, Some(RunStatus::Failure));
     assert!(sim.dispatches().is_empty());
     let msg = out.error.unwrap().message;
-    assert!(msg.contains("input_schema") && msg.contains("/value"), "{msg}");
+    assert!(
+        msg.contains("input_schema") && msg.contains("/value"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -165,7 +176,11 @@ fn a_switch_takes_the_first_matching_case_or_the_default() {
         let out = sim.run(json!({"n": n}));
         assert_eq!(out.output, Some(json!({"n": n})));
         for node in ["small", "medium", "large"] {
-            let want = if node == taken { NodeStatus::Success } else { NodeStatus::Skipped };
+            let want = if node == taken {
+                NodeStatus::Success
+            } else {
+                NodeStatus::Skipped
+            };
             assert_eq!(status(&sim, node), want, "n={n} node={node}");
         }
     }
@@ -178,7 +193,10 @@ fn a_switch_without_match_or_default_skips_every_target_and_the_run_ends_once() 
     let mut sim = Sim::new(&w).agent("Echo", echo);
     let out = sim.run(json!({"n": 1000}));
     assert_eq!(out.status, Some(RunStatus::Success));
-    assert_eq!(out.finishes, 1, "a run whose last node is skipped ends exactly once");
+    assert_eq!(
+        out.finishes, 1,
+        "a run whose last node is skipped ends exactly once"
+    );
     assert_eq!(status(&sim, "small"), NodeStatus::Skipped);
     assert_eq!(status(&sim, "medium"), NodeStatus::Skipped);
     assert_eq!(dispatched(&sim), vec!["large"]);
@@ -198,14 +216,20 @@ workflow:
     ))
 }
 
-fn flaky(fails: u32, kind: Option<&'static str>) -> impl FnMut(&workflow_node::core::Dispatch) -> Reply {
+fn flaky(
+    fails: u32,
+    kind: Option<&'static str>,
+) -> impl FnMut(&workflow_node::core::Dispatch) -> Reply {
     let mut calls = 0;
     move |_d| {
         calls += 1;
         if calls <= fails {
             Reply {
                 after: ms(10),
-                answer: workflow_node::core::sim::Answer::Fail("boom".into(), kind.map(String::from)),
+                answer: workflow_node::core::sim::Answer::Fail(
+                    "boom".into(),
+                    kind.map(String::from),
+                ),
             }
         } else {
             Reply::ok(json!({"ok": true})).after(ms(10))
@@ -241,7 +265,11 @@ fn retries_stop_at_limit_plus_one_attempts_and_say_so() {
     assert_eq!(sim.dispatches().len(), 3);
     let err = out.error.unwrap();
     assert_eq!(err.node_id.as_deref(), Some("a"));
-    assert!(err.message.contains("attempt 3 of 3") && err.message.contains("boom"), "{}", err.message);
+    assert!(
+        err.message.contains("attempt 3 of 3") && err.message.contains("boom"),
+        "{}",
+        err.message
+    );
 }
 
 #[test]
@@ -263,23 +291,40 @@ fn retry_policies_pick_the_failures_they_retry() {
     let mut calls = 0;
     let mut sim = Sim::new(&w).agent("Flaky", move |_| {
         calls += 1;
-        if calls == 1 { Reply::silence() } else { Reply::ok(json!({"ok": true})) }
+        if calls == 1 {
+            Reply::silence()
+        } else {
+            Reply::ok(json!({"ok": true}))
+        }
     });
     assert_eq!(sim.run(json!({})).status, Some(RunStatus::Success));
     assert_eq!(sim.dispatches().len(), 2);
-    assert!(sim.commands.iter().any(|c| matches!(c, Command::CancelCall { .. })), "the timed-out call is cancelled");
+    assert!(
+        sim.commands
+            .iter()
+            .any(|c| matches!(c, Command::CancelCall { .. })),
+        "the timed-out call is cancelled"
+    );
     // OnFailure does not retry a timeout.
     let w = retry_wf(", retry_strategy: {limit: 3, retryPolicy: OnFailure}");
     let mut sim = Sim::new(&w).agent("Flaky", |_| Reply::silence());
     let out = sim.run(json!({}));
     assert_eq!(out.status, Some(RunStatus::Failure));
-    assert!(out.error.unwrap().message.contains("did not answer within 10 s"));
+    assert!(out
+        .error
+        .unwrap()
+        .message
+        .contains("did not answer within 10 s"));
     assert_eq!(sim.dispatches().len(), 1);
     // An unreachable agent is an error, retried by Always, and said plainly.
     let w = retry_wf(", retry_strategy: {limit: 1}");
     let mut sim = Sim::new(&w);
     let out = sim.run(json!({}));
-    assert!(out.error.unwrap().message.contains("has no card on the mesh"));
+    assert!(out
+        .error
+        .unwrap()
+        .message
+        .contains("has no card on the mesh"));
     assert_eq!(sim.dispatches().len(), 2);
 }
 
@@ -341,9 +386,16 @@ workflow:
     let mut sim = Sim::new(&w).agent("Slow", |_| Reply::silence());
     let out = sim.run(json!({}));
     assert_eq!(out.status, Some(RunStatus::Failure));
-    assert!(out.error.unwrap().message.contains("max_workflow_execution_time_seconds (5 s)"));
+    assert!(out
+        .error
+        .unwrap()
+        .message
+        .contains("max_workflow_execution_time_seconds (5 s)"));
     assert_eq!(status(&sim, "a"), NodeStatus::Cancelled);
-    assert!(sim.commands.iter().any(|c| matches!(c, Command::CancelCall { .. })));
+    assert!(sim
+        .commands
+        .iter()
+        .any(|c| matches!(c, Command::CancelCall { .. })));
 }
 
 const PARALLEL: &str = r#"
@@ -371,8 +423,16 @@ fn fail_fast_starts_nothing_new_and_fails_once_running_nodes_end() {
     let err = out.error.unwrap();
     assert_eq!(err.node_id.as_deref(), Some("bad"));
     assert!(err.message.contains("broken"));
-    assert_eq!(status(&sim, "slow"), NodeStatus::Success, "running nodes run to their end");
-    assert_eq!(status(&sim, "after_slow"), NodeStatus::Skipped, "nothing new starts");
+    assert_eq!(
+        status(&sim, "slow"),
+        NodeStatus::Success,
+        "running nodes run to their end"
+    );
+    assert_eq!(
+        status(&sim, "after_slow"),
+        NodeStatus::Skipped,
+        "nothing new starts"
+    );
     assert_eq!(status(&sim, "after_bad"), NodeStatus::Skipped);
 }
 
@@ -417,7 +477,11 @@ fn a_map_keeps_item_order_and_respects_its_concurrency_limit() {
     let want: Vec<u64> = xs.iter().map(|x| x * 10).collect();
     assert_eq!(out.output, Some(json!({"results": want})));
     assert_eq!(sim.max_running, 3);
-    let progress = sim.commands.iter().filter(|c| matches!(c, Command::Progress(Progress::MapProgress { .. }))).count();
+    let progress = sim
+        .commands
+        .iter()
+        .filter(|c| matches!(c, Command::Progress(Progress::MapProgress { .. })))
+        .count();
     assert_eq!(progress, 10);
 }
 
@@ -447,19 +511,41 @@ fn with_items_maps_a_literal_list() {
 #[test]
 fn a_map_fails_on_too_many_items_a_non_list_or_one_failed_item() {
     let w = map_wf("withParam: \"{{workflow.input.xs}}\"", ", max_items: 2");
-    let out = Sim::new(&w).agent("Slow", echo).run(json!({"xs": [1, 2, 3]}));
-    assert!(out.error.unwrap().message.contains("3 items exceed max_items (2)"));
+    let out = Sim::new(&w)
+        .agent("Slow", echo)
+        .run(json!({"xs": [1, 2, 3]}));
+    assert!(out
+        .error
+        .unwrap()
+        .message
+        .contains("3 items exceed max_items (2)"));
     let out = Sim::new(&w).agent("Slow", echo).run(json!({"xs": "nope"}));
-    assert!(out.error.unwrap().message.contains("resolved to a string, expected an array"));
+    assert!(out
+        .error
+        .unwrap()
+        .message
+        .contains("resolved to a string, expected an array"));
 
     let w = map_wf("items: \"{{workflow.input.xs}}\"", "");
     let mut sim = Sim::new(&w).agent("Slow", |d| {
-        if d.input["x"] == json!(2) { Reply::fail("bad item").after(ms(5)) } else { Reply::silence() }
+        if d.input["x"] == json!(2) {
+            Reply::fail("bad item").after(ms(5))
+        } else {
+            Reply::silence()
+        }
     });
     let out = sim.run(json!({"xs": [1, 2, 3]}));
     let err = out.error.unwrap();
-    assert!(err.message.contains("item 1 failed") && err.message.contains("bad item"), "{}", err.message);
-    let cancels = sim.commands.iter().filter(|c| matches!(c, Command::CancelCall { .. })).count();
+    assert!(
+        err.message.contains("item 1 failed") && err.message.contains("bad item"),
+        "{}",
+        err.message
+    );
+    let cancels = sim
+        .commands
+        .iter()
+        .filter(|c| matches!(c, Command::CancelCall { .. }))
+        .count();
     assert_eq!(cancels, 2, "the other items are cancelled");
 }
 
@@ -480,17 +566,32 @@ workflow:
 #[test]
 fn a_fork_merges_branch_outputs_by_output_key() {
     let w = wf(&FORK.replace("FF", "true"));
-    let out = Sim::new(&w).agent("A", echo).agent("B", echo).run(json!({}));
-    assert_eq!(out.output, Some(json!({"all": {"first": {"n": 1}, "second": {"n": 2}}})));
+    let out = Sim::new(&w)
+        .agent("A", echo)
+        .agent("B", echo)
+        .run(json!({}));
+    assert_eq!(
+        out.output,
+        Some(json!({"all": {"first": {"n": 1}, "second": {"n": 2}}}))
+    );
 }
 
 #[test]
 fn fork_fail_fast_cancels_the_other_branches_and_without_it_waits_for_all() {
     let w = wf(&FORK.replace("FF", "true"));
-    let mut sim = Sim::new(&w).agent("A", |_| Reply::fail("a broke")).agent("B", |_| Reply::silence());
+    let mut sim = Sim::new(&w)
+        .agent("A", |_| Reply::fail("a broke"))
+        .agent("B", |_| Reply::silence());
     let out = sim.run(json!({}));
-    assert!(out.error.unwrap().message.contains("branch 'one': agent 'A' failed: a broke"));
-    assert!(sim.commands.iter().any(|c| matches!(c, Command::CancelCall { agent, .. } if agent == "B")));
+    assert!(out
+        .error
+        .unwrap()
+        .message
+        .contains("branch 'one': agent 'A' failed: a broke"));
+    assert!(sim
+        .commands
+        .iter()
+        .any(|c| matches!(c, Command::CancelCall { agent, .. } if agent == "B")));
 
     let w = wf(&FORK.replace("FF", "false"));
     let mut sim = Sim::new(&w)
@@ -499,8 +600,15 @@ fn fork_fail_fast_cancels_the_other_branches_and_without_it_waits_for_all() {
     let start = sim.now;
     let out = sim.run(json!({}));
     assert_eq!(out.status, Some(RunStatus::Failure));
-    assert_eq!(sim.now.0 - start.0, 500, "the fork waited for the slow branch");
-    assert!(!sim.commands.iter().any(|c| matches!(c, Command::CancelCall { .. })));
+    assert_eq!(
+        sim.now.0 - start.0,
+        500,
+        "the fork waited for the slow branch"
+    );
+    assert!(!sim
+        .commands
+        .iter()
+        .any(|c| matches!(c, Command::CancelCall { .. })));
 }
 
 fn join_wf(strategy: &str) -> Workflow {
@@ -530,7 +638,10 @@ fn join_sim(w: &Workflow) -> Sim<'_> {
 fn after_started_at(sim: &Sim<'_>) -> u64 {
     let start = sim.events[0].0;
     let d = sim.dispatches();
-    let pos = d.iter().position(|d| d.node_id == "after").expect("after ran");
+    let pos = d
+        .iter()
+        .position(|d| d.node_id == "after")
+        .expect("after ran");
     // The dispatch deadline is start time + timeout (300 s default).
     d[pos].deadline.0 - 300_000 - start.0
 }
@@ -582,7 +693,9 @@ fn a_loop_repeats_until_its_condition_is_false_and_its_inner_output_stays_addres
     let out = Sim::new(&w).agent("Poller", poller(3)).run(json!({}));
     assert_eq!(
         out.output,
-        Some(json!({"loop": {"iterations_completed": 4, "stopped_reason": "condition_false"}, "last": 3}))
+        Some(
+            json!({"loop": {"iterations_completed": 4, "stopped_reason": "condition_false"}, "last": 3})
+        )
     );
 }
 
@@ -592,10 +705,15 @@ fn a_loop_reaching_max_iterations_ends_and_succeeds_or_fails_as_told() {
     let mut sim = Sim::new(&w).agent("Poller", poller(100));
     let out = sim.run(json!({}));
     assert_eq!(out.status, Some(RunStatus::Success));
-    assert_eq!(out.output.unwrap()["loop"], json!({"iterations_completed": 3, "stopped_reason": "max_iterations"}));
+    assert_eq!(
+        out.output.unwrap()["loop"],
+        json!({"iterations_completed": 3, "stopped_reason": "max_iterations"})
+    );
     assert_eq!(sim.dispatches().len(), 3);
 
-    let w = wf(&LOOP.replace("MAX", "3").replace("EXTRA", "on_iterations_exhausted: fail"));
+    let w = wf(&LOOP
+        .replace("MAX", "3")
+        .replace("EXTRA", "on_iterations_exhausted: fail"));
     let out = Sim::new(&w).agent("Poller", poller(100)).run(json!({}));
     assert_eq!(out.status, Some(RunStatus::Failure));
     assert!(out.error.unwrap().message.contains("max_iterations (3)"));
@@ -607,7 +725,11 @@ fn a_loop_waits_its_delay_between_iterations() {
     let mut sim = Sim::new(&w).agent("Poller", poller(2));
     let start = sim.now.0;
     sim.run(json!({}));
-    let at: Vec<u64> = sim.dispatches().iter().map(|d| d.deadline.0 - 300_000 - start).collect();
+    let at: Vec<u64> = sim
+        .dispatches()
+        .iter()
+        .map(|d| d.deadline.0 - 300_000 - start)
+        .collect();
     assert_eq!(at, vec![0, 5000, 10000]);
 }
 
@@ -622,7 +744,12 @@ workflow:
 "#;
 
 fn decide(approved: bool, by: &str) -> Event {
-    Event::ApprovalDecided { node: "gate".into(), approved, by: Some(by.into()), comment: Some("ok".into()) }
+    Event::ApprovalDecided {
+        node: "gate".into(),
+        approved,
+        by: Some(by.into()),
+        comment: Some("ok".into()),
+    }
 }
 
 #[test]
@@ -633,7 +760,10 @@ fn an_approval_waits_for_an_allowed_approver() {
     sim.at(ms(20), decide(true, "alice"));
     let out = sim.run(json!({"v": 2}));
     assert_eq!(out.status, Some(RunStatus::Success));
-    assert_eq!(out.output, Some(json!({"gate": {"approved": true, "by": "alice", "comment": "ok"}})));
+    assert_eq!(
+        out.output,
+        Some(json!({"gate": {"approved": true, "by": "alice", "comment": "ok"}}))
+    );
     let asked = sim.commands.iter().find_map(|c| match c {
         Command::RequestApproval { message, .. } => message.clone(),
         _ => None,
@@ -658,7 +788,11 @@ fn an_approval_timeout_applies_on_timeout() {
     assert_eq!(out.status, Some(RunStatus::Success));
     let w = wf(&APPROVAL.replace("EXTRA", "timeout: 1m"));
     let out = Sim::new(&w).agent("Echo", echo).run(json!({}));
-    assert!(out.error.unwrap().message.contains("no decision within 60 s"));
+    assert!(out
+        .error
+        .unwrap()
+        .message
+        .contains("no decision within 60 s"));
 }
 
 const EXITS: &str = r#"
@@ -682,17 +816,27 @@ fn dispatched(sim: &Sim<'_>) -> Vec<String> {
 #[test]
 fn exit_handlers_do_not_run_at_start_and_run_after_the_dag_by_outcome() {
     let w = wf(EXITS);
-    let mut sim = Sim::new(&w).agent("Worker", |_| Reply::ok(json!(1)).after(ms(50))).agent("Echo", echo);
+    let mut sim = Sim::new(&w)
+        .agent("Worker", |_| Reply::ok(json!(1)).after(ms(50)))
+        .agent("Echo", echo);
     let out = sim.run(json!({}));
     assert_eq!(out.status, Some(RunStatus::Success));
     assert_eq!(dispatched(&sim), vec!["work", "celebrate", "cleanup"]);
-    assert_eq!(sim.dispatches()[2].input, json!({"status": "success", "err": null}));
+    assert_eq!(
+        sim.dispatches()[2].input,
+        json!({"status": "success", "err": null})
+    );
 
-    let mut sim = Sim::new(&w).agent("Worker", |_| Reply::fail("no")).agent("Echo", echo);
+    let mut sim = Sim::new(&w)
+        .agent("Worker", |_| Reply::fail("no"))
+        .agent("Echo", echo);
     let out = sim.run(json!({}));
     assert_eq!(out.status, Some(RunStatus::Failure));
     assert_eq!(dispatched(&sim), vec!["work", "alert", "cleanup"]);
-    assert_eq!(sim.dispatches()[2].input, json!({"status": "failure", "err": "work"}));
+    assert_eq!(
+        sim.dispatches()[2].input,
+        json!({"status": "failure", "err": "work"})
+    );
 }
 
 #[test]
@@ -704,21 +848,35 @@ fn exit_handlers_are_awaited_before_the_final_result() {
     let start = sim.now.0;
     let out = sim.run(json!({}));
     assert_eq!(out.finishes, 1);
-    assert_eq!(sim.now.0 - start, 700, "the finish waits for the slow handlers");
+    assert_eq!(
+        sim.now.0 - start,
+        700,
+        "the finish waits for the slow handlers"
+    );
 }
 
 #[test]
 fn cancel_stops_running_nodes_runs_cancel_handlers_and_ends_cancelled() {
     let w = wf(EXITS);
-    let mut sim = Sim::new(&w).agent("Worker", |_| Reply::silence()).agent("Echo", echo);
-    sim.at(ms(100), Event::CancelRequested { reason: Some("user".into()) });
+    let mut sim = Sim::new(&w)
+        .agent("Worker", |_| Reply::silence())
+        .agent("Echo", echo);
+    sim.at(
+        ms(100),
+        Event::CancelRequested {
+            reason: Some("user".into()),
+        },
+    );
     sim.at(ms(200), Event::CancelRequested { reason: None });
     let out = sim.run(json!({}));
     assert_eq!(out.status, Some(RunStatus::Cancelled));
     assert_eq!(out.finishes, 1);
     assert_eq!(status(&sim, "work"), NodeStatus::Cancelled);
     assert_eq!(dispatched(&sim), vec!["work", "undo", "cleanup"]);
-    assert!(sim.commands.iter().any(|c| matches!(c, Command::CancelCall { agent, .. } if agent == "Worker")));
+    assert!(sim
+        .commands
+        .iter()
+        .any(|c| matches!(c, Command::CancelCall { agent, .. } if agent == "Worker")));
     assert!(out.error.unwrap().message.contains("cancelled: user"));
 }
 
@@ -755,7 +913,11 @@ fn duplicate_and_stale_answers_are_absorbed() {
     // A late answer after the end changes nothing.
     let before = sim.state.clone();
     let task = sim.dispatches()[0].task.clone();
-    sim.apply(Event::CallSucceeded { task, attempt: 1, output: json!({"value": 99}) });
+    sim.apply(Event::CallSucceeded {
+        task,
+        attempt: 1,
+        output: json!({"value": 99}),
+    });
     assert_eq!(sim.state, before);
     assert_eq!(sim.outcome().finishes, 1);
 }

@@ -60,16 +60,31 @@ async fn mesh(workflows: &[&str]) -> Mesh {
     let stub_path: PathBuf = dir.path().join("stubs.yaml");
     std::fs::write(&stub_path, STUBS).expect("write stubs");
     let file = agent_sdk::stub::load_stub_file(&stub_path).expect("stub file");
-    let stubs = agent_sdk::stub::serve_stubs(client.clone(), "mesh", file).await.expect("stubs");
+    let stubs = agent_sdk::stub::serve_stubs(client.clone(), "mesh", file)
+        .await
+        .expect("stubs");
     let workflows: Vec<Workflow> = workflows.iter().map(|y| wf(y)).collect();
-    let config = Config { card_wait: Duration::from_millis(500), ..Config::default() };
-    let node = WorkflowNode::start(client.clone(), workflows, config).await.expect("node");
-    Mesh { _server: server, client, node: Some(node), _stubs: stubs, _dir: dir }
+    let config = Config {
+        card_wait: Duration::from_millis(500),
+        ..Config::default()
+    };
+    let node = WorkflowNode::start(client.clone(), workflows, config)
+        .await
+        .expect("node");
+    Mesh {
+        _server: server,
+        client,
+        node: Some(node),
+        _stubs: stubs,
+        _dir: dir,
+    }
 }
 
 impl Mesh {
     async fn run(&self, workflow: &str, input: Value) -> RunResult {
-        invoke(&self.client, "mesh", workflow, &input, TIMEOUT, |_| {}).await.expect("a result")
+        invoke(&self.client, "mesh", workflow, &input, TIMEOUT, |_| {})
+            .await
+            .expect("a result")
     }
 }
 
@@ -182,8 +197,15 @@ async fn retries_back_off_and_non_retryable_kinds_stop_them() {
     let r = m.run("Retry", json!({})).await;
     assert_eq!(r.status, "failure");
     let e = r.error.unwrap();
-    assert!(e.contains("fatal") && e.contains("bad request") && e.contains("attempt 1 of 4"), "{e}");
-    assert_eq!(r.nodes.get("flaky").map(String::as_str), Some("success"), "flaky succeeded on its third call");
+    assert!(
+        e.contains("fatal") && e.contains("bad request") && e.contains("attempt 1 of 4"),
+        "{e}"
+    );
+    assert_eq!(
+        r.nodes.get("flaky").map(String::as_str),
+        Some("success"),
+        "flaky succeeded on its third call"
+    );
 }
 
 const BAD_AGENTS: &str = r#"
@@ -204,16 +226,34 @@ async fn schema_violations_missing_agents_and_timeouts_fail_with_clear_errors() 
     let mut errors = Vec::new();
     let r = invoke(&m.client, "mesh", "BadAgents", &json!({}), TIMEOUT, |p| {
         if let WorkflowDataPart::NodeExecutionResult(n) = p {
-            errors.push((n.node_id.clone(), n.error_message.clone().unwrap_or_default()));
+            errors.push((
+                n.node_id.clone(),
+                n.error_message.clone().unwrap_or_default(),
+            ));
         }
     })
     .await
     .unwrap();
     assert_eq!(r.status, "failure");
-    let find = |id: &str| errors.iter().find(|(n, _)| n == id).map(|(_, e)| e.clone()).unwrap_or_default();
+    let find = |id: &str| {
+        errors
+            .iter()
+            .find(|(n, _)| n == id)
+            .map(|(_, e)| e.clone())
+            .unwrap_or_default()
+    };
     assert!(find("liar").contains("answer"), "liar: {}", find("liar"));
-    assert!(find("ghost").contains("has no card on the mesh"), "ghost: {}", find("ghost"));
-    assert!(find("sleepy").contains("did not answer within 0.2 s") && find("sleepy").contains("attempt 2 of 2"), "sleepy: {}", find("sleepy"));
+    assert!(
+        find("ghost").contains("has no card on the mesh"),
+        "ghost: {}",
+        find("ghost")
+    );
+    assert!(
+        find("sleepy").contains("did not answer within 0.2 s")
+            && find("sleepy").contains("attempt 2 of 2"),
+        "sleepy: {}",
+        find("sleepy")
+    );
 }
 
 const GATE: &str = r#"
@@ -228,7 +268,10 @@ workflow:
 
 async fn send(client: &async_nats::Client, workflow: &str, request: &Request) -> Value {
     let subject = subjects::agent_request("mesh", workflow);
-    let reply = client.request(subject, serde_json::to_vec(request).unwrap().into()).await.unwrap();
+    let reply = client
+        .request(subject, serde_json::to_vec(request).unwrap().into())
+        .await
+        .unwrap();
     serde_json::from_slice(&reply.payload).unwrap()
 }
 
@@ -236,12 +279,22 @@ async fn send(client: &async_nats::Client, workflow: &str, request: &Request) ->
 async fn approvals_reach_the_run_and_bad_decisions_are_refused() {
     let m = mesh(&[GATE]).await;
     let client = m.client.clone();
-    let run = tokio::spawn(async move { invoke(&client, "mesh", "Gate", &json!({}), TIMEOUT, |_| {}).await });
+    let run =
+        tokio::spawn(
+            async move { invoke(&client, "mesh", "Gate", &json!({}), TIMEOUT, |_| {}).await },
+        );
     // Wait for the approval request on the approvals subject.
-    let mut approvals = m.client.subscribe(subjects::approvals("mesh", "Gate")).await.unwrap();
+    let mut approvals = m
+        .client
+        .subscribe(subjects::approvals("mesh", "Gate"))
+        .await
+        .unwrap();
     let msg = approvals.next().await.unwrap();
     let part: Part = serde_json::from_slice(&msg.payload).unwrap();
-    let execution = part.as_data().unwrap()["execution_id"].as_str().unwrap().to_string();
+    let execution = part.as_data().unwrap()["execution_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let decide = |by: &str| {
         let d = WorkflowApprovalDecision {
             execution_id: execution.clone(),
@@ -250,14 +303,21 @@ async fn approvals_reach_the_run_and_bad_decisions_are_refused() {
             by: Some(by.into()),
             comment: None,
         };
-        let message = Message::new(format!("decision-{by}"), Role::User, vec![Part::data_part(&d)]);
+        let message = Message::new(
+            format!("decision-{by}"),
+            Role::User,
+            vec![Part::data_part(&d)],
+        );
         Request::message_send(format!("d-{by}").as_str(), message)
     };
     let refused = send(&m.client, "Gate", &decide("mallory")).await;
     assert_eq!(refused["result"]["status"]["state"], "failed", "{refused}");
     assert!(refused.to_string().contains("may not decide"), "{refused}");
     let accepted = send(&m.client, "Gate", &decide("alice")).await;
-    assert_eq!(accepted["result"]["status"]["state"], "completed", "{accepted}");
+    assert_eq!(
+        accepted["result"]["status"]["state"], "completed",
+        "{accepted}"
+    );
     let r = run.await.unwrap().unwrap();
     assert_eq!(r.status, "success", "{:?}", r.error);
     assert_eq!(r.output, Some(json!({"went": true, "by": "alice"})));
@@ -266,13 +326,28 @@ async fn approvals_reach_the_run_and_bad_decisions_are_refused() {
 #[tokio::test]
 async fn cancel_reaches_the_run_and_it_ends_cancelled() {
     let m = mesh(&[GATE]).await;
-    let mut approvals = m.client.subscribe(subjects::approvals("mesh", "Gate")).await.unwrap();
+    let mut approvals = m
+        .client
+        .subscribe(subjects::approvals("mesh", "Gate"))
+        .await
+        .unwrap();
     let client = m.client.clone();
-    let run = tokio::spawn(async move { invoke(&client, "mesh", "Gate", &json!({}), TIMEOUT, |_| {}).await });
+    let run =
+        tokio::spawn(
+            async move { invoke(&client, "mesh", "Gate", &json!({}), TIMEOUT, |_| {}).await },
+        );
     let msg = approvals.next().await.unwrap();
     let part: Part = serde_json::from_slice(&msg.payload).unwrap();
-    let execution = part.as_data().unwrap()["execution_id"].as_str().unwrap().to_string();
-    let answer = send(&m.client, "Gate", &Request::tasks_cancel("c1", execution.as_str())).await;
+    let execution = part.as_data().unwrap()["execution_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let answer = send(
+        &m.client,
+        "Gate",
+        &Request::tasks_cancel("c1", execution.as_str()),
+    )
+    .await;
     assert!(answer.get("result").is_some(), "{answer}");
     let r = run.await.unwrap().unwrap();
     assert_eq!(r.status, "cancelled");
@@ -285,11 +360,19 @@ async fn the_same_request_twice_makes_one_run() {
     let m = mesh(&[CHAIN]).await;
     let inbox = m.client.new_inbox();
     let mut replies = m.client.subscribe(inbox.clone()).await.unwrap();
-    let message = Message::new("same-message", Role::User, vec![wire::value_part(&json!({"value": 1}))]);
+    let message = Message::new(
+        "same-message",
+        Role::User,
+        vec![wire::value_part(&json!({"value": 1}))],
+    );
     let request = serde_json::to_vec(&Request::message_send("r1", message)).unwrap();
     for _ in 0..2 {
         m.client
-            .publish_with_reply(subjects::agent_request("mesh", "Chain"), inbox.clone(), request.clone().into())
+            .publish_with_reply(
+                subjects::agent_request("mesh", "Chain"),
+                inbox.clone(),
+                request.clone().into(),
+            )
             .await
             .unwrap();
     }
@@ -325,13 +408,21 @@ async fn a_workflow_node_calls_another_workflow_as_an_agent() {
 #[tokio::test]
 async fn requests_deeper_than_max_call_depth_are_refused() {
     let m = mesh(&[CHAIN]).await;
-    let message = Message::new("deep", Role::User, vec![wire::value_part(&json!({"value": 1}))]);
+    let message = Message::new(
+        "deep",
+        Role::User,
+        vec![wire::value_part(&json!({"value": 1}))],
+    );
     let request = Request::message_send("deep", message);
     let mut h = async_nats::HeaderMap::new();
     h.insert(headers::CALL_DEPTH, "11");
     let reply = m
         .client
-        .request_with_headers(subjects::agent_request("mesh", "Chain"), h, serde_json::to_vec(&request).unwrap().into())
+        .request_with_headers(
+            subjects::agent_request("mesh", "Chain"),
+            h,
+            serde_json::to_vec(&request).unwrap().into(),
+        )
         .await
         .unwrap();
     let v: Value = serde_json::from_slice(&reply.payload).unwrap();
@@ -342,9 +433,16 @@ async fn requests_deeper_than_max_call_depth_are_refused() {
 #[tokio::test]
 async fn the_node_publishes_its_card_when_pinged() {
     let m = mesh(&[CHAIN]).await;
-    let mut cards = m.client.subscribe(subjects::agent_cards("mesh")).await.unwrap();
+    let mut cards = m
+        .client
+        .subscribe(subjects::agent_cards("mesh"))
+        .await
+        .unwrap();
     m.client.flush().await.unwrap();
-    m.client.publish(subjects::discovery_ping("mesh"), "".into()).await.unwrap();
+    m.client
+        .publish(subjects::discovery_ping("mesh"), "".into())
+        .await
+        .unwrap();
     loop {
         let msg = cards.next().await.unwrap();
         let card: messages::card::AgentCard = serde_json::from_slice(&msg.payload).unwrap();

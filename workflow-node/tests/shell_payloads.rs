@@ -23,7 +23,15 @@ workflow:
 
 type Seen = Arc<Mutex<Vec<(Value, Option<String>)>>>;
 
-async fn setup(inline_limit: usize) -> (mesh_tests::NatsServer, async_nats::Client, WorkflowNode, agent_sdk::AgentHandle, Seen) {
+async fn setup(
+    inline_limit: usize,
+) -> (
+    mesh_tests::NatsServer,
+    async_nats::Client,
+    WorkflowNode,
+    agent_sdk::AgentHandle,
+    Seen,
+) {
     let server = mesh_tests::nats();
     let client = async_nats::connect(server.url()).await.unwrap();
     let seen: Seen = Arc::default();
@@ -32,7 +40,10 @@ async fn setup(inline_limit: usize) -> (mesh_tests::NatsServer, async_nats::Clie
         .handler(agent_sdk::handler_fn(move |req: agent_sdk::NodeRequest| {
             let log = log.clone();
             async move {
-                let trace = req.headers.get(headers::TRACEPARENT).map(|v| v.as_str().to_string());
+                let trace = req
+                    .headers
+                    .get(headers::TRACEPARENT)
+                    .map(|v| v.as_str().to_string());
                 log.lock().unwrap().push((req.input.clone(), trace));
                 let size = req.input["blob"].as_str().map_or(0, str::len);
                 Ok(json!({"blob": req.input["blob"], "size": size}))
@@ -42,8 +53,13 @@ async fn setup(inline_limit: usize) -> (mesh_tests::NatsServer, async_nats::Clie
         .await
         .unwrap();
     let workflow = parse_str(ECHO_WF, "big.yaml").unwrap();
-    let config = Config { inline_limit, ..Config::default() };
-    let node = WorkflowNode::start(client.clone(), vec![workflow], config).await.unwrap();
+    let config = Config {
+        inline_limit,
+        ..Config::default()
+    };
+    let node = WorkflowNode::start(client.clone(), vec![workflow], config)
+        .await
+        .unwrap();
     (server, client, node, agent, seen)
 }
 
@@ -51,31 +67,63 @@ async fn setup(inline_limit: usize) -> (mesh_tests::NatsServer, async_nats::Clie
 async fn large_inputs_and_outputs_travel_through_the_object_store() {
     let (_server, client, _node, _agent, seen) = setup(1024).await;
     let blob = "x".repeat(10_000);
-    let r = invoke(&client, "mesh", "Big", &json!({"blob": blob}), Duration::from_secs(30), |_| {}).await.unwrap();
+    let r = invoke(
+        &client,
+        "mesh",
+        "Big",
+        &json!({"blob": blob}),
+        Duration::from_secs(30),
+        |_| {},
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status, "success", "{:?}", r.error);
-    assert_eq!(r.output, Some(json!({"blob": blob, "size": 10_000})), "the output came back through an artifact");
+    assert_eq!(
+        r.output,
+        Some(json!({"blob": blob, "size": 10_000})),
+        "the output came back through an artifact"
+    );
     let first = seen.lock().unwrap()[0].0.clone();
-    assert_eq!(first["blob"].as_str().map(str::len), Some(10_000), "the agent read the input artifact");
+    assert_eq!(
+        first["blob"].as_str().map(str::len),
+        Some(10_000),
+        "the agent read the input artifact"
+    );
     // The artifacts are really there.
     let js = async_nats::jetstream::new(client.clone());
-    let store = js.get_object_store(subjects::artifact_bucket("mesh")).await.unwrap();
+    let store = js
+        .get_object_store(subjects::artifact_bucket("mesh"))
+        .await
+        .unwrap();
     let mut names = Vec::new();
     let mut list = store.list().await.unwrap();
     use futures::StreamExt;
     while let Some(Ok(info)) = list.next().await {
         names.push(info.name);
     }
-    assert!(names.iter().any(|n| n.ends_with(".input.json")), "{names:?}");
-    assert!(names.iter().any(|n| n.ends_with(".output.json")), "{names:?}");
+    assert!(
+        names.iter().any(|n| n.ends_with(".input.json")),
+        "{names:?}"
+    );
+    assert!(
+        names.iter().any(|n| n.ends_with(".output.json")),
+        "{names:?}"
+    );
 }
 
 #[tokio::test]
 async fn a_workflow_input_can_be_an_object_store_artifact_and_trace_context_reaches_agents() {
     let (_server, client, _node, _agent, seen) = setup(256 * 1024).await;
     let artifacts = agent_sdk::payload::Artifacts::new(client.clone(), "mesh");
-    artifacts.put_json("my-input.json", &json!({"blob": "from the store"})).await.unwrap();
+    artifacts
+        .put_json("my-input.json", &json!({"blob": "from the store"}))
+        .await
+        .unwrap();
     let part = Part::file_uri(
-        format!("nats-object://{}/my-input.json", subjects::artifact_bucket("mesh")),
+        format!(
+            "nats-object://{}/my-input.json",
+            subjects::artifact_bucket("mesh")
+        ),
         Some("my-input.json".into()),
         Some("application/json".into()),
     );
@@ -85,7 +133,11 @@ async fn a_workflow_input_can_be_an_object_store_artifact_and_trace_context_reac
     let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     h.insert(headers::TRACEPARENT, traceparent);
     let reply = client
-        .request_with_headers(subjects::agent_request("mesh", "Big"), h, serde_json::to_vec(&request).unwrap().into())
+        .request_with_headers(
+            subjects::agent_request("mesh", "Big"),
+            h,
+            serde_json::to_vec(&request).unwrap().into(),
+        )
         .await
         .unwrap();
     let v: Value = serde_json::from_slice(&reply.payload).unwrap();
@@ -101,7 +153,10 @@ async fn a_missing_input_artifact_is_refused_with_its_name() {
     let part = Part::file_uri("nats-object://nowhere/missing.json", None, None);
     let request = Request::message_send("req-2", Message::new("m2", Role::User, vec![part]));
     let reply = client
-        .request(subjects::agent_request("mesh", "Big"), serde_json::to_vec(&request).unwrap().into())
+        .request(
+            subjects::agent_request("mesh", "Big"),
+            serde_json::to_vec(&request).unwrap().into(),
+        )
         .await
         .unwrap();
     let v: Value = serde_json::from_slice(&reply.payload).unwrap();

@@ -108,16 +108,26 @@ fn on_status(
     execution_id: &mut Option<String>,
     progress: &mut impl FnMut(&WorkflowDataPart),
 ) {
-    let Ok(response) = serde_json::from_slice::<Response>(&msg.payload) else { return };
-    let Outcome::Result(reply) = response.outcome else { return };
-    let AgentReply::StatusUpdate(update) = *reply else { return };
+    let Ok(response) = serde_json::from_slice::<Response>(&msg.payload) else {
+        return;
+    };
+    let Outcome::Result(reply) = response.outcome else {
+        return;
+    };
+    let AgentReply::StatusUpdate(update) = *reply else {
+        return;
+    };
     let parts = update.status.message.map(|m| m.parts).unwrap_or_default();
     for part in parts.iter().filter_map(Part::as_data) {
-        let Ok(Some(data)) = WorkflowDataPart::from_data(part) else { continue };
+        let Ok(Some(data)) = WorkflowDataPart::from_data(part) else {
+            continue;
+        };
         match &data {
             WorkflowDataPart::ExecutionStart(s) => *execution_id = Some(s.execution_id.clone()),
             WorkflowDataPart::NodeExecutionResult(r) => {
-                let s = serde_json::to_value(r.status).ok().and_then(|v| v.as_str().map(String::from));
+                let s = serde_json::to_value(r.status)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from));
                 nodes.insert(r.node_id.clone(), s.unwrap_or_default());
             }
             _ => {}
@@ -127,13 +137,20 @@ fn on_status(
 }
 
 /// The output of a reply that carries it as an object-store artifact (a large output).
-async fn artifact_output(client: &async_nats::Client, ns: &str, parts: &[Part]) -> Result<Option<Value>> {
+async fn artifact_output(
+    client: &async_nats::Client,
+    ns: &str,
+    parts: &[Part],
+) -> Result<Option<Value>> {
     let uri = parts.iter().find_map(|p| match p {
         Part::File { file, .. } => file.uri.clone(),
         _ => None,
     });
     let Some(uri) = uri else { return Ok(None) };
     let artifacts = agent_sdk::payload::Artifacts::new(client.clone(), ns);
-    let value = artifacts.get_uri(&uri).await.map_err(|e| anyhow!("reading the output artifact {uri}: {e}"))?;
+    let value = artifacts
+        .get_uri(&uri)
+        .await
+        .map_err(|e| anyhow!("reading the output artifact {uri}: {e}"))?;
     Ok(Some(value))
 }

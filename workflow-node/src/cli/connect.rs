@@ -69,7 +69,10 @@ pub async fn connect(args: &NatsArgs) -> Result<Connection> {
     };
     let mut options = async_nats::ConnectOptions::new().retry_on_initial_connect();
     if let Some(creds) = &args.creds {
-        options = options.credentials_file(creds).await.context("reading the credentials file")?;
+        options = options
+            .credentials_file(creds)
+            .await
+            .context("reading the credentials file")?;
     }
     if let Some(seed) = &args.nkey {
         options = options.nkey(seed.clone());
@@ -84,5 +87,9 @@ pub async fn connect(args: &NatsArgs) -> Result<Connection> {
         .await
         .with_context(|| format!("connecting to {url} timed out"))?
         .with_context(|| format!("connecting to {url}"))?;
-    Ok(Connection { client, url, embedded })
+    Ok(Connection {
+        client,
+        url,
+        embedded,
+    })
 }

@@ -33,23 +33,46 @@ pub struct Args {
 /// Runs `demo`.
 pub fn run(args: Args) -> ExitCode {
     super::block_on(async move {
-        let input: serde_json::Value = serde_json::from_str(&args.input).map_err(|e| anyhow!("--input: {e}"))?;
-        let workflows = super::load(&[args.examples.join("workflows")]).ok_or_else(|| anyhow!("invalid example workflows"))?;
+        let input: serde_json::Value =
+            serde_json::from_str(&args.input).map_err(|e| anyhow!("--input: {e}"))?;
+        let workflows = super::load(&[args.examples.join("workflows")])
+            .ok_or_else(|| anyhow!("invalid example workflows"))?;
         let conn = connect(&args.nats).await?;
         let ns = args.nats.namespace.clone();
-        let stubs = super::stubs::start(&conn.client, &ns, &args.examples.join("agents.yaml")).await?;
+        let stubs =
+            super::stubs::start(&conn.client, &ns, &args.examples.join("agents.yaml")).await?;
         let names: Vec<String> = workflows.iter().map(|w| w.name.clone()).collect();
-        let node = WorkflowNode::start(conn.client.clone(), workflows, Config { namespace: ns.clone(), ..Config::default() }).await.map_err(anyhow::Error::msg)?;
+        let node = WorkflowNode::start(
+            conn.client.clone(),
+            workflows,
+            Config {
+                namespace: ns.clone(),
+                ..Config::default()
+            },
+        )
+        .await
+        .map_err(anyhow::Error::msg)?;
         eprintln!("workflow node serving {}", names.join(", "));
         eprintln!("running {} with {}", args.workflow, json!(input));
-        let result = invoke(&conn.client, &ns, &args.workflow, &input, DEFAULT_TIMEOUT, show_progress).await;
+        let result = invoke(
+            &conn.client,
+            &ns,
+            &args.workflow,
+            &input,
+            DEFAULT_TIMEOUT,
+            show_progress,
+        )
+        .await;
         node.shutdown().await;
         drop(stubs);
         conn.close().await;
         let result = result?;
         match result.status.as_str() {
             "success" => {
-                println!("{}", serde_json::to_string_pretty(&result.output).unwrap_or_default());
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&result.output).unwrap_or_default()
+                );
                 Ok(ExitCode::SUCCESS)
             }
             status => {

@@ -51,16 +51,21 @@ fn read_input(args: &Args) -> Result<Value> {
     match (&args.input, &args.input_file) {
         (Some(text), _) => serde_json::from_str(text).context("--input is not valid JSON"),
         (None, Some(path)) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            serde_yaml::from_str(&text).with_context(|| format!("{} is not valid JSON or YAML", path.display()))
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            serde_yaml::from_str(&text)
+                .with_context(|| format!("{} is not valid JSON or YAML", path.display()))
         }
-        (None, None) => Err(anyhow!("give the input with --input JSON or --input-file PATH")),
+        (None, None) => Err(anyhow!(
+            "give the input with --input JSON or --input-file PATH"
+        )),
     }
 }
 
 async fn execute(args: Args) -> Result<ExitCode> {
     let input = read_input(&args)?;
-    let timeout = workflow_expr::duration::parse(&args.timeout).map_err(|e| anyhow!("--timeout: {e}"))?;
+    let timeout =
+        workflow_expr::duration::parse(&args.timeout).map_err(|e| anyhow!("--timeout: {e}"))?;
     if args.nats.nats_url.is_none() && args.workflows.is_empty() {
         return Err(anyhow!(
             "nothing serves {} on a fresh embedded server: give --nats-url (or NATS_URL) of a mesh where it runs, or --workflows (and --agents) to host it here",
@@ -76,11 +81,27 @@ async fn execute(args: Args) -> Result<ExitCode> {
     let node = if args.workflows.is_empty() {
         None
     } else {
-        let workflows = super::load(&args.workflows).ok_or_else(|| anyhow!("invalid workflow files"))?;
-        let config = Config { namespace: ns.clone(), ..Config::default() };
-        Some(WorkflowNode::start(conn.client.clone(), workflows, config).await.map_err(anyhow::Error::msg)?)
+        let workflows =
+            super::load(&args.workflows).ok_or_else(|| anyhow!("invalid workflow files"))?;
+        let config = Config {
+            namespace: ns.clone(),
+            ..Config::default()
+        };
+        Some(
+            WorkflowNode::start(conn.client.clone(), workflows, config)
+                .await
+                .map_err(anyhow::Error::msg)?,
+        )
     };
-    let result = invoke(&conn.client, &ns, &args.name, &input, timeout, show_progress).await;
+    let result = invoke(
+        &conn.client,
+        &ns,
+        &args.name,
+        &input,
+        timeout,
+        show_progress,
+    )
+    .await;
     if let Some(node) = node {
         node.shutdown().await;
     }
@@ -88,7 +109,11 @@ async fn execute(args: Args) -> Result<ExitCode> {
     conn.close().await;
     let result = result?;
     print_result(&result, args.json);
-    Ok(if result.status == "success" { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if result.status == "success" {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn print_result(result: &RunResult, as_json: bool) {
@@ -99,7 +124,11 @@ fn print_result(result: &RunResult, as_json: bool) {
         let out = result.output.clone().unwrap_or(Value::Null);
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
     } else {
-        eprintln!("run {}: {}", result.status, result.error.clone().unwrap_or_default());
+        eprintln!(
+            "run {}: {}",
+            result.status,
+            result.error.clone().unwrap_or_default()
+        );
     }
 }
 
@@ -108,22 +137,49 @@ pub fn show_progress(part: &WorkflowDataPart) {
     let line = match part {
         WorkflowDataPart::ExecutionStart(s) => format!("run {} started", s.execution_id),
         WorkflowDataPart::NodeExecutionStart(s) => {
-            let what = s.agent_name.as_deref().map(|a| format!(" -> {a}")).unwrap_or_default();
-            let idx = s.iteration_index.map(|i| format!(" [{i}]")).unwrap_or_default();
-            let attempt = s.attempt.filter(|a| *a > 1).map(|a| format!(" (attempt {a})")).unwrap_or_default();
+            let what = s
+                .agent_name
+                .as_deref()
+                .map(|a| format!(" -> {a}"))
+                .unwrap_or_default();
+            let idx = s
+                .iteration_index
+                .map(|i| format!(" [{i}]"))
+                .unwrap_or_default();
+            let attempt = s
+                .attempt
+                .filter(|a| *a > 1)
+                .map(|a| format!(" (attempt {a})"))
+                .unwrap_or_default();
             format!("  {} ({}){idx}{what}{attempt}", s.node_id, s.node_type)
         }
         WorkflowDataPart::NodeExecutionResult(r) => {
-            let status = serde_json::to_value(r.status).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
-            let why = r.error_message.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
+            let status = serde_json::to_value(r.status)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default();
+            let why = r
+                .error_message
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default();
             format!("  {} {status}{why}", r.node_id)
         }
-        WorkflowDataPart::MapProgress(m) => format!("  {} {}/{} items", m.node_id, m.completed_items, m.total_items),
+        WorkflowDataPart::MapProgress(m) => format!(
+            "  {} {}/{} items",
+            m.node_id, m.completed_items, m.total_items
+        ),
         WorkflowDataPart::ApprovalRequest(a) => {
-            format!("  {} waits for approval by {:?}: {}", a.node_id, a.approvers, a.message)
+            format!(
+                "  {} waits for approval by {:?}: {}",
+                a.node_id, a.approvers, a.message
+            )
         }
         WorkflowDataPart::ExecutionResult(r) => {
-            let status = serde_json::to_value(r.status).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+            let status = serde_json::to_value(r.status)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default();
             format!("run {} {status}", r.execution_id)
         }
         _ => return,

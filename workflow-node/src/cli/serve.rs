@@ -33,7 +33,9 @@ pub struct Args {
 /// Runs `serve`.
 pub fn run(args: Args) -> ExitCode {
     super::block_on(async move {
-        let Some(workflows) = super::load(&args.files) else { return Ok(ExitCode::from(1)) };
+        let Some(workflows) = super::load(&args.files) else {
+            return Ok(ExitCode::from(1));
+        };
         let conn = connect(&args.nats).await?;
         let config = Config {
             namespace: args.nats.namespace.clone(),
@@ -43,8 +45,15 @@ pub fn run(args: Args) -> ExitCode {
             ..Config::default()
         };
         let names: Vec<String> = workflows.iter().map(|w| w.name.clone()).collect();
-        let node = WorkflowNode::start(conn.client.clone(), workflows, config).await.map_err(anyhow::Error::msg)?;
-        eprintln!("serving {} on {} (namespace '{}')", names.join(", "), conn.url, args.nats.namespace);
+        let node = WorkflowNode::start(conn.client.clone(), workflows, config)
+            .await
+            .map_err(anyhow::Error::msg)?;
+        eprintln!(
+            "serving {} on {} (namespace '{}')",
+            names.join(", "),
+            conn.url,
+            args.nats.namespace
+        );
         wait_for_signal().await?;
         eprintln!("draining");
         node.shutdown().await;

@@ -11,7 +11,8 @@ pub struct Stubs {
 
 /// Serves the stub agents of `path` on `client`.
 pub async fn start(client: &async_nats::Client, ns: &str, path: &Path) -> Result<Stubs> {
-    let file = agent_sdk::stub::load_stub_file(path).map_err(|problems| anyhow!("{}", problems.join("\n")))?;
+    let file = agent_sdk::stub::load_stub_file(path)
+        .map_err(|problems| anyhow!("{}", problems.join("\n")))?;
     let handles = agent_sdk::stub::serve_stubs(client.clone(), ns, file).await?;
     Ok(Stubs { _handles: handles })
 }

@@ -115,42 +115,62 @@ pub struct Expect {
 /// Runs `test`.
 pub fn run(args: Args) -> ExitCode {
     super::block_on(async move {
-        let timeout = workflow_expr::duration::parse(&args.timeout).map_err(|e| anyhow!("--timeout: {e}"))?;
+        let timeout =
+            workflow_expr::duration::parse(&args.timeout).map_err(|e| anyhow!("--timeout: {e}"))?;
         let mut passed = 0;
         let mut failed = 0;
         for path in &args.suites {
-            let (p, f) = run_suite(path, &args.nats, timeout).await.with_context(|| format!("suite {}", path.display()))?;
+            let (p, f) = run_suite(path, &args.nats, timeout)
+                .await
+                .with_context(|| format!("suite {}", path.display()))?;
             passed += p;
             failed += f;
         }
         println!("{passed} passed, {failed} failed");
-        Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        Ok(if failed == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        })
     })
 }
 
 /// Loads a suite file.
 pub fn load_suite(path: &Path) -> Result<Suite> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let suite: Suite = serde_yaml::from_str(&text).with_context(|| format!("{} is not a valid suite", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let suite: Suite = serde_yaml::from_str(&text)
+        .with_context(|| format!("{} is not a valid suite", path.display()))?;
     if suite.cases.is_empty() {
         bail!("{}: cases: a suite needs at least one case", path.display());
     }
     for (i, case) in suite.cases.iter().enumerate() {
         for (j, step) in case.approvals.iter().enumerate() {
             if !["approve", "reject"].contains(&step.decision.as_str()) {
-                bail!("{}: cases[{i}].approvals[{j}].decision: '{}' is not approve or reject", path.display(), step.decision);
+                bail!(
+                    "{}: cases[{i}].approvals[{j}].decision: '{}' is not approve or reject",
+                    path.display(),
+                    step.decision
+                );
             }
         }
         if let Some(s) = &case.expect.status {
             if !["success", "failure", "cancelled"].contains(&s.as_str()) {
-                bail!("{}: cases[{i}].expect.status: '{s}' is not success, failure or cancelled", path.display());
+                bail!(
+                    "{}: cases[{i}].expect.status: '{s}' is not success, failure or cancelled",
+                    path.display()
+                );
             }
         }
     }
     Ok(suite)
 }
 
-async fn run_suite(path: &Path, nats: &NatsArgs, timeout: std::time::Duration) -> Result<(usize, usize)> {
+async fn run_suite(
+    path: &Path,
+    nats: &NatsArgs,
+    timeout: std::time::Duration,
+) -> Result<(usize, usize)> {
     let suite = load_suite(path)?;
     let dir = path.parent().unwrap_or(Path::new("."));
     let files: Vec<PathBuf> = suite.workflows.iter().map(|w| dir.join(w)).collect();
@@ -161,7 +181,9 @@ async fn run_suite(path: &Path, nats: &NatsArgs, timeout: std::time::Duration) -
     let _temp;
     let stubs = match &suite.agents {
         None => None,
-        Some(Value::String(file)) => Some(super::stubs::start(&conn.client, &ns, &dir.join(file)).await?),
+        Some(Value::String(file)) => {
+            Some(super::stubs::start(&conn.client, &ns, &dir.join(file)).await?)
+        }
         Some(list @ Value::Array(_)) => {
             let temp = tempfile_in(dir, list)?;
             let stubs = super::stubs::start(&conn.client, &ns, &temp).await?;
@@ -170,15 +192,24 @@ async fn run_suite(path: &Path, nats: &NatsArgs, timeout: std::time::Duration) -
         }
         Some(other) => bail!("agents: expected a file name or a list of agents, found {other}"),
     };
-    let config = Config { namespace: ns.clone(), ..Config::default() };
-    let node = WorkflowNode::start(conn.client.clone(), workflows, config).await.map_err(anyhow::Error::msg)?;
+    let config = Config {
+        namespace: ns.clone(),
+        ..Config::default()
+    };
+    let node = WorkflowNode::start(conn.client.clone(), workflows, config)
+        .await
+        .map_err(anyhow::Error::msg)?;
     let (mut passed, mut failed) = (0, 0);
     println!("suite {}", path.display());
     for case in &suite.cases {
         let workflow = match (&case.workflow, names.as_slice()) {
             (Some(w), _) => w.clone(),
             (None, [only]) => only.clone(),
-            (None, _) => bail!("case '{}': name its workflow (the suite has {})", case.name, names.join(", ")),
+            (None, _) => bail!(
+                "case '{}': name its workflow (the suite has {})",
+                case.name,
+                names.join(", ")
+            ),
         };
         let approver = if case.approvals.is_empty() {
             None
@@ -215,20 +246,32 @@ pub fn check(expect: &Expect, result: &RunResult) -> Vec<String> {
     let mut problems = Vec::new();
     if let Some(status) = &expect.status {
         if *status != result.status {
-            let why = result.error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default();
-            problems.push(format!("status: expected {status}, got {}{why}", result.status));
+            let why = result
+                .error
+                .as_deref()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default();
+            problems.push(format!(
+                "status: expected {status}, got {}{why}",
+                result.status
+            ));
         }
     }
     if let Some(output) = &expect.output {
         if Some(output) != result.output.as_ref() {
-            let got = result.output.as_ref().map_or("nothing".to_string(), |o| o.to_string());
+            let got = result
+                .output
+                .as_ref()
+                .map_or("nothing".to_string(), |o| o.to_string());
             problems.push(format!("output: expected {output}, got {got}"));
         }
     }
     if let Some(needle) = &expect.error_contains {
         let error = result.error.clone().unwrap_or_default();
         if !error.contains(needle.as_str()) {
-            problems.push(format!("error: expected it to contain {needle:?}, got {error:?}"));
+            problems.push(format!(
+                "error: expected it to contain {needle:?}, got {error:?}"
+            ));
         }
     }
     for (node, status) in &expect.nodes {
@@ -251,26 +294,43 @@ async fn spawn_approver(
     use messages::a2a::{Message, Part, Role};
     use messages::jsonrpc::Request;
     use messages::workflow::{Decision, WorkflowApprovalDecision, WorkflowDataPart};
-    let mut requests = client.subscribe(messages::subjects::approvals(ns, workflow)).await?;
+    let mut requests = client
+        .subscribe(messages::subjects::approvals(ns, workflow))
+        .await?;
     client.flush().await?;
-    let (client, subject) = (client.clone(), messages::subjects::agent_request(ns, workflow));
+    let (client, subject) = (
+        client.clone(),
+        messages::subjects::agent_request(ns, workflow),
+    );
     Ok(tokio::spawn(async move {
         while let Some(msg) = requests.next().await {
-            let Ok(part) = serde_json::from_slice::<Part>(&msg.payload) else { continue };
-            let Some(Ok(Some(WorkflowDataPart::ApprovalRequest(req)))) = part.as_data().map(WorkflowDataPart::from_data) else {
+            let Ok(part) = serde_json::from_slice::<Part>(&msg.payload) else {
                 continue;
             };
-            let Some(step) = steps.iter().find(|s| s.node == req.node_id) else { continue };
+            let Some(Ok(Some(WorkflowDataPart::ApprovalRequest(req)))) =
+                part.as_data().map(WorkflowDataPart::from_data)
+            else {
+                continue;
+            };
+            let Some(step) = steps.iter().find(|s| s.node == req.node_id) else {
+                continue;
+            };
             let decision = WorkflowApprovalDecision {
                 execution_id: req.execution_id.clone(),
                 node_id: req.node_id.clone(),
-                decision: if step.decision == "reject" { Decision::Reject } else { Decision::Approve },
+                decision: if step.decision == "reject" {
+                    Decision::Reject
+                } else {
+                    Decision::Approve
+                },
                 by: step.by.clone(),
                 comment: step.comment.clone(),
             };
             let id = format!("decision-{}-{}", req.execution_id, req.node_id);
             let message = Message::new(id.clone(), Role::User, vec![Part::data_part(&decision)]);
-            let Ok(bytes) = serde_json::to_vec(&Request::message_send(id.as_str(), message)) else { continue };
+            let Ok(bytes) = serde_json::to_vec(&Request::message_send(id.as_str(), message)) else {
+                continue;
+            };
             let _ = client.request(subject.clone(), bytes.into()).await;
         }
     }))

@@ -11,9 +11,7 @@ use serde_json::Value;
 
 use super::engine::Cx;
 use super::state::{CallPhase, CallState};
-use super::types::{
-    Command, Dispatch, Failure, FailureClass, Progress, Slot, TaskKey, TimerId,
-};
+use super::types::{Command, Dispatch, Failure, FailureClass, Progress, Slot, TaskKey, TimerId};
 use crate::definition::{Call, NodeKind, NodeRole, RetryPolicy};
 
 /// How a call ended, as its owner hears it.
@@ -44,7 +42,12 @@ impl Cx<'_> {
 
     /// Creates a call and starts it when a slot is free.
     pub(super) fn add_call(&mut self, key: TaskKey, input: Value, instruction: Option<String>) {
-        let state = CallState { attempt: 1, phase: CallPhase::Queued, input, instruction };
+        let state = CallState {
+            attempt: 1,
+            phase: CallPhase::Queued,
+            input,
+            instruction,
+        };
         self.st.calls.insert(key.clone(), state);
         self.queue_or_dispatch(key);
     }
@@ -59,13 +62,20 @@ impl Cx<'_> {
     }
 
     fn dispatch(&mut self, key: &TaskKey) {
-        let Some(def) = self.call_def(key) else { return };
+        let Some(def) = self.call_def(key) else {
+            return;
+        };
         let timeout = def.timeout.unwrap_or(self.wf.default_node_timeout);
         let deadline = self.now.plus(timeout);
         let target = def.target.clone();
         let input_schema = def.input_schema_override.as_ref().map(|s| s.source.clone());
-        let output_schema = def.output_schema_override.as_ref().map(|s| s.source.clone());
-        let Some(call) = self.st.calls.get_mut(key) else { return };
+        let output_schema = def
+            .output_schema_override
+            .as_ref()
+            .map(|s| s.source.clone());
+        let Some(call) = self.st.calls.get_mut(key) else {
+            return;
+        };
         call.phase = CallPhase::Running { deadline };
         let attempt = call.attempt;
         let dispatch = Dispatch {
@@ -88,7 +98,11 @@ impl Cx<'_> {
         };
         self.out.push(Command::Progress(Progress::NodeStarted {
             node_id: key.node.clone(),
-            node_type: self.wf.node(&key.node).map_or("agent", |n| n.kind.type_name()).into(),
+            node_type: self
+                .wf
+                .node(&key.node)
+                .map_or("agent", |n| n.kind.type_name())
+                .into(),
             agent: Some(target.agent_name().to_string()),
             sub_task_id: Some(dispatch.sub_task_id.clone()),
             iteration_index,
@@ -96,7 +110,10 @@ impl Cx<'_> {
             attempt: Some(attempt),
         }));
         self.out.push(Command::StartTimer {
-            timer: TimerId::CallTimeout { task: key.clone(), attempt },
+            timer: TimerId::CallTimeout {
+                task: key.clone(),
+                attempt,
+            },
             at: deadline,
         });
         self.out.push(Command::Dispatch(dispatch));
@@ -115,8 +132,14 @@ impl Cx<'_> {
         self.st.in_flight = self.st.in_flight.saturating_sub(1);
         let limit = self.wf.concurrency.map_or(u32::MAX, |c| c as u32);
         while self.st.in_flight < limit {
-            let Some(key) = self.st.queue.pop_front() else { break };
-            let queued = self.st.calls.get(&key).is_some_and(|c| c.phase == CallPhase::Queued);
+            let Some(key) = self.st.queue.pop_front() else {
+                break;
+            };
+            let queued = self
+                .st
+                .calls
+                .get(&key)
+                .is_some_and(|c| c.phase == CallPhase::Queued);
             if queued {
                 self.dispatch(&key);
             }
@@ -125,9 +148,10 @@ impl Cx<'_> {
 
     /// The attempt `attempt` of `key` is running, or `None` (stale or duplicate event).
     fn running(&self, key: &TaskKey, attempt: u32) -> bool {
-        self.st.calls.get(key).is_some_and(|c| {
-            c.attempt == attempt && matches!(c.phase, CallPhase::Running { .. })
-        })
+        self.st
+            .calls
+            .get(key)
+            .is_some_and(|c| c.attempt == attempt && matches!(c.phase, CallPhase::Running { .. }))
     }
 
     pub(super) fn call_succeeded(&mut self, key: TaskKey, attempt: u32, output: Value) {
@@ -140,9 +164,15 @@ impl Cx<'_> {
             .map(|s| s.violations(&output))
             .unwrap_or_default();
         if !violations.is_empty() {
-            let message =
-                format!("output does not match output_schema_override: {}", violations.join("; "));
-            let failure = Failure { class: FailureClass::Failed, message, kind: None };
+            let message = format!(
+                "output does not match output_schema_override: {}",
+                violations.join("; ")
+            );
+            let failure = Failure {
+                class: FailureClass::Failed,
+                message,
+                kind: None,
+            };
             return self.attempt_failed(key, attempt, failure);
         }
         self.st.calls.remove(&key);
@@ -157,8 +187,13 @@ impl Cx<'_> {
     }
 
     fn attempt_failed(&mut self, key: TaskKey, attempt: u32, failure: Failure) {
-        let strategy = self.call_def(&key).and_then(|c| self.wf.retry_strategy_for(c)).cloned();
-        let agent = self.call_def(&key).map(|c| c.target.agent_name().to_string());
+        let strategy = self
+            .call_def(&key)
+            .and_then(|c| self.wf.retry_strategy_for(c))
+            .cloned();
+        let agent = self
+            .call_def(&key)
+            .map(|c| c.target.agent_name().to_string());
         self.release_slot();
         let retry = strategy.as_ref().is_some_and(|s| {
             let class_ok = match s.policy {
@@ -166,7 +201,10 @@ impl Cx<'_> {
                 RetryPolicy::OnFailure => failure.class == FailureClass::Failed,
                 RetryPolicy::OnError => failure.class != FailureClass::Failed,
             };
-            let kind_ok = !failure.kind.as_ref().is_some_and(|k| s.non_retryable_errors.contains(k));
+            let kind_ok = !failure
+                .kind
+                .as_ref()
+                .is_some_and(|k| s.non_retryable_errors.contains(k));
             class_ok && kind_ok && attempt <= s.limit && !self.halted()
         });
         if let (true, Some(s)) = (retry, strategy.as_ref()) {
@@ -175,7 +213,10 @@ impl Cx<'_> {
                 call.attempt = attempt + 1;
                 call.phase = CallPhase::BackingOff { until };
             }
-            let timer = TimerId::Retry { task: key, attempt: attempt + 1 };
+            let timer = TimerId::Retry {
+                task: key,
+                attempt: attempt + 1,
+            };
             self.out.push(Command::StartTimer { timer, at: until });
             return;
         }
@@ -210,7 +251,11 @@ impl Cx<'_> {
                     .unwrap_or(self.wf.default_node_timeout);
                 self.cancel_remote(&task, attempt);
                 let message = format!("did not answer within {} s", timeout.as_secs_f64());
-                let failure = Failure { class: FailureClass::TimedOut, message, kind: None };
+                let failure = Failure {
+                    class: FailureClass::TimedOut,
+                    message,
+                    kind: None,
+                };
                 self.attempt_failed(task, attempt, failure);
             }
             TimerId::Retry { task, attempt } => {
@@ -234,7 +279,9 @@ impl Cx<'_> {
     }
 
     fn cancel_remote(&mut self, key: &TaskKey, attempt: u32) {
-        let agent = self.call_def(key).map(|c| c.target.agent_name().to_string());
+        let agent = self
+            .call_def(key)
+            .map(|c| c.target.agent_name().to_string());
         self.out.push(Command::CancelCall {
             task: key.clone(),
             attempt,
@@ -246,7 +293,9 @@ impl Cx<'_> {
     /// Ends a call because the run stopped it: a running attempt is cancelled at the
     /// agent, and the owner hears `Stopped`.
     pub(super) fn drop_call(&mut self, key: &TaskKey) {
-        let Some(call) = self.remove_call(key) else { return };
+        let Some(call) = self.remove_call(key) else {
+            return;
+        };
         let ran = call.attempt > 1 || matches!(call.phase, CallPhase::Running { .. });
         self.call_ended(key, CallEnd::Stopped { ran });
     }
@@ -262,4 +311,3 @@ impl Cx<'_> {
         Some(call)
     }
 }
-

@@ -18,9 +18,7 @@ use serde_json::{json, Value};
 
 use super::scope::RunScope;
 use super::state::{Detail, Execution, NodeState};
-use super::types::{
-    Command, Event, Millis, NodeStatus, Progress, RunError, RunStatus, TimerId,
-};
+use super::types::{Command, Event, Millis, NodeStatus, Progress, RunError, RunStatus, TimerId};
 use crate::definition::{JoinStrategy, NodeKind, NodeRole, Workflow};
 
 /// Applies one event to a run and returns what the shell must do.
@@ -28,21 +26,43 @@ use crate::definition::{JoinStrategy, NodeKind, NodeRole, Workflow};
 /// Deterministic: the same workflow, state, event and time always give the same new state
 /// and the same commands. Events that no longer matter (duplicates, stale attempts, events
 /// after the end) change nothing and return no commands.
-pub fn apply(workflow: &Workflow, state: &mut Execution, event: Event, now: Millis) -> Vec<Command> {
-    let mut cx = Cx { wf: workflow, st: state, now, out: Vec::new(), work: VecDeque::new() };
+pub fn apply(
+    workflow: &Workflow,
+    state: &mut Execution,
+    event: Event,
+    now: Millis,
+) -> Vec<Command> {
+    let mut cx = Cx {
+        wf: workflow,
+        st: state,
+        now,
+        out: Vec::new(),
+        work: VecDeque::new(),
+    };
     if cx.st.status.is_terminal() {
         return Vec::new();
     }
     match event {
         Event::Started { input } => cx.start(input),
         _ if !cx.st.started => {}
-        Event::CallSucceeded { task, attempt, output } => cx.call_succeeded(task, attempt, output),
-        Event::CallFailed { task, attempt, failure } => cx.call_failed(task, attempt, failure),
+        Event::CallSucceeded {
+            task,
+            attempt,
+            output,
+        } => cx.call_succeeded(task, attempt, output),
+        Event::CallFailed {
+            task,
+            attempt,
+            failure,
+        } => cx.call_failed(task, attempt, failure),
         Event::TimerFired { timer } => cx.timer_fired(timer),
         Event::CancelRequested { reason } => cx.cancel(reason),
-        Event::ApprovalDecided { node, approved, by, comment } => {
-            cx.approval_decided(&node, approved, by, comment)
-        }
+        Event::ApprovalDecided {
+            node,
+            approved,
+            by,
+            comment,
+        } => cx.approval_decided(&node, approved, by, comment),
     }
     cx.settle();
     cx.out
@@ -67,9 +87,16 @@ impl Cx<'_> {
         self.st.started_at = self.now;
         self.st.deadline = self.now.plus(self.wf.max_execution_time);
         self.st.input = input;
-        self.st.unfinished_main =
-            self.wf.graph.roles.iter().filter(|r| **r == NodeRole::Main).count() as u32;
-        self.out.push(Command::Progress(Progress::RunStarted { input: self.st.input.clone() }));
+        self.st.unfinished_main = self
+            .wf
+            .graph
+            .roles
+            .iter()
+            .filter(|r| **r == NodeRole::Main)
+            .count() as u32;
+        self.out.push(Command::Progress(Progress::RunStarted {
+            input: self.st.input.clone(),
+        }));
         if let Some(schema) = &self.wf.input_schema {
             let violations = schema.violations(&self.st.input);
             if !violations.is_empty() {
@@ -85,7 +112,10 @@ impl Cx<'_> {
                 return;
             }
         }
-        self.out.push(Command::StartTimer { timer: TimerId::Deadline, at: self.st.deadline });
+        self.out.push(Command::StartTimer {
+            timer: TimerId::Deadline,
+            at: self.st.deadline,
+        });
         self.work.extend(self.wf.graph.roots.iter().copied());
     }
 
@@ -120,8 +150,14 @@ impl Cx<'_> {
         }
         let status = |id: &String| self.st.node_status(id);
         if let NodeKind::Join { wait_for, strategy } = &node.kind {
-            let succeeded = wait_for.iter().filter(|d| status(d) == NodeStatus::Success).count();
-            let skipped = wait_for.iter().filter(|d| status(d) == NodeStatus::Skipped).count();
+            let succeeded = wait_for
+                .iter()
+                .filter(|d| status(d) == NodeStatus::Success)
+                .count();
+            let skipped = wait_for
+                .iter()
+                .filter(|d| status(d) == NodeStatus::Skipped)
+                .count();
             let broken = wait_for
                 .iter()
                 .any(|d| matches!(status(d), NodeStatus::Failure | NodeStatus::Cancelled));
@@ -150,7 +186,12 @@ impl Cx<'_> {
                     }
                 }
                 self.node_started(idx);
-                return self.finish_node(idx, NodeStatus::Success, Some(Value::Object(output)), None);
+                return self.finish_node(
+                    idx,
+                    NodeStatus::Success,
+                    Some(Value::Object(output)),
+                    None,
+                );
             }
             if !all_ended {
                 return;
@@ -191,13 +232,19 @@ impl Cx<'_> {
             _ => &[],
         };
         for d in node.depends_on.iter().filter(|d| !wait_for.contains(d)) {
-            if matches!(self.st.node_status(d), NodeStatus::Failure | NodeStatus::Cancelled) {
+            if matches!(
+                self.st.node_status(d),
+                NodeStatus::Failure | NodeStatus::Cancelled
+            ) {
                 return Some(format!("dependency '{d}' did not succeed"));
             }
         }
         if !join_met
             && !node.depends_on.is_empty()
-            && node.depends_on.iter().all(|d| self.st.node_status(d) == NodeStatus::Skipped)
+            && node
+                .depends_on
+                .iter()
+                .all(|d| self.st.node_status(d) == NodeStatus::Skipped)
         {
             return Some("all its dependencies were skipped".into());
         }
@@ -206,7 +253,9 @@ impl Cx<'_> {
 
     /// Evaluates `when`; skips (false) or fails (error) the node when it does not hold.
     fn when_holds(&mut self, idx: usize) -> bool {
-        let Some(when) = &self.wf.nodes[idx].when else { return true };
+        let Some(when) = &self.wf.nodes[idx].when else {
+            return true;
+        };
         let scope = self.node_scope(idx);
         match when.evaluate(&scope) {
             Ok(true) => true,
@@ -305,7 +354,8 @@ impl Cx<'_> {
                 if status == NodeStatus::Failure {
                     self.main_failed(idx, error.unwrap_or_default());
                 }
-                self.work.extend(self.wf.graph.dependents[idx].iter().copied());
+                self.work
+                    .extend(self.wf.graph.dependents[idx].iter().copied());
             }
             NodeRole::Inner { .. } => {}
             NodeRole::ExitHandler => {
@@ -345,7 +395,9 @@ impl Cx<'_> {
         self.st.stopping = true;
         let keys: Vec<_> = self.st.calls.keys().cloned().collect();
         for key in keys {
-            let Some(call) = self.st.calls.get(&key) else { continue };
+            let Some(call) = self.st.calls.get(&key) else {
+                continue;
+            };
             let running = matches!(call.phase, super::state::CallPhase::Running { .. });
             if running && !cancel_running {
                 continue;
@@ -359,13 +411,21 @@ impl Cx<'_> {
             .iter()
             .filter(|(_, n)| {
                 matches!(n.status, NodeStatus::Waiting | NodeStatus::Running)
-                    && matches!(n.detail, Some(Detail::Approval { .. }) | Some(Detail::Loop { .. }))
+                    && matches!(
+                        n.detail,
+                        Some(Detail::Approval { .. }) | Some(Detail::Loop { .. })
+                    )
             })
             .filter_map(|(id, _)| self.wf.graph.index.get(id).copied())
             .filter(|idx| !self.has_calls(*idx))
             .collect();
         for idx in idle {
-            self.finish_node(idx, NodeStatus::Cancelled, None, Some("the run stopped".into()));
+            self.finish_node(
+                idx,
+                NodeStatus::Cancelled,
+                None,
+                Some("the run stopped".into()),
+            );
         }
     }
 
@@ -380,13 +440,19 @@ impl Cx<'_> {
         };
         match self.st.status {
             RunStatus::Running => {
-                self.st.error.get_or_insert(RunError { node_id: None, message });
+                self.st.error.get_or_insert(RunError {
+                    node_id: None,
+                    message,
+                });
                 self.stop(true);
             }
             RunStatus::Finishing => {
                 self.st.outcome = Some(RunStatus::Cancelled);
                 self.st.output = None;
-                self.st.error.get_or_insert(RunError { node_id: None, message });
+                self.st.error.get_or_insert(RunError {
+                    node_id: None,
+                    message,
+                });
                 self.end_exit_handlers("the run was cancelled");
             }
             _ => {}
@@ -403,12 +469,19 @@ impl Cx<'_> {
         self.st.deadline_passed = true;
         let limit = self.wf.max_execution_time.as_secs();
         if self.st.status == RunStatus::Running {
-            let message = format!("the run exceeded max_workflow_execution_time_seconds ({limit} s)");
-            self.st.error = Some(RunError { node_id: None, message });
+            let message =
+                format!("the run exceeded max_workflow_execution_time_seconds ({limit} s)");
+            self.st.error = Some(RunError {
+                node_id: None,
+                message,
+            });
             self.stop(true);
         }
         let at = self.now.plus(self.wf.default_node_timeout);
-        self.out.push(Command::StartTimer { timer: TimerId::ExitGrace, at });
+        self.out.push(Command::StartTimer {
+            timer: TimerId::ExitGrace,
+            at,
+        });
     }
 
     /// The exit handlers' grace ended: cancel those still running and end the run.
@@ -468,7 +541,9 @@ impl Cx<'_> {
         }
         self.st.exit_pending = handlers.clone();
         for id in handlers {
-            let Some(&idx) = self.wf.graph.index.get(&id) else { continue };
+            let Some(&idx) = self.wf.graph.index.get(&id) else {
+                continue;
+            };
             if self.when_holds(idx) {
                 self.start_node(idx);
             }
@@ -491,13 +566,19 @@ impl Cx<'_> {
                     self.st.output = Some(output);
                     None
                 } else {
-                    Some(format!("output does not match output_schema: {}", violations.join("; ")))
+                    Some(format!(
+                        "output does not match output_schema: {}",
+                        violations.join("; ")
+                    ))
                 }
             }
         };
         if let Some(message) = failure {
             self.st.outcome = Some(RunStatus::Failure);
-            self.st.error = Some(RunError { node_id: None, message });
+            self.st.error = Some(RunError {
+                node_id: None,
+                message,
+            });
         }
     }
 
@@ -505,9 +586,21 @@ impl Cx<'_> {
         let status = self.st.outcome.unwrap_or(RunStatus::Failure);
         self.st.status = status;
         self.st.queue.clear();
-        let output = if status == RunStatus::Success { self.st.output.clone() } else { None };
-        let error = if status == RunStatus::Success { None } else { self.st.error.clone() };
-        self.out.push(Command::Finish { status, output, error });
+        let output = if status == RunStatus::Success {
+            self.st.output.clone()
+        } else {
+            None
+        };
+        let error = if status == RunStatus::Success {
+            None
+        } else {
+            self.st.error.clone()
+        };
+        self.out.push(Command::Finish {
+            status,
+            output,
+            error,
+        });
     }
 
     fn approval_decided(
@@ -517,8 +610,12 @@ impl Cx<'_> {
         by: Option<String>,
         comment: Option<String>,
     ) {
-        let Some(&idx) = self.wf.graph.index.get(node) else { return };
-        let NodeKind::Approval(def) = &self.wf.nodes[idx].kind else { return };
+        let Some(&idx) = self.wf.graph.index.get(node) else {
+            return;
+        };
+        let NodeKind::Approval(def) = &self.wf.nodes[idx].kind else {
+            return;
+        };
         if self.st.node_status(node) != NodeStatus::Waiting {
             return;
         }
@@ -531,7 +628,12 @@ impl Cx<'_> {
         } else {
             let who = by.as_deref().unwrap_or("an approver");
             let why = comment.map(|c| format!(": {c}")).unwrap_or_default();
-            self.finish_node(idx, NodeStatus::Failure, None, Some(format!("rejected by {who}{why}")));
+            self.finish_node(
+                idx,
+                NodeStatus::Failure,
+                None,
+                Some(format!("rejected by {who}{why}")),
+            );
         }
     }
 }

@@ -28,19 +28,22 @@ impl Cx<'_> {
         match &node.kind {
             NodeKind::Call(call) => {
                 let scope = self.node_scope(idx);
-                let input = match resolve_input(call.input.as_ref(), &scope, || {
-                    self.implicit_input(idx)
-                }) {
-                    Ok(v) => v,
-                    Err(e) => return self.fail(idx, format!("input: {e}")),
-                };
+                let input =
+                    match resolve_input(call.input.as_ref(), &scope, || self.implicit_input(idx)) {
+                        Ok(v) => v,
+                        Err(e) => return self.fail(idx, format!("input: {e}")),
+                    };
                 let instruction = match resolve_text(call.instruction.as_ref(), &scope) {
                     Ok(v) => v,
                     Err(e) => return self.fail(idx, format!("instruction: {e}")),
                 };
                 self.add_call(TaskKey::single(&node.id), input, instruction);
             }
-            NodeKind::Conditional { condition, true_branch, false_branch } => {
+            NodeKind::Conditional {
+                condition,
+                true_branch,
+                false_branch,
+            } => {
                 let result = condition.evaluate(&self.node_scope(idx));
                 let taken = match result {
                     Ok(b) => b,
@@ -79,8 +82,7 @@ impl Cx<'_> {
                 }
                 let target = selected.map(|(_, t)| t).or(default.as_ref());
                 let targets = cases.iter().map(|c| &c.target).chain(default.iter());
-                let others: Vec<String> =
-                    targets.filter(|t| Some(*t) != target).cloned().collect();
+                let others: Vec<String> = targets.filter(|t| Some(*t) != target).cloned().collect();
                 for other in others {
                     self.skip_branch(&other, &node.id);
                 }
@@ -88,7 +90,14 @@ impl Cx<'_> {
                     "selected_branch": target,
                     "selected_case_index": selected.map(|(i, _)| i),
                 });
-                self.finish_node_with(idx, NodeStatus::Success, Some(output), None, None, target.cloned());
+                self.finish_node_with(
+                    idx,
+                    NodeStatus::Success,
+                    Some(output),
+                    None,
+                    None,
+                    target.cloned(),
+                );
             }
             NodeKind::Map(map) => {
                 let items = match &map.items {
@@ -100,7 +109,8 @@ impl Cx<'_> {
                     Ok(Value::Null) => Vec::new(),
                     Ok(other) => {
                         let kind = workflow_expr::type_name(&other);
-                        return self.fail(idx, format!("items: resolved to {kind}, expected an array"));
+                        return self
+                            .fail(idx, format!("items: resolved to {kind}, expected an array"));
                     }
                     Err(e) => return self.fail(idx, format!("items: {e}")),
                 };
@@ -115,7 +125,13 @@ impl Cx<'_> {
                     return self.finish_node(idx, NodeStatus::Success, Some(output), None);
                 }
                 let n = items.len();
-                let state = MapState { items, next: 0, active: 0, done: 0, results: vec![Value::Null; n] };
+                let state = MapState {
+                    items,
+                    next: 0,
+                    active: 0,
+                    done: 0,
+                    results: vec![Value::Null; n],
+                };
                 self.set_detail(idx, Detail::Map(state));
                 self.pump_map(idx);
             }
@@ -132,7 +148,10 @@ impl Cx<'_> {
                         self.implicit_input(idx)
                     });
                     let instruction = resolve_text(branch.call.instruction.as_ref(), &scope);
-                    let key = TaskKey { node: node.id.clone(), slot: Slot::Branch(i as u32) };
+                    let key = TaskKey {
+                        node: node.id.clone(),
+                        slot: Slot::Branch(i as u32),
+                    };
                     match (input, instruction) {
                         (Ok(input), Ok(instruction)) => self.add_call(key, input, instruction),
                         (Err(e), _) | (_, Err(e)) => {
@@ -166,7 +185,9 @@ impl Cx<'_> {
                     deadline,
                 });
                 if let Some(at) = deadline {
-                    let timer = TimerId::ApprovalTimeout { node: node.id.clone() };
+                    let timer = TimerId::ApprovalTimeout {
+                        node: node.id.clone(),
+                    };
                     self.out.push(Command::StartTimer { timer, at });
                 }
             }
@@ -215,7 +236,11 @@ impl Cx<'_> {
             NodeKind::Loop(l) => &l.node,
             _ => &node.id,
         };
-        self.st.calls.range(TaskKey::single(id)..).next().is_some_and(|(k, _)| k.node == *id)
+        self.st
+            .calls
+            .range(TaskKey::single(id)..)
+            .next()
+            .is_some_and(|(k, _)| k.node == *id)
     }
 
     /// The input of a node without `input`: the workflow input (no dependency), the
@@ -226,30 +251,47 @@ impl Cx<'_> {
         match node.depends_on.as_slice() {
             [] => self.st.input.clone(),
             [dep] => {
-                let Some(&d) = self.wf.graph.index.get(dep) else { return Value::Null };
+                let Some(&d) = self.wf.graph.index.get(dep) else {
+                    return Value::Null;
+                };
                 match self.wf.nodes[d].kind {
-                    NodeKind::Conditional { .. } | NodeKind::Switch { .. } => self.implicit_input(d),
+                    NodeKind::Conditional { .. } | NodeKind::Switch { .. } => {
+                        self.implicit_input(d)
+                    }
                     _ => self.output_of(dep),
                 }
             }
-            deps => Value::Object(deps.iter().map(|d| (d.clone(), self.output_of(d))).collect()),
+            deps => Value::Object(
+                deps.iter()
+                    .map(|d| (d.clone(), self.output_of(d)))
+                    .collect(),
+            ),
         }
     }
 
     fn output_of(&self, id: &str) -> Value {
-        self.st.nodes.get(id).and_then(|n| n.output.clone()).unwrap_or(Value::Null)
+        self.st
+            .nodes
+            .get(id)
+            .and_then(|n| n.output.clone())
+            .unwrap_or(Value::Null)
     }
 
     /// Routes a call's end to its owner.
     pub(super) fn call_ended(&mut self, key: &TaskKey, end: CallEnd) {
-        let Some(&idx) = self.wf.graph.index.get(&key.node) else { return };
+        let Some(&idx) = self.wf.graph.index.get(&key.node) else {
+            return;
+        };
         match key.slot {
             Slot::Single => match end {
                 CallEnd::Output(out) => self.finish_node(idx, NodeStatus::Success, Some(out), None),
                 CallEnd::Failed(msg) => self.fail(idx, msg),
-                CallEnd::Stopped { ran: true } => {
-                    self.finish_node(idx, NodeStatus::Cancelled, None, Some("the run stopped".into()))
-                }
+                CallEnd::Stopped { ran: true } => self.finish_node(
+                    idx,
+                    NodeStatus::Cancelled,
+                    None,
+                    Some("the run stopped".into()),
+                ),
                 CallEnd::Stopped { ran: false } => {
                     self.skip(idx, "the run stopped before it was dispatched".into())
                 }
@@ -269,7 +311,13 @@ impl Cx<'_> {
     }
 
     fn map_state(&mut self, idx: usize) -> Option<&mut MapState> {
-        match self.st.nodes.get_mut(&self.wf.nodes[idx].id)?.detail.as_mut()? {
+        match self
+            .st
+            .nodes
+            .get_mut(&self.wf.nodes[idx].id)?
+            .detail
+            .as_mut()?
+        {
             Detail::Map(m) => Some(m),
             _ => None,
         }
@@ -277,15 +325,21 @@ impl Cx<'_> {
 
     /// Starts items while the map's limit allows.
     fn pump_map(&mut self, idx: usize) {
-        let NodeKind::Map(def) = &self.wf.nodes[idx].kind else { return };
+        let NodeKind::Map(def) = &self.wf.nodes[idx].kind else {
+            return;
+        };
         let limit = def.concurrency_limit.map_or(u32::MAX, |c| c as u32);
         let inner_idx = self.wf.graph.index[&def.node];
-        let NodeKind::Call(call) = &self.wf.nodes[inner_idx].kind else { return };
+        let NodeKind::Call(call) = &self.wf.nodes[inner_idx].kind else {
+            return;
+        };
         loop {
             if self.halted() {
                 break;
             }
-            let Some(map) = self.map_state(idx) else { return };
+            let Some(map) = self.map_state(idx) else {
+                return;
+            };
             if map.active >= limit || map.next as usize >= map.items.len() {
                 break;
             }
@@ -297,7 +351,10 @@ impl Cx<'_> {
             scope.map_item = Some((&item, i));
             let input = resolve_input(call.input.as_ref(), &scope, || item.clone());
             let instruction = resolve_text(call.instruction.as_ref(), &scope);
-            let key = TaskKey { node: def.node.clone(), slot: Slot::Item(i) };
+            let key = TaskKey {
+                node: def.node.clone(),
+                slot: Slot::Item(i),
+            };
             match (input, instruction) {
                 (Ok(input), Ok(instruction)) => self.add_call(key, input, instruction),
                 (Err(e), _) | (_, Err(e)) => {
@@ -309,9 +366,13 @@ impl Cx<'_> {
     }
 
     fn map_item_ended(&mut self, idx: usize, i: u32, end: CallEnd) {
-        let NodeKind::Map(def) = &self.wf.nodes[idx].kind else { return };
+        let NodeKind::Map(def) = &self.wf.nodes[idx].kind else {
+            return;
+        };
         let node_id = self.wf.nodes[idx].id.clone();
-        let Some(map) = self.map_state(idx) else { return };
+        let Some(map) = self.map_state(idx) else {
+            return;
+        };
         map.active -= 1;
         match end {
             CallEnd::Output(out) => {
@@ -324,7 +385,9 @@ impl Cx<'_> {
                     completed_items: done,
                 }));
                 if done == total {
-                    let Some(map) = self.map_state(idx) else { return };
+                    let Some(map) = self.map_state(idx) else {
+                        return;
+                    };
                     let results = std::mem::take(&mut map.results);
                     self.set_inner_status(&def.node, NodeStatus::Success, None);
                     let output = json!({ "results": results });
@@ -336,7 +399,12 @@ impl Cx<'_> {
                 let keys: Vec<TaskKey> = self
                     .st
                     .calls
-                    .range(TaskKey { node: def.node.clone(), slot: Slot::Item(0) }..)
+                    .range(
+                        TaskKey {
+                            node: def.node.clone(),
+                            slot: Slot::Item(0),
+                        }..,
+                    )
                     .take_while(|(k, _)| k.node == def.node && matches!(k.slot, Slot::Item(_)))
                     .map(|(k, _)| k.clone())
                     .collect();
@@ -353,19 +421,37 @@ impl Cx<'_> {
     /// A halted map with no item in flight ends as cancelled.
     fn map_maybe_stopped(&mut self, idx: usize) {
         let halted = self.halted();
-        let Some(map) = self.map_state(idx) else { return };
+        let Some(map) = self.map_state(idx) else {
+            return;
+        };
         if halted && map.active == 0 {
-            let NodeKind::Map(def) = &self.wf.nodes[idx].kind else { return };
+            let NodeKind::Map(def) = &self.wf.nodes[idx].kind else {
+                return;
+            };
             self.set_inner_status(&def.node, NodeStatus::Cancelled, None);
-            self.finish_node(idx, NodeStatus::Cancelled, None, Some("the run stopped".into()));
+            self.finish_node(
+                idx,
+                NodeStatus::Cancelled,
+                None,
+                Some("the run stopped".into()),
+            );
         }
     }
 
     fn fork_branch_ended(&mut self, idx: usize, i: usize, end: CallEnd) {
-        let NodeKind::Fork { branches, fail_fast } = &self.wf.nodes[idx].kind else { return };
+        let NodeKind::Fork {
+            branches,
+            fail_fast,
+        } = &self.wf.nodes[idx].kind
+        else {
+            return;
+        };
         let node_id = self.wf.nodes[idx].id.clone();
-        let Some(Detail::Fork(fork)) =
-            self.st.nodes.get_mut(&node_id).and_then(|n| n.detail.as_mut())
+        let Some(Detail::Fork(fork)) = self
+            .st
+            .nodes
+            .get_mut(&node_id)
+            .and_then(|n| n.detail.as_mut())
         else {
             return;
         };
@@ -375,14 +461,19 @@ impl Cx<'_> {
             CallEnd::Output(out) => {
                 fork.outputs.insert(branches[i].output_key.clone(), out);
             }
-            CallEnd::Failed(msg) => fork.failures.push(format!("branch '{}': {msg}", branches[i].id)),
+            CallEnd::Failed(msg) => fork
+                .failures
+                .push(format!("branch '{}': {msg}", branches[i].id)),
             CallEnd::Stopped { .. } => stopped = true,
         }
         let failed = !fork.failures.is_empty();
         if failed && *fail_fast {
             let message = fork.failures.join("; ");
             for b in 0..branches.len() {
-                self.remove_call(&TaskKey { node: node_id.clone(), slot: Slot::Branch(b as u32) });
+                self.remove_call(&TaskKey {
+                    node: node_id.clone(),
+                    slot: Slot::Branch(b as u32),
+                });
             }
             return self.fail(idx, message);
         }
@@ -391,26 +482,49 @@ impl Cx<'_> {
         }
         let fork = std::mem::replace(
             fork,
-            ForkState { pending: 0, outputs: serde_json::Map::new(), failures: Vec::new() },
+            ForkState {
+                pending: 0,
+                outputs: serde_json::Map::new(),
+                failures: Vec::new(),
+            },
         );
         if failed {
             self.fail(idx, fork.failures.join("; "))
         } else if stopped || self.halted() {
-            self.finish_node(idx, NodeStatus::Cancelled, None, Some("the run stopped".into()))
+            self.finish_node(
+                idx,
+                NodeStatus::Cancelled,
+                None,
+                Some("the run stopped".into()),
+            )
         } else {
-            self.finish_node(idx, NodeStatus::Success, Some(Value::Object(fork.outputs)), None)
+            self.finish_node(
+                idx,
+                NodeStatus::Success,
+                Some(Value::Object(fork.outputs)),
+                None,
+            )
         }
     }
 
     fn start_iteration(&mut self, idx: usize, iteration: u32) {
-        let NodeKind::Loop(def) = &self.wf.nodes[idx].kind else { return };
+        let NodeKind::Loop(def) = &self.wf.nodes[idx].kind else {
+            return;
+        };
         let inner_idx = self.wf.graph.index[&def.node];
-        let NodeKind::Call(call) = &self.wf.nodes[inner_idx].kind else { return };
+        let NodeKind::Call(call) = &self.wf.nodes[inner_idx].kind else {
+            return;
+        };
         let mut scope = RunScope::new(self.st);
         scope.loop_iteration = Some(iteration);
-        let input = resolve_input(call.input.as_ref(), &scope, || self.implicit_input(inner_idx));
+        let input = resolve_input(call.input.as_ref(), &scope, || {
+            self.implicit_input(inner_idx)
+        });
         let instruction = resolve_text(call.instruction.as_ref(), &scope);
-        let key = TaskKey { node: def.node.clone(), slot: Slot::Iteration(iteration) };
+        let key = TaskKey {
+            node: def.node.clone(),
+            slot: Slot::Iteration(iteration),
+        };
         match (input, instruction) {
             (Ok(input), Ok(instruction)) => {
                 let prev = self.st.nodes.get(&def.node).and_then(|n| n.output.clone());
@@ -424,21 +538,24 @@ impl Cx<'_> {
     }
 
     fn iteration_ended(&mut self, idx: usize, iteration: u32, end: CallEnd) {
-        let NodeKind::Loop(def) = &self.wf.nodes[idx].kind else { return };
+        let NodeKind::Loop(def) = &self.wf.nodes[idx].kind else {
+            return;
+        };
         match end {
             CallEnd::Output(out) => {
                 self.set_inner_status(&def.node, NodeStatus::Success, Some(out));
                 let mut scope = RunScope::new(self.st);
                 scope.loop_iteration = Some(iteration);
                 let completed = iteration + 1;
-                let output = |reason: &str| {
-                    json!({"iterations_completed": completed, "stopped_reason": reason})
-                };
+                let output = |reason: &str| json!({"iterations_completed": completed, "stopped_reason": reason});
                 match def.condition.evaluate(&scope) {
                     Err(e) => self.fail(idx, format!("condition: {e}")),
-                    Ok(false) => {
-                        self.finish_node(idx, NodeStatus::Success, Some(output("condition_false")), None)
-                    }
+                    Ok(false) => self.finish_node(
+                        idx,
+                        NodeStatus::Success,
+                        Some(output("condition_false")),
+                        None,
+                    ),
                     Ok(true) if completed >= def.max_iterations => match def.on_exhausted {
                         OnExhausted::Succeed => self.finish_node(
                             idx,
@@ -454,15 +571,26 @@ impl Cx<'_> {
                             ),
                         ),
                     },
-                    Ok(true) if self.halted() => {
-                        self.finish_node(idx, NodeStatus::Cancelled, None, Some("the run stopped".into()))
-                    }
+                    Ok(true) if self.halted() => self.finish_node(
+                        idx,
+                        NodeStatus::Cancelled,
+                        None,
+                        Some("the run stopped".into()),
+                    ),
                     Ok(true) => {
-                        self.set_detail(idx, Detail::Loop { iteration: completed });
+                        self.set_detail(
+                            idx,
+                            Detail::Loop {
+                                iteration: completed,
+                            },
+                        );
                         match def.delay {
                             Some(delay) if !delay.is_zero() => {
                                 let node = self.wf.nodes[idx].id.clone();
-                                let timer = TimerId::LoopDelay { node, iteration: completed };
+                                let timer = TimerId::LoopDelay {
+                                    node,
+                                    iteration: completed,
+                                };
                                 let at = self.now.plus(delay);
                                 self.out.push(Command::StartTimer { timer, at });
                             }
@@ -477,7 +605,12 @@ impl Cx<'_> {
             }
             CallEnd::Stopped { .. } => {
                 self.set_inner_status(&def.node, NodeStatus::Cancelled, None);
-                self.finish_node(idx, NodeStatus::Cancelled, None, Some("the run stopped".into()));
+                self.finish_node(
+                    idx,
+                    NodeStatus::Cancelled,
+                    None,
+                    Some("the run stopped".into()),
+                );
             }
         }
     }
@@ -489,18 +622,23 @@ impl Cx<'_> {
             TimerId::Deadline => self.deadline(),
             TimerId::ExitGrace => self.exit_grace_over(),
             TimerId::LoopDelay { node, iteration } => {
-                let Some(&idx) = self.wf.graph.index.get(&node) else { return };
+                let Some(&idx) = self.wf.graph.index.get(&node) else {
+                    return;
+                };
                 let waiting = self.st.nodes.get(&node).is_some_and(|n| {
-                    n.status == NodeStatus::Running
-                        && n.detail == Some(Detail::Loop { iteration })
+                    n.status == NodeStatus::Running && n.detail == Some(Detail::Loop { iteration })
                 });
                 if waiting && !self.has_calls(idx) {
                     self.start_iteration(idx, iteration);
                 }
             }
             TimerId::ApprovalTimeout { node } => {
-                let Some(&idx) = self.wf.graph.index.get(&node) else { return };
-                let NodeKind::Approval(def) = &self.wf.nodes[idx].kind else { return };
+                let Some(&idx) = self.wf.graph.index.get(&node) else {
+                    return;
+                };
+                let NodeKind::Approval(def) = &self.wf.nodes[idx].kind else {
+                    return;
+                };
                 if self.st.node_status(&node) != NodeStatus::Waiting {
                     return;
                 }
@@ -510,9 +648,10 @@ impl Cx<'_> {
                         let output = json!({"approved": true, "by": null, "timed_out": true});
                         self.finish_node(idx, NodeStatus::Success, Some(output), None)
                     }
-                    OnTimeout::Reject => {
-                        self.fail(idx, format!("no decision within {secs} s (on_timeout: reject)"))
-                    }
+                    OnTimeout::Reject => self.fail(
+                        idx,
+                        format!("no decision within {secs} s (on_timeout: reject)"),
+                    ),
                 }
             }
         }

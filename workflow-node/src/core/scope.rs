@@ -21,7 +21,12 @@ pub(crate) struct RunScope<'a> {
 
 impl<'a> RunScope<'a> {
     pub(crate) fn new(state: &'a Execution) -> RunScope<'a> {
-        RunScope { state, map_item: None, loop_iteration: None, outcome: false }
+        RunScope {
+            state,
+            map_item: None,
+            loop_iteration: None,
+            outcome: false,
+        }
     }
 }
 
@@ -37,7 +42,9 @@ impl Scope for RunScope<'_> {
         let rest = &path.rest;
         match path.root.as_str() {
             "workflow" => match key(rest.first())? {
-                "input" | "parameters" => navigate(&self.state.input, &rest[1..]).map(Cow::Borrowed),
+                "input" | "parameters" => {
+                    navigate(&self.state.input, &rest[1..]).map(Cow::Borrowed)
+                }
                 "status" if self.outcome => {
                     let status = self.state.outcome.unwrap_or(self.state.status);
                     Some(Cow::Owned(Value::String(status.as_str().into())))

@@ -50,17 +50,26 @@ pub struct Reply {
 impl Reply {
     /// Succeed at once with `output`.
     pub fn ok(output: Value) -> Reply {
-        Reply { after: Duration::ZERO, answer: Answer::Output(output) }
+        Reply {
+            after: Duration::ZERO,
+            answer: Answer::Output(output),
+        }
     }
 
     /// Fail at once with `message`.
     pub fn fail(message: &str) -> Reply {
-        Reply { after: Duration::ZERO, answer: Answer::Fail(message.into(), None) }
+        Reply {
+            after: Duration::ZERO,
+            answer: Answer::Fail(message.into(), None),
+        }
     }
 
     /// Never answer.
     pub fn silence() -> Reply {
-        Reply { after: Duration::ZERO, answer: Answer::Silence }
+        Reply {
+            after: Duration::ZERO,
+            answer: Answer::Silence,
+        }
     }
 
     /// The same answer after `d`.
@@ -173,7 +182,9 @@ impl<'w> Sim<'w> {
     /// Runs until the run ends or nothing more is scheduled.
     pub fn run_to_end(&mut self) -> Outcome {
         while !self.state.status.is_terminal() && self.events.len() < self.max_events {
-            let Some((&(at, seq), _)) = self.schedule.iter().next() else { break };
+            let Some((&(at, seq), _)) = self.schedule.iter().next() else {
+                break;
+            };
             let due = self.schedule.remove(&(at, seq)).expect("key was just read");
             self.now = self.now.max(at);
             match due {
@@ -233,7 +244,10 @@ impl<'w> Sim<'w> {
         let commands = super::apply(self.workflow, &mut self.state, event.clone(), self.now);
         if let Some(mut replica) = replica {
             let again = super::apply(self.workflow, &mut replica, event, self.now);
-            assert_eq!(again, commands, "a replica resuming from serialised state diverged");
+            assert_eq!(
+                again, commands,
+                "a replica resuming from serialised state diverged"
+            );
             assert_eq!(replica, self.state, "replica state diverged");
         }
         let running = self
@@ -254,10 +268,17 @@ impl<'w> Sim<'w> {
                     None => {
                         let failure = Failure {
                             class: FailureClass::Unreachable,
-                            message: format!("agent '{}' has no card on the mesh", d.target.agent_name()),
+                            message: format!(
+                                "agent '{}' has no card on the mesh",
+                                d.target.agent_name()
+                            ),
                             kind: None,
                         };
-                        let event = Event::CallFailed { task: d.task.clone(), attempt: d.attempt, failure };
+                        let event = Event::CallFailed {
+                            task: d.task.clone(),
+                            attempt: d.attempt,
+                            failure,
+                        };
                         self.push(self.now, Due::Event(event));
                         return;
                     }
@@ -271,13 +292,19 @@ impl<'w> Sim<'w> {
                         }
                         return;
                     }
-                    Answer::Output(output) => {
-                        Event::CallSucceeded { task: d.task.clone(), attempt: d.attempt, output }
-                    }
+                    Answer::Output(output) => Event::CallSucceeded {
+                        task: d.task.clone(),
+                        attempt: d.attempt,
+                        output,
+                    },
                     Answer::Fail(message, kind) => Event::CallFailed {
                         task: d.task.clone(),
                         attempt: d.attempt,
-                        failure: Failure { class: FailureClass::Failed, message, kind },
+                        failure: Failure {
+                            class: FailureClass::Failed,
+                            message,
+                            kind,
+                        },
                     },
                 };
                 let at = self.now.plus(reply.after);
@@ -299,13 +326,25 @@ impl<'w> Sim<'w> {
 
     /// The run's result so far.
     pub fn outcome(&self) -> Outcome {
-        let finishes: Vec<&Command> =
-            self.commands.iter().filter(|c| matches!(c, Command::Finish { .. })).collect();
+        let finishes: Vec<&Command> = self
+            .commands
+            .iter()
+            .filter(|c| matches!(c, Command::Finish { .. }))
+            .collect();
         let (status, output, error) = match finishes.last() {
-            Some(Command::Finish { status, output, error }) => (Some(*status), output.clone(), error.clone()),
+            Some(Command::Finish {
+                status,
+                output,
+                error,
+            }) => (Some(*status), output.clone(), error.clone()),
             _ => (None, None, None),
         };
-        Outcome { status, output, error, finishes: finishes.len() }
+        Outcome {
+            status,
+            output,
+            error,
+            finishes: finishes.len(),
+        }
     }
 
     /// Every dispatch so far.

@@ -15,7 +15,10 @@ pub struct Millis(pub u64);
 impl Millis {
     /// `self + d`, saturating.
     pub fn plus(self, d: std::time::Duration) -> Millis {
-        Millis(self.0.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)))
+        Millis(
+            self.0
+                .saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        )
     }
 }
 
@@ -32,7 +35,9 @@ impl ExecutionId {
         {
             Ok(ExecutionId(text.to_string()))
         } else {
-            Err(format!("execution id '{text}' must be 1 to 128 of [A-Za-z0-9-]"))
+            Err(format!(
+                "execution id '{text}' must be 1 to 128 of [A-Za-z0-9-]"
+            ))
         }
     }
 }
@@ -68,12 +73,19 @@ pub struct TaskKey {
 impl TaskKey {
     /// The node's single call.
     pub fn single(node: &str) -> TaskKey {
-        TaskKey { node: node.to_string(), slot: Slot::Single }
+        TaskKey {
+            node: node.to_string(),
+            slot: Slot::Single,
+        }
     }
 
     /// The sub-task id of `attempt`: `{execution}_{node}_{slot}_{attempt}`, one NATS token.
     pub fn sub_task_id(&self, execution: &ExecutionId, attempt: u32) -> String {
-        format!("{execution}_{}_{}_{attempt}", self.node, slot_code(self.slot))
+        format!(
+            "{execution}_{}_{}_{attempt}",
+            self.node,
+            slot_code(self.slot)
+        )
     }
 
     /// Inverse of [`TaskKey::sub_task_id`].
@@ -86,7 +98,14 @@ impl TaskKey {
             return None;
         }
         let execution = ExecutionId::parse(execution).ok()?;
-        Some((execution, TaskKey { node: node.to_string(), slot }, attempt))
+        Some((
+            execution,
+            TaskKey {
+                node: node.to_string(),
+                slot,
+            },
+            attempt,
+        ))
     }
 }
 
@@ -122,9 +141,14 @@ impl fmt::Display for TaskKey {
 impl FromStr for TaskKey {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (node, slot) = s.rsplit_once('#').ok_or_else(|| format!("bad task key '{s}'"))?;
+        let (node, slot) = s
+            .rsplit_once('#')
+            .ok_or_else(|| format!("bad task key '{s}'"))?;
         let slot = parse_slot(slot).ok_or_else(|| format!("bad task slot in '{s}'"))?;
-        Ok(TaskKey { node: node.to_string(), slot })
+        Ok(TaskKey {
+            node: node.to_string(),
+            slot,
+        })
     }
 }
 
@@ -336,7 +360,10 @@ pub enum RunStatus {
 impl RunStatus {
     /// Whether the status is final.
     pub fn is_terminal(self) -> bool {
-        matches!(self, RunStatus::Success | RunStatus::Failure | RunStatus::Cancelled)
+        matches!(
+            self,
+            RunStatus::Success | RunStatus::Failure | RunStatus::Cancelled
+        )
     }
 
     /// The status as written in results and events.
@@ -494,10 +521,21 @@ mod tests {
     #[test]
     fn sub_task_ids_round_trip_with_underscores_in_node_ids() {
         let exec = ExecutionId::parse("abc-123").unwrap();
-        for slot in [Slot::Single, Slot::Item(7), Slot::Branch(0), Slot::Iteration(12)] {
-            let key = TaskKey { node: "my_node_x".into(), slot };
+        for slot in [
+            Slot::Single,
+            Slot::Item(7),
+            Slot::Branch(0),
+            Slot::Iteration(12),
+        ] {
+            let key = TaskKey {
+                node: "my_node_x".into(),
+                slot,
+            };
             let id = key.sub_task_id(&exec, 3);
-            assert_eq!(TaskKey::parse_sub_task_id(&id), Some((exec.clone(), key, 3)));
+            assert_eq!(
+                TaskKey::parse_sub_task_id(&id),
+                Some((exec.clone(), key, 3))
+            );
         }
         assert_eq!(TaskKey::parse_sub_task_id("garbage"), None);
         assert_eq!(TaskKey::parse_sub_task_id("a_b_q1_1"), None);
@@ -512,7 +550,10 @@ mod tests {
 
     #[test]
     fn task_keys_serialize_as_strings() {
-        let k = TaskKey { node: "n".into(), slot: Slot::Item(4) };
+        let k = TaskKey {
+            node: "n".into(),
+            slot: Slot::Item(4),
+        };
         let j = serde_json::to_string(&k).unwrap();
         assert_eq!(j, "\"n#i4\"");
         assert_eq!(serde_json::from_str::<TaskKey>(&j).unwrap(), k);
