@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use async_nats::jetstream::kv::CreateErrorKind;
 use async_nats::HeaderMap;
 use messages::a2a::{AgentReply, Message, Part, Role, TaskState, TaskStatus, TaskStatusUpdateEvent};
 use messages::jsonrpc::Request;
@@ -17,7 +18,7 @@ use serde_json::{json, Value};
 use super::record::Caller;
 use super::timers::TimerRecord;
 use super::wire::{self, value_part};
-use super::{names, publish_event, Envelope, Shared};
+use super::{names, now, publish_event, Envelope, Shared};
 use crate::core::{
     Command, Dispatch, Event, ExecutionId, Failure, FailureClass, NodeStatus, Progress, RunStatus,
     Slot,
@@ -274,9 +275,7 @@ impl RunContext<'_> {
         // before the ack) finds the marker and stays quiet. Only a death between the
         // publish and the marker's write can still duplicate it.
         let marker = names::final_marker(&self.workflow.name, self.execution);
-        if shared.runs.get(&marker).await?.is_some() {
-            return Ok(());
-        }
+        let Some(claim) = self.claim_final(&marker).await? else { return Ok(()) };
         let mut parts = Vec::new();
         if self.caller.workflow_caller {
             parts.push(Part::data_part(&WorkflowNodeResult {
@@ -312,12 +311,56 @@ impl RunContext<'_> {
         let bytes = wire::response(&self.caller.request_id, reply);
         let mut h = HeaderMap::new();
         h.insert(headers::MSG_ID, format!("{task_id}.final").as_str());
+        // The marker's write is queued right behind the reply, with no wait in between, so a
+        // replica killed after the reply left has almost surely sent the marker too; its
+        // ack also says the server took the reply first (one connection keeps order).
+        let mut cas = HeaderMap::new();
+        cas.insert(async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE, claim.to_string().as_str());
+        let marker_subject = format!("$KV.{}.{marker}", names::runs_bucket(&shared.ns));
         shared.client.publish_with_headers(reply_to.clone(), h, bytes.into()).await?;
-        shared.client.flush().await?;
-        let _ = shared.runs.create(&marker, state_name(status).into()).await;
+        let marked = shared.js.publish_with_headers(marker_subject, cas, state_name(status).into()).await;
+        if let Err(e) = async { marked?.await.map(drop) }.await {
+            tracing::warn!("the final reply of run {} went out, but its marker could not say so: {e}", self.execution);
+        }
         Ok(())
     }
+
+    /// Claims the sending of the final reply with a `create` on its marker, so that two
+    /// replicas holding the same Finish (one slow, one given the redelivery) cannot both
+    /// send it. `None`: it was sent. A claim younger than [`FINAL_CLAIM_TTL_MS`] is
+    /// another replica's, sending now: an error, so the event is retried later. An older
+    /// one's replica died before marking the reply sent: it is taken over (the reply may
+    /// then go out twice, which is the at-least-once end of the promise).
+    async fn claim_final(&self, marker: &str) -> Result<Option<u64>, async_nats::Error> {
+        let runs = &self.shared.runs;
+        let at = now().0;
+        let claim = format!("{FINAL_CLAIM}{at}");
+        match runs.create(marker, claim.clone().into()).await {
+            Ok(rev) => return Ok(Some(rev)),
+            Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e.into()),
+        }
+        let Some(entry) = runs.entry(marker).await? else {
+            return Err(format!("the final-reply marker of run {} vanished", self.execution).into());
+        };
+        let value = String::from_utf8_lossy(&entry.value);
+        let Some(claimed_at) = value.strip_prefix(FINAL_CLAIM).and_then(|t| t.parse::<u64>().ok()) else {
+            return Ok(None); // sent: the marker holds the run's status
+        };
+        if at.saturating_sub(claimed_at) < FINAL_CLAIM_TTL_MS {
+            return Err(format!("another replica is sending the final reply of run {}", self.execution).into());
+        }
+        Ok(Some(runs.update(marker, claim.into(), entry.revision).await?))
+    }
 }
+
+/// A final-reply marker holding this prefix (and the claim's time) is a claim: a replica is
+/// sending the reply. Once sent, the marker holds the run's status.
+const FINAL_CLAIM: &str = "claimed@";
+
+/// How long a claim on the final reply holds before another replica takes it over: longer
+/// than a live replica takes to publish and flush, even through a NATS reconnect.
+const FINAL_CLAIM_TTL_MS: u64 = 10_000;
 
 fn state_name(status: RunStatus) -> &'static str {
     status.as_str()
