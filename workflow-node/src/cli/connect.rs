@@ -10,7 +10,8 @@ use nats_process::{NatsServer, Options};
 /// Connection options shared by the commands that talk to NATS.
 #[derive(Debug, Clone, clap::Args)]
 pub struct NatsArgs {
-    /// NATS server URL; without it (and without NATS_URL) a local server is started.
+    /// NATS server URL, or several comma-separated (the servers of a cluster); without it
+    /// (and without NATS_URL) a local server is started.
     #[arg(long, env = "NATS_URL")]
     pub nats_url: Option<String>,
     /// Subject namespace.
@@ -83,7 +84,10 @@ pub async fn connect(args: &NatsArgs) -> Result<Connection> {
     if let Some(pair) = &args.tls_client {
         options = options.add_client_certificate(pair[0].clone(), pair[1].clone());
     }
-    let client = tokio::time::timeout(std::time::Duration::from_secs(10), options.connect(&url))
+    // A comma-separated list names several servers of a cluster: the client starts with
+    // any that answers and fails over to the others.
+    let servers: Vec<&str> = url.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+    let client = tokio::time::timeout(std::time::Duration::from_secs(10), options.connect(servers))
         .await
         .with_context(|| format!("connecting to {url} timed out"))?
         .with_context(|| format!("connecting to {url}"))?;
