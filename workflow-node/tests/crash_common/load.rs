@@ -1,0 +1,314 @@
+//! The caller side of the crash tests: sends runs as raw requests (one reply inbox per
+//! run, so replies are counted per request), approves approval requests as they arrive,
+//! resends a request that no replica took up (a replica killed between taking a request
+//! and storing its `Started` event loses it: requests are core NATS), and records when
+//! each run made progress.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use messages::a2a::{Message, Part, Role};
+use messages::jsonrpc::Request;
+use messages::workflow::{Decision, WorkflowApprovalDecision};
+use messages::{headers, subjects};
+use serde_json::Value;
+use workflow_node::shell::wire;
+
+/// What to run.
+pub(crate) struct Plan {
+    /// Namespace.
+    pub(crate) ns: String,
+    /// Workflow name.
+    pub(crate) workflow: String,
+    /// Number of runs.
+    pub(crate) runs: usize,
+    /// Runs in flight at once.
+    pub(crate) concurrency: usize,
+    /// The input of run `i`.
+    pub(crate) input: fn(usize) -> Value,
+    /// Overall deadline for every run to reply.
+    pub(crate) deadline: Duration,
+    /// After the last first reply, how long to keep counting replies.
+    pub(crate) quiet: Duration,
+    /// Resend a request when its run showed no sign of life for this long.
+    pub(crate) resend_after: Duration,
+}
+
+/// What came back.
+pub(crate) struct Outcome {
+    /// Every reply received, per run.
+    pub(crate) replies: HashMap<usize, Vec<Value>>,
+    /// Runs that had no reply by the deadline.
+    pub(crate) missing: Vec<usize>,
+    /// Requests sent again.
+    pub(crate) resends: usize,
+    /// Approval decisions sent (including retries).
+    pub(crate) decisions: usize,
+    /// Per run, the longest time without any progress update (or reply).
+    pub(crate) longest_stall: Vec<Duration>,
+    /// Per run, request to first reply.
+    pub(crate) durations: Vec<Duration>,
+    /// From the first request to the last first reply.
+    pub(crate) elapsed: Duration,
+}
+
+/// The request id (= message id = task id) of run `i`.
+pub(crate) fn request_id(i: usize) -> String {
+    format!("crash-{i}")
+}
+
+struct Run {
+    sent: Instant,
+    last_send: Instant,
+    last_sign: Instant,
+    started: bool,
+    longest: Duration,
+    done: Option<Instant>,
+}
+
+/// Runs the plan; `completed` is told how many runs have replied so far (tests use it to
+/// time disruptions by progress).
+pub(crate) async fn drive(
+    client: &async_nats::Client,
+    plan: &Plan,
+    completed: tokio::sync::watch::Sender<usize>,
+) -> Outcome {
+    let prefix = client.new_inbox();
+    let mut replies_sub = client
+        .subscribe(format!("{prefix}.reply.*"))
+        .await
+        .expect("subscribe replies");
+    let mut status_sub = client
+        .subscribe(format!("{prefix}.status.*"))
+        .await
+        .expect("subscribe status");
+    let approvals_sub = client
+        .subscribe(subjects::approvals(&plan.ns, &plan.workflow))
+        .await
+        .expect("subscribe approvals");
+    client.flush().await.expect("flush");
+    let decisions = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let approver = tokio::spawn(approve_all(
+        client.clone(),
+        plan.ns.clone(),
+        plan.workflow.clone(),
+        approvals_sub,
+        decisions.clone(),
+    ));
+
+    let requests: Vec<Vec<u8>> = (0..plan.runs)
+        .map(|i| {
+            let id = request_id(i);
+            let message = Message::new(
+                id.clone(),
+                Role::User,
+                vec![wire::value_part(&(plan.input)(i))],
+            );
+            serde_json::to_vec(&Request::message_send(id.as_str(), message)).expect("encode")
+        })
+        .collect();
+    let send = |i: usize| {
+        let mut h = async_nats::HeaderMap::new();
+        h.insert(headers::STATUS_TO, format!("{prefix}.status.{i}").as_str());
+        client.publish_with_reply_and_headers(
+            subjects::agent_request(&plan.ns, &plan.workflow),
+            format!("{prefix}.reply.{i}"),
+            h,
+            requests[i].clone().into(),
+        )
+    };
+    let index = |subject: &str| {
+        subject
+            .rsplit('.')
+            .next()
+            .and_then(|t| t.parse::<usize>().ok())
+    };
+
+    let begin = Instant::now();
+    let deadline = tokio::time::Instant::now() + plan.deadline;
+    let mut runs: HashMap<usize, Run> = HashMap::new();
+    let mut replies: HashMap<usize, Vec<Value>> = HashMap::new();
+    let mut next = 0;
+    let mut done = 0;
+    let mut resends = 0;
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    let mut last_first_reply = begin;
+    loop {
+        while next < plan.runs && runs.len() - done < plan.concurrency {
+            send(next).await.expect("publish a request");
+            let now = Instant::now();
+            runs.insert(
+                next,
+                Run {
+                    sent: now,
+                    last_send: now,
+                    last_sign: now,
+                    started: false,
+                    longest: Duration::ZERO,
+                    done: None,
+                },
+            );
+            next += 1;
+        }
+        if done == plan.runs {
+            break;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => break,
+            Some(msg) = replies_sub.next() => {
+                let Some(i) = index(&msg.subject) else { continue };
+                let v: Value = serde_json::from_slice(&msg.payload).unwrap_or(Value::Null);
+                replies.entry(i).or_default().push(v);
+                if let Some(run) = runs.get_mut(&i) {
+                    if run.done.is_none() {
+                        let now = Instant::now();
+                        run.longest = run.longest.max(now - run.last_sign);
+                        run.done = Some(now);
+                        last_first_reply = now;
+                        done += 1;
+                        let _ = completed.send(done);
+                    }
+                }
+            }
+            Some(msg) = status_sub.next() => {
+                let Some(run) = index(&msg.subject).and_then(|i| runs.get_mut(&i)) else { continue };
+                if run.done.is_none() {
+                    let now = Instant::now();
+                    run.longest = run.longest.max(now - run.last_sign);
+                    run.last_sign = now;
+                    run.started = true;
+                }
+            }
+            _ = tick.tick() => {
+                let now = Instant::now();
+                let stale: Vec<usize> = runs
+                    .iter()
+                    .filter(|(_, r)| !r.started && r.done.is_none() && now - r.last_send >= plan.resend_after)
+                    .map(|(i, _)| *i)
+                    .collect();
+                for i in stale {
+                    send(i).await.expect("publish a request");
+                    resends += 1;
+                    if let Some(r) = runs.get_mut(&i) {
+                        r.last_send = now;
+                    }
+                }
+            }
+        }
+    }
+    let elapsed = last_first_reply - begin;
+    // Drain: a duplicate final reply would come from a redelivered event, within an ack
+    // wait or two.
+    let quiet_end = tokio::time::Instant::now() + plan.quiet;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(quiet_end) => break,
+            Some(msg) = replies_sub.next() => {
+                let Some(i) = index(&msg.subject) else { continue };
+                let v: Value = serde_json::from_slice(&msg.payload).unwrap_or(Value::Null);
+                replies.entry(i).or_default().push(v);
+            }
+        }
+    }
+    approver.abort();
+    let missing = (0..plan.runs)
+        .filter(|i| !replies.contains_key(i))
+        .collect();
+    let mut longest_stall = Vec::new();
+    let mut durations = Vec::new();
+    for run in runs.values() {
+        longest_stall.push(run.longest);
+        if let Some(d) = run.done {
+            durations.push(d - run.sent);
+        }
+    }
+    Outcome {
+        replies,
+        missing,
+        resends,
+        decisions: decisions.load(std::sync::atomic::Ordering::Relaxed),
+        longest_stall,
+        durations,
+        elapsed,
+    }
+}
+
+/// Approves (as `alice`) every approval request seen, once per run and node; a decision
+/// that no replica recorded (timeout, no responders, a replica killed) is sent again.
+async fn approve_all(
+    client: async_nats::Client,
+    ns: String,
+    workflow: String,
+    mut approvals: async_nats::Subscriber,
+    decisions: Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let mut seen = HashSet::new();
+    while let Some(msg) = approvals.next().await {
+        let Ok(part) = serde_json::from_slice::<Part>(&msg.payload) else {
+            continue;
+        };
+        let Some(data) = part.as_data() else { continue };
+        let (Some(execution), Some(node)) =
+            (data["execution_id"].as_str(), data["node_id"].as_str())
+        else {
+            continue;
+        };
+        if !seen.insert((execution.to_string(), node.to_string())) {
+            continue; // a duplicate request (at-least-once): the first one is being answered
+        }
+        let decision = WorkflowApprovalDecision {
+            execution_id: execution.to_string(),
+            node_id: node.to_string(),
+            decision: Decision::Approve,
+            by: Some("alice".into()),
+            comment: None,
+        };
+        let (client, ns, workflow, decisions) = (
+            client.clone(),
+            ns.clone(),
+            workflow.clone(),
+            decisions.clone(),
+        );
+        tokio::spawn(async move {
+            let id = format!("decision-{}", decision.execution_id);
+            let message = Message::new(id.clone(), Role::User, vec![Part::data_part(&decision)]);
+            let body =
+                serde_json::to_vec(&Request::message_send(id.as_str(), message)).expect("encode");
+            for _ in 0..50 {
+                decisions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let request = async_nats::Request::new()
+                    .payload(body.clone().into())
+                    .timeout(Some(Duration::from_secs(3)));
+                if let Ok(reply) = client
+                    .send_request(subjects::agent_request(&ns, &workflow), request)
+                    .await
+                {
+                    let v: Value = serde_json::from_slice(&reply.payload).unwrap_or(Value::Null);
+                    let state = v["result"]["status"]["state"].as_str().unwrap_or("");
+                    // "not waiting": an earlier decision of ours was recorded and applied.
+                    if state == "completed" || v.to_string().contains("not waiting") {
+                        return;
+                    }
+                }
+                // No replica answered (all being replaced) or it could not record it: again.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            panic!(
+                "the decision on {} was never recorded",
+                decision.execution_id
+            );
+        });
+    }
+}
+
+/// `p`-th percentile (0..=100) of `values`.
+pub(crate) fn percentile(values: &[Duration], p: usize) -> Duration {
+    let mut v = values.to_vec();
+    v.sort();
+    if v.is_empty() {
+        return Duration::ZERO;
+    }
+    v[((v.len() - 1) * p / 100).min(v.len() - 1)]
+}
