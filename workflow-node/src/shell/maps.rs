@@ -30,7 +30,7 @@ use serde_json::Value;
 
 use super::record::RunRecord;
 use super::Shared;
-use crate::core::{Detail, Event, MapState, Slot};
+use crate::core::{Detail, Event, Execution, MapState, Slot};
 use crate::definition::{NodeRole, Workflow};
 
 /// Maps with at most this many items stay inline in the run's entry.
@@ -349,6 +349,29 @@ pub(super) fn item_results(
         }],
         _ => Vec::new(),
     }
+}
+
+/// `f` applied to `state` with every running map's items and results set aside (they are
+/// put back after): a clone or comparison of a run then costs nothing per item.
+pub(super) fn without_bulk<T>(state: &mut Execution, f: impl FnOnce(&Execution) -> T) -> T {
+    let mut held = Vec::new();
+    for (id, n) in state.nodes.iter_mut() {
+        if let Some(Detail::Map(m)) = n.detail.as_mut() {
+            held.push((
+                id.clone(),
+                std::mem::take(&mut m.items),
+                std::mem::take(&mut m.results),
+            ));
+        }
+    }
+    let out = f(state);
+    for (id, items, results) in held {
+        if let Some(Some(Detail::Map(m))) = state.nodes.get_mut(&id).map(|n| n.detail.as_mut()) {
+            m.items = items;
+            m.results = results;
+        }
+    }
+    out
 }
 
 /// Starts writing `writes`; the caller awaits the returned acks before acking its event.

@@ -240,9 +240,11 @@ async fn process(
         // Some events change the state without any command (a fork branch that is not
         // the last to end): those must be committed too, or the next replica to load the
         // run never learns of them.
-        let before = record.state.clone();
+        // Items and results are left out of the copy (an event that changes a result
+        // always has commands), so it costs nothing per item of a large map.
+        let before = maps::without_bulk(&mut record.state, Execution::clone);
         let commands = core::apply(workflow, &mut record.state, envelope.event.clone(), now);
-        if commands.is_empty() && record.state == before {
+        if commands.is_empty() && maps::without_bulk(&mut record.state, |s| *s == before) {
             if from_cache {
                 // Another replica may have moved the run on since this worker cached it,
                 // and the event may matter to the newer state (a result of a call that
