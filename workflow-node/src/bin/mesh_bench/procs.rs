@@ -90,6 +90,26 @@ async fn wait_cards(cards: &mut async_nats::Subscriber, name: &str, count: usize
     Ok(())
 }
 
+/// Waits until `workflow` in `ns` takes requests: a cancel of an unknown run gets an
+/// answer (a card can be out before the request subscription), at most 10 s.
+async fn wait_serving(caller: &async_nats::Client, ns: &str, workflow: &str) -> Result<()> {
+    let probe = serde_json::to_vec(&json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tasks/cancel", "params": {"id": "bench-probe"}
+    }))?;
+    let subject = subjects::agent_request(ns, workflow);
+    for _ in 0..200 {
+        if caller
+            .request(subject.clone(), probe.clone().into())
+            .await
+            .is_ok()
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("{workflow} in {ns} never took requests")
+}
+
 /// A directory of ours under the temp dir, removed on drop.
 struct Scratch(PathBuf);
 
@@ -142,6 +162,7 @@ pub(crate) async fn replicas(env: &Env) -> Result<Report> {
             )?);
         }
         wait_cards(&mut cards, "ForkJoin", k).await?;
+        wait_serving(&caller, &ns, "ForkJoin").await?;
         batch(&caller, &ns, "ForkJoin", 128, 64, Duration::from_secs(30)).await?;
         let (mut rps_k, mut nps_k) = (BTreeMap::new(), BTreeMap::new());
         for in_flight in [64usize, 256] {
@@ -256,6 +277,7 @@ pub(crate) async fn resume(env: &Env) -> Result<Report> {
         NodeProcess::spawn(env, &ns, &file, &log(1))?,
     ];
     wait_cards(&mut cards, "Chain", 2).await?;
+    wait_serving(&caller, &ns, "Chain").await?;
     let input = json!({"v": 1});
     run_once(&caller, &ns, "Chain", &input, Duration::from_secs(30)).await?;
     let mut trials = Vec::new();
@@ -289,6 +311,7 @@ pub(crate) async fn resume(env: &Env) -> Result<Report> {
         run.await??;
         procs[victim] = NodeProcess::spawn(env, &ns, &file, &log(victim + 2 * (t + 1)))?;
         wait_cards(&mut cards, "Chain", 1).await?;
+        wait_serving(&caller, &ns, "Chain").await?;
     }
     drop(procs);
     agent.stop().await;
