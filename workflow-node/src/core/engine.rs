@@ -25,7 +25,10 @@ use crate::definition::{JoinStrategy, NodeKind, NodeRole, Workflow};
 ///
 /// Deterministic: the same workflow, state, event and time always give the same new state
 /// and the same commands. Events that no longer matter (duplicates, stale attempts, events
-/// after the end) change nothing and return no commands.
+/// after the end) change nothing and return no commands. The converse does not hold: an
+/// event may change the state and return no command (a fork branch that is not the last
+/// one ends), so a shell must commit whenever the state changed, not only when commands
+/// came out.
 pub fn apply(
     workflow: &Workflow,
     state: &mut Execution,
