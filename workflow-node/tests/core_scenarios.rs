@@ -958,3 +958,24 @@ fn progress_reports_each_main_node_ending_once() {
     assert_eq!(sorted.len(), ended.len(), "{ended:?}");
     assert_eq!(sorted, vec!["check", "merge", "no", "yes"]);
 }
+
+#[test]
+fn an_ended_run_leaves_no_timer_armed() {
+    let w = retry_wf(", retry_strategy: {limit: 3, backoff: {duration: 1s}}");
+    let mut sim = Sim::new(&w).agent("Flaky", flaky(1, None));
+    assert_eq!(sim.run(json!({})).status, Some(RunStatus::Success));
+    assert_eq!(
+        sim.armed_timers(),
+        vec![],
+        "call timeouts and the deadline are disarmed"
+    );
+    let w = wf(&APPROVAL.replace("EXTRA", "timeout: 1h"));
+    let mut sim = Sim::new(&w).agent("Echo", echo);
+    sim.at(ms(10), decide(true, "alice"));
+    assert_eq!(sim.run(json!({})).status, Some(RunStatus::Success));
+    assert_eq!(
+        sim.armed_timers(),
+        vec![],
+        "the approval timeout is disarmed"
+    );
+}

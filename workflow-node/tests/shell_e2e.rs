@@ -455,3 +455,31 @@ async fn the_node_publishes_its_card_when_pinged() {
     }
     drop(m.node);
 }
+
+#[tokio::test]
+async fn an_ended_run_leaves_no_timer_in_the_bucket() {
+    let m = mesh(&[CHAIN]).await;
+    let r = m.run("Chain", json!({"value": 1})).await;
+    assert_eq!(r.status, "success");
+    let js = async_nats::jetstream::new(m.client.clone());
+    let timers = js
+        .get_key_value(workflow_node::shell::names::timers_bucket("mesh"))
+        .await
+        .unwrap();
+    // The disarming purges are published before the final reply's event is acked; wait for
+    // the bucket to show them, boundedly.
+    let mut left = Vec::new();
+    for _ in 0..100 {
+        let keys = timers.keys().await.unwrap();
+        left = keys
+            .filter_map(|k| async { k.ok() })
+            .collect::<Vec<_>>()
+            .await;
+        if left.is_empty() {
+            break;
+        }
+        tokio::task::yield_now().await;
+        m.client.flush().await.unwrap();
+    }
+    assert!(left.is_empty(), "timers left behind: {left:?}");
+}

@@ -176,14 +176,25 @@ impl Cx<'_> {
             return self.attempt_failed(key, attempt, failure);
         }
         self.st.calls.remove(&key);
+        self.disarm_timeout(&key, attempt);
         self.release_slot();
         self.call_ended(&key, CallEnd::Output(output));
     }
 
     pub(super) fn call_failed(&mut self, key: TaskKey, attempt: u32, failure: Failure) {
         if self.running(&key, attempt) {
+            self.disarm_timeout(&key, attempt);
             self.attempt_failed(key, attempt, failure);
         }
+    }
+
+    /// The attempt ended before its timeout: the timeout timer is no longer needed.
+    fn disarm_timeout(&mut self, key: &TaskKey, attempt: u32) {
+        let timer = TimerId::CallTimeout {
+            task: key.clone(),
+            attempt,
+        };
+        self.out.push(Command::CancelTimer { timer });
     }
 
     fn attempt_failed(&mut self, key: TaskKey, attempt: u32, failure: Failure) {
@@ -306,6 +317,7 @@ impl Cx<'_> {
         let call = self.st.calls.remove(key)?;
         if let CallPhase::Running { .. } = call.phase {
             self.cancel_remote(key, call.attempt);
+            self.disarm_timeout(key, call.attempt);
             self.release_slot();
         }
         Some(call)

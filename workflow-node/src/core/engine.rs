@@ -589,6 +589,16 @@ impl Cx<'_> {
         let status = self.st.outcome.unwrap_or(RunStatus::Failure);
         self.st.status = status;
         self.st.queue.clear();
+        if self.st.started {
+            self.out.push(Command::CancelTimer {
+                timer: TimerId::Deadline,
+            });
+        }
+        if self.st.deadline_passed {
+            self.out.push(Command::CancelTimer {
+                timer: TimerId::ExitGrace,
+            });
+        }
         let output = if status == RunStatus::Success {
             self.st.output.clone()
         } else {
@@ -624,6 +634,12 @@ impl Cx<'_> {
         }
         if !def.approvers.is_empty() && !by.as_ref().is_some_and(|b| def.approvers.contains(b)) {
             return;
+        }
+        if def.timeout.is_some() {
+            let timer = TimerId::ApprovalTimeout {
+                node: node.to_string(),
+            };
+            self.out.push(Command::CancelTimer { timer });
         }
         if approved {
             let output = json!({"approved": true, "by": by, "comment": comment});

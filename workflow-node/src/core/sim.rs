@@ -313,6 +313,9 @@ impl<'w> Sim<'w> {
                 }
                 self.push(at, Due::Event(event));
             }
+            Command::CancelTimer { timer } => {
+                self.timers.remove(timer);
+            }
             Command::StartTimer { timer, at } => {
                 let slot = self.push(*at, Due::Timer(timer.clone()));
                 self.timers.insert(timer.clone(), slot);
@@ -345,6 +348,13 @@ impl<'w> Sim<'w> {
             error,
             finishes: finishes.len(),
         }
+    }
+
+    /// Timers armed and not yet fired or disarmed.
+    pub fn armed_timers(&self) -> Vec<TimerId> {
+        let mut timers: Vec<TimerId> = self.timers.keys().cloned().collect();
+        timers.sort();
+        timers
     }
 
     /// Every dispatch so far.

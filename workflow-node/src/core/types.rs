@@ -490,6 +490,13 @@ pub enum Command {
         /// When.
         at: Millis,
     },
+    /// Disarm a timer that no longer matters (its call ended, the run ended). Optional for
+    /// correctness — a stale timer's event changes nothing — but it keeps timers from
+    /// piling up.
+    CancelTimer {
+        /// Which timer.
+        timer: TimerId,
+    },
     /// Publish progress to the caller.
     Progress(Progress),
     /// Tell the approvers that a decision is awaited.

@@ -5,12 +5,15 @@ use std::sync::Arc;
 
 use async_nats::jetstream::kv::CreateErrorKind;
 use async_nats::HeaderMap;
-use messages::a2a::{AgentReply, Message, Part, Role, TaskState, TaskStatus, TaskStatusUpdateEvent};
+use messages::a2a::{
+    AgentReply, Message, Part, Role, TaskState, TaskStatus, TaskStatusUpdateEvent,
+};
 use messages::jsonrpc::Request;
 use messages::workflow::{
     MapStatus, NodeOutcome, ResultStatus, RunOutcome, SwitchCaseInfo, WorkflowApprovalRequest,
-    WorkflowExecutionResult, WorkflowExecutionStart, WorkflowMapProgress, WorkflowNodeExecutionResult,
-    WorkflowNodeExecutionStart, WorkflowNodeRequest, WorkflowNodeResult,
+    WorkflowExecutionResult, WorkflowExecutionStart, WorkflowMapProgress,
+    WorkflowNodeExecutionResult, WorkflowNodeExecutionStart, WorkflowNodeRequest,
+    WorkflowNodeResult,
 };
 use messages::{headers, subjects};
 use serde_json::{json, Value};
@@ -42,13 +45,35 @@ impl RunContext<'_> {
     /// event is still acked only once every timer is stored.
     pub(super) async fn carry_out(&self, commands: &[Command]) -> Result<(), async_nats::Error> {
         let mut timer_acks = Vec::new();
+        let mut disarm_acks = Vec::new();
         for command in commands {
             match command {
+                Command::CancelTimer { timer } => {
+                    // A purge whose marker expires (per-message TTL), so disarmed timers
+                    // leave nothing behind in the bucket.
+                    let key = names::timer_key(&self.workflow.name, self.execution, &timer.key());
+                    let subject = format!("$KV.{}.{key}", names::timers_bucket(&self.shared.ns));
+                    let mut h = HeaderMap::new();
+                    h.insert("KV-Operation", "PURGE");
+                    h.insert(async_nats::header::NATS_ROLLUP, "sub");
+                    h.insert(async_nats::header::NATS_MESSAGE_TTL, "1");
+                    disarm_acks.push(
+                        self.shared
+                            .js
+                            .publish_with_headers(subject, h, "".into())
+                            .await?,
+                    );
+                }
                 Command::Dispatch(d) => self.dispatch(d).await?,
-                Command::CancelCall { sub_task_id, agent, .. } => {
+                Command::CancelCall {
+                    sub_task_id, agent, ..
+                } => {
                     let req = Request::tasks_cancel(sub_task_id.as_str(), sub_task_id.as_str());
                     let subject = subjects::agent_cancel(&self.shared.ns, agent);
-                    self.shared.client.publish(subject, serde_json::to_vec(&req)?.into()).await?;
+                    self.shared
+                        .client
+                        .publish(subject, serde_json::to_vec(&req)?.into())
+                        .await?;
                 }
                 Command::StartTimer { timer, at } => {
                     let key = names::timer_key(&self.workflow.name, self.execution, &timer.key());
@@ -59,10 +84,20 @@ impl RunContext<'_> {
                         at: *at,
                     };
                     let subject = format!("$KV.{}.{key}", names::timers_bucket(&self.shared.ns));
-                    timer_acks.push(self.shared.js.publish(subject, serde_json::to_vec(&rec)?.into()).await?);
+                    timer_acks.push(
+                        self.shared
+                            .js
+                            .publish(subject, serde_json::to_vec(&rec)?.into())
+                            .await?,
+                    );
                 }
                 Command::Progress(p) => self.progress(p).await?,
-                Command::RequestApproval { node, approvers, message, .. } => {
+                Command::RequestApproval {
+                    node,
+                    approvers,
+                    message,
+                    ..
+                } => {
                     let request = WorkflowApprovalRequest {
                         workflow_name: self.workflow.name.clone(),
                         execution_id: self.execution.0.clone(),
@@ -76,13 +111,24 @@ impl RunContext<'_> {
                     self.shared.client.publish(subject, bytes.into()).await?;
                     self.status(part).await?;
                 }
-                Command::Finish { status, output, error } => {
-                    self.finish(*status, output.as_ref(), error.as_ref()).await?
+                Command::Finish {
+                    status,
+                    output,
+                    error,
+                } => {
+                    self.finish(*status, output.as_ref(), error.as_ref())
+                        .await?
                 }
             }
         }
         for ack in timer_acks {
             ack.await?;
+        }
+        // A timer that stays armed only costs a no-op event later: never fail for this.
+        for ack in disarm_acks {
+            if let Err(e) = ack.await {
+                tracing::debug!("disarming a timer of run {} failed: {e}", self.execution);
+            }
         }
         Ok(())
     }
@@ -90,7 +136,11 @@ impl RunContext<'_> {
     async fn dispatch(&self, d: &Dispatch) -> Result<(), async_nats::Error> {
         let shared = self.shared;
         let agent = d.target.agent_name();
-        let Some(card) = shared.registry.wait_for(shared, agent, shared.config.card_wait).await else {
+        let Some(card) = shared
+            .registry
+            .wait_for(shared, agent, shared.config.card_wait)
+            .await
+        else {
             let failure = Failure {
                 class: FailureClass::Unreachable,
                 message: format!(
@@ -100,10 +150,24 @@ impl RunContext<'_> {
                 ),
                 kind: None,
             };
-            let event = Event::CallFailed { task: d.task.clone(), attempt: d.attempt, failure };
-            let envelope = Envelope { event, caller: None };
+            let event = Event::CallFailed {
+                task: d.task.clone(),
+                attempt: d.attempt,
+                failure,
+            };
+            let envelope = Envelope {
+                event,
+                caller: None,
+            };
             let msg_id = format!("{}.nocard", d.sub_task_id);
-            return publish_event(shared, &self.workflow.name, self.execution, &msg_id, &envelope).await;
+            return publish_event(
+                shared,
+                &self.workflow.name,
+                self.execution,
+                &msg_id,
+                &envelope,
+            )
+            .await;
         };
         let (card_in, card_out) = card.schemas();
         let (map_index, loop_iteration) = match d.task.slot {
@@ -131,7 +195,11 @@ impl RunContext<'_> {
         if input.len() > shared.config.inline_limit {
             let name = format!("{}.input.json", d.sub_task_id);
             let uri = shared.put_artifact(&name, input).await?;
-            parts.push(Part::file_uri(uri, Some(name), Some("application/json".into())));
+            parts.push(Part::file_uri(
+                uri,
+                Some(name),
+                Some("application/json".into()),
+            ));
         } else {
             parts.push(value_part(&d.input));
         }
@@ -151,7 +219,10 @@ impl RunContext<'_> {
         let mut h = HeaderMap::new();
         let status_to = subjects::agent_status(&shared.ns, &self.workflow.name, &d.sub_task_id);
         h.insert(headers::STATUS_TO, status_to.as_str());
-        h.insert(headers::CALL_DEPTH, (self.caller.call_depth + 1).to_string().as_str());
+        h.insert(
+            headers::CALL_DEPTH,
+            (self.caller.call_depth + 1).to_string().as_str(),
+        );
         if let Some(tp) = &self.caller.traceparent {
             h.insert(headers::TRACEPARENT, tp.as_str());
         }
@@ -175,7 +246,15 @@ impl RunContext<'_> {
                 input_artifact_ref: None,
                 workflow_input: Some(input.clone()),
             }),
-            Progress::NodeStarted { node_id, node_type, agent, sub_task_id, iteration_index, parent_node_id, attempt } => {
+            Progress::NodeStarted {
+                node_id,
+                node_type,
+                agent,
+                sub_task_id,
+                iteration_index,
+                parent_node_id,
+                attempt,
+            } => {
                 let mut start = WorkflowNodeExecutionStart {
                     node_id: node_id.clone(),
                     node_type: node_type.clone(),
@@ -189,52 +268,80 @@ impl RunContext<'_> {
                 describe_node(self.workflow, &mut start);
                 Part::data_part(&start)
             }
-            Progress::NodeFinished { node_id, status, output, error, condition_result, selected_branch } => {
-                Part::data_part(&WorkflowNodeExecutionResult {
-                    node_id: node_id.clone(),
-                    status: match status {
-                        NodeStatus::Success => NodeOutcome::Success,
-                        NodeStatus::Skipped => NodeOutcome::Skipped,
-                        NodeStatus::Cancelled => NodeOutcome::Cancelled,
-                        _ => NodeOutcome::Failure,
-                    },
-                    output_artifact_ref: None,
-                    output: output.clone(),
-                    error_message: error.clone(),
-                    condition_result: *condition_result,
-                    selected_branch: selected_branch.clone(),
-                    iteration_index: None,
-                    metadata: None,
-                })
-            }
-            Progress::MapProgress { node_id, total_items, completed_items } => {
-                Part::data_part(&WorkflowMapProgress {
-                    node_id: node_id.clone(),
-                    total_items: u64::from(*total_items),
-                    completed_items: u64::from(*completed_items),
-                    status: if completed_items == total_items { MapStatus::Completed } else { MapStatus::InProgress },
-                })
-            }
+            Progress::NodeFinished {
+                node_id,
+                status,
+                output,
+                error,
+                condition_result,
+                selected_branch,
+            } => Part::data_part(&WorkflowNodeExecutionResult {
+                node_id: node_id.clone(),
+                status: match status {
+                    NodeStatus::Success => NodeOutcome::Success,
+                    NodeStatus::Skipped => NodeOutcome::Skipped,
+                    NodeStatus::Cancelled => NodeOutcome::Cancelled,
+                    _ => NodeOutcome::Failure,
+                },
+                output_artifact_ref: None,
+                output: output.clone(),
+                error_message: error.clone(),
+                condition_result: *condition_result,
+                selected_branch: selected_branch.clone(),
+                iteration_index: None,
+                metadata: None,
+            }),
+            Progress::MapProgress {
+                node_id,
+                total_items,
+                completed_items,
+            } => Part::data_part(&WorkflowMapProgress {
+                node_id: node_id.clone(),
+                total_items: u64::from(*total_items),
+                completed_items: u64::from(*completed_items),
+                status: if completed_items == total_items {
+                    MapStatus::Completed
+                } else {
+                    MapStatus::InProgress
+                },
+            }),
         };
         self.status(part).await
     }
 
     /// Publishes one status update to the caller.
     async fn status(&self, part: Part) -> Result<(), async_nats::Error> {
-        let Some(status_to) = &self.caller.status_to else { return Ok(()) };
-        let context = self.caller.context_id.clone().unwrap_or_else(|| self.execution.0.clone());
-        let mut message = Message::new(format!("{}-status", self.execution), Role::Agent, vec![part]);
+        let Some(status_to) = &self.caller.status_to else {
+            return Ok(());
+        };
+        let context = self
+            .caller
+            .context_id
+            .clone()
+            .unwrap_or_else(|| self.execution.0.clone());
+        let mut message = Message::new(
+            format!("{}-status", self.execution),
+            Role::Agent,
+            vec![part],
+        );
         message.task_id = Some(self.execution.0.clone());
         message.context_id = Some(context.clone());
         let update = TaskStatusUpdateEvent {
             task_id: self.execution.0.clone(),
             context_id: context,
-            status: TaskStatus { state: TaskState::Working, message: Some(message), timestamp: None },
+            status: TaskStatus {
+                state: TaskState::Working,
+                message: Some(message),
+                timestamp: None,
+            },
             is_final: false,
             metadata: None,
         };
         let bytes = wire::response(&self.caller.request_id, AgentReply::StatusUpdate(update));
-        self.shared.client.publish(status_to.clone(), bytes.into()).await?;
+        self.shared
+            .client
+            .publish(status_to.clone(), bytes.into())
+            .await?;
         Ok(())
     }
 
@@ -259,7 +366,11 @@ impl RunContext<'_> {
                 artifact = Some((name.clone(), shared.put_artifact(&name, bytes).await?));
             }
         }
-        let inline_output = if artifact.is_some() { None } else { output.cloned() };
+        let inline_output = if artifact.is_some() {
+            None
+        } else {
+            output.cloned()
+        };
         self.status(Part::data_part(&WorkflowExecutionResult {
             workflow_name: self.workflow.name.clone(),
             execution_id: self.execution.0.clone(),
@@ -270,16 +381,24 @@ impl RunContext<'_> {
             error_node_id: error.and_then(|e| e.node_id.clone()),
         }))
         .await?;
-        let Some(reply_to) = &self.caller.reply_to else { return Ok(()) };
+        let Some(reply_to) = &self.caller.reply_to else {
+            return Ok(());
+        };
         // One final reply per run: a redelivered Finish (its replica died after replying,
         // before the ack) finds the marker and stays quiet. Only a death between the
         // publish and the marker's write can still duplicate it.
         let marker = names::final_marker(&self.workflow.name, self.execution);
-        let Some(claim) = self.claim_final(&marker).await? else { return Ok(()) };
+        let Some(claim) = self.claim_final(&marker).await? else {
+            return Ok(());
+        };
         let mut parts = Vec::new();
         if self.caller.workflow_caller {
             parts.push(Part::data_part(&WorkflowNodeResult {
-                status: if status == RunStatus::Success { ResultStatus::Success } else { ResultStatus::Failure },
+                status: if status == RunStatus::Success {
+                    ResultStatus::Success
+                } else {
+                    ResultStatus::Failure
+                },
                 output: inline_output.clone(),
                 artifact_name: artifact.as_ref().map(|(n, _)| n.clone()),
                 artifact_version: None,
@@ -291,22 +410,42 @@ impl RunContext<'_> {
         }
         match (&inline_output, &artifact) {
             (Some(out), _) => parts.push(value_part(out)),
-            (None, Some((name, uri))) => {
-                parts.push(Part::file_uri(uri.clone(), Some(name.clone()), Some("application/json".into())))
-            }
+            (None, Some((name, uri))) => parts.push(Part::file_uri(
+                uri.clone(),
+                Some(name.clone()),
+                Some("application/json".into()),
+            )),
             _ => {}
         }
         let (state, summary) = match status {
-            RunStatus::Success => (TaskState::Completed, format!("Workflow {} completed", self.workflow.name)),
-            RunStatus::Cancelled => (TaskState::Canceled, format!("Workflow {} was cancelled", self.workflow.name)),
+            RunStatus::Success => (
+                TaskState::Completed,
+                format!("Workflow {} completed", self.workflow.name),
+            ),
+            RunStatus::Cancelled => (
+                TaskState::Canceled,
+                format!("Workflow {} was cancelled", self.workflow.name),
+            ),
             _ => (
                 TaskState::Failed,
-                format!("Workflow {} failed: {}", self.workflow.name, error_message.unwrap_or_default()),
+                format!(
+                    "Workflow {} failed: {}",
+                    self.workflow.name,
+                    error_message.unwrap_or_default()
+                ),
             ),
         };
         parts.push(Part::text(summary));
-        let task_id = self.caller.sub_task_id.clone().unwrap_or_else(|| self.execution.0.clone());
-        let context = self.caller.context_id.clone().unwrap_or_else(|| self.execution.0.clone());
+        let task_id = self
+            .caller
+            .sub_task_id
+            .clone()
+            .unwrap_or_else(|| self.execution.0.clone());
+        let context = self
+            .caller
+            .context_id
+            .clone()
+            .unwrap_or_else(|| self.execution.0.clone());
         let reply = wire::task(&task_id, &context, state, parts);
         let bytes = wire::response(&self.caller.request_id, reply);
         let mut h = HeaderMap::new();
@@ -315,12 +454,24 @@ impl RunContext<'_> {
         // replica killed after the reply left has almost surely sent the marker too; its
         // ack also says the server took the reply first (one connection keeps order).
         let mut cas = HeaderMap::new();
-        cas.insert(async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE, claim.to_string().as_str());
+        cas.insert(
+            async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
+            claim.to_string().as_str(),
+        );
         let marker_subject = format!("$KV.{}.{marker}", names::runs_bucket(&shared.ns));
-        shared.client.publish_with_headers(reply_to.clone(), h, bytes.into()).await?;
-        let marked = shared.js.publish_with_headers(marker_subject, cas, state_name(status).into()).await;
+        shared
+            .client
+            .publish_with_headers(reply_to.clone(), h, bytes.into())
+            .await?;
+        let marked = shared
+            .js
+            .publish_with_headers(marker_subject, cas, state_name(status).into())
+            .await;
         if let Err(e) = async { marked?.await.map(drop) }.await {
-            tracing::warn!("the final reply of run {} went out, but its marker could not say so: {e}", self.execution);
+            tracing::warn!(
+                "the final reply of run {} went out, but its marker could not say so: {e}",
+                self.execution
+            );
         }
         Ok(())
     }
@@ -341,16 +492,27 @@ impl RunContext<'_> {
             Err(e) => return Err(e.into()),
         }
         let Some(entry) = runs.entry(marker).await? else {
-            return Err(format!("the final-reply marker of run {} vanished", self.execution).into());
+            return Err(
+                format!("the final-reply marker of run {} vanished", self.execution).into(),
+            );
         };
         let value = String::from_utf8_lossy(&entry.value);
-        let Some(claimed_at) = value.strip_prefix(FINAL_CLAIM).and_then(|t| t.parse::<u64>().ok()) else {
+        let Some(claimed_at) = value
+            .strip_prefix(FINAL_CLAIM)
+            .and_then(|t| t.parse::<u64>().ok())
+        else {
             return Ok(None); // sent: the marker holds the run's status
         };
         if at.saturating_sub(claimed_at) < FINAL_CLAIM_TTL_MS {
-            return Err(format!("another replica is sending the final reply of run {}", self.execution).into());
+            return Err(format!(
+                "another replica is sending the final reply of run {}",
+                self.execution
+            )
+            .into());
         }
-        Ok(Some(runs.update(marker, claim.into(), entry.revision).await?))
+        Ok(Some(
+            runs.update(marker, claim.into(), entry.revision).await?,
+        ))
     }
 }
 
@@ -368,9 +530,15 @@ fn state_name(status: RunStatus) -> &'static str {
 
 /// Fills the kind-specific fields of a node start from the definition.
 fn describe_node(workflow: &Workflow, start: &mut WorkflowNodeExecutionStart) {
-    let Some(node) = workflow.node(&start.node_id) else { return };
+    let Some(node) = workflow.node(&start.node_id) else {
+        return;
+    };
     match &node.kind {
-        NodeKind::Conditional { condition, true_branch, false_branch } => {
+        NodeKind::Conditional {
+            condition,
+            true_branch,
+            false_branch,
+        } => {
             start.condition = Some(condition.source().to_string());
             start.true_branch = Some(true_branch.clone());
             start.false_branch = false_branch.clone();
@@ -379,7 +547,10 @@ fn describe_node(workflow: &Workflow, start: &mut WorkflowNodeExecutionStart) {
             start.cases = Some(
                 cases
                     .iter()
-                    .map(|c| SwitchCaseInfo { condition: c.condition.source().to_string(), node: c.target.clone() })
+                    .map(|c| SwitchCaseInfo {
+                        condition: c.condition.source().to_string(),
+                        node: c.target.clone(),
+                    })
                     .collect(),
             );
             start.default_branch = default.clone();

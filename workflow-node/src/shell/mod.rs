@@ -101,7 +101,10 @@ pub struct Shared {
 
 /// The wall clock, in the core's unit.
 pub fn now() -> Millis {
-    let ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
     Millis(u64::try_from(ms).unwrap_or(u64::MAX))
 }
 
@@ -118,7 +121,11 @@ pub(crate) async fn publish_event(
     h.insert(headers::MSG_ID, msg_id);
     let subject = subjects::run_events(&shared.ns, workflow, &execution.0);
     let bytes = serde_json::to_vec(envelope)?;
-    shared.js.publish_with_headers(subject, h, bytes.into()).await?.await?;
+    shared
+        .js
+        .publish_with_headers(subject, h, bytes.into())
+        .await?
+        .await?;
     Ok(())
 }
 
@@ -147,7 +154,10 @@ impl Shared {
     async fn put_artifact(&self, name: &str, bytes: Vec<u8>) -> Result<String, async_nats::Error> {
         let store = self.artifact_store().await?;
         store.put(name, &mut bytes.as_slice()).await?;
-        Ok(format!("nats-object://{}/{name}", subjects::artifact_bucket(&self.ns)))
+        Ok(format!(
+            "nats-object://{}/{name}",
+            subjects::artifact_bucket(&self.ns)
+        ))
     }
 
     /// Reads a JSON artifact from our bucket.
@@ -192,8 +202,8 @@ impl WorkflowNode {
         subjects::validate_namespace(&config.namespace)?;
         let js = jetstream::new(client.clone());
         let ns = config.namespace.clone();
-        let runs = kv_bucket(&js, &names::runs_bucket(&ns), config.replicas).await?;
-        let timers = kv_bucket(&js, &names::timers_bucket(&ns), config.replicas).await?;
+        let runs = kv_bucket(&js, &names::runs_bucket(&ns), config.replicas, false).await?;
+        let timers = kv_bucket(&js, &names::timers_bucket(&ns), config.replicas, true).await?;
         let cards = workflows
             .iter()
             .map(|w| (w.name.clone(), crate::visual::agent_card(w, &ns)))
@@ -218,22 +228,37 @@ impl WorkflowNode {
         // finds a responder.
         let (card_sub, ping_sub) = registry::subscribe_cards(&shared).await?;
         let s = shared.clone();
-        background.push(tokio::spawn(async move { log_err("card registry", registry::watch_cards(s, card_sub).await) }));
+        background.push(tokio::spawn(async move {
+            log_err("card registry", registry::watch_cards(s, card_sub).await)
+        }));
         let s = shared.clone();
-        background.push(tokio::spawn(async move { log_err("card publisher", registry::publish_cards(s, ping_sub).await) }));
+        background.push(tokio::spawn(async move {
+            log_err("card publisher", registry::publish_cards(s, ping_sub).await)
+        }));
         background.push(tokio::spawn(timers::run(shared.clone())));
         let mut consumers = Vec::new();
         for workflow in workflows {
             let workflow = Arc::new(workflow);
             // The consumer exists before requests are taken, so no start is lost.
             worker::consumer(&shared, &workflow.name).await?;
-            consumers.push(tokio::spawn(worker::run(shared.clone(), workflow.clone(), stop_rx.clone())));
+            consumers.push(tokio::spawn(worker::run(
+                shared.clone(),
+                workflow.clone(),
+                stop_rx.clone(),
+            )));
             let sub = requests::subscribe(&shared, &workflow).await?;
             let s = shared.clone();
-            background.push(tokio::spawn(async move { log_err("requests", requests::serve(s, workflow, sub).await) }));
+            background.push(tokio::spawn(async move {
+                log_err("requests", requests::serve(s, workflow, sub).await)
+            }));
         }
         shared.client.flush().await?;
-        Ok(WorkflowNode { shared, stop, consumers, background })
+        Ok(WorkflowNode {
+            shared,
+            stop,
+            consumers,
+            background,
+        })
     }
 
     /// The agent cards this node publishes.
@@ -265,11 +290,24 @@ fn log_err(what: &str, result: Result<(), async_nats::Error>) {
     }
 }
 
-async fn kv_bucket(js: &jetstream::Context, bucket: &str, replicas: usize) -> Result<kv::Store, async_nats::Error> {
+/// Finds or creates a KV bucket. `ttl_markers` lets purge markers expire (per-message
+/// TTL, nats-server 2.11+), for buckets whose keys come and go, like timers.
+async fn kv_bucket(
+    js: &jetstream::Context,
+    bucket: &str,
+    replicas: usize,
+    ttl_markers: bool,
+) -> Result<kv::Store, async_nats::Error> {
     if let Ok(store) = js.get_key_value(bucket).await {
         return Ok(store);
     }
-    let config = kv::Config { bucket: bucket.to_string(), history: 1, num_replicas: replicas, ..Default::default() };
+    let config = kv::Config {
+        bucket: bucket.to_string(),
+        history: 1,
+        num_replicas: replicas,
+        limit_markers: ttl_markers.then(|| Duration::from_secs(1)),
+        ..Default::default()
+    };
     match js.create_key_value(config).await {
         Ok(store) => Ok(store),
         // Another replica created it in between.

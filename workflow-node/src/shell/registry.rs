@@ -35,8 +35,11 @@ impl Registry {
 
     /// Names of every agent seen.
     pub fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> =
-            self.cards.read().map(|c| c.keys().cloned().collect()).unwrap_or_default();
+        let mut names: Vec<String> = self
+            .cards
+            .read()
+            .map(|c| c.keys().cloned().collect())
+            .unwrap_or_default();
         names.sort();
         names
     }
@@ -48,7 +51,10 @@ impl Registry {
             return Some(card);
         }
         let deadline = tokio::time::Instant::now() + wait;
-        let _ = shared.client.publish(subjects::discovery_ping(&shared.ns), "".into()).await;
+        let _ = shared
+            .client
+            .publish(subjects::discovery_ping(&shared.ns), "".into())
+            .await;
         loop {
             let arrived = self.arrived.notified();
             if let Some(card) = self.get(name) {
@@ -63,7 +69,10 @@ impl Registry {
 
 /// Keeps the registry up to date from the discovery subject (`sub`, from
 /// [`subscribe_cards`]).
-pub(super) async fn watch_cards(shared: Arc<Shared>, mut sub: async_nats::Subscriber) -> Result<(), async_nats::Error> {
+pub(super) async fn watch_cards(
+    shared: Arc<Shared>,
+    mut sub: async_nats::Subscriber,
+) -> Result<(), async_nats::Error> {
     while let Some(msg) = sub.next().await {
         match serde_json::from_slice::<AgentCard>(&msg.payload) {
             Ok(card) => shared.registry.insert(card),
@@ -77,13 +86,22 @@ pub(super) async fn watch_cards(shared: Arc<Shared>, mut sub: async_nats::Subscr
 pub(super) async fn subscribe_cards(
     shared: &Shared,
 ) -> Result<(async_nats::Subscriber, async_nats::Subscriber), async_nats::Error> {
-    let cards = shared.client.subscribe(subjects::agent_cards(&shared.ns)).await?;
-    let pings = shared.client.subscribe(subjects::discovery_ping(&shared.ns)).await?;
+    let cards = shared
+        .client
+        .subscribe(subjects::agent_cards(&shared.ns))
+        .await?;
+    let pings = shared
+        .client
+        .subscribe(subjects::discovery_ping(&shared.ns))
+        .await?;
     Ok((cards, pings))
 }
 
 /// Publishes our cards at start, every interval, and on every discovery ping (`pings`).
-pub(super) async fn publish_cards(shared: Arc<Shared>, mut pings: async_nats::Subscriber) -> Result<(), async_nats::Error> {
+pub(super) async fn publish_cards(
+    shared: Arc<Shared>,
+    mut pings: async_nats::Subscriber,
+) -> Result<(), async_nats::Error> {
     let mut tick = tokio::time::interval(shared.config.card_interval);
     loop {
         tokio::select! {
@@ -93,7 +111,10 @@ pub(super) async fn publish_cards(shared: Arc<Shared>, mut pings: async_nats::Su
         for card in shared.cards.values() {
             shared.registry.insert(card.clone());
             let bytes = serde_json::to_vec(card)?;
-            shared.client.publish(subjects::agent_cards(&shared.ns), bytes.into()).await?;
+            shared
+                .client
+                .publish(subjects::agent_cards(&shared.ns), bytes.into())
+                .await?;
         }
     }
 }

@@ -23,9 +23,15 @@ use crate::core::{Event, ExecutionId, NodeStatus};
 use crate::definition::{NodeKind, Workflow};
 
 /// Subscribes to the workflow's request subject (in its queue group).
-pub(super) async fn subscribe(shared: &Shared, workflow: &Workflow) -> Result<async_nats::Subscriber, async_nats::Error> {
+pub(super) async fn subscribe(
+    shared: &Shared,
+    workflow: &Workflow,
+) -> Result<async_nats::Subscriber, async_nats::Error> {
     let subject = subjects::agent_request(&shared.ns, &workflow.name);
-    Ok(shared.client.queue_subscribe(subject, workflow.name.clone()).await?)
+    Ok(shared
+        .client
+        .queue_subscribe(subject, workflow.name.clone())
+        .await?)
 }
 
 /// Serves the workflow's request subscription until it ends.
@@ -71,27 +77,51 @@ async fn handle(
     };
     let id = serde_json::to_value(&request.id).unwrap_or(Value::Null);
     let fail = |state: TaskState, task: &str, text: String| {
-        Some(wire::response(&id, wire::task(task, task, state, vec![Part::text(text)])))
+        Some(wire::response(
+            &id,
+            wire::task(task, task, state, vec![Part::text(text)]),
+        ))
     };
     match request.method {
         Method::TasksCancel(params) => {
             let Some((execution, record)) = find_run(shared, workflow, &params.id).await else {
-                let e = ErrorObject::new(codes::TASK_NOT_FOUND, format!("no run of {} with task id '{}'", workflow.name, params.id));
+                let e = ErrorObject::new(
+                    codes::TASK_NOT_FOUND,
+                    format!("no run of {} with task id '{}'", workflow.name, params.id),
+                );
                 return serde_json::to_vec(&Response::error(Some(request.id), e)).ok();
             };
             if record.state.status.is_terminal() {
                 let e = ErrorObject::new(
                     codes::TASK_NOT_CANCELABLE,
-                    format!("run {execution} already ended ({})", record.state.status.as_str()),
+                    format!(
+                        "run {execution} already ended ({})",
+                        record.state.status.as_str()
+                    ),
                 );
                 return serde_json::to_vec(&Response::error(Some(request.id), e)).ok();
             }
-            let envelope = Envelope { event: Event::CancelRequested { reason: Some("requested by the caller".into()) }, caller: None };
+            let envelope = Envelope {
+                event: Event::CancelRequested {
+                    reason: Some("requested by the caller".into()),
+                },
+                caller: None,
+            };
             let msg_id = format!("cancel.{execution}");
-            if let Err(e) = publish_event(shared, &workflow.name, &execution, &msg_id, &envelope).await {
-                return fail(TaskState::Failed, &execution.0, format!("could not record the cancel: {e}"));
+            if let Err(e) =
+                publish_event(shared, &workflow.name, &execution, &msg_id, &envelope).await
+            {
+                return fail(
+                    TaskState::Failed,
+                    &execution.0,
+                    format!("could not record the cancel: {e}"),
+                );
             }
-            fail(TaskState::Working, &execution.0, format!("cancel of run {execution} requested"))
+            fail(
+                TaskState::Working,
+                &execution.0,
+                format!("cancel of run {execution} requested"),
+            )
         }
         Method::MessageSend(params) => {
             let message = params.message;
@@ -111,7 +141,11 @@ async fn handle(
 }
 
 /// Finds a run by its execution id, or by the caller's task id it was started with.
-async fn find_run(shared: &Shared, workflow: &Workflow, id: &str) -> Option<(ExecutionId, RunRecord)> {
+async fn find_run(
+    shared: &Shared,
+    workflow: &Workflow,
+    id: &str,
+) -> Option<(ExecutionId, RunRecord)> {
     let mut candidates = vec![names::execution_id(&workflow.name, id)];
     if let Ok(direct) = ExecutionId::parse(id) {
         candidates.insert(0, direct);
@@ -127,16 +161,27 @@ async fn find_run(shared: &Shared, workflow: &Workflow, id: &str) -> Option<(Exe
     None
 }
 
-async fn approve(shared: &Shared, workflow: &Workflow, d: WorkflowApprovalDecision) -> Result<String, String> {
+async fn approve(
+    shared: &Shared,
+    workflow: &Workflow,
+    d: WorkflowApprovalDecision,
+) -> Result<String, String> {
     let (execution, record) = find_run(shared, workflow, &d.execution_id)
         .await
         .ok_or_else(|| format!("no run of {} with id '{}'", workflow.name, d.execution_id))?;
     let Some(NodeKind::Approval(def)) = workflow.node(&d.node_id).map(|n| &n.kind) else {
-        return Err(format!("'{}' is not an approval node of {}", d.node_id, workflow.name));
+        return Err(format!(
+            "'{}' is not an approval node of {}",
+            d.node_id, workflow.name
+        ));
     };
     let status = record.state.node_status(&d.node_id);
     if status != NodeStatus::Waiting {
-        return Err(format!("node '{}' is not waiting for a decision (it is {})", d.node_id, status.as_str()));
+        return Err(format!(
+            "node '{}' is not waiting for a decision (it is {})",
+            d.node_id,
+            status.as_str()
+        ));
     }
     if !def.approvers.is_empty() && !d.by.as_ref().is_some_and(|b| def.approvers.contains(b)) {
         return Err(format!(
@@ -147,12 +192,29 @@ async fn approve(shared: &Shared, workflow: &Workflow, d: WorkflowApprovalDecisi
         ));
     }
     let approved = d.decision == Decision::Approve;
-    let event = Event::ApprovalDecided { node: d.node_id.clone(), approved, by: d.by, comment: d.comment };
+    let event = Event::ApprovalDecided {
+        node: d.node_id.clone(),
+        approved,
+        by: d.by,
+        comment: d.comment,
+    };
     let msg_id = format!("approval.{execution}.{}", d.node_id);
-    publish_event(shared, &workflow.name, &execution, &msg_id, &Envelope { event, caller: None })
-        .await
-        .map_err(|e| format!("could not record the decision: {e}"))?;
-    Ok(format!("decision on '{}' of run {execution} recorded", d.node_id))
+    publish_event(
+        shared,
+        &workflow.name,
+        &execution,
+        &msg_id,
+        &Envelope {
+            event,
+            caller: None,
+        },
+    )
+    .await
+    .map_err(|e| format!("could not record the decision: {e}"))?;
+    Ok(format!(
+        "decision on '{}' of run {execution} recorded",
+        d.node_id
+    ))
 }
 
 async fn start(
@@ -163,13 +225,26 @@ async fn start(
     id: Value,
     reply_to: Option<String>,
 ) -> Option<Vec<u8>> {
-    let task_key = message.task_id.clone().unwrap_or_else(|| message.message_id.clone());
+    let task_key = message
+        .task_id
+        .clone()
+        .unwrap_or_else(|| message.message_id.clone());
     let execution = names::execution_id(&workflow.name, &task_key);
     let fail = |text: String| {
-        Some(wire::response(&id, wire::task(&execution.0, &execution.0, TaskState::Failed, vec![Part::text(text)])))
+        Some(wire::response(
+            &id,
+            wire::task(
+                &execution.0,
+                &execution.0,
+                TaskState::Failed,
+                vec![Part::text(text)],
+            ),
+        ))
     };
     let h = msg.headers.as_ref();
-    let depth: u32 = header(h, headers::CALL_DEPTH).and_then(|d| d.trim().parse().ok()).unwrap_or(0);
+    let depth: u32 = header(h, headers::CALL_DEPTH)
+        .and_then(|d| d.trim().parse().ok())
+        .unwrap_or(0);
     if depth > workflow.max_call_depth {
         return fail(format!(
             "call depth {depth} exceeds max_call_depth ({}) of {}",
@@ -179,16 +254,25 @@ async fn start(
     let bucket = subjects::artifact_bucket(&shared.ns);
     let input = match wire::request_input(&message, &bucket) {
         Ok(InputSource::Inline(v)) => v,
-        Ok(InputSource::Object(bucket, name)) => match shared.get_artifact_in(&bucket, &name).await {
+        Ok(InputSource::Object(bucket, name)) => match shared.get_artifact_in(&bucket, &name).await
+        {
             Ok(v) => v,
-            Err(e) => return fail(format!("input artifact '{name}' in bucket '{bucket}' could not be read: {e}")),
+            Err(e) => {
+                return fail(format!(
+                    "input artifact '{name}' in bucket '{bucket}' could not be read: {e}"
+                ))
+            }
         },
         Err(e) => return fail(format!("invalid input: {e}")),
     };
     if let Some(schema) = &workflow.input_schema {
         let violations = schema.violations(&input);
         if !violations.is_empty() {
-            return fail(format!("input does not match the input_schema of {}: {}", workflow.name, violations.join("; ")));
+            return fail(format!(
+                "input does not match the input_schema of {}: {}",
+                workflow.name,
+                violations.join("; ")
+            ));
         }
     }
     let workflow_caller = message.find_data::<WorkflowNodeRequest>().is_some();
@@ -202,7 +286,10 @@ async fn start(
         workflow_caller,
         sub_task_id: workflow_caller.then(|| task_key.clone()),
     };
-    let envelope = Envelope { event: Event::Started { input }, caller: Some(caller) };
+    let envelope = Envelope {
+        event: Event::Started { input },
+        caller: Some(caller),
+    };
     let msg_id = format!("start.{execution}");
     if let Err(e) = publish_event(shared, &workflow.name, &execution, &msg_id, &envelope).await {
         return fail(format!("could not start the run: {e}"));

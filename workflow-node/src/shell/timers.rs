@@ -1,7 +1,7 @@
 //! Durable timers. A timer is a KV entry (`{workflow}.{execution}.{timer}` → when and what);
 //! every replica watches the bucket and arms every timer, so one dying loses none. When a
 //! timer comes due, replicas publish `TimerFired` into the run's event stream with a message
-//! id that makes the stream keep one copy, then delete the entry.
+//! id that makes the stream keep one copy, then purge the entry.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -90,10 +90,21 @@ pub(super) async fn run(shared: Arc<Shared>) {
 /// Publishes the timer's event and deletes its entry; false when the publish failed.
 async fn fire(shared: &Shared, key: &str, rec: TimerRecord) -> bool {
     let msg_id = format!("timer.{key}.{}", rec.at.0);
-    let envelope = Envelope { event: Event::TimerFired { timer: rec.timer }, caller: None };
+    let envelope = Envelope {
+        event: Event::TimerFired { timer: rec.timer },
+        caller: None,
+    };
     match publish_event(shared, &rec.workflow, &rec.execution, &msg_id, &envelope).await {
         Ok(()) => {
-            let _ = shared.timers.delete(key).await;
+            // A purge whose marker expires: fired timers leave nothing behind.
+            if shared
+                .timers
+                .purge_with_ttl(key, Duration::from_secs(1))
+                .await
+                .is_err()
+            {
+                let _ = shared.timers.delete(key).await;
+            }
             true
         }
         Err(e) => {

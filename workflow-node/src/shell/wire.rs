@@ -20,7 +20,10 @@ pub fn value_part(value: &Value) -> Part {
             data.insert("value".into(), other.clone());
             let mut meta = JsonObject::new();
             meta.insert(WRAPPED.into(), Value::Bool(true));
-            Part::Data { data, metadata: Some(meta) }
+            Part::Data {
+                data,
+                metadata: Some(meta),
+            }
         }
     }
 }
@@ -83,7 +86,9 @@ pub fn request_input(message: &Message, default_bucket: &str) -> Result<InputSou
             if let Some(uri) = &file.uri {
                 return object_ref(uri, default_bucket)
                     .map(|(b, n)| InputSource::Object(b, n))
-                    .ok_or_else(|| format!("file part uri '{uri}' is not a nats-object:// artifact"));
+                    .ok_or_else(|| {
+                        format!("file part uri '{uri}' is not a nats-object:// artifact")
+                    });
             }
             if let Some(bytes) = &file.bytes {
                 return Err(format!(
@@ -115,17 +120,28 @@ pub enum ReplyMeaning {
 /// Interprets a reply published to a response subject.
 pub fn interpret_reply(bytes: &[u8]) -> Option<ReplyMeaning> {
     let failed = |message: String| {
-        Some(ReplyMeaning::Failed(Failure { class: FailureClass::Failed, message, kind: None }))
+        Some(ReplyMeaning::Failed(Failure {
+            class: FailureClass::Failed,
+            message,
+            kind: None,
+        }))
     };
     let response: Response = match serde_json::from_slice(bytes) {
         Ok(r) => r,
         Err(e) => {
             let preview: String = String::from_utf8_lossy(bytes).chars().take(120).collect();
-            return failed(format!("the agent sent a reply that is not a JSON-RPC response ({e}): {preview}"));
+            return failed(format!(
+                "the agent sent a reply that is not a JSON-RPC response ({e}): {preview}"
+            ));
         }
     };
     let reply = match response.outcome {
-        Outcome::Error(e) => return failed(format!("the agent answered with error {}: {}", e.code, e.message)),
+        Outcome::Error(e) => {
+            return failed(format!(
+                "the agent answered with error {}: {}",
+                e.code, e.message
+            ))
+        }
         Outcome::Result(r) => *r,
     };
     let task = match reply {
@@ -134,7 +150,11 @@ pub fn interpret_reply(bytes: &[u8]) -> Option<ReplyMeaning> {
         AgentReply::Message(m) => Task {
             id: m.task_id.clone().unwrap_or_default(),
             context_id: m.context_id.clone().unwrap_or_default(),
-            status: TaskStatus { state: TaskState::Completed, message: Some(m), timestamp: None },
+            status: TaskStatus {
+                state: TaskState::Completed,
+                message: Some(m),
+                timestamp: None,
+            },
             artifacts: None,
             metadata: None,
         },
@@ -145,7 +165,11 @@ pub fn interpret_reply(bytes: &[u8]) -> Option<ReplyMeaning> {
     if let Some(result) = task.find_data::<WorkflowNodeResult>() {
         let result = match result {
             Ok(r) => r,
-            Err(e) => return failed(format!("the agent's workflow_node_result is malformed: {e}")),
+            Err(e) => {
+                return failed(format!(
+                    "the agent's workflow_node_result is malformed: {e}"
+                ))
+            }
         };
         return Some(match result.status {
             ResultStatus::Success => match (result.output, result.artifact_name) {
@@ -154,11 +178,17 @@ pub fn interpret_reply(bytes: &[u8]) -> Option<ReplyMeaning> {
                 (None, None) => ReplyMeaning::Output(Value::Null),
             },
             _ => {
-                let mut message = result.error_message.unwrap_or_else(|| "the agent reported a failure".into());
+                let mut message = result
+                    .error_message
+                    .unwrap_or_else(|| "the agent reported a failure".into());
                 if let Some(errors) = result.validation_errors.filter(|e| !e.is_empty()) {
                     message = format!("{message} (validation errors: {})", errors.join("; "));
                 }
-                ReplyMeaning::Failed(Failure { class: FailureClass::Failed, message, kind: result.error_kind })
+                ReplyMeaning::Failed(Failure {
+                    class: FailureClass::Failed,
+                    message,
+                    kind: result.error_kind,
+                })
             }
         });
     }
@@ -181,8 +211,16 @@ pub fn interpret_reply(bytes: &[u8]) -> Option<ReplyMeaning> {
 /// The core event for an agent's reply to `key`/`attempt`.
 pub fn reply_event(key: TaskKey, attempt: u32, meaning: ReplyMeaning) -> Event {
     match meaning {
-        ReplyMeaning::Output(output) => Event::CallSucceeded { task: key, attempt, output },
-        ReplyMeaning::Failed(failure) => Event::CallFailed { task: key, attempt, failure },
+        ReplyMeaning::Output(output) => Event::CallSucceeded {
+            task: key,
+            attempt,
+            output,
+        },
+        ReplyMeaning::Failed(failure) => Event::CallFailed {
+            task: key,
+            attempt,
+            failure,
+        },
         ReplyMeaning::Artifact(name) => Event::CallFailed {
             task: key,
             attempt,
@@ -197,7 +235,8 @@ pub fn reply_event(key: TaskKey, attempt: u32, meaning: ReplyMeaning) -> Event {
 
 /// A final or status reply: a JSON-RPC response carrying `reply`.
 pub fn response(id: &Value, reply: AgentReply) -> Vec<u8> {
-    let id: RequestId = serde_json::from_value(id.clone()).unwrap_or(RequestId::String(String::new()));
+    let id: RequestId =
+        serde_json::from_value(id.clone()).unwrap_or(RequestId::String(String::new()));
     serde_json::to_vec(&Response::result(id, reply)).unwrap_or_default()
 }
 
@@ -209,7 +248,11 @@ pub fn task(id: &str, context_id: &str, state: TaskState, parts: Vec<Part>) -> A
     AgentReply::Task(Task {
         id: id.to_string(),
         context_id: context_id.to_string(),
-        status: TaskStatus { state, message: Some(message), timestamp: None },
+        status: TaskStatus {
+            state,
+            message: Some(message),
+            timestamp: None,
+        },
         artifacts: None,
         metadata: None,
     })
@@ -235,28 +278,53 @@ mod tests {
 
     #[test]
     fn non_objects_are_wrapped_and_unwrapped() {
-        for v in [json!(3), json!("s"), json!([1]), json!(null), json!({"a": 1})] {
+        for v in [
+            json!(3),
+            json!("s"),
+            json!([1]),
+            json!(null),
+            json!({"a": 1}),
+        ] {
             assert_eq!(part_value(&value_part(&v)), Some(v));
         }
     }
 
     #[test]
     fn object_refs_parse() {
-        assert_eq!(object_ref("nats-object://b/n.json", "d"), Some(("b".into(), "n.json".into())));
-        assert_eq!(object_ref("in.json", "d"), Some(("d".into(), "in.json".into())));
+        assert_eq!(
+            object_ref("nats-object://b/n.json", "d"),
+            Some(("b".into(), "n.json".into()))
+        );
+        assert_eq!(
+            object_ref("in.json", "d"),
+            Some(("d".into(), "in.json".into()))
+        );
         assert_eq!(object_ref("https://x/y", "d"), None);
     }
 
     #[test]
     fn replies_become_events() {
         let ok = WorkflowNodeResult::success(json!({"n": 1}));
-        let bytes = reply_bytes(task("t", "c", TaskState::Completed, vec![Part::data_part(&ok)]));
-        assert_eq!(interpret_reply(&bytes), Some(ReplyMeaning::Output(json!({"n": 1}))));
+        let bytes = reply_bytes(task(
+            "t",
+            "c",
+            TaskState::Completed,
+            vec![Part::data_part(&ok)],
+        ));
+        assert_eq!(
+            interpret_reply(&bytes),
+            Some(ReplyMeaning::Output(json!({"n": 1})))
+        );
 
         let mut bad = WorkflowNodeResult::failure("nope");
         bad.error_kind = Some("fatal".into());
         bad.validation_errors = Some(vec!["/a: missing".into()]);
-        let bytes = reply_bytes(task("t", "c", TaskState::Failed, vec![Part::data_part(&bad)]));
+        let bytes = reply_bytes(task(
+            "t",
+            "c",
+            TaskState::Failed,
+            vec![Part::data_part(&bad)],
+        ));
         match interpret_reply(&bytes) {
             Some(ReplyMeaning::Failed(f)) => {
                 assert_eq!(f.kind.as_deref(), Some("fatal"));
@@ -265,8 +333,16 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // A plain agent's completed task: the first DataPart is the output.
-        let bytes = reply_bytes(task("t", "c", TaskState::Completed, vec![value_part(&json!(5))]));
-        assert_eq!(interpret_reply(&bytes), Some(ReplyMeaning::Output(json!(5))));
+        let bytes = reply_bytes(task(
+            "t",
+            "c",
+            TaskState::Completed,
+            vec![value_part(&json!(5))],
+        ));
+        assert_eq!(
+            interpret_reply(&bytes),
+            Some(ReplyMeaning::Output(json!(5)))
+        );
     }
 
     #[test]
@@ -275,20 +351,43 @@ mod tests {
             Some(ReplyMeaning::Failed(f)) => assert!(f.message.contains("not a JSON-RPC response")),
             other => panic!("{other:?}"),
         }
-        let err = serde_json::to_vec(&Response::error(None, ErrorObject::new(-32602, "bad params"))).unwrap();
+        let err = serde_json::to_vec(&Response::error(
+            None,
+            ErrorObject::new(-32602, "bad params"),
+        ))
+        .unwrap();
         match interpret_reply(&err) {
-            Some(ReplyMeaning::Failed(f)) => assert!(f.message.contains("-32602") && f.message.contains("bad params")),
+            Some(ReplyMeaning::Failed(f)) => {
+                assert!(f.message.contains("-32602") && f.message.contains("bad params"))
+            }
             other => panic!("{other:?}"),
         }
     }
 
     #[test]
     fn request_input_prefers_data_then_files_then_text() {
-        let m = Message::new("m", Role::User, vec![Part::text("hello"), value_part(&json!({"a": 1}))]);
-        assert_eq!(request_input(&m, "b"), Ok(InputSource::Inline(json!({"a": 1}))));
-        let m = Message::new("m", Role::User, vec![Part::file_uri("nats-object://b/x", None, None)]);
-        assert_eq!(request_input(&m, "d"), Ok(InputSource::Object("b".into(), "x".into())));
+        let m = Message::new(
+            "m",
+            Role::User,
+            vec![Part::text("hello"), value_part(&json!({"a": 1}))],
+        );
+        assert_eq!(
+            request_input(&m, "b"),
+            Ok(InputSource::Inline(json!({"a": 1})))
+        );
+        let m = Message::new(
+            "m",
+            Role::User,
+            vec![Part::file_uri("nats-object://b/x", None, None)],
+        );
+        assert_eq!(
+            request_input(&m, "d"),
+            Ok(InputSource::Object("b".into(), "x".into()))
+        );
         let m = Message::new("m", Role::User, vec![Part::text("hello")]);
-        assert_eq!(request_input(&m, "d"), Ok(InputSource::Inline(json!({"text": "hello"}))));
+        assert_eq!(
+            request_input(&m, "d"),
+            Ok(InputSource::Inline(json!({"text": "hello"})))
+        );
     }
 }

@@ -31,13 +31,19 @@ use crate::definition::Workflow;
 const OUTBOX_HORIZON_MS: u64 = 10 * 60 * 1000;
 
 /// Creates (or finds) the workflow's event stream and the shared consumer.
-pub(super) async fn consumer(shared: &Shared, workflow: &str) -> Result<async_nats::jetstream::consumer::Consumer<pull::Config>, async_nats::Error> {
+pub(super) async fn consumer(
+    shared: &Shared,
+    workflow: &str,
+) -> Result<async_nats::jetstream::consumer::Consumer<pull::Config>, async_nats::Error> {
     let ns = &shared.ns;
     let stream = shared
         .js
         .get_or_create_stream(stream::Config {
             name: names::event_stream(ns, workflow),
-            subjects: vec![subjects::run_events_all(ns, workflow), subjects::agent_response_all(ns, workflow)],
+            subjects: vec![
+                subjects::run_events_all(ns, workflow),
+                subjects::agent_response_all(ns, workflow),
+            ],
             retention: stream::RetentionPolicy::WorkQueue,
             storage: stream::StorageType::File,
             num_replicas: shared.config.replicas,
@@ -127,7 +133,11 @@ fn execution_of(ns: &str, workflow: &str, subject: &str) -> Option<ExecutionId> 
 /// A cached run: its KV revision and record.
 type Cache = HashMap<ExecutionId, (u64, RunRecord)>;
 
-async fn worker(shared: Arc<Shared>, workflow: Arc<Workflow>, mut rx: mpsc::Receiver<jetstream::Message>) {
+async fn worker(
+    shared: Arc<Shared>,
+    workflow: Arc<Workflow>,
+    mut rx: mpsc::Receiver<jetstream::Message>,
+) {
     let mut cache = Cache::new();
     while let Some(msg) = rx.recv().await {
         if cache.len() > 10_000 {
@@ -141,7 +151,9 @@ async fn worker(shared: Arc<Shared>, workflow: Arc<Workflow>, mut rx: mpsc::Rece
             }
             Err(e) => {
                 tracing::warn!("event on {} failed, retrying later: {e}", msg.subject);
-                let _ = msg.ack_with(AckKind::Nak(Some(Duration::from_millis(500)))).await;
+                let _ = msg
+                    .ack_with(AckKind::Nak(Some(Duration::from_millis(500))))
+                    .await;
             }
         }
     }
@@ -154,7 +166,10 @@ async fn decode(
     msg: &jetstream::Message,
 ) -> Option<(ExecutionId, Envelope)> {
     let token = subjects::last_token(&msg.subject);
-    if msg.subject.starts_with(subjects::run_events_all(&shared.ns, &workflow.name).trim_end_matches('>')) {
+    if msg
+        .subject
+        .starts_with(subjects::run_events_all(&shared.ns, &workflow.name).trim_end_matches('>'))
+    {
         let execution = ExecutionId::parse(token).ok()?;
         match serde_json::from_slice::<Envelope>(&msg.payload) {
             Ok(env) => Some((execution, env)),
@@ -170,13 +185,24 @@ async fn decode(
             ReplyMeaning::Artifact(name) => match shared.get_artifact(&name).await {
                 Ok(v) => ReplyMeaning::Output(v),
                 Err(e) => {
-                    let message = format!("the agent's output artifact '{name}' could not be read: {e}");
-                    ReplyMeaning::Failed(core::Failure { class: core::FailureClass::Failed, message, kind: None })
+                    let message =
+                        format!("the agent's output artifact '{name}' could not be read: {e}");
+                    ReplyMeaning::Failed(core::Failure {
+                        class: core::FailureClass::Failed,
+                        message,
+                        kind: None,
+                    })
                 }
             },
             other => other,
         };
-        Some((execution, Envelope { event: reply_event(key, attempt, meaning), caller: None }))
+        Some((
+            execution,
+            Envelope {
+                event: reply_event(key, attempt, meaning),
+                caller: None,
+            },
+        ))
     }
 }
 
@@ -211,7 +237,16 @@ async fn process(
             None => match (&envelope.event, &envelope.caller) {
                 (Event::Started { .. }, Some(caller)) => {
                     let state = Execution::new(execution.clone(), &workflow.name);
-                    (None, RunRecord { state, caller: caller.clone(), outbox: Vec::new(), maps: Default::default(), input_apart: false })
+                    (
+                        None,
+                        RunRecord {
+                            state,
+                            caller: caller.clone(),
+                            outbox: Vec::new(),
+                            maps: Default::default(),
+                            input_apart: false,
+                        },
+                    )
                 }
                 _ => {
                     tracing::debug!("event for unknown run {execution} dropped");
@@ -219,16 +254,26 @@ async fn process(
                 }
             },
         };
-        let ctx = RunContext { shared, workflow, execution: &execution, caller: &record.caller.clone() };
+        let ctx = RunContext {
+            shared,
+            workflow,
+            execution: &execution,
+            caller: &record.caller.clone(),
+        };
         if delivered > 1 {
             if let Some(pos) = record.outbox.iter().position(|e| e.seq == seq) {
                 // Committed before, maybe not carried out: do it again (at-least-once).
                 let entry = record.outbox.remove(pos);
-                let acks = maps::start_puts(shared, maps::result_writes(&key, &entry.results)?).await?;
+                let acks =
+                    maps::start_puts(shared, maps::result_writes(&key, &entry.results)?).await?;
                 ctx.carry_out(&entry.commands).await?;
                 maps::wait_acks(acks).await?;
                 if let Some(rev) = revision {
-                    if let Ok(new_rev) = shared.runs.update(&key, maps::encode(&mut record)?.into(), rev).await {
+                    if let Ok(new_rev) = shared
+                        .runs
+                        .update(&key, maps::encode(&mut record)?.into(), rev)
+                        .await
+                    {
                         cache.insert(execution.clone(), (new_rev, record));
                     }
                 }
@@ -257,9 +302,16 @@ async fn process(
             }
             return Ok(());
         }
-        record.outbox.retain(|e| now.0.saturating_sub(e.at.0) < OUTBOX_HORIZON_MS);
+        record
+            .outbox
+            .retain(|e| now.0.saturating_sub(e.at.0) < OUTBOX_HORIZON_MS);
         let results = maps::item_results(workflow, &record, &envelope.event);
-        record.outbox.push(OutboxEntry { seq, at: now, commands: commands.clone(), results });
+        record.outbox.push(OutboxEntry {
+            seq,
+            at: now,
+            commands: commands.clone(),
+            results,
+        });
         // Items of a map that just started go first: the commit refers to them.
         let items = maps::externalize(&mut record, &key)?;
         maps::wait_acks(maps::start_puts(shared, items).await?).await?;
@@ -279,8 +331,17 @@ async fn process(
         let Some(new_rev) = written else {
             continue; // another replica moved first: reload and apply again
         };
-        let ctx = RunContext { shared, workflow, execution: &execution, caller: &record.caller };
-        let written = record.outbox.last().map(|e| maps::result_writes(&key, &e.results)).transpose()?;
+        let ctx = RunContext {
+            shared,
+            workflow,
+            execution: &execution,
+            caller: &record.caller,
+        };
+        let written = record
+            .outbox
+            .last()
+            .map(|e| maps::result_writes(&key, &e.results))
+            .transpose()?;
         let acks = maps::start_puts(shared, written.unwrap_or_default()).await?;
         ctx.carry_out(&commands).await?;
         maps::wait_acks(acks).await?;
