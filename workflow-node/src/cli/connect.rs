@@ -86,7 +86,11 @@ pub async fn connect(args: &NatsArgs) -> Result<Connection> {
     }
     // A comma-separated list names several servers of a cluster: the client starts with
     // any that answers and fails over to the others.
-    let servers: Vec<&str> = url.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+    let servers: Vec<&str> = url
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
     let client = tokio::time::timeout(std::time::Duration::from_secs(10), options.connect(servers))
         .await
         .with_context(|| format!("connecting to {url} timed out"))?
