@@ -118,3 +118,13 @@ fn test_exits_1_and_explains_a_failing_case() {
     );
     assert!(stdout.contains("0 passed, 1 failed"));
 }
+
+#[test]
+fn the_demo_runs_an_example_end_to_end() {
+    let out = bin().arg("demo").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v, serde_json::json!({"category": "medium", "result": 42}));
+    assert!(stderr.contains("workflow node serving") && stderr.contains("audit success"), "{stderr}");
+}
