@@ -41,12 +41,13 @@ impl Cx<'_> {
     }
 
     /// Creates a call and starts it when a slot is free.
-    pub(super) fn add_call(&mut self, key: TaskKey, input: Value, instruction: Option<String>) {
+    /// Creates a call (its input already resolved once by the caller, so a template that
+    /// cannot resolve fails the node before any call exists) and starts it when a slot is
+    /// free.
+    pub(super) fn add_call(&mut self, key: TaskKey) {
         let state = CallState {
             attempt: 1,
             phase: CallPhase::Queued,
-            input,
-            instruction,
         };
         self.st.calls.insert(key.clone(), state);
         self.queue_or_dispatch(key);
@@ -73,6 +74,8 @@ impl Cx<'_> {
             .output_schema_override
             .as_ref()
             .map(|s| s.source.clone());
+        // Deterministic: the values the input names cannot change while the call lives.
+        let (input, instruction) = self.call_request(key).unwrap_or((Value::Null, None));
         let Some(call) = self.st.calls.get_mut(key) else {
             return;
         };
@@ -84,8 +87,8 @@ impl Cx<'_> {
             sub_task_id: key.sub_task_id(&self.st.id, attempt),
             node_id: key.node.clone(),
             target: target.clone(),
-            input: call.input.clone(),
-            instruction: call.instruction.clone(),
+            input,
+            instruction,
             input_schema,
             output_schema,
             deadline,

@@ -26,18 +26,12 @@ impl Cx<'_> {
         self.node_started(idx);
         let node = &self.wf.nodes[idx];
         match &node.kind {
-            NodeKind::Call(call) => {
-                let scope = self.node_scope(idx);
-                let input =
-                    match resolve_input(call.input.as_ref(), &scope, || self.implicit_input(idx)) {
-                        Ok(v) => v,
-                        Err(e) => return self.fail(idx, format!("input: {e}")),
-                    };
-                let instruction = match resolve_text(call.instruction.as_ref(), &scope) {
-                    Ok(v) => v,
-                    Err(e) => return self.fail(idx, format!("instruction: {e}")),
-                };
-                self.add_call(TaskKey::single(&node.id), input, instruction);
+            NodeKind::Call(_) => {
+                let key = TaskKey::single(&node.id);
+                match self.call_request(&key) {
+                    Ok(_) => self.add_call(key),
+                    Err(e) => self.fail(idx, e),
+                }
             }
             NodeKind::Conditional {
                 condition,
@@ -143,18 +137,13 @@ impl Cx<'_> {
                 };
                 self.set_detail(idx, Detail::Fork(state));
                 for (i, branch) in branches.iter().enumerate() {
-                    let scope = self.node_scope(idx);
-                    let input = resolve_input(branch.call.input.as_ref(), &scope, || {
-                        self.implicit_input(idx)
-                    });
-                    let instruction = resolve_text(branch.call.instruction.as_ref(), &scope);
                     let key = TaskKey {
                         node: node.id.clone(),
                         slot: Slot::Branch(i as u32),
                     };
-                    match (input, instruction) {
-                        (Ok(input), Ok(instruction)) => self.add_call(key, input, instruction),
-                        (Err(e), _) | (_, Err(e)) => {
+                    match self.call_request(&key) {
+                        Ok(_) => self.add_call(key),
+                        Err(e) => {
                             let msg = format!("branches[{i}] ('{}'): {e}", branch.id);
                             return self.fork_branch_ended(idx, i, CallEnd::Failed(msg));
                         }
@@ -329,10 +318,6 @@ impl Cx<'_> {
             return;
         };
         let limit = def.concurrency_limit.map_or(u32::MAX, |c| c as u32);
-        let inner_idx = self.wf.graph.index[&def.node];
-        let NodeKind::Call(call) = &self.wf.nodes[inner_idx].kind else {
-            return;
-        };
         loop {
             if self.halted() {
                 break;
@@ -346,20 +331,13 @@ impl Cx<'_> {
             let i = map.next;
             map.next += 1;
             map.active += 1;
-            let item = map.items[i as usize].clone();
-            let mut scope = RunScope::new(self.st);
-            scope.map_item = Some((&item, i));
-            let input = resolve_input(call.input.as_ref(), &scope, || item.clone());
-            let instruction = resolve_text(call.instruction.as_ref(), &scope);
             let key = TaskKey {
                 node: def.node.clone(),
                 slot: Slot::Item(i),
             };
-            match (input, instruction) {
-                (Ok(input), Ok(instruction)) => self.add_call(key, input, instruction),
-                (Err(e), _) | (_, Err(e)) => {
-                    return self.map_item_ended(idx, i, CallEnd::Failed(format!("input: {e}")))
-                }
+            match self.call_request(&key) {
+                Ok(_) => self.add_call(key),
+                Err(e) => return self.map_item_ended(idx, i, CallEnd::Failed(e)),
             }
         }
         self.map_maybe_stopped(idx);
@@ -511,29 +489,17 @@ impl Cx<'_> {
         let NodeKind::Loop(def) = &self.wf.nodes[idx].kind else {
             return;
         };
-        let inner_idx = self.wf.graph.index[&def.node];
-        let NodeKind::Call(call) = &self.wf.nodes[inner_idx].kind else {
-            return;
-        };
-        let mut scope = RunScope::new(self.st);
-        scope.loop_iteration = Some(iteration);
-        let input = resolve_input(call.input.as_ref(), &scope, || {
-            self.implicit_input(inner_idx)
-        });
-        let instruction = resolve_text(call.instruction.as_ref(), &scope);
         let key = TaskKey {
             node: def.node.clone(),
             slot: Slot::Iteration(iteration),
         };
-        match (input, instruction) {
-            (Ok(input), Ok(instruction)) => {
+        match self.call_request(&key) {
+            Ok(_) => {
                 let prev = self.st.nodes.get(&def.node).and_then(|n| n.output.clone());
                 self.set_inner_status(&def.node, NodeStatus::Running, prev);
-                self.add_call(key, input, instruction)
+                self.add_call(key)
             }
-            (Err(e), _) | (_, Err(e)) => {
-                self.iteration_ended(idx, iteration, CallEnd::Failed(format!("input: {e}")))
-            }
+            Err(e) => self.iteration_ended(idx, iteration, CallEnd::Failed(e)),
         }
     }
 
@@ -656,6 +622,59 @@ impl Cx<'_> {
             }
         }
     }
+}
+
+impl Cx<'_> {
+    /// The input and instruction of a call, resolved from the run's values: the node's
+    /// scope, the map item, or the loop iteration. Deterministic for the life of the call,
+    /// so it is resolved when the call is created (to fail early) and again per dispatch
+    /// (so the state need not keep it).
+    pub(super) fn call_request(&self, key: &TaskKey) -> Result<(Value, Option<String>), String> {
+        let Some(&idx) = self.wf.graph.index.get(&key.node) else {
+            return Err(format!("no node '{}'", key.node));
+        };
+        match (&self.wf.nodes[idx].kind, key.slot) {
+            (NodeKind::Fork { branches, .. }, Slot::Branch(b)) => {
+                let branch = branches.get(b as usize).ok_or("no such branch")?;
+                resolve_call(&branch.call, &self.node_scope(idx), || self.implicit_input(idx))
+            }
+            (NodeKind::Call(call), Slot::Item(i)) => {
+                let owner = match self.wf.graph.roles[idx] {
+                    NodeRole::Inner { owner } => &self.wf.nodes[owner].id,
+                    _ => return Err("a map item of a node that is no map's".into()),
+                };
+                let map = self.st.nodes.get(owner).and_then(|n| n.detail.as_ref());
+                let item = match map {
+                    Some(Detail::Map(m)) => m.items.get(i as usize).unwrap_or(&Value::Null),
+                    _ => &Value::Null,
+                };
+                let mut scope = RunScope::new(self.st);
+                scope.map_item = Some((item, i));
+                resolve_call(call, &scope, || item.clone())
+            }
+            (NodeKind::Call(call), Slot::Iteration(i)) => {
+                let mut scope = RunScope::new(self.st);
+                scope.loop_iteration = Some(i);
+                resolve_call(call, &scope, || self.implicit_input(idx))
+            }
+            (NodeKind::Call(call), _) => {
+                resolve_call(call, &self.node_scope(idx), || self.implicit_input(idx))
+            }
+            _ => Err(format!("node '{}' makes no call", key.node)),
+        }
+    }
+}
+
+/// Resolves a call's input (or its implicit input) and instruction.
+fn resolve_call(
+    call: &crate::definition::Call,
+    scope: &RunScope<'_>,
+    implicit: impl FnOnce() -> Value,
+) -> Result<(Value, Option<String>), String> {
+    let input = resolve_input(call.input.as_ref(), scope, implicit).map_err(|e| format!("input: {e}"))?;
+    let instruction =
+        resolve_text(call.instruction.as_ref(), scope).map_err(|e| format!("instruction: {e}"))?;
+    Ok((input, instruction))
 }
 
 /// Resolves `input`, or takes the implicit input when there is none.

@@ -135,18 +135,15 @@ pub struct ForkState {
     pub failures: Vec<String>,
 }
 
-/// A call not yet ended.
+/// A call not yet ended. Its input is not kept: it is resolved again when an attempt is
+/// dispatched, from values that cannot change in between (upstream outputs, the map item,
+/// the iteration), so a run with many calls in flight stays small.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CallState {
     /// The current attempt (1-based).
     pub attempt: u32,
     /// Where it is.
     pub phase: CallPhase,
-    /// The resolved input, reused by retries.
-    pub input: Value,
-    /// The resolved instruction.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub instruction: Option<String>,
 }
 
 /// Where a call is.
