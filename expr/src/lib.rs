@@ -54,7 +54,7 @@ pub use condition::Condition;
 pub use error::ExprError;
 pub use path::{navigate, parse_reference, Path, Segment};
 pub use template::{Template, TemplateOptions};
-pub use value::{to_text, type_name};
+pub use value::{file_type_name, to_text, type_name};
 
 /// Size and depth limits. Exceeding one is an [`ExprError::Limit`], never a crash.
 pub mod limits {

@@ -40,6 +40,16 @@ pub fn type_name(value: &Value) -> &'static str {
     }
 }
 
+/// The name of the value's type as a YAML or JSON file's author calls it ("a list", "a
+/// mapping"), for "expected X, found Y" messages about workflow and stub files.
+pub fn file_type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+        other => type_name(other),
+    }
+}
+
 /// Compares two numbers by value, whatever their representation (`7 == 7.0`).
 fn number_cmp(a: &Number, b: &Number) -> Option<Ordering> {
     if let (Some(x), Some(y)) = (a.as_i64(), b.as_i64()) {

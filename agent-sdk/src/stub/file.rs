@@ -8,6 +8,7 @@ use workflow_expr::{duration, Condition, Template, TemplateOptions};
 
 use super::{Answer, Rule, StubAgent, StubFile};
 use crate::schema::Schema;
+use workflow_expr::file_type_name as kind;
 
 /// The names a stub's templates and conditions may use.
 const ROOTS: &[&str] = &["input", "call"];
@@ -21,18 +22,6 @@ struct Problems {
 impl Problems {
     fn add(&mut self, at: &str, message: impl std::fmt::Display) {
         self.list.push(format!("{}: {at}: {message}", self.origin));
-    }
-}
-
-/// The JSON type of `v`, for messages.
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a mapping",
     }
 }
 

@@ -636,7 +636,9 @@ impl Cx<'_> {
         match (&self.wf.nodes[idx].kind, key.slot) {
             (NodeKind::Fork { branches, .. }, Slot::Branch(b)) => {
                 let branch = branches.get(b as usize).ok_or("no such branch")?;
-                resolve_call(&branch.call, &self.node_scope(idx), || self.implicit_input(idx))
+                resolve_call(&branch.call, &self.node_scope(idx), || {
+                    self.implicit_input(idx)
+                })
             }
             (NodeKind::Call(call), Slot::Item(i)) => {
                 let owner = match self.wf.graph.roles[idx] {
@@ -671,7 +673,8 @@ fn resolve_call(
     scope: &RunScope<'_>,
     implicit: impl FnOnce() -> Value,
 ) -> Result<(Value, Option<String>), String> {
-    let input = resolve_input(call.input.as_ref(), scope, implicit).map_err(|e| format!("input: {e}"))?;
+    let input =
+        resolve_input(call.input.as_ref(), scope, implicit).map_err(|e| format!("input: {e}"))?;
     let instruction =
         resolve_text(call.instruction.as_ref(), scope).map_err(|e| format!("instruction: {e}"))?;
     Ok((input, instruction))

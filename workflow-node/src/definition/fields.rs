@@ -10,6 +10,7 @@ use workflow_expr::{duration, Condition, Template};
 
 use super::problem::Sink;
 use super::Schema;
+pub(crate) use workflow_expr::file_type_name as type_name;
 
 /// The camelCase spelling of a snake_case key (`retry_strategy` → `retryStrategy`).
 pub(crate) fn camel(snake: &str) -> String {
@@ -81,18 +82,6 @@ pub(crate) fn did_you_mean<'k>(
         .filter(|(d, k)| *d <= (k.len() / 3).max(1))
         .min_by_key(|(d, _)| *d)
         .map(|(_, k)| k)
-}
-
-/// A short name for the JSON type of `v`, for "expected X, found Y" messages.
-pub(crate) fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a mapping",
-    }
 }
 
 /// One object being read. Each accessor marks its key (in every spelling) as known, so that

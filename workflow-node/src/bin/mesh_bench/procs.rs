@@ -16,7 +16,7 @@ use serde_json::json;
 
 use super::env::{self, AgentProbe, Env};
 use super::floor::{self, round};
-use super::scenarios::{batch, run_once};
+use super::scenarios::{batch, fork_join_throughput, run_once};
 use super::Report;
 
 /// One `workflow-node serve` child; killed on drop.
@@ -164,31 +164,11 @@ pub(crate) async fn replicas(env: &Env) -> Result<Report> {
         wait_cards(&mut cards, "ForkJoin", k).await?;
         wait_serving(&caller, &ns, "ForkJoin").await?;
         batch(&caller, &ns, "ForkJoin", 128, 64, Duration::from_secs(30)).await?;
-        let (mut rps_k, mut nps_k) = (BTreeMap::new(), BTreeMap::new());
-        for in_flight in [64usize, 256] {
-            let (done, secs) = batch(
-                &caller,
-                &ns,
-                "ForkJoin",
-                in_flight * 10,
-                in_flight,
-                Duration::from_secs(60),
-            )
-            .await?;
-            let rps = done as f64 / secs;
-            rps_k.insert(in_flight.to_string(), round(rps));
-            nps_k.insert(
-                in_flight.to_string(),
-                round(rps * env::FORK_JOIN_NODES as f64),
-            );
-            rows.push((
-                format!("{k} replica(s), {in_flight} in flight"),
-                format!(
-                    "{rps:.0} runs/s, {:.0} node executions/s",
-                    rps * env::FORK_JOIN_NODES as f64
-                ),
-            ));
-        }
+        let (rps_k, nps_k, k_rows) = fork_join_throughput(&caller, &ns, |in_flight, _| {
+            format!("{k} replica(s), {in_flight} in flight")
+        })
+        .await?;
+        rows.extend(k_rows);
         if k == 1 {
             let node = &procs[0];
             let peak = Arc::new(Mutex::new(0f64));

@@ -201,33 +201,11 @@ pub(crate) async fn throughput(env: &Env) -> Result<Report> {
         Duration::from_secs(30),
     )
     .await?;
-    let mut runs_per_s = BTreeMap::new();
-    let mut nodes_per_s = BTreeMap::new();
-    let mut rows = Vec::new();
-    for in_flight in [64usize, 256] {
-        let (done, secs) = batch(
-            &mesh.caller,
-            &mesh.ns,
-            "ForkJoin",
-            in_flight * 10,
-            in_flight,
-            Duration::from_secs(60),
-        )
+    let (runs_per_s, nodes_per_s, rows) =
+        fork_join_throughput(&mesh.caller, &mesh.ns, |in_flight, done| {
+            format!("{in_flight} in flight ({done} runs)")
+        })
         .await?;
-        let rps = done as f64 / secs;
-        runs_per_s.insert(in_flight.to_string(), round(rps));
-        nodes_per_s.insert(
-            in_flight.to_string(),
-            round(rps * env::FORK_JOIN_NODES as f64),
-        );
-        rows.push((
-            format!("{in_flight} in flight ({done} runs)"),
-            format!(
-                "{rps:.0} runs/s, {:.0} node executions/s",
-                rps * env::FORK_JOIN_NODES as f64
-            ),
-        ));
-    }
     mesh.stop().await;
     let json = json!({
         "floor": floor.json(),
@@ -369,4 +347,40 @@ pub(crate) fn us(x: f64) -> String {
     } else {
         format!("{x:.0} µs")
     }
+}
+
+/// Fork/join runs at 64 and 256 in flight: runs/s and node executions/s keyed by runs in
+/// flight, and one table row each (labelled by `label(in_flight, runs done)`).
+pub(super) async fn fork_join_throughput(
+    caller: &async_nats::Client,
+    ns: &str,
+    label: impl Fn(usize, usize) -> String,
+) -> Result<(
+    BTreeMap<String, f64>,
+    BTreeMap<String, f64>,
+    Vec<(String, String)>,
+)> {
+    let mut runs_per_s = BTreeMap::new();
+    let mut nodes_per_s = BTreeMap::new();
+    let mut rows = Vec::new();
+    for in_flight in [64usize, 256] {
+        let (done, secs) = batch(
+            caller,
+            ns,
+            "ForkJoin",
+            in_flight * 10,
+            in_flight,
+            Duration::from_secs(60),
+        )
+        .await?;
+        let rps = done as f64 / secs;
+        let nps = rps * env::FORK_JOIN_NODES as f64;
+        runs_per_s.insert(in_flight.to_string(), round(rps));
+        nodes_per_s.insert(in_flight.to_string(), round(nps));
+        rows.push((
+            label(in_flight, done),
+            format!("{rps:.0} runs/s, {nps:.0} node executions/s"),
+        ));
+    }
+    Ok((runs_per_s, nodes_per_s, rows))
 }
