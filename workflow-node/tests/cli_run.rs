@@ -126,5 +126,8 @@ fn the_demo_runs_an_example_end_to_end() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v, serde_json::json!({"category": "medium", "result": 42}));
-    assert!(stderr.contains("workflow node serving") && stderr.contains("audit success"), "{stderr}");
+    assert!(
+        stderr.contains("workflow node serving") && stderr.contains("audit success"),
+        "{stderr}"
+    );
 }
