@@ -979,3 +979,27 @@ fn an_ended_run_leaves_no_timer_armed() {
         "the approval timeout is disarmed"
     );
 }
+
+#[test]
+fn inner_nodes_are_reported_once_when_their_owner_ends() {
+    let w = wf(&LOOP.replace("MAX", "10").replace("EXTRA", ""));
+    let mut sim = Sim::new(&w).agent("Poller", poller(2));
+    sim.run(json!({}));
+    let reports: Vec<(NodeStatus, Option<serde_json::Value>)> = sim
+        .commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Progress(Progress::NodeFinished {
+                node_id,
+                status,
+                output,
+                ..
+            }) if node_id == "check" => Some((*status, output.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        reports,
+        vec![(NodeStatus::Success, Some(json!({"ready": true, "i": 2})))]
+    );
+}

@@ -351,6 +351,32 @@ impl Cx<'_> {
             condition_result,
             selected_branch,
         }));
+        // A map's or loop's inner node ends with its owner, once, for callers that follow
+        // nodes (its per-item or per-iteration calls are reported as they start).
+        let inner = match &node.kind {
+            NodeKind::Map(m) => Some(&m.node),
+            NodeKind::Loop(l) => Some(&l.node),
+            _ => None,
+        };
+        if let Some(inner) = inner {
+            let state = self
+                .st
+                .nodes
+                .entry(inner.clone())
+                .or_insert_with(|| NodeState::new(NodeStatus::Skipped));
+            if !state.status.is_terminal() {
+                state.status = NodeStatus::Cancelled;
+            }
+            state.ended_at.get_or_insert(self.now);
+            self.out.push(Command::Progress(Progress::NodeFinished {
+                node_id: inner.clone(),
+                status: state.status,
+                output: state.output.clone(),
+                error: None,
+                condition_result: None,
+                selected_branch: None,
+            }));
+        }
         match self.wf.graph.roles[idx] {
             NodeRole::Main => {
                 self.st.unfinished_main -= 1;
