@@ -483,3 +483,50 @@ async fn an_ended_run_leaves_no_timer_in_the_bucket() {
     }
     assert!(left.is_empty(), "timers left behind: {left:?}");
 }
+
+const GHOST: &str = r#"
+name: Ghostly
+workflow:
+  description: calls an agent that has no card
+  nodes:
+    - {id: ghost, type: agent, agent_name: Ghost, input: {}}
+  output_mapping: {}
+"#;
+
+#[tokio::test]
+async fn a_slow_event_stays_with_its_replica_instead_of_being_redelivered() {
+    let server = mesh_tests::nats();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    // The card wait (2.5 s) outlasts the ack wait (1 s): only the heartbeat keeps the
+    // event from going to the second replica, which would wait (and ping) again.
+    let config = Config {
+        ack_wait: Duration::from_secs(1),
+        card_wait: Duration::from_millis(2500),
+        ..Config::default()
+    };
+    let mut nodes = Vec::new();
+    for _ in 0..2 {
+        let w = vec![wf(GHOST)];
+        nodes.push(
+            WorkflowNode::start(client.clone(), w, config.clone())
+                .await
+                .unwrap(),
+        );
+    }
+    let mut pings = client
+        .subscribe(subjects::discovery_ping("mesh"))
+        .await
+        .unwrap();
+    client.flush().await.unwrap();
+    let r = invoke(&client, "mesh", "Ghostly", &json!({}), TIMEOUT, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(r.status, "failure");
+    assert!(r.error.unwrap().contains("has no card on the mesh"));
+    client.flush().await.unwrap();
+    let mut count = 0;
+    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(200), pings.next()).await {
+        count += 1;
+    }
+    assert_eq!(count, 1, "the dispatch event was handled once");
+}

@@ -143,7 +143,21 @@ async fn worker(
         if cache.len() > 10_000 {
             cache.clear();
         }
-        match process(&shared, &workflow, &mut cache, &msg).await {
+        // A slow event (a card wait, a slow server) tells the stream it is still in hand,
+        // so it is not redelivered to another replica while this one works on it.
+        let work = process(&shared, &workflow, &mut cache, &msg);
+        tokio::pin!(work);
+        let mut heartbeat = tokio::time::interval(shared.config.ack_wait / 2);
+        heartbeat.tick().await;
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut work => break outcome,
+                _ = heartbeat.tick() => {
+                    let _ = msg.ack_with(AckKind::Progress).await;
+                }
+            }
+        };
+        match outcome {
             Ok(()) => {
                 if let Err(e) = msg.ack().await {
                     tracing::warn!("ack failed (the event will be redelivered): {e}");
