@@ -23,32 +23,25 @@ pub fn run(args: Args) -> ExitCode {
         eprintln!("--namespace: {e}");
         return ExitCode::from(2);
     }
-    match visual::load_workflows(&args.files) {
-        Ok(workflows) => {
-            let cards: Vec<_> = workflows
-                .iter()
-                .map(|w| visual::agent_card(w, &args.namespace))
-                .collect();
-            let json = if cards.len() == 1 {
-                serde_json::to_string_pretty(&cards[0])
-            } else {
-                serde_json::to_string_pretty(&cards)
-            };
-            match json {
-                Ok(text) => {
-                    println!("{text}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("cannot write the card: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+    let Some(workflows) = super::load(&args.files) else {
+        return ExitCode::FAILURE;
+    };
+    let cards: Vec<_> = workflows
+        .iter()
+        .map(|w| visual::agent_card(w, &args.namespace))
+        .collect();
+    let json = if cards.len() == 1 {
+        serde_json::to_string_pretty(&cards[0])
+    } else {
+        serde_json::to_string_pretty(&cards)
+    };
+    match json {
+        Ok(text) => {
+            println!("{text}");
+            ExitCode::SUCCESS
         }
-        Err(problems) => {
-            for p in &problems {
-                eprintln!("{p}");
-            }
+        Err(e) => {
+            eprintln!("cannot write the card: {e}");
             ExitCode::FAILURE
         }
     }

@@ -17,28 +17,21 @@ pub struct Args {
 
 /// Runs `mermaid`.
 pub fn run(args: Args) -> ExitCode {
-    match visual::load_workflows(&args.files) {
-        Ok(workflows) => {
-            let many = workflows.len() > 1;
-            let diagrams: Vec<String> = workflows
-                .iter()
-                .map(|w| {
-                    let diagram = visual::mermaid(w);
-                    if many {
-                        format!("%% {}\n{diagram}", w.name)
-                    } else {
-                        diagram
-                    }
-                })
-                .collect();
-            print!("{}", diagrams.join("\n"));
-            ExitCode::SUCCESS
-        }
-        Err(problems) => {
-            for p in &problems {
-                eprintln!("{p}");
+    let Some(workflows) = super::load(&args.files) else {
+        return ExitCode::FAILURE;
+    };
+    let many = workflows.len() > 1;
+    let diagrams: Vec<String> = workflows
+        .iter()
+        .map(|w| {
+            let diagram = visual::mermaid(w);
+            if many {
+                format!("%% {}\n{diagram}", w.name)
+            } else {
+                diagram
             }
-            ExitCode::FAILURE
-        }
-    }
+        })
+        .collect();
+    print!("{}", diagrams.join("\n"));
+    ExitCode::SUCCESS
 }

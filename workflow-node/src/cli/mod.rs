@@ -70,7 +70,8 @@ where
     }
 }
 
-/// Loads workflow files, printing every problem; `None` when any is invalid.
+/// Loads workflow files (directories expanded), printing every problem on stderr; `None`
+/// when any is invalid. Every subcommand that takes workflow files loads them here.
 pub fn load(paths: &[PathBuf]) -> Option<Vec<Workflow>> {
     let (workflows, problems) = crate::definition::load_paths(paths);
     for p in &problems {

@@ -16,20 +16,13 @@ pub struct Args {
 
 /// Runs `plan`.
 pub fn run(args: Args) -> ExitCode {
-    match visual::load_workflows(&args.files) {
-        Ok(workflows) => {
-            let plans: Vec<String> = workflows
-                .iter()
-                .map(|w| visual::plan(w).to_string())
-                .collect();
-            print!("{}", plans.join("\n"));
-            ExitCode::SUCCESS
-        }
-        Err(problems) => {
-            for p in &problems {
-                eprintln!("{p}");
-            }
-            ExitCode::FAILURE
-        }
-    }
+    let Some(workflows) = super::load(&args.files) else {
+        return ExitCode::FAILURE;
+    };
+    let plans: Vec<String> = workflows
+        .iter()
+        .map(|w| visual::plan(w).to_string())
+        .collect();
+    print!("{}", plans.join("\n"));
+    ExitCode::SUCCESS
 }

@@ -2,7 +2,7 @@
 //!
 //! [`load_file`] and [`parse_str`] report **all** problems at once as [`Problem`]s, each
 //! naming the node and the field. The file is first parsed into a `serde_json::Value` and
-//! then read by hand ([`fields`]), so that a wrong field does not stop the reading:
+//! then read by hand (`fields`), so that a wrong field does not stop the reading:
 //!
 //! - `parse` and `nodes`: the file's settings, the `workflow` block and each node, in
 //!   snake_case or camelCase;
