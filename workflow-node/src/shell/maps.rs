@@ -53,6 +53,15 @@ pub struct ItemResult {
     pub value: Value,
 }
 
+/// A value to put under a key of the runs bucket, beside a run's entry.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Write {
+    /// The key.
+    pub(super) key: String,
+    /// The value as stored.
+    pub(super) bytes: Vec<u8>,
+}
+
 /// Where an externalised map's items are: the first item index of each chunk.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct MapRef {
@@ -90,15 +99,15 @@ fn running_maps(record: &mut RunRecord) -> impl Iterator<Item = (&String, &mut M
 
 /// Externalises the maps that just got large: returns their item chunks to write before
 /// the commit, and records their layout. Forgets maps that ended.
-pub(super) fn externalize(
-    record: &mut RunRecord,
-    run_key: &str,
-) -> serde_json::Result<Vec<(String, Vec<u8>)>> {
+pub(super) fn externalize(record: &mut RunRecord, run_key: &str) -> serde_json::Result<Vec<Write>> {
     let mut writes = Vec::new();
     if !record.input_apart && record.state.started {
         let input = serde_json::to_vec(&record.state.input)?;
         if input.len() > INLINE_INPUT {
-            writes.push((input_key(run_key), input));
+            writes.push(Write {
+                key: input_key(run_key),
+                bytes: input,
+            });
             record.input_apart = true;
         }
     }
@@ -121,10 +130,10 @@ pub(super) fn externalize(
          -> serde_json::Result<()> {
             let first = next - chunk.len();
             starts.push(first as u32);
-            writes.push((
-                items_key(run_key, id, starts.len() - 1),
-                serde_json::to_vec(chunk)?,
-            ));
+            writes.push(Write {
+                key: items_key(run_key, id, starts.len() - 1),
+                bytes: serde_json::to_vec(chunk)?,
+            });
             chunk.clear();
             Ok(())
         };
@@ -254,18 +263,15 @@ fn unloaded_map_ending<'r>(
     (!r.results_loaded && map.done + 1 >= r.total).then_some(id)
 }
 
-/// Before applying `event`: loads the results of a map it may end (from outbox entries,
-/// then from their keys).
-pub(super) async fn load_results(
-    shared: &Shared,
+/// Before applying `event`, when it may end an externalised map whose results are not
+/// loaded: fills in the results still in outbox entries, and returns the map and the
+/// indices of the results to read from their keys ([`load_results`]).
+pub(super) fn results_wanted(
     workflow: &Workflow,
-    run_key: &str,
     record: &mut RunRecord,
     event: &Event,
-) -> Result<(), async_nats::Error> {
-    let Some(id) = unloaded_map_ending(workflow, record, event).cloned() else {
-        return Ok(());
-    };
+) -> Option<(String, Vec<u32>)> {
+    let id = unloaded_map_ending(workflow, record, event)?.clone();
     let pending: Vec<ItemResult> = record
         .outbox
         .iter()
@@ -273,15 +279,6 @@ pub(super) async fn load_results(
         .filter(|r| r.map == id)
         .cloned()
         .collect();
-    let Some(Some(Detail::Map(map))) = record.state.nodes.get_mut(&id).map(|n| n.detail.as_mut())
-    else {
-        return Ok(());
-    };
-    for r in pending {
-        if let Some(slot) = map.results.get_mut(r.index as usize) {
-            *slot = r.value;
-        }
-    }
     let running: std::collections::HashSet<u32> = record
         .state
         .calls
@@ -291,13 +288,39 @@ pub(super) async fn load_results(
             _ => None,
         })
         .collect();
-    let wanted: Vec<u32> = (0..map.next)
+    let map = map_mut(record, &id)?;
+    for r in pending {
+        if let Some(slot) = map.results.get_mut(r.index as usize) {
+            *slot = r.value;
+        }
+    }
+    let wanted = (0..map.next)
         .filter(|i| !running.contains(i) && map.results[*i as usize].is_null())
         .collect();
+    Some((id, wanted))
+}
+
+fn map_mut<'r>(record: &'r mut RunRecord, id: &str) -> Option<&'r mut MapState> {
+    match record.state.nodes.get_mut(id)?.detail.as_mut()? {
+        Detail::Map(map) => Some(map),
+        _ => None,
+    }
+}
+
+/// Reads the results `wanted` of map `id` from their keys (see [`results_wanted`]).
+pub(super) async fn load_results(
+    shared: &Shared,
+    run_key: &str,
+    record: &mut RunRecord,
+    (id, wanted): (String, Vec<u32>),
+) -> Result<(), async_nats::Error> {
     let id_ref = &id;
     let mut fetched = futures::stream::iter(wanted)
         .map(|i| async move { (i, shared.runs.get(result_key(run_key, id_ref, i)).await) })
         .buffer_unordered(PARALLEL_GETS);
+    let Some(map) = map_mut(record, &id) else {
+        return Ok(());
+    };
     while let Some((i, got)) = fetched.next().await {
         if let Some(bytes) = got? {
             map.results[i as usize] = serde_json::from_slice(&bytes)?;
@@ -377,11 +400,11 @@ pub(super) fn without_bulk<T>(state: &mut Execution, f: impl FnOnce(&Execution) 
 /// Starts writing `writes`; the caller awaits the returned acks before acking its event.
 pub(super) async fn start_puts(
     shared: &Shared,
-    writes: Vec<(String, Vec<u8>)>,
+    writes: Vec<Write>,
 ) -> Result<Vec<PublishAckFuture>, async_nats::Error> {
     let bucket = super::names::runs_bucket(&shared.ns);
     let mut acks = Vec::with_capacity(writes.len());
-    for (key, bytes) in writes {
+    for Write { key, bytes } in writes {
         acks.push(
             shared
                 .js
@@ -396,14 +419,14 @@ pub(super) async fn start_puts(
 pub(super) fn result_writes(
     run_key: &str,
     results: &[ItemResult],
-) -> serde_json::Result<Vec<(String, Vec<u8>)>> {
+) -> serde_json::Result<Vec<Write>> {
     results
         .iter()
         .map(|r| {
-            Ok((
-                result_key(run_key, &r.map, r.index),
-                serde_json::to_vec(&r.value)?,
-            ))
+            Ok(Write {
+                key: result_key(run_key, &r.map, r.index),
+                bytes: serde_json::to_vec(&r.value)?,
+            })
         })
         .collect()
 }

@@ -14,11 +14,14 @@
 //! stream, its timers in KV. Any replica carries on any run.
 
 mod effects;
+mod error;
 pub mod maps;
 pub mod names;
+mod plan;
 pub mod record;
 mod registry;
 mod requests;
+mod store;
 pub mod timers;
 pub mod wire;
 mod worker;
@@ -36,8 +39,11 @@ use serde_json::Value;
 use tokio::io::AsyncReadExt;
 use tokio::task::JoinHandle;
 
+use error::Context;
+
 use crate::core::{Event, ExecutionId, Millis};
 use crate::definition::Workflow;
+pub use error::{Error, Result};
 pub use record::{Caller, RunRecord};
 pub use registry::Registry;
 
@@ -187,7 +193,7 @@ impl Shared {
 pub struct WorkflowNode {
     shared: Arc<Shared>,
     stop: tokio::sync::watch::Sender<bool>,
-    consumers: Vec<JoinHandle<Result<(), async_nats::Error>>>,
+    consumers: Vec<JoinHandle<Result<()>>>,
     background: Vec<JoinHandle<()>>,
 }
 
@@ -198,8 +204,16 @@ impl WorkflowNode {
         client: async_nats::Client,
         workflows: Vec<Workflow>,
         config: Config,
-    ) -> Result<WorkflowNode, async_nats::Error> {
-        subjects::validate_namespace(&config.namespace)?;
+    ) -> Result<WorkflowNode> {
+        subjects::validate_namespace(&config.namespace)
+            .map_err(|e| Error::Definition(format!("namespace: {e}")))?;
+        let mut names_seen = std::collections::HashSet::new();
+        if let Some(w) = workflows.iter().find(|w| !names_seen.insert(&w.name)) {
+            return Err(Error::Definition(format!(
+                "two workflows are named '{}': a node serves each name once",
+                w.name
+            )));
+        }
         let js = jetstream::new(client.clone());
         let ns = config.namespace.clone();
         let runs = kv_bucket(&js, &names::runs_bucket(&ns), config.replicas, false).await?;
@@ -226,7 +240,9 @@ impl WorkflowNode {
         let mut background = Vec::new();
         // Every subscription exists before start returns: a request sent right after
         // finds a responder.
-        let (card_sub, ping_sub) = registry::subscribe_cards(&shared).await?;
+        let (card_sub, ping_sub) = registry::subscribe_cards(&shared)
+            .await
+            .context(|| "subscribing to agent cards".into())?;
         let s = shared.clone();
         background.push(tokio::spawn(async move {
             log_err("card registry", registry::watch_cards(s, card_sub).await)
@@ -246,13 +262,19 @@ impl WorkflowNode {
                 workflow.clone(),
                 stop_rx.clone(),
             )));
-            let sub = requests::subscribe(&shared, &workflow).await?;
+            let sub = requests::subscribe(&shared, &workflow)
+                .await
+                .context(|| format!("subscribing to requests to {}", workflow.name))?;
             let s = shared.clone();
             background.push(tokio::spawn(async move {
                 log_err("requests", requests::serve(s, workflow, sub).await)
             }));
         }
-        shared.client.flush().await?;
+        shared
+            .client
+            .flush()
+            .await
+            .context(|| "flushing the subscriptions".into())?;
         Ok(WorkflowNode {
             shared,
             stop,
@@ -284,7 +306,7 @@ impl WorkflowNode {
     }
 }
 
-fn log_err(what: &str, result: Result<(), async_nats::Error>) {
+fn log_err<E: std::fmt::Display>(what: &str, result: std::result::Result<(), E>) {
     if let Err(e) = result {
         tracing::error!("{what} stopped: {e}");
     }
@@ -297,7 +319,7 @@ async fn kv_bucket(
     bucket: &str,
     replicas: usize,
     ttl_markers: bool,
-) -> Result<kv::Store, async_nats::Error> {
+) -> Result<kv::Store> {
     if let Ok(store) = js.get_key_value(bucket).await {
         return Ok(store);
     }
@@ -311,6 +333,9 @@ async fn kv_bucket(
     match js.create_key_value(config).await {
         Ok(store) => Ok(store),
         // Another replica created it in between.
-        Err(_) => Ok(js.get_key_value(bucket).await?),
+        Err(_) => js.get_key_value(bucket).await.map_err(|e| Error::Setup {
+            resource: format!("bucket {bucket}"),
+            source: e.into(),
+        }),
     }
 }

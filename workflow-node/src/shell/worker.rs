@@ -1,10 +1,9 @@
 //! Event processing: one durable pull consumer per workflow, shared by every replica.
 //!
-//! Each event: load the run (from this worker's cache, or KV), apply it, commit the new
-//! state and the resulting commands (the outbox) with compare-and-swap, carry the commands
-//! out, then ack. A conflict means another replica moved first: reload and apply again. A
-//! redelivered event whose commands are still in the outbox (its replica died between the
-//! commit and the ack) has them carried out again instead of being re-applied.
+//! Each event: load the run (from this worker's cache, or KV), ask [`plan`] what the event
+//! does, perform that (writes, the compare-and-swap commit of state and outbox, the
+//! commands), then ack. A conflict means another replica moved first: reload and plan
+//! again. [`process`] is the whole path of one event; the decisions are in `plan`.
 //!
 //! Events of one run go to one worker task (by hash), so a replica never races itself.
 
@@ -14,32 +13,35 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{pull, AckPolicy};
-use async_nats::jetstream::kv::{CreateErrorKind, UpdateErrorKind};
 use async_nats::jetstream::{self, stream, AckKind};
 use futures::StreamExt;
 use messages::subjects;
 use tokio::sync::mpsc;
 
 use super::effects::RunContext;
-use super::record::{OutboxEntry, RunRecord};
+use super::error::{Context, Error, Result};
+use super::plan::{self, Delivery, Loaded, Plan, Steps};
+use super::record::RunRecord;
 use super::wire::{interpret_reply, reply_event, ReplyMeaning};
-use super::{maps, names, now, Envelope, Shared};
-use crate::core::{self, Event, Execution, ExecutionId, TaskKey};
+use super::{maps, names, now, store, Envelope, Shared};
+use crate::core::{self, ExecutionId, TaskKey};
 use crate::definition::Workflow;
 
-/// Outbox entries older than this are dropped: their events cannot be redelivered any more.
-const OUTBOX_HORIZON_MS: u64 = 10 * 60 * 1000;
+/// Compare-and-swap attempts on one event before it is given back to the stream.
+const MAX_CONFLICTS: usize = 64;
 
 /// Creates (or finds) the workflow's event stream and the shared consumer.
 pub(super) async fn consumer(
     shared: &Shared,
     workflow: &str,
-) -> Result<async_nats::jetstream::consumer::Consumer<pull::Config>, async_nats::Error> {
+) -> Result<async_nats::jetstream::consumer::Consumer<pull::Config>> {
     let ns = &shared.ns;
+    let name = names::event_stream(ns, workflow);
+    let setup = |resource: String| move |source| Error::Setup { resource, source };
     let stream = shared
         .js
         .get_or_create_stream(stream::Config {
-            name: names::event_stream(ns, workflow),
+            name: name.clone(),
             subjects: vec![
                 subjects::run_events_all(ns, workflow),
                 subjects::agent_response_all(ns, workflow),
@@ -50,7 +52,8 @@ pub(super) async fn consumer(
             duplicate_window: Duration::from_secs(120),
             ..Default::default()
         })
-        .await?;
+        .await
+        .map_err(|e| setup(format!("stream {name}"))(e.into()))?;
     let consumer = stream
         .get_or_create_consumer(
             names::CONSUMER,
@@ -63,7 +66,8 @@ pub(super) async fn consumer(
                 ..Default::default()
             },
         )
-        .await?;
+        .await
+        .map_err(|e| setup(format!("consumer {} of stream {name}", names::CONSUMER))(e.into()))?;
     Ok(consumer)
 }
 
@@ -73,9 +77,12 @@ pub(super) async fn run(
     shared: Arc<Shared>,
     workflow: Arc<Workflow>,
     mut stop: tokio::sync::watch::Receiver<bool>,
-) -> Result<(), async_nats::Error> {
+) -> Result<()> {
     let consumer = consumer(&shared, &workflow.name).await?;
-    let mut messages = consumer.messages().await?;
+    let mut messages = consumer.messages().await.map_err(|e| Error::Setup {
+        resource: format!("the pull of {}", workflow.name),
+        source: e.into(),
+    })?;
     let n = shared.config.workers.max(1);
     let mut senders = Vec::with_capacity(n);
     let mut workers = Vec::with_capacity(n);
@@ -173,7 +180,8 @@ async fn worker(
     }
 }
 
-/// Decodes an event message into (run, event, caller).
+/// Decodes an event message into its run and event; `None` for a message that is no
+/// event (an agent's status update) or cannot be read (logged).
 async fn decode(
     shared: &Shared,
     workflow: &Workflow,
@@ -220,150 +228,113 @@ async fn decode(
     }
 }
 
+/// The whole path of one event: decode it, then load its run, plan, and perform the plan,
+/// until a commit holds (or the plan needs none).
 async fn process(
     shared: &Arc<Shared>,
     workflow: &Workflow,
     cache: &mut Cache,
     msg: &jetstream::Message,
-) -> Result<(), async_nats::Error> {
+) -> Result<()> {
     let Some((execution, envelope)) = decode(shared, workflow, msg).await else {
-        return Ok(()); // nothing to do (status update) or undecodable (logged)
+        return Ok(());
     };
-    let info = msg.info()?;
-    let (seq, delivered) = (info.stream_sequence, info.delivered);
+    let info = msg
+        .info()
+        .context(|| "reading an event's delivery info".into())?;
+    let delivery = Delivery {
+        seq: info.stream_sequence,
+        delivered: info.delivered,
+    };
     let key = names::run_key(&workflow.name, &execution);
-    for _ in 0..64 {
-        let cached = cache.remove(&execution);
-        let from_cache = cached.is_some();
-        let loaded = match cached {
-            Some(hit) => Some(hit),
-            None => match shared.runs.entry(key.clone()).await? {
-                Some(e) if !e.value.is_empty() => {
-                    let mut record = serde_json::from_slice::<RunRecord>(&e.value)?;
-                    maps::load_items(shared, &key, &mut record).await?;
-                    Some((e.revision, record))
-                }
-                _ => None,
+    let mut cached = cache.remove(&execution);
+    for _ in 0..MAX_CONFLICTS {
+        let mut loaded = match cached.take() {
+            Some((revision, record)) => Loaded {
+                revision: Some(revision),
+                record: Some(record),
+                from_cache: true,
             },
+            None => store::load(shared, &key).await?,
         };
-        let (revision, mut record) = match loaded {
-            Some((rev, rec)) => (Some(rev), rec),
-            None => match (&envelope.event, &envelope.caller) {
-                (Event::Started { .. }, Some(caller)) => {
-                    let state = Execution::new(execution.clone(), &workflow.name);
-                    (
-                        None,
-                        RunRecord {
-                            state,
-                            caller: caller.clone(),
-                            outbox: Vec::new(),
-                            maps: Default::default(),
-                            input_apart: false,
-                        },
-                    )
-                }
-                _ => {
-                    tracing::debug!("event for unknown run {execution} dropped");
-                    return Ok(());
-                }
-            },
-        };
-        let ctx = RunContext {
-            shared,
+        if let Some(record) = loaded
+            .record
+            .as_mut()
+            .filter(|r| !plan::replays(r, delivery))
+        {
+            store::load_results(shared, workflow, &key, record, &envelope.event).await?;
+        }
+        match plan::plan(
             workflow,
-            execution: &execution,
-            caller: &record.caller.clone(),
-        };
-        if delivered > 1 {
-            if let Some(pos) = record.outbox.iter().position(|e| e.seq == seq) {
-                // Committed before, maybe not carried out: do it again (at-least-once).
-                let entry = record.outbox.remove(pos);
-                let acks =
-                    maps::start_puts(shared, maps::result_writes(&key, &entry.results)?).await?;
-                ctx.carry_out(&entry.commands).await?;
-                maps::wait_acks(acks).await?;
-                if let Some(rev) = revision {
-                    if let Ok(new_rev) = shared
-                        .runs
-                        .update(&key, maps::encode(&mut record)?.into(), rev)
-                        .await
-                    {
-                        cache.insert(execution.clone(), (new_rev, record));
-                    }
-                }
+            &key,
+            &execution,
+            loaded,
+            &envelope,
+            delivery,
+            now(),
+        )? {
+            Plan::Ack { keep } => {
+                cache.extend(keep.map(|kept| (execution.clone(), kept)));
                 return Ok(());
             }
-        }
-        let now = now();
-        maps::load_results(shared, workflow, &key, &mut record, &envelope.event).await?;
-        // Some events change the state without any command (a fork branch that is not
-        // the last to end): those must be committed too, or the next replica to load the
-        // run never learns of them.
-        // Items and results are left out of the copy (an event that changes a result
-        // always has commands), so it costs nothing per item of a large map.
-        let before = maps::without_bulk(&mut record.state, Execution::clone);
-        let commands = core::apply(workflow, &mut record.state, envelope.event.clone(), now);
-        if commands.is_empty() && maps::without_bulk(&mut record.state, |s| *s == before) {
-            if from_cache {
-                // Another replica may have moved the run on since this worker cached it,
-                // and the event may matter to the newer state (a result of a call that
-                // replica dispatched): acking it now would lose it. Only a fresh read can
-                // tell; a commit does not need this, its compare-and-swap tells.
-                continue;
+            Plan::Reload => continue,
+            Plan::Perform(steps) => {
+                let ctx = RunContext {
+                    shared,
+                    workflow,
+                    execution: &execution,
+                    caller: &steps.caller.clone(),
+                };
+                if let Some(kept) = perform(&ctx, &key, steps).await? {
+                    cache.extend(kept.map(|kept| (execution.clone(), kept)));
+                    return Ok(());
+                }
             }
-            if let Some(rev) = revision {
-                cache.insert(execution.clone(), (rev, record));
-            }
-            return Ok(());
         }
-        record
-            .outbox
-            .retain(|e| now.0.saturating_sub(e.at.0) < OUTBOX_HORIZON_MS);
-        let results = maps::item_results(workflow, &record, &envelope.event);
-        record.outbox.push(OutboxEntry {
-            seq,
-            at: now,
-            commands: commands.clone(),
-            results,
-        });
-        // Items of a map that just started go first: the commit refers to them.
-        let items = maps::externalize(&mut record, &key)?;
-        maps::wait_acks(maps::start_puts(shared, items).await?).await?;
-        let bytes = maps::encode(&mut record)?;
-        let written = match revision {
-            None => match shared.runs.create(&key, bytes.into()).await {
-                Ok(rev) => Some(rev),
-                Err(e) if e.kind() == CreateErrorKind::AlreadyExists => None,
-                Err(e) => return Err(e.into()),
-            },
-            Some(rev) => match shared.runs.update(&key, bytes.into(), rev).await {
-                Ok(rev) => Some(rev),
-                Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => None,
-                Err(e) => return Err(e.into()),
-            },
-        };
-        let Some(new_rev) = written else {
-            continue; // another replica moved first: reload and apply again
-        };
-        let ctx = RunContext {
-            shared,
-            workflow,
-            execution: &execution,
-            caller: &record.caller,
-        };
-        let written = record
-            .outbox
-            .last()
-            .map(|e| maps::result_writes(&key, &e.results))
-            .transpose()?;
-        let acks = maps::start_puts(shared, written.unwrap_or_default()).await?;
-        ctx.carry_out(&commands).await?;
-        maps::wait_acks(acks).await?;
-        record.outbox.pop();
-        if !record.state.status.is_terminal() {
-            cache.insert(execution.clone(), (new_rev, record));
-        }
-        return Ok(());
     }
-    Err(format!("run {execution}: too many conflicting writes").into())
+    Err(Error::ConflictsExhausted {
+        execution,
+        tries: MAX_CONFLICTS,
+    })
+}
+
+/// Performs `steps` in order (see `plan`). `None`: the commit lost to another replica's,
+/// nothing was carried out. Otherwise what to cache, if anything.
+async fn perform(
+    ctx: &RunContext<'_>,
+    key: &str,
+    steps: Steps,
+) -> Result<Option<Option<(u64, RunRecord)>>> {
+    let (shared, execution) = (ctx.shared, ctx.execution);
+    let writes = |what: &'static str| move || format!("writing {what} of run {execution}");
+    let before = maps::start_puts(shared, steps.before)
+        .await
+        .context(writes("what the commit refers to"))?;
+    maps::wait_acks(before)
+        .await
+        .context(writes("what the commit refers to"))?;
+    let mut revision = None;
+    if let Some(commit) = steps.commit {
+        let Some(rev) = store::cas(shared, execution, key, commit).await? else {
+            return Ok(None);
+        };
+        revision = Some(rev);
+    }
+    let after = maps::start_puts(shared, steps.after)
+        .await
+        .context(writes("item results"))?;
+    ctx.carry_out(&steps.commands)
+        .await
+        .context(|| format!("carrying out the commands of run {execution}"))?;
+    maps::wait_acks(after)
+        .await
+        .context(writes("item results"))?;
+    if let Some(tidy) = steps.tidy {
+        // A failure is harmless: the next commit drops the entry.
+        revision = store::cas(shared, execution, key, tidy)
+            .await
+            .ok()
+            .flatten();
+    }
+    Ok(Some(revision.zip(steps.keep)))
 }

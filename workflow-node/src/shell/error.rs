@@ -1,0 +1,103 @@
+//! The shell's error: one enum whose kinds a caller can match, each keeping its cause.
+
+use crate::core::ExecutionId;
+
+/// What went wrong in the shell.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// What `WorkflowNode::start` was given cannot be served: an invalid namespace, two
+    /// workflows of one name.
+    #[error("{0}")]
+    Definition(String),
+    /// A stream, consumer or bucket could not be created or found.
+    #[error("setting up {resource}: {source}")]
+    Setup {
+        /// The resource, e.g. "stream mesh_WF_Orders".
+        resource: String,
+        /// The server's or the client's error.
+        #[source]
+        source: async_nats::Error,
+    },
+    /// Talking to NATS failed: a publish, a KV read or write, an ack, a lost connection.
+    /// Worth retrying.
+    #[error("{context}: {source}")]
+    Connection {
+        /// What was being done.
+        context: String,
+        /// The client's error.
+        #[source]
+        source: async_nats::Error,
+    },
+    /// A run's entry is larger than the server accepts in one message.
+    #[error(
+        "run {execution}: its state is {size} bytes, over the server's limit of {limit} bytes"
+    )]
+    StateTooLarge {
+        /// The run.
+        execution: ExecutionId,
+        /// The entry's size.
+        size: usize,
+        /// The server's maximum payload.
+        limit: usize,
+    },
+    /// Other replicas moved the run first this many times in a row.
+    #[error("run {execution}: {tries} conflicting writes in a row")]
+    ConflictsExhausted {
+        /// The run.
+        execution: ExecutionId,
+        /// Compare-and-swap attempts made.
+        tries: usize,
+    },
+    /// Another replica claimed the run's final reply a moment ago and is sending it.
+    #[error("another replica is sending the final reply of run {0}")]
+    FinalReplyClaimed(ExecutionId),
+    /// Something a run's entry refers to is not in KV.
+    #[error("{0} is missing")]
+    Missing(String),
+    /// A stored or received value could not be encoded or decoded.
+    #[error("{context}: {source}")]
+    Encoding {
+        /// What was being encoded or decoded.
+        context: String,
+        /// The serializer's error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// The shell's result.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Attaches what was being done to a client or serializer error.
+pub(crate) trait Context<T> {
+    /// Converts the error into the shell's, saying what was being done.
+    fn context(self, what: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T, E: Into<async_nats::Error>> Context<T> for std::result::Result<T, E> {
+    fn context(self, what: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|e| {
+            let source: async_nats::Error = e.into();
+            match source.downcast::<serde_json::Error>() {
+                Ok(json) => Error::Encoding {
+                    context: what(),
+                    source: *json,
+                },
+                Err(source) => Error::Connection {
+                    context: what(),
+                    source,
+                },
+            }
+        })
+    }
+}
+
+impl From<serde_json::Error> for Error {
+    fn from(source: serde_json::Error) -> Self {
+        Error::Encoding {
+            context: "encoding a run".into(),
+            source,
+        }
+    }
+}

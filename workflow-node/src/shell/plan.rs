@@ -1,0 +1,546 @@
+//! What one event does to its run, decided without I/O: the protocol half of the worker,
+//! as `quinn-proto` is to `quinn`. The driver (`worker::process`) loads the run, asks
+//! [`plan`] what to do, and performs the answer in order:
+//!
+//! 1. `before`: writes the commit refers to (a large map's item chunks, a large input),
+//!    awaited before the commit;
+//! 2. `commit`: the run's new entry, written with compare-and-swap on the revision read
+//!    (a conflict means another replica moved first: reload and plan again);
+//! 3. `after` and `commands`: writes the commit promises (item results) are started, the
+//!    commands carried out, and the writes awaited;
+//! 4. `tidy`: for a redelivered event whose commands were carried out again, the entry
+//!    without its outbox entry (a conflict is harmless: the next commit drops it);
+//! 5. `keep`: what the worker caches.
+//!
+//! Every rule of that sequence (when an event is a no-op, when a cached record must be
+//! read again, when an outbox entry is replayed instead of the event re-applied, which
+//! outbox entries are old enough to drop) lives here and is unit-tested below.
+
+use super::maps::{self, Write};
+use super::record::{Caller, OutboxEntry, RunRecord};
+use super::Envelope;
+use crate::core::{self, Command, Event, Execution, ExecutionId, Millis};
+use crate::definition::Workflow;
+
+/// Outbox entries older than this are dropped: their events cannot be redelivered any more.
+pub(super) const OUTBOX_HORIZON_MS: u64 = 10 * 60 * 1000;
+
+/// A run as the driver found it for one event.
+#[derive(Debug)]
+pub(super) struct Loaded {
+    /// The KV revision read, `None` when the run has no entry yet.
+    pub(super) revision: Option<u64>,
+    /// The run's record, `None` when it has no entry yet.
+    pub(super) record: Option<RunRecord>,
+    /// The record came from this worker's cache, so it may be behind KV.
+    pub(super) from_cache: bool,
+}
+
+/// Where the event sits in its stream.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Delivery {
+    /// Its stream sequence: the key of its outbox entry.
+    pub(super) seq: u64,
+    /// How many times it was delivered (1 the first time).
+    pub(super) delivered: i64,
+}
+
+/// One compare-and-swap write of the run's entry.
+#[derive(Debug, PartialEq)]
+pub(super) struct Commit {
+    /// The revision it must replace; `None` creates the entry.
+    pub(super) revision: Option<u64>,
+    /// The entry as stored.
+    pub(super) bytes: Vec<u8>,
+}
+
+/// The I/O to perform for an event, in the order of the module doc.
+#[derive(Debug)]
+pub(super) struct Steps {
+    /// Who the run answers (the commands' final reply and progress go there).
+    pub(super) caller: Caller,
+    /// Written and awaited before `commit`.
+    pub(super) before: Vec<Write>,
+    /// The new entry; `None` on a replay, which only carries out.
+    pub(super) commit: Option<Commit>,
+    /// Written alongside `commands`, awaited after them.
+    pub(super) after: Vec<Write>,
+    /// Carried out after the commit.
+    pub(super) commands: Vec<Command>,
+    /// Written last, if nothing moved the entry meanwhile.
+    pub(super) tidy: Option<Commit>,
+    /// To cache with the revision of the last write that succeeded; `None` caches nothing.
+    pub(super) keep: Option<RunRecord>,
+}
+
+/// What to do with an event.
+#[derive(Debug)]
+pub(super) enum Plan {
+    /// Nothing to write: ack. The event is a no-op for a fresh record, or belongs to no
+    /// run. `keep` is what to cache.
+    Ack {
+        /// The record to cache, with its revision.
+        keep: Option<(u64, RunRecord)>,
+    },
+    /// A cached record did not change: another replica may have moved the run on, and
+    /// the event may matter to the newer state. Read the record from KV and plan again
+    /// (a commit needs no such check: its compare-and-swap tells).
+    Reload,
+    /// Perform these steps, then ack.
+    Perform(Steps),
+}
+
+/// Whether `delivery` is a redelivery of an event whose commands are still in `record`'s
+/// outbox: committed before, maybe not carried out. The driver then skips loading
+/// anything the event itself would need.
+pub(super) fn replays(record: &RunRecord, delivery: Delivery) -> bool {
+    delivery.delivered > 1 && record.outbox.iter().any(|e| e.seq == delivery.seq)
+}
+
+/// Decides what `envelope` does to the run `loaded` holds, at wall-clock `now`.
+///
+/// The record must be complete for the event: item chunks of large maps in place, and the
+/// results of a map the event may end (see [`maps::results_wanted`]).
+pub(super) fn plan(
+    workflow: &Workflow,
+    run_key: &str,
+    execution: &ExecutionId,
+    loaded: Loaded,
+    envelope: &Envelope,
+    delivery: Delivery,
+    now: Millis,
+) -> Result<Plan, serde_json::Error> {
+    let Loaded {
+        revision,
+        record,
+        from_cache,
+    } = loaded;
+    let Some(record) = record.or_else(|| new_run(workflow, execution, envelope)) else {
+        tracing::debug!("event for unknown run {execution} dropped");
+        return Ok(Plan::Ack { keep: None });
+    };
+    if replays(&record, delivery) {
+        return replay(run_key, revision, record, delivery).map(Plan::Perform);
+    }
+    apply(
+        workflow, run_key, revision, record, from_cache, envelope, delivery, now,
+    )
+}
+
+/// The record of a run that a `Started` event creates; `None` for any other event.
+fn new_run(workflow: &Workflow, execution: &ExecutionId, envelope: &Envelope) -> Option<RunRecord> {
+    match (&envelope.event, &envelope.caller) {
+        (Event::Started { .. }, Some(caller)) => Some(RunRecord {
+            state: Execution::new(execution.clone(), &workflow.name),
+            caller: caller.clone(),
+            outbox: Vec::new(),
+            maps: Default::default(),
+            input_apart: false,
+        }),
+        _ => None,
+    }
+}
+
+/// Carries out a committed outbox entry again (at-least-once), then removes it.
+fn replay(
+    run_key: &str,
+    revision: Option<u64>,
+    mut record: RunRecord,
+    delivery: Delivery,
+) -> Result<Steps, serde_json::Error> {
+    let pos = record
+        .outbox
+        .iter()
+        .position(|e| e.seq == delivery.seq)
+        .expect("replay is planned only when the entry is in the outbox");
+    let entry = record.outbox.remove(pos);
+    let tidy = match revision {
+        Some(revision) => Some(Commit {
+            revision: Some(revision),
+            bytes: maps::encode(&mut record)?,
+        }),
+        None => None,
+    };
+    Ok(Steps {
+        caller: record.caller.clone(),
+        before: Vec::new(),
+        commit: None,
+        after: maps::result_writes(run_key, &entry.results)?,
+        commands: entry.commands,
+        keep: tidy.is_some().then_some(record),
+        tidy,
+    })
+}
+
+/// Applies the event to the core and plans its commit.
+#[allow(clippy::too_many_arguments)]
+fn apply(
+    workflow: &Workflow,
+    run_key: &str,
+    revision: Option<u64>,
+    mut record: RunRecord,
+    from_cache: bool,
+    envelope: &Envelope,
+    delivery: Delivery,
+    now: Millis,
+) -> Result<Plan, serde_json::Error> {
+    // Some events change the state without any command (a fork branch that is not the
+    // last to end): those must be committed too, or the next replica to load the run never
+    // learns of them. Items and results are left out of the copy (an event that changes a
+    // result always has commands), so it costs nothing per item of a large map.
+    let before = maps::without_bulk(&mut record.state, Execution::clone);
+    let commands = core::apply(workflow, &mut record.state, envelope.event.clone(), now);
+    if commands.is_empty() && maps::without_bulk(&mut record.state, |s| *s == before) {
+        if from_cache {
+            return Ok(Plan::Reload);
+        }
+        return Ok(Plan::Ack {
+            keep: revision.map(|r| (r, record)),
+        });
+    }
+    record
+        .outbox
+        .retain(|e| now.0.saturating_sub(e.at.0) < OUTBOX_HORIZON_MS);
+    let results = maps::item_results(workflow, &record, &envelope.event);
+    let after = maps::result_writes(run_key, &results)?;
+    record.outbox.push(OutboxEntry {
+        seq: delivery.seq,
+        at: now,
+        commands: commands.clone(),
+        results,
+    });
+    // Items of a map that just started go first: the commit refers to them.
+    let before = maps::externalize(&mut record, run_key)?;
+    let bytes = maps::encode(&mut record)?;
+    // Once carried out, this replica's copy needs the entry no more; KV keeps it until
+    // the next commit, for a redelivery.
+    record.outbox.pop();
+    Ok(Plan::Perform(Steps {
+        caller: record.caller.clone(),
+        before,
+        commit: Some(Commit { revision, bytes }),
+        after,
+        commands,
+        tidy: None,
+        keep: (!record.state.status.is_terminal()).then_some(record),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{Dispatch, TaskKey};
+    use serde_json::json;
+
+    const WORKFLOW: &str = r#"
+name: Chain
+workflow:
+  description: two agents in a row
+  nodes:
+    - {id: a, type: agent, agent_name: A}
+    - {id: b, type: agent, agent_name: B, depends_on: [a]}
+  output_mapping: {b: "{{b.output}}"}
+"#;
+
+    fn workflow() -> Workflow {
+        crate::definition::parse_str(WORKFLOW, "chain.yaml").expect("valid workflow")
+    }
+
+    fn execution() -> ExecutionId {
+        ExecutionId("0123456789abcdef0123456789abcdef".into())
+    }
+
+    fn start() -> Envelope {
+        Envelope {
+            event: Event::Started {
+                input: json!({"x": 1}),
+            },
+            caller: Some(Caller::default()),
+        }
+    }
+
+    fn first(seq: u64) -> Delivery {
+        Delivery { seq, delivered: 1 }
+    }
+
+    fn fresh(revision: u64, record: RunRecord) -> Loaded {
+        Loaded {
+            revision: Some(revision),
+            record: Some(record),
+            from_cache: false,
+        }
+    }
+
+    fn none() -> Loaded {
+        Loaded {
+            revision: None,
+            record: None,
+            from_cache: false,
+        }
+    }
+
+    fn steps(plan: Plan) -> Steps {
+        match plan {
+            Plan::Perform(steps) => steps,
+            other => panic!("expected steps, got {other:?}"),
+        }
+    }
+
+    fn decode(bytes: &[u8]) -> RunRecord {
+        serde_json::from_slice(bytes).expect("a stored record")
+    }
+
+    /// The run after `Started`, as stored (revision 1).
+    fn started(wf: &Workflow) -> (RunRecord, Dispatch) {
+        let s = steps(plan(wf, "k", &execution(), none(), &start(), first(1), Millis(0)).unwrap());
+        let record = decode(&s.commit.expect("a commit").bytes);
+        let dispatch = s
+            .commands
+            .iter()
+            .find_map(|c| match c {
+                Command::Dispatch(d) => Some(d.clone()),
+                _ => None,
+            })
+            .expect("a dispatch of the first node");
+        (record, dispatch)
+    }
+
+    fn succeeded(task: TaskKey) -> Envelope {
+        Envelope {
+            event: Event::CallSucceeded {
+                task,
+                attempt: 1,
+                output: json!({"ok": true}),
+            },
+            caller: None,
+        }
+    }
+
+    #[test]
+    fn a_start_creates_the_entry_with_its_commands_in_the_outbox() {
+        let wf = workflow();
+        let s = steps(
+            plan(
+                &wf,
+                "k",
+                &execution(),
+                none(),
+                &start(),
+                first(7),
+                Millis(5),
+            )
+            .unwrap(),
+        );
+        let commit = s.commit.expect("a commit");
+        assert_eq!(commit.revision, None, "a new run is created, not updated");
+        let stored = decode(&commit.bytes);
+        assert_eq!(stored.outbox.len(), 1);
+        assert_eq!(stored.outbox[0].seq, 7);
+        assert_eq!(stored.outbox[0].commands, s.commands);
+        let kept = s.keep.expect("a running run is cached");
+        assert!(
+            kept.outbox.is_empty(),
+            "the cached copy drops the carried-out entry"
+        );
+        assert!(s.tidy.is_none() && s.before.is_empty() && s.after.is_empty());
+    }
+
+    #[test]
+    fn an_event_for_no_run_is_acked_and_nothing_is_written() {
+        let wf = workflow();
+        let (_, d) = started(&wf);
+        let p = plan(
+            &wf,
+            "k",
+            &execution(),
+            none(),
+            &succeeded(d.task),
+            first(2),
+            Millis(1),
+        );
+        assert!(matches!(p.unwrap(), Plan::Ack { keep: None }));
+    }
+
+    #[test]
+    fn a_no_op_on_a_fresh_record_is_acked_and_cached_but_on_a_cached_one_reloads() {
+        let wf = workflow();
+        let (record, d) = started(&wf);
+        // A result of an attempt that was never made changes nothing.
+        let stale = Envelope {
+            event: Event::CallSucceeded {
+                task: d.task.clone(),
+                attempt: 9,
+                output: json!({}),
+            },
+            caller: None,
+        };
+        let p = plan(
+            &wf,
+            "k",
+            &execution(),
+            fresh(3, record.clone()),
+            &stale,
+            first(2),
+            Millis(1),
+        );
+        match p.unwrap() {
+            Plan::Ack {
+                keep: Some((3, kept)),
+            } => assert_eq!(kept, record),
+            other => panic!("expected an ack that caches revision 3, got {other:?}"),
+        }
+        let cached = Loaded {
+            from_cache: true,
+            ..fresh(3, record)
+        };
+        let p = plan(&wf, "k", &execution(), cached, &stale, first(2), Millis(1));
+        assert!(matches!(p.unwrap(), Plan::Reload));
+    }
+
+    #[test]
+    fn a_result_is_committed_on_the_revision_read() {
+        let wf = workflow();
+        let (record, d) = started(&wf);
+        let s = steps(
+            plan(
+                &wf,
+                "k",
+                &execution(),
+                fresh(4, record),
+                &succeeded(d.task),
+                first(2),
+                Millis(1),
+            )
+            .unwrap(),
+        );
+        let commit = s.commit.expect("a commit");
+        assert_eq!(commit.revision, Some(4));
+        let stored = decode(&commit.bytes);
+        let seqs: Vec<u64> = stored.outbox.iter().map(|e| e.seq).collect();
+        assert_eq!(
+            seqs,
+            vec![1, 2],
+            "the start's entry stays until a later commit"
+        );
+        assert!(s
+            .commands
+            .iter()
+            .any(|c| matches!(c, Command::Dispatch(n) if n.node_id == "b")));
+    }
+
+    #[test]
+    fn a_redelivered_event_still_in_the_outbox_is_carried_out_again_not_reapplied() {
+        let wf = workflow();
+        let (record, _) = started(&wf);
+        let commands = record.outbox[0].commands.clone();
+        let again = Delivery {
+            seq: 1,
+            delivered: 2,
+        };
+        let s = steps(
+            plan(
+                &wf,
+                "k",
+                &execution(),
+                fresh(1, record),
+                &start(),
+                again,
+                Millis(9),
+            )
+            .unwrap(),
+        );
+        assert!(s.commit.is_none(), "a replay commits nothing new");
+        assert_eq!(s.commands, commands);
+        let tidy = s.tidy.expect("the entry is removed afterwards");
+        assert_eq!(tidy.revision, Some(1));
+        assert!(decode(&tidy.bytes).outbox.is_empty());
+        assert!(s.keep.is_some());
+    }
+
+    #[test]
+    fn a_first_delivery_is_applied_even_if_its_sequence_is_in_the_outbox() {
+        let wf = workflow();
+        let (record, d) = started(&wf);
+        let s = steps(
+            plan(
+                &wf,
+                "k",
+                &execution(),
+                fresh(1, record),
+                &succeeded(d.task),
+                first(1),
+                Millis(1),
+            )
+            .unwrap(),
+        );
+        assert!(s.commit.is_some());
+    }
+
+    #[test]
+    fn outbox_entries_past_the_horizon_are_dropped_at_the_next_commit() {
+        let wf = workflow();
+        let (record, d) = started(&wf);
+        let late = Millis(OUTBOX_HORIZON_MS + 1);
+        let s = steps(
+            plan(
+                &wf,
+                "k",
+                &execution(),
+                fresh(1, record),
+                &succeeded(d.task),
+                first(2),
+                late,
+            )
+            .unwrap(),
+        );
+        let stored = decode(&s.commit.expect("a commit").bytes);
+        let seqs: Vec<u64> = stored.outbox.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, vec![2]);
+    }
+
+    #[test]
+    fn a_run_that_ends_is_not_cached() {
+        let wf = workflow();
+        let (record, a) = started(&wf);
+        let s = steps(
+            plan(
+                &wf,
+                "k",
+                &execution(),
+                fresh(1, record),
+                &succeeded(a.task),
+                first(2),
+                Millis(1),
+            )
+            .unwrap(),
+        );
+        let b = s
+            .commands
+            .iter()
+            .find_map(|c| match c {
+                Command::Dispatch(d) => Some(d.task.clone()),
+                _ => None,
+            })
+            .expect("b is dispatched");
+        let record = s.keep.expect("still running: cached");
+        let s = steps(
+            plan(
+                &wf,
+                "k",
+                &execution(),
+                fresh(2, record),
+                &succeeded(b),
+                first(3),
+                Millis(2),
+            )
+            .unwrap(),
+        );
+        let stored = decode(&s.commit.expect("a commit").bytes);
+        assert!(stored.state.status.is_terminal());
+        assert!(s
+            .commands
+            .iter()
+            .any(|c| matches!(c, Command::Finish { .. })));
+        assert!(s.keep.is_none());
+    }
+}
