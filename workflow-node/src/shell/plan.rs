@@ -80,14 +80,14 @@ pub(super) enum Plan {
     /// run. `keep` is what to cache.
     Ack {
         /// The record to cache, with its revision.
-        keep: Option<(u64, RunRecord)>,
+        keep: Option<(u64, Box<RunRecord>)>,
     },
     /// A cached record did not change: another replica may have moved the run on, and
     /// the event may matter to the newer state. Read the record from KV and plan again
     /// (a commit needs no such check: its compare-and-swap tells).
     Reload,
     /// Perform these steps, then ack.
-    Perform(Steps),
+    Perform(Box<Steps>),
 }
 
 /// Whether `delivery` is a redelivery of an event whose commands are still in `record`'s
@@ -120,7 +120,9 @@ pub(super) fn plan(
         return Ok(Plan::Ack { keep: None });
     };
     if replays(&record, delivery) {
-        return replay(run_key, revision, record, delivery).map(Plan::Perform);
+        return Ok(Plan::Perform(Box::new(replay(
+            run_key, revision, record, delivery,
+        )?)));
     }
     apply(
         workflow, run_key, revision, record, from_cache, envelope, delivery, now,
@@ -195,7 +197,7 @@ fn apply(
             return Ok(Plan::Reload);
         }
         return Ok(Plan::Ack {
-            keep: revision.map(|r| (r, record)),
+            keep: revision.map(|r| (r, Box::new(record))),
         });
     }
     record
@@ -215,7 +217,7 @@ fn apply(
     // Once carried out, this replica's copy needs the entry no more; KV keeps it until
     // the next commit, for a redelivery.
     record.outbox.pop();
-    Ok(Plan::Perform(Steps {
+    Ok(Plan::Perform(Box::new(Steps {
         caller: record.caller.clone(),
         before,
         commit: Some(Commit { revision, bytes }),
@@ -223,7 +225,7 @@ fn apply(
         commands,
         tidy: None,
         keep: (!record.state.status.is_terminal()).then_some(record),
-    }))
+    })))
 }
 
 #[cfg(test)]
@@ -281,7 +283,7 @@ workflow:
 
     fn steps(plan: Plan) -> Steps {
         match plan {
-            Plan::Perform(steps) => steps,
+            Plan::Perform(steps) => *steps,
             other => panic!("expected steps, got {other:?}"),
         }
     }
@@ -386,7 +388,7 @@ workflow:
         match p.unwrap() {
             Plan::Ack {
                 keep: Some((3, kept)),
-            } => assert_eq!(kept, record),
+            } => assert_eq!(*kept, record),
             other => panic!("expected an ack that caches revision 3, got {other:?}"),
         }
         let cached = Loaded {

@@ -63,7 +63,7 @@ pub(super) async fn cas(
     key: &str,
     commit: Commit,
 ) -> Result<Option<u64>> {
-    let limit = usize::try_from(shared.client.server_info().max_payload).unwrap_or(usize::MAX);
+    let limit = shared.client.server_info().max_payload;
     if commit.bytes.len() > limit {
         return Err(Error::StateTooLarge {
             execution: execution.clone(),

@@ -274,7 +274,7 @@ async fn process(
             now(),
         )? {
             Plan::Ack { keep } => {
-                cache.extend(keep.map(|kept| (execution.clone(), kept)));
+                cache.extend(keep.map(|(rev, kept)| (execution.clone(), (rev, *kept))));
                 return Ok(());
             }
             Plan::Reload => continue,
@@ -285,7 +285,7 @@ async fn process(
                     execution: &execution,
                     caller: &steps.caller.clone(),
                 };
-                if let Some(kept) = perform(&ctx, &key, steps).await? {
+                if let Some(kept) = perform(&ctx, &key, *steps).await? {
                     cache.extend(kept.map(|kept| (execution.clone(), kept)));
                     return Ok(());
                 }
