@@ -54,12 +54,44 @@ pub fn run(args: Args) -> ExitCode {
             conn.url,
             args.nats.namespace
         );
-        wait_for_signal().await?;
-        eprintln!("draining");
+        let code = tokio::select! {
+            signal = wait_for_signal() => {
+                signal?;
+                eprintln!("draining");
+                ExitCode::SUCCESS
+            }
+            workflow = broken_for(&node, UNHEALTHY_EXIT) => {
+                eprintln!(
+                    "the events of {workflow} could not be pulled for {}s: exiting, so that a \
+                     supervisor restarts this replica",
+                    UNHEALTHY_EXIT.as_secs()
+                );
+                ExitCode::from(3)
+            }
+        };
         node.shutdown().await;
         conn.close().await;
-        Ok::<_, anyhow::Error>(ExitCode::SUCCESS)
+        Ok::<_, anyhow::Error>(code)
     })
+}
+
+/// How long a workflow's events may go unpulled before `serve` gives up (exit code 3).
+const UNHEALTHY_EXIT: Duration = Duration::from_secs(60);
+
+/// Returns the first workflow whose events have not been pulled for `limit`.
+async fn broken_for(node: &WorkflowNode, limit: Duration) -> String {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        if let Some((workflow, _)) = node
+            .health()
+            .broken()
+            .into_iter()
+            .find(|(_, since)| since.elapsed() >= limit)
+        {
+            return workflow;
+        }
+    }
 }
 
 /// Waits for SIGINT or SIGTERM.

@@ -15,6 +15,8 @@
 
 mod effects;
 mod error;
+mod health;
+mod lease;
 pub mod maps;
 pub mod names;
 mod plan;
@@ -44,6 +46,7 @@ use error::Context;
 use crate::core::{Event, ExecutionId, Millis};
 use crate::definition::Workflow;
 pub use error::{Error, Result};
+pub use health::Health;
 pub use record::{Caller, RunRecord};
 pub use registry::Registry;
 
@@ -103,6 +106,7 @@ pub struct Shared {
     registry: Registry,
     cards: HashMap<String, AgentCard>,
     artifacts: tokio::sync::OnceCell<object_store::ObjectStore>,
+    health: Health,
 }
 
 /// The wall clock, in the core's unit.
@@ -232,6 +236,7 @@ impl WorkflowNode {
             registry: Registry::default(),
             cards,
             artifacts: tokio::sync::OnceCell::new(),
+            health: Health::default(),
         });
         for card in shared.cards.values() {
             shared.registry.insert(card.clone());
@@ -286,6 +291,11 @@ impl WorkflowNode {
     /// The agent cards this node publishes.
     pub fn cards(&self) -> Vec<AgentCard> {
         self.shared.cards.values().cloned().collect()
+    }
+
+    /// Whether the node is doing its work (every workflow's events are being pulled).
+    pub fn health(&self) -> &Health {
+        &self.shared.health
     }
 
     /// The registry of cards seen on the mesh.

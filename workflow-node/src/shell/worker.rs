@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 
 use super::effects::RunContext;
 use super::error::{Context, Error, Result};
+use super::lease::Leases;
 use super::plan::{self, Delivery, Loaded, Plan, Steps};
 use super::record::RunRecord;
 use super::wire::{interpret_reply, reply_event, ReplyMeaning};
@@ -72,55 +73,136 @@ pub(super) async fn consumer(
 }
 
 /// Pulls the workflow's events and hands each to the worker that owns its run, until
-/// `stop` fires; events in hand are finished first.
+/// `stop` fires; events in hand are finished first. A pull that ends or loses its
+/// consumer (deleted, or the stream with it) is set up again, with a backoff, and the
+/// workflow reports itself unhealthy meanwhile.
 pub(super) async fn run(
     shared: Arc<Shared>,
     workflow: Arc<Workflow>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<()> {
-    let consumer = consumer(&shared, &workflow.name).await?;
-    let mut messages = consumer.messages().await.map_err(|e| Error::Setup {
-        resource: format!("the pull of {}", workflow.name),
-        source: e.into(),
-    })?;
+    let leases = Arc::new(Leases::default());
+    let renewer = tokio::spawn(
+        leases
+            .clone()
+            .renew(shared.client.clone(), shared.config.ack_wait / 2),
+    );
     let n = shared.config.workers.max(1);
     let mut senders = Vec::with_capacity(n);
     let mut workers = Vec::with_capacity(n);
     for _ in 0..n {
-        let (tx, rx) = mpsc::channel::<jetstream::Message>(256);
+        let (tx, rx) = mpsc::channel::<(u64, jetstream::Message)>(256);
         senders.push(tx);
-        workers.push(tokio::spawn(worker(shared.clone(), workflow.clone(), rx)));
+        workers.push(tokio::spawn(worker(
+            shared.clone(),
+            workflow.clone(),
+            leases.clone(),
+            rx,
+        )));
     }
-    loop {
+    let mut backoff = Backoff::default();
+    while !*stop.borrow() {
+        let pulled = pull(&shared, &workflow.name).await;
+        let mut messages = match pulled {
+            Ok(m) => m,
+            Err(e) => {
+                shared.health.set(&workflow.name, false);
+                tracing::warn!("{e}; trying again in {:?}", backoff.current());
+                tokio::select! {
+                    _ = stop.changed() => break,
+                    _ = backoff.wait() => continue,
+                }
+            }
+        };
+        shared.health.set(&workflow.name, true);
+        backoff = Backoff::default();
         tokio::select! {
             _ = stop.changed() => break,
-            msg = messages.next() => {
-                let Some(msg) = msg else { break };
-                let msg = match msg {
-                    Ok(m) => m,
-                    Err(e) => { tracing::debug!("event stream: {e}"); continue }
-                };
-                let Some(execution) = execution_of(&shared.ns, &workflow.name, &msg.subject) else {
-                    tracing::warn!("dropping an event on unexpected subject {}", msg.subject);
-                    let _ = msg.ack_with(AckKind::Term).await;
-                    continue;
-                };
-                let mut h = DefaultHasher::new();
-                execution.hash(&mut h);
-                let idx = (h.finish() % n as u64) as usize;
-                if senders[idx].send(msg).await.is_err() {
-                    break;
-                }
+            why = route(&shared, &workflow, &mut messages, &leases, &senders) => {
+                shared.health.set(&workflow.name, false);
+                tracing::warn!("the event pull of {} {why}: setting it up again", workflow.name);
             }
         }
     }
     // Drain: stop taking events, let the workers finish what they hold.
-    drop(messages);
     drop(senders);
     for w in workers {
         let _ = w.await;
     }
+    renewer.abort();
     Ok(())
+}
+
+/// The workflow's consumer and a pull on it.
+async fn pull(shared: &Shared, workflow: &str) -> Result<pull::Stream> {
+    let consumer = consumer(shared, workflow).await?;
+    consumer.messages().await.map_err(|e| Error::Setup {
+        resource: format!("the pull of {workflow}'s events"),
+        source: e.into(),
+    })
+}
+
+/// Hands pulled events to their workers until the pull breaks; says why it did.
+async fn route(
+    shared: &Shared,
+    workflow: &Workflow,
+    messages: &mut pull::Stream,
+    leases: &Leases,
+    senders: &[mpsc::Sender<(u64, jetstream::Message)>],
+) -> String {
+    while let Some(msg) = messages.next().await {
+        let msg = match msg {
+            Ok(m) => m,
+            Err(e) if pull_is_lost(e.kind()) => return format!("broke ({e})"),
+            Err(e) => {
+                tracing::debug!("event stream: {e}");
+                continue;
+            }
+        };
+        let Some(execution) = execution_of(&shared.ns, &workflow.name, &msg.subject) else {
+            tracing::warn!("dropping an event on unexpected subject {}", msg.subject);
+            let _ = msg.ack_with(AckKind::Term).await;
+            continue;
+        };
+        let mut h = DefaultHasher::new();
+        execution.hash(&mut h);
+        let idx = (h.finish() % senders.len() as u64) as usize;
+        let lease = leases.hold(&msg);
+        if senders[idx].send((lease, msg)).await.is_err() {
+            return "lost its workers".into();
+        }
+    }
+    "ended".into()
+}
+
+/// Whether a pull error means the pull will deliver nothing more: its consumer is gone, or
+/// the server refuses it.
+fn pull_is_lost(kind: pull::MessagesErrorKind) -> bool {
+    use pull::MessagesErrorKind as K;
+    matches!(
+        kind,
+        K::ConsumerDeleted | K::NoResponders | K::PushBasedConsumer | K::RequestLimitExceeded
+    )
+}
+
+/// Waits that double from 100 ms up to 5 s.
+struct Backoff(Duration);
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff(Duration::from_millis(100))
+    }
+}
+
+impl Backoff {
+    fn current(&self) -> Duration {
+        self.0
+    }
+
+    async fn wait(&mut self) {
+        tokio::time::sleep(self.0).await;
+        self.0 = (self.0 * 2).min(Duration::from_secs(5));
+    }
 }
 
 /// The run an event belongs to, from its subject.
@@ -143,28 +225,15 @@ type Cache = HashMap<ExecutionId, (u64, RunRecord)>;
 async fn worker(
     shared: Arc<Shared>,
     workflow: Arc<Workflow>,
-    mut rx: mpsc::Receiver<jetstream::Message>,
+    leases: Arc<Leases>,
+    mut rx: mpsc::Receiver<(u64, jetstream::Message)>,
 ) {
     let mut cache = Cache::new();
-    while let Some(msg) = rx.recv().await {
+    while let Some((lease, msg)) = rx.recv().await {
         if cache.len() > 10_000 {
             cache.clear();
         }
-        // A slow event (a card wait, a slow server) tells the stream it is still in hand,
-        // so it is not redelivered to another replica while this one works on it.
-        let work = process(&shared, &workflow, &mut cache, &msg);
-        tokio::pin!(work);
-        let mut heartbeat = tokio::time::interval(shared.config.ack_wait / 2);
-        heartbeat.tick().await;
-        let outcome = loop {
-            tokio::select! {
-                outcome = &mut work => break outcome,
-                _ = heartbeat.tick() => {
-                    let _ = msg.ack_with(AckKind::Progress).await;
-                }
-            }
-        };
-        match outcome {
+        match process(&shared, &workflow, &mut cache, &msg).await {
             Ok(()) => {
                 if let Err(e) = msg.ack().await {
                     tracing::warn!("ack failed (the event will be redelivered): {e}");
@@ -177,6 +246,7 @@ async fn worker(
                     .await;
             }
         }
+        leases.release(lease);
     }
 }
 

@@ -1,0 +1,145 @@
+//! The node keeps processing through what would otherwise stop it quietly: its consumer
+//! or event stream deleted under it, and events queued behind a slow one longer than the
+//! ack wait. Real nats-server per test.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use workflow_node::cli::client::{invoke, RunResult};
+use workflow_node::definition::parse_str;
+use workflow_node::shell::{names, Config, WorkflowNode};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+const STUBS: &str = r#"
+agents:
+  - name: Echo
+    rules: [{output: "{{input}}"}]
+"#;
+
+const ECHO: &str = r#"
+name: EchoOnce
+workflow:
+  description: one agent
+  nodes:
+    - {id: echo, type: agent, agent_name: Echo, input: {n: "{{workflow.input.n}}"}}
+  output_mapping: {n: "{{echo.output.n}}"}
+"#;
+
+const MIXED: &str = r#"
+name: Mixed
+workflow:
+  description: echo, or call an agent that has no card (its dispatch waits for one)
+  nodes:
+    - {id: pick, type: conditional, condition: "{{workflow.input.ghost}} == true", true_branch: ghost, false_branch: echo}
+    - {id: ghost, type: agent, agent_name: NobodyHome, depends_on: [pick]}
+    - {id: echo, type: agent, agent_name: Echo, depends_on: [pick], input: {n: "{{workflow.input.n}}"}}
+  output_mapping: {n: "{{echo.output.n}}"}
+"#;
+
+struct Mesh {
+    _server: mesh_tests::NatsServer,
+    client: async_nats::Client,
+    node: WorkflowNode,
+    _stubs: Vec<agent_sdk::AgentHandle>,
+    _dir: tempfile::TempDir,
+}
+
+async fn mesh(workflows: &[&str], config: Config) -> Mesh {
+    let server = mesh_tests::nats();
+    let client = async_nats::connect(server.url()).await.expect("connect");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stub_path: PathBuf = dir.path().join("stubs.yaml");
+    std::fs::write(&stub_path, STUBS).expect("write stubs");
+    let file = agent_sdk::stub::load_stub_file(&stub_path).expect("stub file");
+    let stubs = agent_sdk::stub::serve_stubs(client.clone(), "mesh", file)
+        .await
+        .expect("stubs");
+    let workflows = workflows
+        .iter()
+        .map(|y| parse_str(y, "test.yaml").unwrap_or_else(|p| panic!("{p:?}")))
+        .collect();
+    let node = WorkflowNode::start(client.clone(), workflows, config)
+        .await
+        .expect("node");
+    Mesh {
+        _server: server,
+        client,
+        node,
+        _stubs: stubs,
+        _dir: dir,
+    }
+}
+
+async fn run(m: &Mesh, workflow: &str, input: Value) -> RunResult {
+    invoke(&m.client, "mesh", workflow, &input, TIMEOUT, |_| {})
+        .await
+        .expect("a result")
+}
+
+#[tokio::test]
+async fn runs_go_on_after_the_consumer_and_then_the_stream_are_deleted() {
+    let m = mesh(&[ECHO], Config::default()).await;
+    assert_eq!(run(&m, "EchoOnce", json!({"n": 1})).await.status, "success");
+    let js = async_nats::jetstream::new(m.client.clone());
+    let stream = names::event_stream("mesh", "EchoOnce");
+
+    js.delete_consumer_from_stream(names::CONSUMER, &stream)
+        .await
+        .expect("delete the consumer");
+    let r = run(&m, "EchoOnce", json!({"n": 2})).await;
+    assert_eq!(r.status, "success", "{:?}", r.error);
+    assert_eq!(r.output, Some(json!({"n": 2})));
+
+    js.delete_stream(&stream).await.expect("delete the stream");
+    let r = run(&m, "EchoOnce", json!({"n": 3})).await;
+    assert_eq!(r.status, "success", "{:?}", r.error);
+    assert_eq!(r.output, Some(json!({"n": 3})));
+}
+
+#[tokio::test]
+async fn events_queued_behind_a_slow_one_are_not_redelivered() {
+    // One worker, so every event waits behind the one in hand; the ghost's dispatch holds
+    // the worker for three ack waits while it waits for a card that never comes.
+    let config = Config {
+        workers: 1,
+        ack_wait: Duration::from_millis(500),
+        card_wait: Duration::from_millis(1500),
+        ..Config::default()
+    };
+    let m = mesh(&[MIXED], config).await;
+    let ghost = run(&m, "Mixed", json!({"ghost": true, "n": -1}));
+    let echoes = (0..20).map(|n| run(&m, "Mixed", json!({"ghost": false, "n": n})));
+    let echoes = futures::future::join_all(echoes);
+    let (ghost, echoes) = tokio::join!(ghost, echoes);
+    assert_eq!(ghost.status, "failure");
+    assert!(ghost.error.unwrap_or_default().contains("no card"));
+    for (n, r) in echoes.iter().enumerate() {
+        assert_eq!(r.output, Some(json!({"n": n})), "run {n}: {:?}", r.error);
+    }
+    let js = async_nats::jetstream::new(m.client.clone());
+    for workflow in ["Mixed"] {
+        let mut consumer: async_nats::jetstream::consumer::PullConsumer = js
+            .get_consumer_from_stream(names::CONSUMER, names::event_stream("mesh", workflow))
+            .await
+            .expect("consumer");
+        let delivered = consumer.info().await.expect("consumer info").delivered;
+        let mut stream = js
+            .get_stream(names::event_stream("mesh", workflow))
+            .await
+            .expect("stream");
+        let stored = stream
+            .info()
+            .await
+            .expect("stream info")
+            .state
+            .last_sequence;
+        // Every delivery takes a consumer sequence: more deliveries than events stored
+        // means some were delivered again.
+        assert_eq!(
+            delivered.consumer_sequence, stored,
+            "{workflow}: events were redelivered while they waited in the replica's queue"
+        );
+    }
+}
