@@ -40,7 +40,6 @@ impl Cx<'_> {
         }
     }
 
-    /// Creates a call and starts it when a slot is free.
     /// Creates a call (its input already resolved once by the caller, so a template that
     /// cannot resolve fails the node before any call exists) and starts it when a slot is
     /// free.
