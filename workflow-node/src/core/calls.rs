@@ -40,7 +40,6 @@ impl Cx<'_> {
         }
     }
 
-    /// Creates a call and starts it when a slot is free.
     /// Creates a call (its input already resolved once by the caller, so a template that
     /// cannot resolve fails the node before any call exists) and starts it when a slot is
     /// free.
@@ -324,5 +323,163 @@ impl Cx<'_> {
             self.release_slot();
         }
         Some(call)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::super::testkit::{dispatches, started_timers, with_nodes, workflow, Run};
+    use super::super::types::{Command, FailureClass, Millis, NodeStatus, TaskKey, TimerId};
+
+    fn retrying(strategy: &str) -> crate::definition::Workflow {
+        workflow(&format!(
+            r#"
+name: R
+workflow:
+  description: d
+  nodes:
+    - {{id: a, type: agent, agent_name: A, timeout: 10s, retry_strategy: {strategy}}}
+  output_mapping: {{a: "{{{{a.output}}}}"}}
+"#
+        ))
+    }
+
+    fn a() -> TaskKey {
+        TaskKey::single("a")
+    }
+
+    /// Fails attempt `attempt` and returns when its retry timer is due.
+    fn fail_and_backoff(run: &mut Run<'_>, attempt: u32) -> Millis {
+        let out = run.fail(a(), attempt, FailureClass::Failed);
+        let timers = started_timers(&out);
+        let retry = TimerId::Retry {
+            task: a(),
+            attempt: attempt + 1,
+        };
+        assert_eq!(timers.len(), 1, "{out:?}");
+        assert_eq!(*timers[0].0, retry);
+        timers[0].1
+    }
+
+    #[test]
+    fn backoff_grows_by_its_factor_up_to_its_cap() {
+        let wf = retrying("{limit: 4, backoff: {duration: 1s, factor: 2, max_duration: 3s}}");
+        let (mut run, _) = Run::start(&wf, json!({}));
+        let mut delays = Vec::new();
+        for attempt in 1..=3 {
+            let due = fail_and_backoff(&mut run, attempt);
+            delays.push(due.0 - run.now.0);
+            run.now = due;
+            let out = run.fire(TimerId::Retry {
+                task: a(),
+                attempt: attempt + 1,
+            });
+            assert_eq!(dispatches(&out)[0].attempt, attempt + 1);
+        }
+        assert_eq!(delays, vec![1000, 2000, 3000]);
+    }
+
+    #[test]
+    fn a_stale_attempt_result_is_ignored() {
+        let wf = retrying("{limit: 1, backoff: {duration: 1s}}");
+        let (mut run, _) = Run::start(&wf, json!({}));
+        run.now = fail_and_backoff(&mut run, 1);
+        run.fire(TimerId::Retry {
+            task: a(),
+            attempt: 2,
+        });
+        let before = run.st.clone();
+        assert!(run.succeed(a(), 1, json!("late")).is_empty());
+        assert!(run.fail(a(), 1, FailureClass::Failed).is_empty());
+        let stale_timeout = TimerId::CallTimeout {
+            task: a(),
+            attempt: 1,
+        };
+        assert!(run.fire(stale_timeout).is_empty());
+        assert_eq!(run.st, before);
+        run.succeed(a(), 2, json!("ok"));
+        assert_eq!(run.status("a"), NodeStatus::Success);
+    }
+
+    #[test]
+    fn retry_policies_pick_the_failure_classes_they_retry() {
+        let retried = |policy: &str, class: FailureClass| {
+            let wf = retrying(&format!("{{limit: 1, retry_policy: {policy}}}"));
+            let (mut run, _) = Run::start(&wf, json!({}));
+            !started_timers(&run.fail(a(), 1, class)).is_empty()
+        };
+        assert!(retried("Always", FailureClass::Failed));
+        assert!(retried("Always", FailureClass::Unreachable));
+        assert!(retried("OnFailure", FailureClass::Failed));
+        assert!(!retried("OnFailure", FailureClass::TimedOut));
+        assert!(retried("OnError", FailureClass::Unreachable));
+        assert!(retried("OnError", FailureClass::TimedOut));
+        assert!(!retried("OnError", FailureClass::Failed));
+    }
+
+    #[test]
+    fn a_timeout_cancels_the_attempt_at_the_agent_and_counts_as_a_failure() {
+        let wf = retrying("{limit: 0}");
+        let (mut run, start) = Run::start(&wf, json!({}));
+        let sub_task_id = dispatches(&start)[0].sub_task_id.clone();
+        run.now = Millis(10_000);
+        let out = run.fire(TimerId::CallTimeout {
+            task: a(),
+            attempt: 1,
+        });
+        assert!(out.contains(&Command::CancelCall {
+            task: a(),
+            attempt: 1,
+            sub_task_id,
+            agent: "A".into(),
+        }));
+        assert_eq!(run.status("a"), NodeStatus::Failure);
+        assert_eq!(run.error("a"), "agent 'A' did not answer within 10 s");
+    }
+
+    #[test]
+    fn sub_task_ids_name_the_run_node_slot_and_attempt() {
+        let wf = retrying("{limit: 1, backoff: {duration: 1s}}");
+        let (mut run, start) = Run::start(&wf, json!({}));
+        assert_eq!(dispatches(&start)[0].sub_task_id, "x_a_x_1");
+        run.now = fail_and_backoff(&mut run, 1);
+        let out = run.fire(TimerId::Retry {
+            task: a(),
+            attempt: 2,
+        });
+        assert_eq!(dispatches(&out)[0].sub_task_id, "x_a_x_2");
+        // The same run, state and event give the same id: a replica resuming agrees.
+        let (_, again) = Run::start(&wf, json!({}));
+        assert_eq!(dispatches(&again)[0].sub_task_id, "x_a_x_1");
+    }
+
+    #[test]
+    fn the_run_concurrency_queues_calls_and_a_freed_slot_dispatches_the_oldest() {
+        let wf = with_nodes(
+            "  concurrency: 1\n",
+            r#"
+    - {id: p, type: agent, agent_name: A}
+    - {id: q, type: agent, agent_name: A}
+    - {id: r, type: agent, agent_name: A}
+"#,
+        );
+        let (mut run, start) = Run::start(&wf, json!({}));
+        let first: Vec<&str> = dispatches(&start)
+            .iter()
+            .map(|d| d.node_id.as_str())
+            .collect();
+        assert_eq!(first, vec!["p"]);
+        run.wait(Duration::from_millis(5));
+        let out = run.succeed(TaskKey::single("p"), 1, json!(1));
+        let next: Vec<&str> = dispatches(&out)
+            .iter()
+            .map(|d| d.node_id.as_str())
+            .collect();
+        assert_eq!(next, vec!["q"]);
+        assert_eq!(run.st.in_flight, 1);
     }
 }

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use super::scope::RunScope;
 use super::state::{Detail, Execution, NodeState};
 use super::types::{Command, Event, Millis, NodeStatus, Progress, RunError, RunStatus, TimerId};
-use crate::definition::{JoinStrategy, NodeKind, NodeRole, Workflow};
+use crate::definition::{JoinStrategy, LoopNode, MapNode, NodeKind, NodeRole, Workflow};
 
 /// Applies one event to a run and returns what the shell must do.
 ///
@@ -153,65 +153,7 @@ impl Cx<'_> {
         }
         let status = |id: &String| self.st.node_status(id);
         if let NodeKind::Join { wait_for, strategy } = &node.kind {
-            let succeeded = wait_for
-                .iter()
-                .filter(|d| status(d) == NodeStatus::Success)
-                .count();
-            let skipped = wait_for
-                .iter()
-                .filter(|d| status(d) == NodeStatus::Skipped)
-                .count();
-            let broken = wait_for
-                .iter()
-                .any(|d| matches!(status(d), NodeStatus::Failure | NodeStatus::Cancelled));
-            let all_ended = node.depends_on.iter().all(|d| status(d).is_terminal());
-            let others_ended = node
-                .depends_on
-                .iter()
-                .filter(|d| !wait_for.contains(d))
-                .all(|d| status(d).is_terminal());
-            let met = match strategy {
-                JoinStrategy::All => all_ended && !broken && succeeded > 0,
-                JoinStrategy::Any => succeeded >= 1,
-                JoinStrategy::NOfM(n) => succeeded >= *n,
-            };
-            if met && others_ended {
-                if let Some(reason) = self.stop_reason(idx, true) {
-                    return self.skip(idx, reason);
-                }
-                if !self.when_holds(idx) {
-                    return;
-                }
-                let mut output = serde_json::Map::new();
-                for d in wait_for {
-                    if let Some(out) = self.st.nodes.get(d).and_then(|n| n.output.clone()) {
-                        output.insert(d.clone(), out);
-                    }
-                }
-                self.node_started(idx);
-                return self.finish_node(
-                    idx,
-                    NodeStatus::Success,
-                    Some(Value::Object(output)),
-                    None,
-                );
-            }
-            if !all_ended {
-                return;
-            }
-            if let Some(reason) = self.stop_reason(idx, false) {
-                return self.skip(idx, reason);
-            }
-            let reason = if skipped == wait_for.len() {
-                "all nodes it waits for were skipped".to_string()
-            } else {
-                format!(
-                    "join strategy {} cannot be met: {succeeded} of {} nodes succeeded",
-                    strategy_name(*strategy),
-                    wait_for.len()
-                )
-            };
-            return self.skip(idx, reason);
+            return self.consider_join(idx, wait_for, *strategy);
         }
         if !node.depends_on.iter().all(|d| status(d).is_terminal()) {
             return;
@@ -222,6 +164,73 @@ impl Cx<'_> {
         if self.when_holds(idx) {
             self.start_node(idx);
         }
+    }
+
+    /// A join ends as soon as its strategy is met (and every dependency outside `wait_for`
+    /// has ended), or is skipped once everything has ended and the strategy cannot be met.
+    fn consider_join(&mut self, idx: usize, wait_for: &[String], strategy: JoinStrategy) {
+        let node = &self.wf.nodes[idx];
+        let status = |id: &String| self.st.node_status(id);
+        let succeeded = wait_for
+            .iter()
+            .filter(|d| status(d) == NodeStatus::Success)
+            .count();
+        let skipped = wait_for
+            .iter()
+            .filter(|d| status(d) == NodeStatus::Skipped)
+            .count();
+        let broken = wait_for
+            .iter()
+            .any(|d| matches!(status(d), NodeStatus::Failure | NodeStatus::Cancelled));
+        let all_ended = node.depends_on.iter().all(|d| status(d).is_terminal());
+        let others_ended = node
+            .depends_on
+            .iter()
+            .filter(|d| !wait_for.contains(d))
+            .all(|d| status(d).is_terminal());
+        let met = match strategy {
+            JoinStrategy::All => all_ended && !broken && succeeded > 0,
+            JoinStrategy::Any => succeeded >= 1,
+            JoinStrategy::NOfM(n) => succeeded >= n,
+        };
+        if met && others_ended {
+            return self.end_join(idx, wait_for);
+        }
+        if !all_ended {
+            return;
+        }
+        if let Some(reason) = self.stop_reason(idx, false) {
+            return self.skip(idx, reason);
+        }
+        let reason = if skipped == wait_for.len() {
+            "all nodes it waits for were skipped".to_string()
+        } else {
+            format!(
+                "join strategy {} cannot be met: {succeeded} of {} nodes succeeded",
+                strategy_name(strategy),
+                wait_for.len()
+            )
+        };
+        self.skip(idx, reason)
+    }
+
+    /// A join whose strategy is met succeeds with the outputs of the nodes it waited for
+    /// that have one (unless the run stopped, a dependency broke, or `when` does not hold).
+    fn end_join(&mut self, idx: usize, wait_for: &[String]) {
+        if let Some(reason) = self.stop_reason(idx, true) {
+            return self.skip(idx, reason);
+        }
+        if !self.when_holds(idx) {
+            return;
+        }
+        let mut output = serde_json::Map::new();
+        for d in wait_for {
+            if let Some(out) = self.st.nodes.get(d).and_then(|n| n.output.clone()) {
+                output.insert(d.clone(), out);
+            }
+        }
+        self.node_started(idx);
+        self.finish_node(idx, NodeStatus::Success, Some(Value::Object(output)), None);
     }
 
     /// Why a node whose dependencies have ended must be skipped, if it must.
@@ -351,31 +360,10 @@ impl Cx<'_> {
             condition_result,
             selected_branch,
         }));
-        // A map's or loop's inner node ends with its owner, once, for callers that follow
-        // nodes (its per-item or per-iteration calls are reported as they start).
-        let inner = match &node.kind {
-            NodeKind::Map(m) => Some(&m.node),
-            NodeKind::Loop(l) => Some(&l.node),
-            _ => None,
-        };
-        if let Some(inner) = inner {
-            let state = self
-                .st
-                .nodes
-                .entry(inner.clone())
-                .or_insert_with(|| NodeState::new(NodeStatus::Skipped));
-            if !state.status.is_terminal() {
-                state.status = NodeStatus::Cancelled;
-            }
-            state.ended_at.get_or_insert(self.now);
-            self.out.push(Command::Progress(Progress::NodeFinished {
-                node_id: inner.clone(),
-                status: state.status,
-                output: state.output.clone(),
-                error: None,
-                condition_result: None,
-                selected_branch: None,
-            }));
+        if let NodeKind::Map(MapNode { node: inner, .. })
+        | NodeKind::Loop(LoopNode { node: inner, .. }) = &node.kind
+        {
+            self.end_inner(inner);
         }
         match self.wf.graph.roles[idx] {
             NodeRole::Main => {
@@ -387,21 +375,42 @@ impl Cx<'_> {
                     .extend(self.wf.graph.dependents[idx].iter().copied());
             }
             NodeRole::Inner { .. } => {}
-            NodeRole::ExitHandler => {
-                self.st.exit_pending.retain(|id| *id != node.id);
-                if status == NodeStatus::Failure && self.st.outcome == Some(RunStatus::Success) {
-                    self.st.outcome = Some(RunStatus::Failure);
-                    self.st.output = None;
-                    self.st.error = Some(RunError {
-                        node_id: Some(node.id.clone()),
-                        message: format!(
-                            "exit handler '{}' failed: {}",
-                            node.id,
-                            error.unwrap_or_default()
-                        ),
-                    });
-                }
-            }
+            NodeRole::ExitHandler => self.exit_handler_ended(&node.id, status, error),
+        }
+    }
+
+    /// A map's or loop's inner node ends with its owner, once, for callers that follow
+    /// nodes (its per-item or per-iteration calls are reported as they start).
+    fn end_inner(&mut self, inner: &str) {
+        let state = self
+            .st
+            .nodes
+            .entry(inner.to_string())
+            .or_insert_with(|| NodeState::new(NodeStatus::Skipped));
+        if !state.status.is_terminal() {
+            state.status = NodeStatus::Cancelled;
+        }
+        state.ended_at.get_or_insert(self.now);
+        self.out.push(Command::Progress(Progress::NodeFinished {
+            node_id: inner.to_string(),
+            status: state.status,
+            output: state.output.clone(),
+            error: None,
+            condition_result: None,
+            selected_branch: None,
+        }));
+    }
+
+    /// A failed exit handler turns a successful run into a failed one.
+    fn exit_handler_ended(&mut self, id: &str, status: NodeStatus, error: Option<String>) {
+        self.st.exit_pending.retain(|pending| pending != id);
+        if status == NodeStatus::Failure && self.st.outcome == Some(RunStatus::Success) {
+            self.st.outcome = Some(RunStatus::Failure);
+            self.st.output = None;
+            self.st.error = Some(RunError {
+                node_id: Some(id.to_string()),
+                message: format!("exit handler '{id}' failed: {}", error.unwrap_or_default()),
+            });
         }
     }
 
@@ -449,12 +458,7 @@ impl Cx<'_> {
             .filter(|idx| !self.has_calls(*idx))
             .collect();
         for idx in idle {
-            self.finish_node(
-                idx,
-                NodeStatus::Cancelled,
-                None,
-                Some("the run stopped".into()),
-            );
+            self.end_as_stopped(idx);
         }
     }
 
@@ -688,5 +692,169 @@ fn strategy_name(s: JoinStrategy) -> String {
         JoinStrategy::All => "all".into(),
         JoinStrategy::Any => "any".into(),
         JoinStrategy::NOfM(n) => format!("n_of_m (n = {n})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::super::testkit::{dispatches, with_nodes, workflow, Run};
+    use super::super::types::{Command, Event, FailureClass, NodeStatus, RunStatus, TaskKey};
+    use super::super::TimerId;
+
+    const ONE: &str = r#"
+name: One
+workflow:
+  description: d
+  nodes:
+    - {id: a, type: agent, agent_name: A}
+  output_mapping: {a: "{{a.output}}"}
+"#;
+
+    #[test]
+    fn a_second_start_changes_nothing() {
+        let wf = workflow(ONE);
+        let (mut run, _) = Run::start(&wf, json!({"first": true}));
+        let before = run.st.clone();
+        assert!(run.apply(Event::Started { input: json!({}) }).is_empty());
+        assert_eq!(run.st, before);
+    }
+
+    #[test]
+    fn a_terminal_run_absorbs_every_event() {
+        let wf = workflow(ONE);
+        let (mut run, _) = Run::start(&wf, json!({}));
+        let out = run.succeed(TaskKey::single("a"), 1, json!("done"));
+        assert!(out.iter().any(|c| matches!(c, Command::Finish { .. })));
+        assert_eq!(run.st.status, RunStatus::Success);
+        let before = run.st.clone();
+        let late = [
+            Event::Started { input: json!({}) },
+            Event::CallSucceeded {
+                task: TaskKey::single("a"),
+                attempt: 1,
+                output: json!("again"),
+            },
+            Event::TimerFired {
+                timer: TimerId::Deadline,
+            },
+            Event::CancelRequested { reason: None },
+        ];
+        for event in late {
+            assert!(run.apply(event).is_empty());
+            assert_eq!(run.st, before);
+        }
+        let out = run.fail(TaskKey::single("a"), 1, FailureClass::Failed);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_second_cancel_and_a_redelivered_deadline_change_nothing() {
+        let wf = workflow(ONE);
+        let (mut run, _) = Run::start(&wf, json!({}));
+        let deadline = TimerId::Deadline;
+        assert!(!run.fire(deadline.clone()).is_empty());
+        let before = run.st.clone();
+        assert!(run.fire(deadline).is_empty());
+        assert_eq!(run.st, before);
+
+        let (mut run, _) = Run::start(&wf, json!({}));
+        run.apply(Event::CancelRequested { reason: None });
+        let before = run.st.clone();
+        let again = Event::CancelRequested {
+            reason: Some("again".into()),
+        };
+        assert!(run.apply(again).is_empty());
+        assert_eq!(run.st, before);
+    }
+
+    fn join(strategy: &str) -> crate::definition::Workflow {
+        workflow(&format!(
+            r#"
+name: J
+workflow:
+  description: d
+  fail_fast: false
+  nodes:
+    - {{id: p, type: agent, agent_name: A}}
+    - {{id: q, type: agent, agent_name: A}}
+    - {{id: r, type: agent, agent_name: A}}
+    - {{id: j, type: join, depends_on: [p, q, r], wait_for: [p, q, r], {strategy}}}
+  output_mapping: {{j: "{{{{j.output}}}}"}}
+"#
+        ))
+    }
+
+    #[test]
+    fn join_any_ends_at_the_first_success_with_only_that_output() {
+        let wf = join("strategy: any");
+        let (mut run, _) = Run::start(&wf, json!({}));
+        run.succeed(TaskKey::single("q"), 1, json!("Q"));
+        assert_eq!(run.status("j"), NodeStatus::Success);
+        assert_eq!(run.st.nodes["j"].output, Some(json!({"q": "Q"})));
+    }
+
+    #[test]
+    fn join_n_of_m_waits_for_n_successes() {
+        let wf = join("strategy: n_of_m, n: 2");
+        let (mut run, _) = Run::start(&wf, json!({}));
+        run.fail(TaskKey::single("p"), 1, FailureClass::Failed);
+        run.succeed(TaskKey::single("q"), 1, json!("Q"));
+        assert_eq!(run.status("j"), NodeStatus::Pending);
+        run.succeed(TaskKey::single("r"), 1, json!("R"));
+        assert_eq!(run.status("j"), NodeStatus::Success);
+        assert_eq!(run.st.nodes["j"].output, Some(json!({"q": "Q", "r": "R"})));
+    }
+
+    #[test]
+    fn a_failed_node_a_join_waits_for_skips_the_join() {
+        let wf = join("strategy: all");
+        let (mut run, _) = Run::start(&wf, json!({}));
+        run.succeed(TaskKey::single("p"), 1, json!("P"));
+        run.fail(TaskKey::single("q"), 1, FailureClass::Failed);
+        assert_eq!(run.status("j"), NodeStatus::Pending, "r has not ended");
+        run.succeed(TaskKey::single("r"), 1, json!("R"));
+        assert_eq!(run.status("j"), NodeStatus::Skipped);
+        assert_eq!(run.error("j"), "dependency 'q' did not succeed");
+    }
+
+    #[test]
+    fn a_join_that_cannot_be_met_is_skipped_saying_why() {
+        let wf = with_nodes(
+            "",
+            r#"
+    - {id: p, type: agent, agent_name: A}
+    - {id: q, type: agent, agent_name: A, when: "{{workflow.input.go}} == true"}
+    - {id: j, type: join, depends_on: [p, q], wait_for: [p, q], strategy: n_of_m, n: 2}
+"#,
+        );
+        let (mut run, _) = Run::start(&wf, json!({"go": false}));
+        assert_eq!(run.status("q"), NodeStatus::Skipped);
+        run.succeed(TaskKey::single("p"), 1, json!("P"));
+        assert_eq!(run.status("j"), NodeStatus::Skipped);
+        assert_eq!(
+            run.error("j"),
+            "join strategy n_of_m (n = 2) cannot be met: 1 of 2 nodes succeeded"
+        );
+    }
+
+    #[test]
+    fn a_failed_node_with_fail_fast_starts_nothing_new() {
+        let wf = with_nodes(
+            "",
+            r#"
+    - {id: a, type: agent, agent_name: A}
+    - {id: b, type: agent, agent_name: A}
+    - {id: c, type: agent, agent_name: A, depends_on: [b]}
+"#,
+        );
+        let (mut run, _) = Run::start(&wf, json!({}));
+        run.fail(TaskKey::single("a"), 1, FailureClass::Failed);
+        assert_eq!(run.status("b"), NodeStatus::Running, "running calls go on");
+        let out = run.succeed(TaskKey::single("b"), 1, json!(1));
+        assert!(dispatches(&out).is_empty());
+        assert_eq!(run.status("c"), NodeStatus::Skipped);
+        assert_eq!(run.st.status, RunStatus::Failure);
     }
 }

@@ -11,183 +11,217 @@
 //! - join: ends at once when its strategy is met (see the engine's readiness).
 
 use serde_json::{json, Value};
-use workflow_expr::Template;
+use workflow_expr::{Condition, Template};
 
 use super::calls::CallEnd;
 use super::engine::Cx;
 use super::scope::RunScope;
 use super::state::{Detail, ForkState, MapState};
 use super::types::{Command, NodeStatus, Progress, Slot, TaskKey, TimerId};
-use crate::definition::{MapItems, NodeKind, NodeRole, OnExhausted, OnTimeout};
+use crate::definition::{
+    ApprovalNode, ForkBranch, LoopNode, MapItems, MapNode, NodeId, NodeKind, NodeRole, OnExhausted,
+    OnTimeout, SwitchCase,
+};
 
 impl Cx<'_> {
     /// Starts a node whose dependencies allow it (and whose `when` held).
     pub(super) fn start_node(&mut self, idx: usize) {
         self.node_started(idx);
-        let node = &self.wf.nodes[idx];
-        match &node.kind {
-            NodeKind::Call(_) => {
-                let key = TaskKey::single(&node.id);
-                match self.call_request(&key) {
-                    Ok(_) => self.add_call(key),
-                    Err(e) => self.fail(idx, e),
-                }
-            }
+        match &self.wf.nodes[idx].kind {
+            NodeKind::Call(_) => self.start_call(idx),
             NodeKind::Conditional {
                 condition,
                 true_branch,
                 false_branch,
-            } => {
-                let result = condition.evaluate(&self.node_scope(idx));
-                let taken = match result {
-                    Ok(b) => b,
-                    Err(e) => return self.fail(idx, format!("condition: {e}")),
-                };
-                let (selected, other) = if taken {
-                    (Some(true_branch), false_branch.as_ref())
-                } else {
-                    (false_branch.as_ref(), Some(true_branch))
-                };
-                if let Some(other) = other {
-                    self.skip_branch(other, &node.id);
-                }
-                let output = json!({"condition_result": taken, "selected_branch": selected});
-                self.finish_node_with(
-                    idx,
-                    NodeStatus::Success,
-                    Some(output),
-                    None,
-                    Some(taken),
-                    selected.cloned(),
-                );
-            }
-            NodeKind::Switch { cases, default } => {
-                let scope = self.node_scope(idx);
-                let mut selected = None;
-                for (i, case) in cases.iter().enumerate() {
-                    match case.condition.evaluate(&scope) {
-                        Ok(true) => {
-                            selected = Some((i, &case.target));
-                            break;
-                        }
-                        Ok(false) => {}
-                        Err(e) => return self.fail(idx, format!("cases[{i}]: {e}")),
-                    }
-                }
-                let target = selected.map(|(_, t)| t).or(default.as_ref());
-                let targets = cases.iter().map(|c| &c.target).chain(default.iter());
-                let others: Vec<String> = targets.filter(|t| Some(*t) != target).cloned().collect();
-                for other in others {
-                    self.skip_branch(&other, &node.id);
-                }
-                let output = json!({
-                    "selected_branch": target,
-                    "selected_case_index": selected.map(|(i, _)| i),
-                });
-                self.finish_node_with(
-                    idx,
-                    NodeStatus::Success,
-                    Some(output),
-                    None,
-                    None,
-                    target.cloned(),
-                );
-            }
-            NodeKind::Map(map) => {
-                let items = match &map.items {
-                    MapItems::Literal(items) => Ok(Value::Array(items.clone())),
-                    MapItems::Template(t) => t.resolve(&self.node_scope(idx)),
-                };
-                let items = match items {
-                    Ok(Value::Array(items)) => items,
-                    Ok(Value::Null) => Vec::new(),
-                    Ok(other) => {
-                        let kind = workflow_expr::type_name(&other);
-                        return self
-                            .fail(idx, format!("items: resolved to {kind}, expected an array"));
-                    }
-                    Err(e) => return self.fail(idx, format!("items: {e}")),
-                };
-                if items.len() > map.max_items {
-                    let n = items.len();
-                    let max = map.max_items;
-                    return self.fail(idx, format!("items: {n} items exceed max_items ({max})"));
-                }
-                if items.is_empty() {
-                    let output = json!({"results": []});
-                    self.set_inner_status(&map.node, NodeStatus::Skipped, None);
-                    return self.finish_node(idx, NodeStatus::Success, Some(output), None);
-                }
-                let n = items.len();
-                let state = MapState {
-                    items,
-                    next: 0,
-                    active: 0,
-                    done: 0,
-                    results: vec![Value::Null; n],
-                };
-                self.set_detail(idx, Detail::Map(state));
-                self.pump_map(idx);
-            }
-            NodeKind::Fork { branches, .. } => {
-                let state = ForkState {
-                    pending: branches.len() as u32,
-                    outputs: serde_json::Map::new(),
-                    failures: Vec::new(),
-                };
-                self.set_detail(idx, Detail::Fork(state));
-                for (i, branch) in branches.iter().enumerate() {
-                    let key = TaskKey {
-                        node: node.id.clone(),
-                        slot: Slot::Branch(i as u32),
-                    };
-                    match self.call_request(&key) {
-                        Ok(_) => self.add_call(key),
-                        Err(e) => {
-                            let msg = format!("branches[{i}] ('{}'): {e}", branch.id);
-                            return self.fork_branch_ended(idx, i, CallEnd::Failed(msg));
-                        }
-                    }
-                    if self.st.node_status(&node.id).is_terminal() {
-                        return;
-                    }
-                }
-            }
+            } => self.start_conditional(idx, condition, true_branch, false_branch.as_ref()),
+            NodeKind::Switch { cases, default } => self.start_switch(idx, cases, default.as_ref()),
+            NodeKind::Map(map) => self.start_map(idx, map),
+            NodeKind::Fork { branches, .. } => self.start_fork(idx, branches),
             NodeKind::Loop(_) => {
                 self.set_detail(idx, Detail::Loop { iteration: 0 });
                 self.start_iteration(idx, 0);
             }
-            NodeKind::Approval(approval) => {
-                let message = match resolve_text(approval.message.as_ref(), &self.node_scope(idx)) {
-                    Ok(m) => m,
-                    Err(e) => return self.fail(idx, format!("message: {e}")),
-                };
-                let deadline = approval.timeout.map(|t| self.now.plus(t));
-                if let Some(n) = self.st.nodes.get_mut(&node.id) {
-                    n.status = NodeStatus::Waiting;
-                }
-                self.set_detail(idx, Detail::Approval { deadline });
-                self.out.push(Command::RequestApproval {
-                    node: node.id.clone(),
-                    approvers: approval.approvers.clone(),
-                    message,
-                    deadline,
-                });
-                if let Some(at) = deadline {
-                    let timer = TimerId::ApprovalTimeout {
-                        node: node.id.clone(),
-                    };
-                    self.out.push(Command::StartTimer { timer, at });
-                }
-            }
+            NodeKind::Approval(approval) => self.start_approval(idx, approval),
             NodeKind::Join { .. } => {
                 // Joins end as soon as their strategy is met; the engine does it.
             }
         }
     }
 
+    fn start_call(&mut self, idx: usize) {
+        let key = TaskKey::single(&self.wf.nodes[idx].id);
+        match self.call_request(&key) {
+            Ok(_) => self.add_call(key),
+            Err(e) => self.fail(idx, e),
+        }
+    }
+
+    /// Skips the branch not taken and ends at once.
+    fn start_conditional(
+        &mut self,
+        idx: usize,
+        condition: &Condition,
+        true_branch: &NodeId,
+        false_branch: Option<&NodeId>,
+    ) {
+        let taken = match condition.evaluate(&self.node_scope(idx)) {
+            Ok(b) => b,
+            Err(e) => return self.fail(idx, format!("condition: {e}")),
+        };
+        let (selected, other) = if taken {
+            (Some(true_branch), false_branch)
+        } else {
+            (false_branch, Some(true_branch))
+        };
+        if let Some(other) = other {
+            self.skip_branch(other, &self.wf.nodes[idx].id);
+        }
+        let output = json!({"condition_result": taken, "selected_branch": selected});
+        self.finish_node_with(
+            idx,
+            NodeStatus::Success,
+            Some(output),
+            None,
+            Some(taken),
+            selected.cloned(),
+        );
+    }
+
+    /// Takes the first case that holds (or the default), skips every other target and ends
+    /// at once.
+    fn start_switch(&mut self, idx: usize, cases: &[SwitchCase], default: Option<&NodeId>) {
+        let scope = self.node_scope(idx);
+        let mut selected = None;
+        for (i, case) in cases.iter().enumerate() {
+            match case.condition.evaluate(&scope) {
+                Ok(true) => {
+                    selected = Some((i, &case.target));
+                    break;
+                }
+                Ok(false) => {}
+                Err(e) => return self.fail(idx, format!("cases[{i}]: {e}")),
+            }
+        }
+        let target = selected.map(|(_, t)| t).or(default);
+        let targets = cases.iter().map(|c| &c.target).chain(default);
+        let others: Vec<String> = targets.filter(|t| Some(*t) != target).cloned().collect();
+        for other in others {
+            self.skip_branch(&other, &self.wf.nodes[idx].id);
+        }
+        let output = json!({
+            "selected_branch": target,
+            "selected_case_index": selected.map(|(i, _)| i),
+        });
+        self.finish_node_with(
+            idx,
+            NodeStatus::Success,
+            Some(output),
+            None,
+            None,
+            target.cloned(),
+        );
+    }
+
+    /// Resolves the items; an empty list succeeds at once, otherwise items start as the
+    /// map's limit allows.
+    fn start_map(&mut self, idx: usize, map: &MapNode) {
+        let items = match &map.items {
+            MapItems::Literal(items) => Ok(Value::Array(items.clone())),
+            MapItems::Template(t) => t.resolve(&self.node_scope(idx)),
+        };
+        let items = match items {
+            Ok(Value::Array(items)) => items,
+            Ok(Value::Null) => Vec::new(),
+            Ok(other) => {
+                let kind = workflow_expr::type_name(&other);
+                return self.fail(idx, format!("items: resolved to {kind}, expected an array"));
+            }
+            Err(e) => return self.fail(idx, format!("items: {e}")),
+        };
+        if items.len() > map.max_items {
+            let n = items.len();
+            let max = map.max_items;
+            return self.fail(idx, format!("items: {n} items exceed max_items ({max})"));
+        }
+        if items.is_empty() {
+            let output = json!({"results": []});
+            self.set_inner_status(&map.node, NodeStatus::Skipped, None);
+            return self.finish_node(idx, NodeStatus::Success, Some(output), None);
+        }
+        let n = items.len();
+        let state = MapState {
+            items,
+            next: 0,
+            active: 0,
+            done: 0,
+            results: vec![Value::Null; n],
+        };
+        self.set_detail(idx, Detail::Map(state));
+        self.pump_map(idx);
+    }
+
+    /// Creates one call per branch; a branch whose request cannot resolve ends as failed
+    /// (which may end the fork, and then no further branch starts).
+    fn start_fork(&mut self, idx: usize, branches: &[ForkBranch]) {
+        let node_id = &self.wf.nodes[idx].id;
+        let state = ForkState {
+            pending: branches.len() as u32,
+            outputs: serde_json::Map::new(),
+            failures: Vec::new(),
+        };
+        self.set_detail(idx, Detail::Fork(state));
+        for (i, branch) in branches.iter().enumerate() {
+            let key = TaskKey {
+                node: node_id.clone(),
+                slot: Slot::Branch(i as u32),
+            };
+            match self.call_request(&key) {
+                Ok(_) => self.add_call(key),
+                Err(e) => {
+                    let msg = format!("branches[{i}] ('{}'): {e}", branch.id);
+                    return self.fork_branch_ended(idx, i, CallEnd::Failed(msg));
+                }
+            }
+            if self.st.node_status(node_id).is_terminal() {
+                return;
+            }
+        }
+    }
+
+    /// Waits for a decision: asks the approvers and, with a timeout, arms its timer.
+    fn start_approval(&mut self, idx: usize, approval: &ApprovalNode) {
+        let node_id = &self.wf.nodes[idx].id;
+        let message = match resolve_text(approval.message.as_ref(), &self.node_scope(idx)) {
+            Ok(m) => m,
+            Err(e) => return self.fail(idx, format!("message: {e}")),
+        };
+        let deadline = approval.timeout.map(|t| self.now.plus(t));
+        if let Some(n) = self.st.nodes.get_mut(node_id) {
+            n.status = NodeStatus::Waiting;
+        }
+        self.set_detail(idx, Detail::Approval { deadline });
+        self.out.push(Command::RequestApproval {
+            node: node_id.clone(),
+            approvers: approval.approvers.clone(),
+            message,
+            deadline,
+        });
+        if let Some(at) = deadline {
+            let timer = TimerId::ApprovalTimeout {
+                node: node_id.clone(),
+            };
+            self.out.push(Command::StartTimer { timer, at });
+        }
+    }
+
     fn fail(&mut self, idx: usize, message: String) {
         self.finish_node(idx, NodeStatus::Failure, None, Some(message));
+    }
+
+    /// Ends a node as cancelled because the run stopped.
+    pub(super) fn end_as_stopped(&mut self, idx: usize) {
+        let reason = Some("the run stopped".into());
+        self.finish_node(idx, NodeStatus::Cancelled, None, reason);
     }
 
     fn skip_branch(&mut self, target: &str, by: &str) {
@@ -275,12 +309,7 @@ impl Cx<'_> {
             Slot::Single => match end {
                 CallEnd::Output(out) => self.finish_node(idx, NodeStatus::Success, Some(out), None),
                 CallEnd::Failed(msg) => self.fail(idx, msg),
-                CallEnd::Stopped { ran: true } => self.finish_node(
-                    idx,
-                    NodeStatus::Cancelled,
-                    None,
-                    Some("the run stopped".into()),
-                ),
+                CallEnd::Stopped { ran: true } => self.end_as_stopped(idx),
                 CallEnd::Stopped { ran: false } => {
                     self.skip(idx, "the run stopped before it was dispatched".into())
                 }
@@ -407,12 +436,7 @@ impl Cx<'_> {
                 return;
             };
             self.set_inner_status(&def.node, NodeStatus::Cancelled, None);
-            self.finish_node(
-                idx,
-                NodeStatus::Cancelled,
-                None,
-                Some("the run stopped".into()),
-            );
+            self.end_as_stopped(idx);
         }
     }
 
@@ -469,12 +493,7 @@ impl Cx<'_> {
         if failed {
             self.fail(idx, fork.failures.join("; "))
         } else if stopped || self.halted() {
-            self.finish_node(
-                idx,
-                NodeStatus::Cancelled,
-                None,
-                Some("the run stopped".into()),
-            )
+            self.end_as_stopped(idx)
         } else {
             self.finish_node(
                 idx,
@@ -510,60 +529,7 @@ impl Cx<'_> {
         match end {
             CallEnd::Output(out) => {
                 self.set_inner_status(&def.node, NodeStatus::Success, Some(out));
-                let mut scope = RunScope::new(self.st);
-                scope.loop_iteration = Some(iteration);
-                let completed = iteration + 1;
-                let output = |reason: &str| json!({"iterations_completed": completed, "stopped_reason": reason});
-                match def.condition.evaluate(&scope) {
-                    Err(e) => self.fail(idx, format!("condition: {e}")),
-                    Ok(false) => self.finish_node(
-                        idx,
-                        NodeStatus::Success,
-                        Some(output("condition_false")),
-                        None,
-                    ),
-                    Ok(true) if completed >= def.max_iterations => match def.on_exhausted {
-                        OnExhausted::Succeed => self.finish_node(
-                            idx,
-                            NodeStatus::Success,
-                            Some(output("max_iterations")),
-                            None,
-                        ),
-                        OnExhausted::Fail => self.fail(
-                            idx,
-                            format!(
-                                "reached max_iterations ({}) while its condition still held",
-                                def.max_iterations
-                            ),
-                        ),
-                    },
-                    Ok(true) if self.halted() => self.finish_node(
-                        idx,
-                        NodeStatus::Cancelled,
-                        None,
-                        Some("the run stopped".into()),
-                    ),
-                    Ok(true) => {
-                        self.set_detail(
-                            idx,
-                            Detail::Loop {
-                                iteration: completed,
-                            },
-                        );
-                        match def.delay {
-                            Some(delay) if !delay.is_zero() => {
-                                let node = self.wf.nodes[idx].id.clone();
-                                let timer = TimerId::LoopDelay {
-                                    node,
-                                    iteration: completed,
-                                };
-                                let at = self.now.plus(delay);
-                                self.out.push(Command::StartTimer { timer, at });
-                            }
-                            _ => self.start_iteration(idx, completed),
-                        }
-                    }
-                }
+                self.iteration_succeeded(idx, def, iteration);
             }
             CallEnd::Failed(msg) => {
                 self.set_inner_status(&def.node, NodeStatus::Failure, None);
@@ -571,13 +537,58 @@ impl Cx<'_> {
             }
             CallEnd::Stopped { .. } => {
                 self.set_inner_status(&def.node, NodeStatus::Cancelled, None);
-                self.finish_node(
-                    idx,
-                    NodeStatus::Cancelled,
-                    None,
-                    Some("the run stopped".into()),
-                );
+                self.end_as_stopped(idx);
             }
+        }
+    }
+
+    /// Evaluates the loop's condition after an iteration: the loop ends (condition false,
+    /// limit reached, run stopped) or goes on.
+    fn iteration_succeeded(&mut self, idx: usize, def: &LoopNode, iteration: u32) {
+        let mut scope = RunScope::new(self.st);
+        scope.loop_iteration = Some(iteration);
+        let completed = iteration + 1;
+        let output =
+            |reason: &str| json!({"iterations_completed": completed, "stopped_reason": reason});
+        match def.condition.evaluate(&scope) {
+            Err(e) => self.fail(idx, format!("condition: {e}")),
+            Ok(false) => self.finish_node(
+                idx,
+                NodeStatus::Success,
+                Some(output("condition_false")),
+                None,
+            ),
+            Ok(true) if completed >= def.max_iterations => match def.on_exhausted {
+                OnExhausted::Succeed => self.finish_node(
+                    idx,
+                    NodeStatus::Success,
+                    Some(output("max_iterations")),
+                    None,
+                ),
+                OnExhausted::Fail => self.fail(
+                    idx,
+                    format!(
+                        "reached max_iterations ({}) while its condition still held",
+                        def.max_iterations
+                    ),
+                ),
+            },
+            Ok(true) if self.halted() => self.end_as_stopped(idx),
+            Ok(true) => self.next_iteration(idx, def, completed),
+        }
+    }
+
+    /// Starts iteration `iteration` now, or after the loop's delay.
+    fn next_iteration(&mut self, idx: usize, def: &LoopNode, iteration: u32) {
+        self.set_detail(idx, Detail::Loop { iteration });
+        match def.delay {
+            Some(delay) if !delay.is_zero() => {
+                let node = self.wf.nodes[idx].id.clone();
+                let timer = TimerId::LoopDelay { node, iteration };
+                let at = self.now.plus(delay);
+                self.out.push(Command::StartTimer { timer, at });
+            }
+            _ => self.start_iteration(idx, iteration),
         }
     }
 
@@ -703,4 +714,185 @@ fn resolve_text(
         Value::Null => String::new(),
         other => other.to_string(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::super::testkit::{dispatches, started_timers, with_nodes, workflow, Run};
+    use super::super::types::{
+        Command, Event, FailureClass, Millis, NodeStatus, Slot, TaskKey, TimerId,
+    };
+
+    fn key(node: &str, slot: Slot) -> TaskKey {
+        TaskKey {
+            node: node.into(),
+            slot,
+        }
+    }
+
+    #[test]
+    fn a_switch_takes_the_first_case_that_holds_and_skips_every_other_target() {
+        let wf = with_nodes(
+            "",
+            r#"
+    - id: s
+      type: switch
+      cases:
+        - {condition: "{{workflow.input.n}} > 10", then: big}
+        - {condition: "{{workflow.input.n}} > 1", then: some}
+      default: none
+    - {id: big, type: agent, agent_name: A, depends_on: [s]}
+    - {id: some, type: agent, agent_name: A, depends_on: [s]}
+    - {id: none, type: agent, agent_name: A, depends_on: [s]}
+"#,
+        );
+        let (run, out) = Run::start(&wf, json!({"n": 50}));
+        let started: Vec<&str> = dispatches(&out)
+            .iter()
+            .map(|d| d.node_id.as_str())
+            .collect();
+        assert_eq!(
+            started,
+            vec!["big"],
+            "the first match wins, not the later one"
+        );
+        assert_eq!(run.status("some"), NodeStatus::Skipped);
+        assert_eq!(run.status("none"), NodeStatus::Skipped);
+        assert_eq!(
+            run.st.nodes["s"].output,
+            Some(json!({"selected_branch": "big", "selected_case_index": 0}))
+        );
+    }
+
+    const MAP: &str = r#"
+name: M
+workflow:
+  description: d
+  nodes:
+    - {id: m, type: map, node: each, items: "{{workflow.input.xs}}", concurrency_limit: 2}
+    - {id: each, type: agent, agent_name: A, input: {x: "{{_map_item}}"}}
+  output_mapping: {}
+"#;
+
+    #[test]
+    fn a_map_keeps_its_limit_and_its_results_in_item_order() {
+        let wf = workflow(MAP);
+        let (mut run, out) = Run::start(&wf, json!({"xs": ["a", "b", "c"]}));
+        let inputs: Vec<_> = dispatches(&out).iter().map(|d| d.input.clone()).collect();
+        assert_eq!(inputs, vec![json!({"x": "a"}), json!({"x": "b"})]);
+        let out = run.succeed(key("each", Slot::Item(1)), 1, json!("B"));
+        assert_eq!(dispatches(&out)[0].task, key("each", Slot::Item(2)));
+        run.succeed(key("each", Slot::Item(2)), 1, json!("C"));
+        assert_eq!(run.status("m"), NodeStatus::Running);
+        run.succeed(key("each", Slot::Item(0)), 1, json!("A"));
+        assert_eq!(
+            run.st.nodes["m"].output,
+            Some(json!({"results": ["A", "B", "C"]}))
+        );
+        assert_eq!(run.status("each"), NodeStatus::Success);
+    }
+
+    #[test]
+    fn a_failed_map_item_cancels_the_items_in_flight() {
+        let wf = workflow(MAP);
+        let (mut run, _) = Run::start(&wf, json!({"xs": ["a", "b", "c"]}));
+        let out = run.fail(key("each", Slot::Item(0)), 1, FailureClass::Failed);
+        let cancelled: Vec<&TaskKey> = out
+            .iter()
+            .filter_map(|c| match c {
+                Command::CancelCall { task, .. } => Some(task),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(cancelled, vec![&key("each", Slot::Item(1))]);
+        assert!(dispatches(&out).is_empty(), "item 2 never starts");
+        assert_eq!(run.status("m"), NodeStatus::Failure);
+        assert_eq!(run.status("each"), NodeStatus::Failure);
+    }
+
+    #[test]
+    fn a_fork_with_fail_fast_cancels_its_other_branches() {
+        let wf = with_nodes(
+            "",
+            r#"
+    - id: f
+      type: fork
+      branches:
+        - {id: one, agent_name: A, output_key: first}
+        - {id: two, agent_name: B, output_key: second}
+"#,
+        );
+        let (mut run, _) = Run::start(&wf, json!({}));
+        let out = run.fail(key("f", Slot::Branch(1)), 1, FailureClass::Failed);
+        assert!(out.iter().any(|c| matches!(
+            c,
+            Command::CancelCall { task, agent, .. }
+                if *task == key("f", Slot::Branch(0)) && agent == "A"
+        )));
+        assert_eq!(run.status("f"), NodeStatus::Failure);
+        assert_eq!(run.error("f"), "branch 'two': agent 'B' failed: boom");
+    }
+
+    #[test]
+    fn a_loop_waits_its_delay_and_ignores_a_timer_for_another_iteration() {
+        let wf = with_nodes(
+            "",
+            r#"
+    - {id: l, type: loop, node: check, condition: "{{check.output.again}} == true", delay: 5s, max_iterations: 3}
+    - {id: check, type: agent, agent_name: A}
+"#,
+        );
+        let (mut run, _) = Run::start(&wf, json!({}));
+        let out = run.succeed(key("check", Slot::Iteration(0)), 1, json!({"again": true}));
+        assert!(dispatches(&out).is_empty());
+        let delay = TimerId::LoopDelay {
+            node: "l".into(),
+            iteration: 1,
+        };
+        assert_eq!(started_timers(&out), vec![(&delay, Millis(5000))]);
+        let before = run.st.clone();
+        let stale = TimerId::LoopDelay {
+            node: "l".into(),
+            iteration: 7,
+        };
+        assert!(run.fire(stale).is_empty());
+        assert_eq!(run.st, before);
+        run.wait(Duration::from_secs(5));
+        let out = run.fire(delay);
+        assert_eq!(dispatches(&out)[0].task, key("check", Slot::Iteration(1)));
+    }
+
+    #[test]
+    fn an_approval_ignores_a_decision_from_someone_not_listed() {
+        let wf = with_nodes(
+            "",
+            r#"
+    - {id: gate, type: approval, approvers: [alice], timeout: 1m}
+"#,
+        );
+        let (mut run, out) = Run::start(&wf, json!({}));
+        assert!(out
+            .iter()
+            .any(|c| matches!(c, Command::RequestApproval { node, .. } if node == "gate")));
+        assert_eq!(run.status("gate"), NodeStatus::Waiting);
+        let decide = |by: &str| Event::ApprovalDecided {
+            node: "gate".into(),
+            approved: true,
+            by: Some(by.into()),
+            comment: None,
+        };
+        let before = run.st.clone();
+        assert!(run.apply(decide("mallory")).is_empty());
+        assert_eq!(run.st, before);
+        let out = run.apply(decide("alice"));
+        let timer = TimerId::ApprovalTimeout {
+            node: "gate".into(),
+        };
+        assert!(out.contains(&Command::CancelTimer { timer }));
+        assert_eq!(run.status("gate"), NodeStatus::Success);
+    }
 }

@@ -18,6 +18,8 @@ mod kinds;
 mod scope;
 pub mod sim;
 mod state;
+#[cfg(test)]
+mod testkit;
 mod types;
 
 pub use engine::apply;

@@ -235,7 +235,8 @@ pub enum FailureClass {
 /// A failed call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Failure {
-    /// Why.
+    /// Whether the agent answered with an error, could not be reached, or timed out: the
+    /// retry policy decides by it.
     pub class: FailureClass,
     /// What the agent or the shell said.
     pub message: String,
@@ -268,12 +269,13 @@ pub enum Event {
         task: TaskKey,
         /// The attempt.
         attempt: u32,
-        /// Why.
+        /// What failed; its class and kind decide whether the call is retried.
         failure: Failure,
     },
     /// A timer the core started has come due.
     TimerFired {
-        /// Which.
+        /// The timer; one that no longer matches the state (stale attempt, ended node) is
+        /// ignored.
         timer: TimerId,
     },
     /// Someone asked to cancel the run.
@@ -353,7 +355,7 @@ pub enum RunStatus {
     Success,
     /// Ended badly.
     Failure,
-    /// Cancelled.
+    /// Stopped by a cancel request (a deadline or a failure ends as `Failure`).
     Cancelled,
 }
 
@@ -487,7 +489,7 @@ pub enum Command {
     StartTimer {
         /// Which timer.
         timer: TimerId,
-        /// When.
+        /// The deadline, on the same clock as the `now` given to `apply`.
         at: Millis,
     },
     /// Disarm a timer that no longer matters (its call ended, the run ended). Optional for

@@ -104,26 +104,56 @@ pub(crate) fn check(wf: &mut Workflow, ghosts: &HashSet<String>, sink: &mut Sink
         .enumerate()
         .map(|(i, n)| (n.id.clone(), i))
         .collect();
-    let ids: Vec<&str> = nodes.iter().map(|n| n.id.as_str()).collect();
-    let exists = |id: &str| index.contains_key(id) || ghosts.contains(id);
-    let unknown = |id: &str| match did_you_mean(id, ids.iter().copied()) {
-        Some(m) => format!("unknown node '{id}' (did you mean '{m}'?)"),
-        None => format!("unknown node '{id}'"),
+    let known = Known {
+        nodes,
+        index: &index,
+        ghosts,
     };
-
-    // References exist.
+    let exits = exit_handlers(wf);
+    check_references(&known, &exits, sink);
+    let roles = assign_roles(nodes, &index, &exits, sink);
+    check_dependencies(nodes, &index, &roles, sink);
+    let acyclic = report_cycles(nodes, &index, sink);
     for node in nodes {
-        for (field, target) in references(node) {
-            if !target.is_empty() && !exists(target) {
-                sink.push(Some(&node.id), &field, unknown(target));
-            }
+        check_branch_targets(node, &index, nodes, sink);
+        match &node.kind {
+            NodeKind::Join { wait_for, .. } => check_join(node, wait_for, &known, sink),
+            NodeKind::Call(call) if call.input.is_none() => check_implicit_input(node, sink),
+            _ => {}
         }
     }
+    wf.graph = graph(nodes, index, roles, acyclic);
+}
+
+/// The node ids a reference may name: the nodes, and the ghosts (nodes that could not be
+/// read, already reported).
+struct Known<'a> {
+    nodes: &'a [Node],
+    index: &'a HashMap<String, usize>,
+    ghosts: &'a HashSet<String>,
+}
+
+impl Known<'_> {
+    fn exists(&self, id: &str) -> bool {
+        self.index.contains_key(id) || self.ghosts.contains(id)
+    }
+
+    /// The message for a reference to a node that does not exist, with a suggestion.
+    fn unknown(&self, id: &str) -> String {
+        match did_you_mean(id, self.nodes.iter().map(|n| n.id.as_str())) {
+            Some(m) => format!("unknown node '{id}' (did you mean '{m}'?)"),
+            None => format!("unknown node '{id}'"),
+        }
+    }
+}
+
+/// The exit handlers as `(field, target)`, the field named as the file wrote it.
+fn exit_handlers(wf: &Workflow) -> [(&'static str, &Option<String>); 4] {
     let on_exit_string = matches!(
         wf.source.get("on_exit").or_else(|| wf.source.get("onExit")),
         Some(serde_json::Value::String(_))
     );
-    let exits = [
+    [
         (
             if on_exit_string {
                 "on_exit"
@@ -135,16 +165,35 @@ pub(crate) fn check(wf: &mut Workflow, ghosts: &HashSet<String>, sink: &mut Sink
         ("on_exit.on_success", &wf.on_exit.on_success),
         ("on_exit.on_failure", &wf.on_exit.on_failure),
         ("on_exit.on_cancel", &wf.on_exit.on_cancel),
-    ];
-    for (field, target) in exits {
-        if let Some(t) = target {
-            if !exists(t) {
-                sink.push(None, field, unknown(t));
+    ]
+}
+
+/// Every node reference and exit handler names a node.
+fn check_references(known: &Known<'_>, exits: &[(&str, &Option<String>)], sink: &mut Sink) {
+    for node in known.nodes {
+        for (field, target) in references(node) {
+            if !target.is_empty() && !known.exists(target) {
+                sink.push(Some(&node.id), &field, known.unknown(target));
             }
         }
     }
+    for (field, target) in exits {
+        if let Some(t) = target {
+            if !known.exists(t) {
+                sink.push(None, field, known.unknown(t));
+            }
+        }
+    }
+}
 
-    // Roles: inner nodes of maps and loops, exit handlers.
+/// Each node's role: the inner node of one map or loop (which must be a call), an exit
+/// handler, or a main node.
+fn assign_roles(
+    nodes: &[Node],
+    index: &HashMap<String, usize>,
+    exits: &[(&str, &Option<String>)],
+    sink: &mut Sink,
+) -> Vec<NodeRole> {
     let mut roles = vec![NodeRole::Main; nodes.len()];
     for (i, node) in nodes.iter().enumerate() {
         let (target, what) = match &node.kind {
@@ -193,9 +242,17 @@ pub(crate) fn check(wf: &mut Workflow, ghosts: &HashSet<String>, sink: &mut Sink
             _ => roles[t] = NodeRole::ExitHandler,
         }
     }
+    roles
+}
 
-    // Who may depend on whom.
-    let ancestors = ancestors(nodes, &index);
+/// Who may depend on whom, and no dependency listed twice.
+fn check_dependencies(
+    nodes: &[Node],
+    index: &HashMap<String, usize>,
+    roles: &[NodeRole],
+    sink: &mut Sink,
+) {
+    let ancestors = ancestors(nodes, index);
     for (i, node) in nodes.iter().enumerate() {
         for (k, d) in node.depends_on.iter().enumerate() {
             if node.depends_on[..k].contains(d) {
@@ -206,92 +263,116 @@ pub(crate) fn check(wf: &mut Workflow, ghosts: &HashSet<String>, sink: &mut Sink
                 );
             }
             let Some(&j) = index.get(d) else { continue };
-            let problem = match (roles[i], roles[j]) {
-                (NodeRole::Inner { owner }, _) if !ancestors[owner].contains(&j) => Some(format!(
-                    "'{d}' is not upstream of '{}': the inner node of a map or loop may depend only on nodes its owner depends on",
-                    nodes[owner].id
-                )),
-                (NodeRole::Inner { .. }, _) => None,
-                (NodeRole::ExitHandler, NodeRole::Main) => None,
-                (NodeRole::ExitHandler, _) => Some(format!(
-                    "'{d}' is not a node of the main DAG: an exit handler may depend only on main nodes"
-                )),
-                (NodeRole::Main, NodeRole::Inner { owner }) => Some(format!(
-                    "'{d}' is the inner node of '{}' and runs only inside it; depend on '{}' instead",
-                    nodes[owner].id, nodes[owner].id
-                )),
-                (NodeRole::Main, NodeRole::ExitHandler) => Some(format!(
-                    "'{d}' is an exit handler and runs only after the workflow ends; no node of the main DAG can depend on it"
-                )),
-                (NodeRole::Main, NodeRole::Main) => None,
-            };
-            if let Some(message) = problem {
+            if let Some(message) = dependency_problem(nodes, &ancestors, roles, i, j) {
                 sink.push(Some(&node.id), "depends_on", message);
             }
         }
     }
+}
 
-    let acyclic = report_cycles(nodes, &index, sink);
+/// Why node `i` may not depend on node `j`, if it may not.
+fn dependency_problem(
+    nodes: &[Node],
+    ancestors: &[HashSet<usize>],
+    roles: &[NodeRole],
+    i: usize,
+    j: usize,
+) -> Option<String> {
+    let d = &nodes[j].id;
+    match (roles[i], roles[j]) {
+        (NodeRole::Inner { owner }, _) if !ancestors[owner].contains(&j) => Some(format!(
+            "'{d}' is not upstream of '{}': the inner node of a map or loop may depend only on nodes its owner depends on",
+            nodes[owner].id
+        )),
+        (NodeRole::Inner { .. }, _) => None,
+        (NodeRole::ExitHandler, NodeRole::Main) => None,
+        (NodeRole::ExitHandler, _) => Some(format!(
+            "'{d}' is not a node of the main DAG: an exit handler may depend only on main nodes"
+        )),
+        (NodeRole::Main, NodeRole::Inner { owner }) => Some(format!(
+            "'{d}' is the inner node of '{}' and runs only inside it; depend on '{}' instead",
+            nodes[owner].id, nodes[owner].id
+        )),
+        (NodeRole::Main, NodeRole::ExitHandler) => Some(format!(
+            "'{d}' is an exit handler and runs only after the workflow ends; no node of the main DAG can depend on it"
+        )),
+        (NodeRole::Main, NodeRole::Main) => None,
+    }
+}
 
-    // Branch targets wait for their branching node; joins wait within depends_on; implicit
-    // inputs are unambiguous.
-    for node in nodes {
-        if matches!(
-            node.kind,
-            NodeKind::Conditional { .. } | NodeKind::Switch { .. }
-        ) {
-            for (field, target) in branch_targets(node) {
-                let Some(&t) = index.get(target) else {
-                    continue;
-                };
-                if !nodes[t].depends_on.contains(&node.id) {
-                    sink.push(
-                        Some(&node.id),
-                        &field,
-                        format!(
-                            "branch target '{target}' must list '{}' in its depends_on; otherwise '{target}' would run immediately instead of waiting for the branch decision",
-                            node.id
-                        ),
-                    );
-                }
-            }
-        }
-        match &node.kind {
-            NodeKind::Join { wait_for, .. } => {
-                for w in wait_for {
-                    if exists(w) && !node.depends_on.contains(w) {
-                        sink.push(
-                            Some(&node.id),
-                            "wait_for",
-                            format!("'{w}' is not in depends_on: a join can wait only for nodes it depends on"),
-                        );
-                    }
-                }
-            }
-            NodeKind::Call(call) if call.input.is_none() => {
-                let mut distinct: Vec<&str> = Vec::new();
-                for d in &node.depends_on {
-                    if !distinct.contains(&d.as_str()) {
-                        distinct.push(d);
-                    }
-                }
-                if distinct.len() >= 2 {
-                    sink.push(
-                        Some(&node.id),
-                        "input",
-                        format!(
-                            "missing field: with {} dependencies ({}) the implicit input would be ambiguous; map the input explicitly",
-                            distinct.len(),
-                            distinct.join(", ")
-                        ),
-                    );
-                }
-            }
-            _ => {}
+/// The branch targets of a conditional or switch wait for it: otherwise they would run
+/// before the decision.
+fn check_branch_targets(
+    node: &Node,
+    index: &HashMap<String, usize>,
+    nodes: &[Node],
+    sink: &mut Sink,
+) {
+    if !matches!(
+        node.kind,
+        NodeKind::Conditional { .. } | NodeKind::Switch { .. }
+    ) {
+        return;
+    }
+    for (field, target) in branch_targets(node) {
+        let Some(&t) = index.get(target) else {
+            continue;
+        };
+        if !nodes[t].depends_on.contains(&node.id) {
+            sink.push(
+                Some(&node.id),
+                &field,
+                format!(
+                    "branch target '{target}' must list '{}' in its depends_on; otherwise '{target}' would run immediately instead of waiting for the branch decision",
+                    node.id
+                ),
+            );
         }
     }
+}
 
-    // The graph.
+/// A join waits only for nodes it depends on.
+fn check_join(node: &Node, wait_for: &[String], known: &Known<'_>, sink: &mut Sink) {
+    for w in wait_for {
+        if known.exists(w) && !node.depends_on.contains(w) {
+            sink.push(
+                Some(&node.id),
+                "wait_for",
+                format!("'{w}' is not in depends_on: a join can wait only for nodes it depends on"),
+            );
+        }
+    }
+}
+
+/// A call without `input` takes its one dependency's output; with two or more it would
+/// be ambiguous.
+fn check_implicit_input(node: &Node, sink: &mut Sink) {
+    let mut distinct: Vec<&str> = Vec::new();
+    for d in &node.depends_on {
+        if !distinct.contains(&d.as_str()) {
+            distinct.push(d);
+        }
+    }
+    if distinct.len() >= 2 {
+        sink.push(
+            Some(&node.id),
+            "input",
+            format!(
+                "missing field: with {} dependencies ({}) the implicit input would be ambiguous; map the input explicitly",
+                distinct.len(),
+                distinct.join(", ")
+            ),
+        );
+    }
+}
+
+/// The derived graph; without a topological order when there is a cycle.
+fn graph(
+    nodes: &[Node],
+    index: HashMap<String, usize>,
+    roles: Vec<NodeRole>,
+    acyclic: bool,
+) -> Graph {
     let mut dependents = vec![Vec::new(); nodes.len()];
     for (i, node) in nodes.iter().enumerate() {
         for d in &node.depends_on {
@@ -311,13 +392,13 @@ pub(crate) fn check(wf: &mut Workflow, ghosts: &HashSet<String>, sink: &mut Sink
     } else {
         Vec::new()
     };
-    wf.graph = Graph {
+    Graph {
         index,
         dependents,
         roles,
         roots,
         topo_order,
-    };
+    }
 }
 
 /// Reports every dependency cycle once, as `a -> b -> c -> a` (each node runs before the

@@ -143,7 +143,7 @@ pub enum NodeKind {
     Call(Call),
     /// `type: conditional`.
     Conditional {
-        /// `condition`.
+        /// `condition`: decides which branch runs; an error fails the node.
         condition: Condition,
         /// `true_branch`: runs when the condition holds.
         true_branch: NodeId,
@@ -161,14 +161,14 @@ pub enum NodeKind {
     Map(MapNode),
     /// `type: fork`: runs its branches in parallel and merges their outputs.
     Fork {
-        /// `branches`.
+        /// `branches`: each one call, all started at once.
         branches: Vec<ForkBranch>,
         /// `fail_fast` (default true): on a branch failure, cancel the others.
         fail_fast: bool,
     },
     /// `type: join`: waits for some of `wait_for`.
     Join {
-        /// `wait_for`.
+        /// `wait_for`: the nodes the strategy counts, all among `depends_on`.
         wait_for: Vec<NodeId>,
         /// `strategy` and `n`.
         strategy: JoinStrategy,

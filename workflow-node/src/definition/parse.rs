@@ -48,6 +48,22 @@ pub(crate) fn parse_document(root: &Value, sink: &mut Sink) -> Option<Draft> {
         return None;
     };
     let mut f = Fields::new(obj, None, "");
+    let top = parse_top_level(&mut f, sink);
+    let block = f.required(sink, "workflow", &[]);
+    f.finish(sink, "the top level", &[]);
+    parse_block(block?, top, sink)
+}
+
+/// The settings beside the `workflow` block.
+struct TopLevel {
+    name: Option<String>,
+    display_name: Option<String>,
+    max_execution_time: Duration,
+    default_node_timeout: Duration,
+    default_max_map_items: usize,
+}
+
+fn parse_top_level(f: &mut Fields<'_>, sink: &mut Sink) -> TopLevel {
     let name = f.req_string(sink, "name", &[]);
     if let Some(n) = &name {
         if !is_token(n) {
@@ -60,13 +76,13 @@ pub(crate) fn parse_document(root: &Value, sink: &mut Sink) -> Option<Draft> {
     }
     let display_name = f.string(sink, "display_name", &[]);
     let max_execution_time = seconds(
-        &mut f,
+        f,
         sink,
         "max_workflow_execution_time_seconds",
         DEFAULT_MAX_EXECUTION_SECS,
     );
     let default_node_timeout = seconds(
-        &mut f,
+        f,
         sink,
         "default_node_timeout_seconds",
         DEFAULT_NODE_TIMEOUT_SECS,
@@ -76,10 +92,17 @@ pub(crate) fn parse_document(root: &Value, sink: &mut Sink) -> Option<Draft> {
         .map_or(DEFAULT_MAX_MAP_ITEMS, |n| {
             usize::try_from(n).unwrap_or(usize::MAX)
         });
-    let block = f.required(sink, "workflow", &[]);
-    f.finish(sink, "the top level", &[]);
+    TopLevel {
+        name,
+        display_name,
+        max_execution_time,
+        default_node_timeout,
+        default_max_map_items,
+    }
+}
 
-    let block = block?;
+/// The `workflow` block, with the top-level settings already read.
+fn parse_block(block: &Value, top: TopLevel, sink: &mut Sink) -> Option<Draft> {
     let Some(wobj) = block.as_object() else {
         sink.push(
             None,
@@ -90,39 +113,10 @@ pub(crate) fn parse_document(root: &Value, sink: &mut Sink) -> Option<Draft> {
     };
     let mut w = Fields::new(wobj, None, "");
     let description = w.req_string(sink, "description", &[]).unwrap_or_default();
-    let version = match w.get(sink, "version", &[]) {
-        None => "1.0.0".to_string(),
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Number(n)) => n.to_string(),
-        Some(v) => {
-            w.wrong(sink, "version", "a string", v);
-            String::new()
-        }
-    };
+    let version = parse_version(&mut w, sink);
     let input_schema = w.schema(sink, "input_schema");
     let output_schema = w.schema(sink, "output_schema");
-
-    let mut nodes: Vec<Node> = Vec::new();
-    let mut ghosts = HashSet::new();
-    match w.required(sink, "nodes", &[]) {
-        Some(Value::Array(items)) if items.is_empty() => {
-            w.problem(sink, "nodes", "a workflow needs at least one node");
-        }
-        Some(Value::Array(items)) => {
-            for (i, item) in items.iter().enumerate() {
-                match parse_node(i, item, default_max_map_items, sink) {
-                    Parsed::Node(n) => nodes.push(*n),
-                    Parsed::Ghost(id) => {
-                        ghosts.insert(id);
-                    }
-                    Parsed::Nothing => {}
-                }
-            }
-        }
-        Some(v) => w.wrong(sink, "nodes", "a list of nodes", v),
-        None => {}
-    }
-
+    let (nodes, ghosts) = parse_nodes(&mut w, sink, top.default_max_map_items);
     let output_mapping = match w.required(sink, "output_mapping", &[]) {
         Some(v) => w.compile_template(sink, "output_mapping", v),
         None => None,
@@ -145,11 +139,11 @@ pub(crate) fn parse_document(root: &Value, sink: &mut Sink) -> Option<Draft> {
     w.finish(sink, "the workflow block", &[]);
 
     let workflow = Workflow {
-        name: name.unwrap_or_default(),
-        display_name,
-        max_execution_time,
-        default_node_timeout,
-        default_max_map_items,
+        name: top.name.unwrap_or_default(),
+        display_name: top.display_name,
+        max_execution_time: top.max_execution_time,
+        default_node_timeout: top.default_node_timeout,
+        default_max_map_items: top.default_max_map_items,
         description,
         version,
         input_schema,
@@ -166,6 +160,49 @@ pub(crate) fn parse_document(root: &Value, sink: &mut Sink) -> Option<Draft> {
         graph: Graph::default(),
     };
     Some(Draft { workflow, ghosts })
+}
+
+/// `version`: a string or a number (written as is), "1.0.0" when absent.
+fn parse_version(w: &mut Fields<'_>, sink: &mut Sink) -> String {
+    match w.get(sink, "version", &[]) {
+        None => "1.0.0".to_string(),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        Some(v) => {
+            w.wrong(sink, "version", "a string", v);
+            String::new()
+        }
+    }
+}
+
+/// `nodes`: a non-empty list. Returns the nodes read and the ids of the ghosts (see
+/// [`Draft`]).
+fn parse_nodes(
+    w: &mut Fields<'_>,
+    sink: &mut Sink,
+    default_max_map_items: usize,
+) -> (Vec<Node>, HashSet<String>) {
+    let mut nodes: Vec<Node> = Vec::new();
+    let mut ghosts = HashSet::new();
+    match w.required(sink, "nodes", &[]) {
+        Some(Value::Array(items)) if items.is_empty() => {
+            w.problem(sink, "nodes", "a workflow needs at least one node");
+        }
+        Some(Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                match parse_node(i, item, default_max_map_items, sink) {
+                    Parsed::Node(n) => nodes.push(*n),
+                    Parsed::Ghost(id) => {
+                        ghosts.insert(id);
+                    }
+                    Parsed::Nothing => {}
+                }
+            }
+        }
+        Some(v) => w.wrong(sink, "nodes", "a list of nodes", v),
+        None => {}
+    }
+    (nodes, ghosts)
 }
 
 /// Stands in for a template that failed to compile; never leaves the loader, because a

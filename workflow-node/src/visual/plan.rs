@@ -8,8 +8,8 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::definition::{
-    CallTarget, JoinStrategy, MapItems, NodeKind, NodeRole, OnExhausted, OnTimeout, RetryPolicy,
-    Workflow,
+    ApprovalNode, CallTarget, ForkBranch, JoinStrategy, LoopNode, MapItems, MapNode, NodeKind,
+    NodeRole, OnExhausted, OnTimeout, RetryPolicy, SwitchCase, Workflow,
 };
 
 /// What a workflow will do, section by section.
@@ -42,53 +42,22 @@ pub struct Plan {
 
 /// The plan of `wf`.
 pub fn plan(wf: &Workflow) -> Plan {
-    let role = |i: usize| wf.graph.roles.get(i).copied().unwrap_or(NodeRole::Main);
     let mut plan = Plan {
         name: wf.name.clone(),
         display_name: wf.display_name.clone(),
         version: wf.version.clone(),
         settings: settings(wf),
-        batches: Vec::new(),
+        batches: batches(wf),
         branches: Vec::new(),
         repeats: Vec::new(),
         gates: Vec::new(),
-        exit_handlers: Vec::new(),
+        exit_handlers: exit_handlers(wf),
         calls: Vec::new(),
     };
-
-    // Longest dependency chain, in topological order so every dependency is known first.
-    let mut level = vec![0usize; wf.nodes.len()];
-    for &i in &wf.graph.topo_order {
-        level[i] = wf.nodes[i]
-            .depends_on
-            .iter()
-            .filter_map(|d| wf.graph.index.get(d))
-            .filter(|&&j| role(j) == NodeRole::Main)
-            .map(|&j| level[j] + 1)
-            .max()
-            .unwrap_or(0);
-    }
-    for (i, node) in wf.nodes.iter().enumerate() {
-        if role(i) != NodeRole::Main {
-            continue;
-        }
-        let k = level[i];
-        if plan.batches.len() <= k {
-            plan.batches.resize(k + 1, Vec::new());
-        }
-        let mut what = short(&node.kind);
-        if let Some(when) = &node.when {
-            what.push_str(&format!(", when {}", when.source()));
-        }
-        plan.batches[k].push((node.id.clone(), what));
-    }
-
     for node in &wf.nodes {
         let id = node.id.clone();
         match &node.kind {
-            NodeKind::Call(call) => {
-                plan.calls.push((id, call_text(wf, call)));
-            }
+            NodeKind::Call(call) => plan.calls.push((id, call_text(wf, call))),
             NodeKind::Conditional {
                 condition,
                 true_branch,
@@ -101,131 +70,169 @@ pub fn plan(wf: &Workflow) -> Plan {
                     false_branch.as_deref().unwrap_or("(nothing)")
                 ),
             )),
-            NodeKind::Switch { cases, default } => {
-                let mut parts: Vec<String> = cases
-                    .iter()
-                    .enumerate()
-                    .map(|(i, c)| {
-                        format!("case {}: {} -> {}", i + 1, c.condition.source(), c.target)
-                    })
-                    .collect();
-                parts.push(format!(
-                    "default -> {}",
-                    default
-                        .as_deref()
-                        .unwrap_or("(nothing; all targets skipped)")
-                ));
-                plan.branches
-                    .push((id, format!("switch (first match): {}", parts.join("; "))));
-            }
+            NodeKind::Switch { cases, default } => plan
+                .branches
+                .push((id, switch_text(cases, default.as_deref()))),
             NodeKind::Fork {
                 branches,
                 fail_fast,
             } => {
-                let parts: Vec<String> = branches
-                    .iter()
-                    .map(|b| {
-                        format!(
-                            "{} [{}] -> output.{}",
-                            b.id,
-                            target_text(&b.call.target),
-                            b.output_key
-                        )
-                    })
-                    .collect();
-                plan.branches.push((
-                    id.clone(),
-                    format!(
-                        "fork ({}): {}",
-                        if *fail_fast {
-                            "fail fast"
-                        } else {
-                            "all branches run to the end"
-                        },
-                        parts.join("; ")
-                    ),
-                ));
+                plan.branches
+                    .push((id.clone(), fork_text(branches, *fail_fast)));
                 for b in branches {
                     plan.calls
                         .push((format!("{id}.{}", b.id), call_text(wf, &b.call)));
                 }
             }
             NodeKind::Join { wait_for, strategy } => {
-                let how = match strategy {
-                    JoinStrategy::All => "all of".to_owned(),
-                    JoinStrategy::Any => "any of".to_owned(),
-                    JoinStrategy::NOfM(n) => format!("{n} of"),
-                };
-                plan.branches
-                    .push((id, format!("join: waits for {how} {}", wait_for.join(", "))));
+                plan.branches.push((id, join_text(wait_for, *strategy)))
             }
-            NodeKind::Map(m) => {
-                let items = match &m.items {
-                    MapItems::Template(t) => compact(t.source()),
-                    MapItems::Literal(v) => format!("{} literal items", v.len()),
-                };
-                let concurrency = m
-                    .concurrency_limit
-                    .map_or("unlimited".to_owned(), |n| n.to_string());
-                plan.repeats.push((
-                    id,
-                    format!(
-                        "map: runs {} once per item of {items}; max_items {}, concurrency {concurrency}",
-                        m.node, m.max_items
-                    ),
-                ));
-            }
-            NodeKind::Loop(l) => {
-                let delay = l.delay.map_or("none".to_owned(), duration);
-                let exhausted = match l.on_exhausted {
-                    OnExhausted::Succeed => "succeed",
-                    OnExhausted::Fail => "fail",
-                };
-                plan.repeats.push((
-                    id,
-                    format!(
-                        "loop: runs {} then repeats while {}; max_iterations {}, delay {delay}, at the limit: {exhausted}",
-                        l.node,
-                        l.condition.source(),
-                        l.max_iterations
-                    ),
-                ));
-            }
-            NodeKind::Approval(a) => {
-                let approvers = if a.approvers.is_empty() {
-                    "anyone".to_owned()
-                } else {
-                    a.approvers.join(", ")
-                };
-                let timeout = a
-                    .timeout
-                    .map_or("none (the run's deadline)".to_owned(), duration);
-                let on_timeout = match a.on_timeout {
-                    OnTimeout::Reject => "reject",
-                    OnTimeout::Approve => "approve",
-                };
-                let mut text =
-                    format!("approval by {approvers}; timeout {timeout}, on timeout {on_timeout}");
-                if let Some(m) = &a.message {
-                    text.push_str(&format!("; message {}", compact(m.source())));
-                }
-                plan.gates.push((id, text));
-            }
+            NodeKind::Map(m) => plan.repeats.push((id, map_text(m))),
+            NodeKind::Loop(l) => plan.repeats.push((id, loop_text(l))),
+            NodeKind::Approval(a) => plan.gates.push((id, approval_text(a))),
         }
     }
+    plan
+}
 
+/// The main nodes by batch: batch k holds the nodes whose longest dependency chain has
+/// length k.
+fn batches(wf: &Workflow) -> Vec<Vec<(String, String)>> {
+    let role = |i: usize| wf.graph.roles.get(i).copied().unwrap_or(NodeRole::Main);
+    // In topological order, so every dependency's level is known first.
+    let mut level = vec![0usize; wf.nodes.len()];
+    for &i in &wf.graph.topo_order {
+        level[i] = wf.nodes[i]
+            .depends_on
+            .iter()
+            .filter_map(|d| wf.graph.index.get(d))
+            .filter(|&&j| role(j) == NodeRole::Main)
+            .map(|&j| level[j] + 1)
+            .max()
+            .unwrap_or(0);
+    }
+    let mut batches: Vec<Vec<(String, String)>> = Vec::new();
+    for (i, node) in wf.nodes.iter().enumerate() {
+        if role(i) != NodeRole::Main {
+            continue;
+        }
+        let k = level[i];
+        if batches.len() <= k {
+            batches.resize(k + 1, Vec::new());
+        }
+        let mut what = short(&node.kind);
+        if let Some(when) = &node.when {
+            what.push_str(&format!(", when {}", when.source()));
+        }
+        batches[k].push((node.id.clone(), what));
+    }
+    batches
+}
+
+fn switch_text(cases: &[SwitchCase], default: Option<&str>) -> String {
+    let mut parts: Vec<String> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("case {}: {} -> {}", i + 1, c.condition.source(), c.target))
+        .collect();
+    parts.push(format!(
+        "default -> {}",
+        default.unwrap_or("(nothing; all targets skipped)")
+    ));
+    format!("switch (first match): {}", parts.join("; "))
+}
+
+fn fork_text(branches: &[ForkBranch], fail_fast: bool) -> String {
+    let parts: Vec<String> = branches
+        .iter()
+        .map(|b| {
+            format!(
+                "{} [{}] -> output.{}",
+                b.id,
+                target_text(&b.call.target),
+                b.output_key
+            )
+        })
+        .collect();
+    format!(
+        "fork ({}): {}",
+        if fail_fast {
+            "fail fast"
+        } else {
+            "all branches run to the end"
+        },
+        parts.join("; ")
+    )
+}
+
+fn join_text(wait_for: &[String], strategy: JoinStrategy) -> String {
+    let how = match strategy {
+        JoinStrategy::All => "all of".to_owned(),
+        JoinStrategy::Any => "any of".to_owned(),
+        JoinStrategy::NOfM(n) => format!("{n} of"),
+    };
+    format!("join: waits for {how} {}", wait_for.join(", "))
+}
+
+fn map_text(m: &MapNode) -> String {
+    let items = match &m.items {
+        MapItems::Template(t) => compact(t.source()),
+        MapItems::Literal(v) => format!("{} literal items", v.len()),
+    };
+    let concurrency = m
+        .concurrency_limit
+        .map_or("unlimited".to_owned(), |n| n.to_string());
+    format!(
+        "map: runs {} once per item of {items}; max_items {}, concurrency {concurrency}",
+        m.node, m.max_items
+    )
+}
+
+fn loop_text(l: &LoopNode) -> String {
+    let delay = l.delay.map_or("none".to_owned(), duration);
+    let exhausted = match l.on_exhausted {
+        OnExhausted::Succeed => "succeed",
+        OnExhausted::Fail => "fail",
+    };
+    format!(
+        "loop: runs {} then repeats while {}; max_iterations {}, delay {delay}, at the limit: {exhausted}",
+        l.node,
+        l.condition.source(),
+        l.max_iterations
+    )
+}
+
+fn approval_text(a: &ApprovalNode) -> String {
+    let approvers = if a.approvers.is_empty() {
+        "anyone".to_owned()
+    } else {
+        a.approvers.join(", ")
+    };
+    let timeout = a
+        .timeout
+        .map_or("none (the run's deadline)".to_owned(), duration);
+    let on_timeout = match a.on_timeout {
+        OnTimeout::Reject => "reject",
+        OnTimeout::Approve => "approve",
+    };
+    let mut text = format!("approval by {approvers}; timeout {timeout}, on timeout {on_timeout}");
+    if let Some(m) = &a.message {
+        text.push_str(&format!("; message {}", compact(m.source())));
+    }
+    text
+}
+
+fn exit_handlers(wf: &Workflow) -> Vec<(String, String)> {
     let handlers = [
         ("always", &wf.on_exit.always),
         ("on_success", &wf.on_exit.on_success),
         ("on_failure", &wf.on_exit.on_failure),
         ("on_cancel", &wf.on_exit.on_cancel),
     ];
-    for (trigger, handler) in handlers {
-        if let Some(h) = handler {
-            plan.exit_handlers.push((trigger.to_owned(), h.clone()));
-        }
-    }
-    plan
+    handlers
+        .into_iter()
+        .filter_map(|(trigger, handler)| Some((trigger.to_owned(), handler.clone()?)))
+        .collect()
 }
 
 fn settings(wf: &Workflow) -> Vec<String> {
