@@ -5,15 +5,13 @@ use std::time::Duration;
 
 use async_nats::{Client, HeaderMap, RequestErrorKind};
 use bytes::Bytes;
+use messages::reply::{decode_reply, final_task, read_task, ReplyError, TaskReading};
 use messages::subjects;
-use messages::{
-    AgentReply, Message, Outcome, Part, Request, Response, Role, Task, TaskState,
-    WorkflowNodeResult,
-};
-use serde_json::{json, Value};
+use messages::{Message, Part, Request, Role, Task};
+use serde_json::Value;
 
 use crate::error::CallError;
-use crate::payload::{unwrap_data, Artifacts, DEFAULT_ARTIFACT_THRESHOLD};
+use crate::payload::{Artifacts, DEFAULT_ARTIFACT_THRESHOLD};
 
 /// Options of [`call_agent_with`].
 #[derive(Debug, Clone)]
@@ -102,133 +100,51 @@ pub async fn call_agent_with(
                 reason: e.to_string(),
             },
         })?;
-    let response: Response =
-        serde_json::from_slice(&reply.payload).map_err(|e| CallError::InvalidReply {
+    let reply = decode_reply(&reply.payload).map_err(|e| match e {
+        ReplyError::NotJsonRpc(e) => CallError::InvalidReply {
             agent: agent.to_owned(),
             reason: e.to_string(),
-        })?;
-    match response.outcome {
-        Outcome::Error(e) => Err(CallError::Rpc {
+        },
+        ReplyError::Rpc(e) => CallError::Rpc {
             agent: agent.to_owned(),
             code: e.code,
             message: e.message,
-        }),
-        Outcome::Result(reply) => match *reply {
-            AgentReply::Task(task) => task_output(&artifacts, agent, task).await,
-            AgentReply::Message(m) => parts_output(&artifacts, &m.parts).await,
-            AgentReply::StatusUpdate(_) => Err(CallError::InvalidReply {
-                agent: agent.to_owned(),
-                reason: "a status update instead of a final reply".into(),
-            }),
         },
-    }
-}
-
-/// The output of a final task, or the failure it reports.
-async fn task_output(artifacts: &Artifacts, agent: &str, task: Task) -> Result<Value, CallError> {
-    let result = match task.find_data::<WorkflowNodeResult>() {
-        Some(Ok(r)) => Some(r),
-        Some(Err(e)) => {
-            return Err(CallError::InvalidReply {
-                agent: agent.to_owned(),
-                reason: format!("malformed workflow_node_result: {e}"),
-            })
-        }
-        None => None,
-    };
-    let parts = task
-        .status
-        .message
-        .as_ref()
-        .map(|m| m.parts.as_slice())
-        .unwrap_or_default();
-    match task.status.state {
-        TaskState::Completed => match result {
-            Some(r) if r.status == messages::ResultStatus::Success => match r.artifact_name {
-                Some(name) => Ok(artifacts.get_json(artifacts.bucket(), &name).await?),
-                None => Ok(r.output.unwrap_or(Value::Null)),
-            },
-            Some(r) => Err(failed(
-                agent,
-                r.error_message,
-                r.error_kind,
-                r.validation_errors,
-            )),
-            None => parts_output(artifacts, parts).await,
-        },
-        TaskState::Failed | TaskState::Canceled | TaskState::Rejected => match result {
-            Some(r) => Err(failed(
-                agent,
-                r.error_message,
-                r.error_kind,
-                r.validation_errors,
-            )),
-            None => {
-                let data = parts.iter().find_map(Part::as_data);
-                let field = |k: &str| {
-                    data.and_then(|d| d.get(k))
-                        .and_then(Value::as_str)
-                        .map(str::to_owned)
-                };
-                let text = parts
-                    .iter()
-                    .filter_map(Part::as_text)
-                    .collect::<Vec<_>>()
-                    .join("\n");
-                let message = field("error_message")
-                    .or(Some(text).filter(|t| !t.is_empty()))
-                    .unwrap_or_else(|| format!("task {:?}", task.status.state));
-                let validation = data
-                    .and_then(|d| d.get("validation_errors"))
-                    .and_then(|v| serde_json::from_value(v.clone()).ok());
-                Err(failed(
-                    agent,
-                    Some(message),
-                    field("error_kind"),
-                    validation,
-                ))
-            }
-        },
-        other => Err(CallError::InvalidReply {
-            agent: agent.to_owned(),
-            reason: format!("the final task is in state {other:?}"),
-        }),
-    }
-}
-
-fn failed(
-    agent: &str,
-    message: Option<String>,
-    kind: Option<String>,
-    validation_errors: Option<Vec<String>>,
-) -> CallError {
-    CallError::Failed {
+    })?;
+    let task = final_task(reply).ok_or_else(|| CallError::InvalidReply {
         agent: agent.to_owned(),
-        message: message.unwrap_or_else(|| "failed".into()),
-        kind,
-        validation_errors: validation_errors.unwrap_or_default(),
-    }
+        reason: "a status update instead of a final reply".into(),
+    })?;
+    task_output(&artifacts, agent, &task).await
 }
 
-/// The output carried by parts: the first DataPart (unwrapped), else the first object-store
-/// FilePart, else `{"text": ...}`.
-async fn parts_output(artifacts: &Artifacts, parts: &[Part]) -> Result<Value, CallError> {
-    if let Some(v) = parts.iter().find_map(|p| match p {
-        Part::Data { data, metadata } => Some(unwrap_data(data, metadata.as_ref())),
-        _ => None,
-    }) {
-        return Ok(v);
+/// The output of a final task (fetched from the object store when stored there), or the
+/// failure it reports.
+async fn task_output(artifacts: &Artifacts, agent: &str, task: &Task) -> Result<Value, CallError> {
+    let invalid = |reason: String| CallError::InvalidReply {
+        agent: agent.to_owned(),
+        reason,
+    };
+    let reading = read_task(task)
+        .map_err(|e| invalid(format!("malformed workflow_node_result: {e}")))?
+        .ok_or_else(|| {
+            invalid(format!(
+                "the final task is in state {:?}",
+                task.status.state
+            ))
+        })?;
+    match reading {
+        TaskReading::Output(value) => Ok(value),
+        TaskReading::Artifact(name) => Ok(artifacts.get_json(artifacts.bucket(), &name).await?),
+        TaskReading::Object(uri) => Ok(artifacts.get_uri(&uri).await?),
+        TaskReading::Failed(f) => Err(CallError::Failed {
+            agent: agent.to_owned(),
+            message: f.message.unwrap_or_else(|| match f.reported {
+                true => "failed".into(),
+                false => format!("task {:?}", f.state),
+            }),
+            kind: f.kind,
+            validation_errors: f.validation_errors,
+        }),
     }
-    if let Some(uri) = parts.iter().find_map(|p| match p {
-        Part::File { file, .. } => file.uri.clone(),
-        _ => None,
-    }) {
-        return Ok(artifacts.get_uri(&uri).await?);
-    }
-    let text = parts
-        .iter()
-        .filter_map(Part::as_text)
-        .collect::<Vec<_>>()
-        .join("\n");
-    Ok(json!({ "text": text }))
 }

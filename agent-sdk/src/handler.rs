@@ -58,13 +58,8 @@ impl WorkflowCallInfo {
     /// The sub-task id without its attempt: the same for every attempt of one node in one
     /// run, map item and loop iteration.
     pub fn slot_key(&self) -> &str {
-        slot_key(&self.sub_task_id)
+        messages::sub_task::slot_key(&self.sub_task_id)
     }
-}
-
-/// `id` up to its last `_` (the whole id when it has none).
-pub(crate) fn slot_key(id: &str) -> &str {
-    id.rsplit_once('_').map_or(id, |(head, _)| head)
 }
 
 impl NodeRequest {
@@ -172,12 +167,6 @@ impl<H: Handler> DynHandler for H {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn slot_key_drops_the_attempt() {
-        assert_eq!(slot_key("e1_node_a_0_2"), "e1_node_a_0");
-        assert_eq!(slot_key("plain"), "plain");
-    }
 
     #[test]
     fn onward_headers_pass_trace_and_count_the_hop() {

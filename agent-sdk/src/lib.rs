@@ -17,7 +17,7 @@
 //! - answers malformed requests with a JSON-RPC error and keeps serving.
 //!
 //! Modules: [`agent`] (builder and handle), [`handler`] (what agents implement),
-//! [`client`] ([`call_agent`]), [`payload`] (wrapping and the object store), [`schema`]
+//! [`client`] ([`call_agent`]), [`payload`] (the object store; the wrapping conventions are in `messages::payload`), [`schema`]
 //! (JSON Schema checks), [`stub`] (YAML-described stub agents for testing workflows),
 //! [`error`]. Inside: `protocol` decodes requests and builds replies without I/O, `server`
 //! runs the loop.

@@ -5,6 +5,7 @@
 use async_nats::HeaderMap;
 use messages::headers::{MSG_ID, REPLY_TO, STATUS_TO, TRACEPARENT, TRACESTATE};
 use messages::jsonrpc::{codes, Method};
+use messages::payload::{artifact_part, is_wrapped, unwrap_data, wrap};
 use messages::{
     AgentReply, DataPartType, ErrorObject, JsonObject, Message, Part, Request, RequestId, Response,
     Role, Task, TaskState, TaskStatus, TaskStatusUpdateEvent, WorkflowNodeRequest,
@@ -13,7 +14,6 @@ use messages::{
 use serde_json::{json, Map, Value};
 
 use crate::handler::WorkflowCallInfo;
-use crate::payload::{is_wrapped, unwrap_data, wrap};
 
 /// The error kind of results for input that violates the input schema.
 pub const KIND_INPUT_VALIDATION: &str = "input_validation";
@@ -300,10 +300,9 @@ fn workflow_parts(w: &WorkflowCallInfo, outcome: &Outcome) -> (TaskState, Vec<Pa
 fn plain_parts(outcome: &Outcome) -> (TaskState, Vec<Part>) {
     match outcome {
         Outcome::Success(Output::Inline(v)) => (TaskState::Completed, vec![wrap(v.clone())]),
-        Outcome::Success(Output::Artifact { bucket, name }) => (
-            TaskState::Completed,
-            vec![crate::payload::artifact_part(bucket, name)],
-        ),
+        Outcome::Success(Output::Artifact { bucket, name }) => {
+            (TaskState::Completed, vec![artifact_part(bucket, name)])
+        }
         Outcome::Failure {
             message,
             kind,

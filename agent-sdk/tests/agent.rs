@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_sdk::payload::{artifact_part, wrap, Artifacts};
+use agent_sdk::payload::Artifacts;
 use agent_sdk::{
     call_agent, call_agent_with, handler_fn, AgentBuilder, AgentError, CallError, CallOptions,
     NodeRequest,
@@ -18,6 +18,7 @@ use bytes::Bytes;
 use common::*;
 use messages::card::{AgentCard, EXT_SCHEMAS};
 use messages::jsonrpc::codes;
+use messages::payload::{artifact_part, wrap};
 use messages::{subjects, Outcome, ResultStatus, TaskState};
 use serde_json::{json, Value};
 

@@ -85,7 +85,7 @@ pub fn find_data<T: DataPartType + DeserializeOwned>(
     })
 }
 
-fn joined_text(parts: &[Part]) -> String {
+pub(crate) fn joined_text(parts: &[Part]) -> String {
     parts
         .iter()
         .filter_map(|p| match p {

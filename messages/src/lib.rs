@@ -5,8 +5,11 @@
 //! - [`jsonrpc`]: the JSON-RPC 2.0 envelope ([`Request`], [`Response`], error codes).
 //! - [`card`]: the [`AgentCard`] and its extensions (agent type, schemas, visualization).
 //! - [`workflow`]: the workflow DataParts (`workflow_node_request`, ...).
-//! - [`subjects`]: every NATS subject, built by functions.
-//! - [`headers`]: NATS header names.
+//! - [`payload`]: how values travel in parts (wrapping, `nats-object://` references).
+//! - [`reply`]: reading a final reply into an output or a failure.
+//! - [`sub_task`]: the sub-task id a workflow node gives each attempt of a call.
+//! - [`subjects`]: every NATS subject, built by functions (`$KV.` ones included).
+//! - [`headers`]: NATS header names; [`msg_id`]: the de-duplication ids they carry.
 //!
 //! Wire types never deny unknown fields: messages from other agents may carry more.
 
@@ -14,6 +17,10 @@ pub mod a2a;
 pub mod card;
 pub mod headers;
 pub mod jsonrpc;
+pub mod msg_id;
+pub mod payload;
+pub mod reply;
+pub mod sub_task;
 pub mod subjects;
 pub mod workflow;
 

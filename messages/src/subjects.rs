@@ -4,7 +4,8 @@
 //! Layout (the reference's topics with `/` → `.`): `{ns}.a2a.v1.discovery.agentcards`,
 //! `{ns}.a2a.v1.agent.request.{agent}`, `{ns}.a2a.v1.agent.response.{workflow}.{sub_task}`,
 //! `{ns}.a2a.v1.agent.status.{workflow}.{sub_task}`. Names put into a subject must be one
-//! token; check them with [`validate_token`] when they are loaded, not when used.
+//! token; check them with [`validate_token`] when they are loaded, not when used. KV
+//! writes published directly go to [`kv_key`].
 
 /// Why a name cannot be a subject token.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -114,6 +115,18 @@ pub fn artifact_bucket(ns: &str) -> String {
     format!("{}_artifacts", ns.replace('.', "_"))
 }
 
+/// `$KV.{bucket}.{key}`: the subject a JetStream KV bucket stores `key` under. Publishing
+/// to it (through JetStream, for the ack) writes the key, which lets a writer pipeline
+/// writes or add headers (TTL, purge, expected sequence) the KV API does not expose.
+pub fn kv_key(bucket: &str, key: &str) -> String {
+    format!("$KV.{bucket}.{key}")
+}
+
+/// `$KV.{bucket}.>`: every write to a KV bucket (subscribe to watch them all).
+pub fn kv_all(bucket: &str) -> String {
+    kv_key(bucket, ">")
+}
+
 /// The last token of a subject (the sub-task id of a response or status subject).
 pub fn last_token(subject: &str) -> &str {
     subject.rsplit('.').next().unwrap_or(subject)
@@ -154,6 +167,8 @@ mod tests {
         assert_eq!(run_events("mesh", "Wf", "e1"), "mesh.wf.Wf.events.e1");
         assert_eq!(run_events_all("mesh", "Wf"), "mesh.wf.Wf.events.>");
         assert_eq!(artifact_bucket("acme.prod"), "acme_prod_artifacts");
+        assert_eq!(kv_key("b", "Wf.e1.final"), "$KV.b.Wf.e1.final");
+        assert_eq!(kv_all("b"), "$KV.b.>");
     }
 
     #[test]

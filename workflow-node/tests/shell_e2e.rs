@@ -12,7 +12,7 @@ use messages::{headers, subjects};
 use serde_json::{json, Value};
 use workflow_node::cli::client::{invoke, RunResult};
 use workflow_node::definition::{parse_str, Workflow};
-use workflow_node::shell::{wire, Config, WorkflowNode};
+use workflow_node::shell::{Config, WorkflowNode};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -363,7 +363,7 @@ async fn the_same_request_twice_makes_one_run() {
     let message = Message::new(
         "same-message",
         Role::User,
-        vec![wire::value_part(&json!({"value": 1}))],
+        vec![messages::payload::wrap(json!({"value": 1}))],
     );
     let request = serde_json::to_vec(&Request::message_send("r1", message)).unwrap();
     for _ in 0..2 {
@@ -411,7 +411,7 @@ async fn requests_deeper_than_max_call_depth_are_refused() {
     let message = Message::new(
         "deep",
         Role::User,
-        vec![wire::value_part(&json!({"value": 1}))],
+        vec![messages::payload::wrap(json!({"value": 1}))],
     );
     let request = Request::message_send("deep", message);
     let mut h = async_nats::HeaderMap::new();

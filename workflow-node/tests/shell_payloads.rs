@@ -119,14 +119,8 @@ async fn a_workflow_input_can_be_an_object_store_artifact_and_trace_context_reac
         .put_json("my-input.json", &json!({"blob": "from the store"}))
         .await
         .unwrap();
-    let part = Part::file_uri(
-        format!(
-            "nats-object://{}/my-input.json",
-            subjects::artifact_bucket("mesh")
-        ),
-        Some("my-input.json".into()),
-        Some("application/json".into()),
-    );
+    let part =
+        messages::payload::artifact_part(&subjects::artifact_bucket("mesh"), "my-input.json");
     let message = Message::new("with-artifact", Role::User, vec![part]);
     let request = Request::message_send("req-1", message);
     let mut h = async_nats::HeaderMap::new();

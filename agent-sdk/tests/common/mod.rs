@@ -114,7 +114,7 @@ pub async fn call_node(
     req: &WorkflowNodeRequest,
     input: Value,
 ) -> Result<(Task, WorkflowNodeResult)> {
-    let body = workflow_body(req, None, agent_sdk::payload::wrap(input));
+    let body = workflow_body(req, None, messages::payload::wrap(input));
     let (response, _) = request(client, agent, HeaderMap::new(), body).await?;
     let task = task(response)?;
     let result = node_result(&task)?;

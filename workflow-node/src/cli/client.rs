@@ -8,11 +8,11 @@ use anyhow::{anyhow, bail, Result};
 use futures::{FutureExt, StreamExt};
 use messages::a2a::{AgentReply, Message, Part, Role, TaskState};
 use messages::jsonrpc::{Outcome, Request, Response};
+use messages::payload::wrap;
+use messages::reply::{decode_reply, output_part, Output, ReplyError};
 use messages::workflow::WorkflowDataPart;
 use messages::{headers, subjects};
 use serde_json::Value;
-
-use crate::shell::wire::{part_value, value_part};
 
 /// How a run ended, as its caller sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,7 +43,7 @@ pub async fn invoke(
     let mut status = client.subscribe(status_inbox.clone()).await?;
     let mut replies = client.subscribe(reply_inbox.clone()).await?;
     let message_id = format!("run-{}", uuid::Uuid::new_v4().simple());
-    let message = Message::new(message_id.clone(), Role::User, vec![value_part(input)]);
+    let message = Message::new(message_id.clone(), Role::User, vec![wrap(input.clone())]);
     let request = Request::message_send(message_id.as_str(), message);
     let mut h = async_nats::HeaderMap::new();
     h.insert(headers::STATUS_TO, status_inbox.as_str());
@@ -73,23 +73,18 @@ pub async fn invoke(
                 while let Some(Some(msg)) = status.next().now_or_never() {
                     on_status(&msg, &mut nodes, &mut execution_id, &mut progress);
                 }
-                let response: Response = serde_json::from_slice(&msg.payload)
-                    .map_err(|e| anyhow!("{workflow} sent a reply that is not JSON-RPC: {e}"))?;
-                let reply = match response.outcome {
-                    Outcome::Error(e) => bail!("{workflow} refused the request: {} ({})", e.message, e.code),
-                    Outcome::Result(r) => *r,
+                let reply = match decode_reply(&msg.payload) {
+                    Ok(reply) => reply,
+                    Err(ReplyError::NotJsonRpc(e)) => bail!("{workflow} sent a reply that is not JSON-RPC: {e}"),
+                    Err(ReplyError::Rpc(e)) => bail!("{workflow} refused the request: {} ({})", e.message, e.code),
                 };
                 let AgentReply::Task(task) = reply else { continue };
                 let parts = task.status.message.map(|m| m.parts).unwrap_or_default();
                 let text: Vec<&str> = parts.iter().filter_map(Part::as_text).collect();
-                let output = parts.iter().find_map(|p| {
-                    let data = p.as_data()?;
-                    let protocol = data.get("type").and_then(Value::as_str).is_some_and(|t| t.starts_with("workflow_"));
-                    if protocol { None } else { part_value(p) }
-                });
-                let output = match output {
-                    Some(v) => Some(v),
-                    None => artifact_output(client, ns, &parts).await?,
+                let output = match output_part(&parts) {
+                    Some(Output::Inline(v)) => Some(v),
+                    Some(Output::Object(uri)) => Some(artifact_output(client, ns, &uri).await?),
+                    None => None,
                 };
                 let (status, error) = match task.status.state {
                     TaskState::Completed => ("success", None),
@@ -137,20 +132,11 @@ fn on_status(
 }
 
 /// The output of a reply that carries it as an object-store artifact (a large output).
-async fn artifact_output(
-    client: &async_nats::Client,
-    ns: &str,
-    parts: &[Part],
-) -> Result<Option<Value>> {
-    let uri = parts.iter().find_map(|p| match p {
-        Part::File { file, .. } => file.uri.clone(),
-        _ => None,
-    });
-    let Some(uri) = uri else { return Ok(None) };
+async fn artifact_output(client: &async_nats::Client, ns: &str, uri: &str) -> Result<Value> {
     let artifacts = agent_sdk::payload::Artifacts::new(client.clone(), ns);
     let value = artifacts
-        .get_uri(&uri)
+        .get_uri(uri)
         .await
         .map_err(|e| anyhow!("reading the output artifact {uri}: {e}"))?;
-    Ok(Some(value))
+    Ok(value)
 }

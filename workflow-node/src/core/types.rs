@@ -3,6 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use messages::sub_task::SubTaskId;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -79,32 +80,29 @@ impl TaskKey {
         }
     }
 
-    /// The sub-task id of `attempt`: `{execution}_{node}_{slot}_{attempt}`, one NATS token.
+    /// The sub-task id of `attempt` (see [`messages::sub_task`]), one NATS token.
     pub fn sub_task_id(&self, execution: &ExecutionId, attempt: u32) -> String {
-        format!(
-            "{execution}_{}_{}_{attempt}",
-            self.node,
-            slot_code(self.slot)
-        )
+        SubTaskId {
+            execution: &execution.0,
+            node: &self.node,
+            slot: &slot_code(self.slot),
+            attempt,
+        }
+        .format()
     }
 
     /// Inverse of [`TaskKey::sub_task_id`].
     pub fn parse_sub_task_id(id: &str) -> Option<(ExecutionId, TaskKey, u32)> {
-        let mut parts = id.rsplitn(3, '_');
-        let attempt = parts.next()?.parse().ok()?;
-        let slot = parse_slot(parts.next()?)?;
-        let (execution, node) = parts.next()?.split_once('_')?;
-        if node.is_empty() {
-            return None;
-        }
-        let execution = ExecutionId::parse(execution).ok()?;
+        let id = SubTaskId::parse(id)?;
+        let slot = parse_slot(id.slot)?;
+        let execution = ExecutionId::parse(id.execution).ok()?;
         Some((
             execution,
             TaskKey {
-                node: node.to_string(),
+                node: id.node.to_string(),
                 slot,
             },
-            attempt,
+            id.attempt,
         ))
     }
 }

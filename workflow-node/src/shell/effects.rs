@@ -9,18 +9,19 @@ use messages::a2a::{
     AgentReply, Message, Part, Role, TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
 use messages::jsonrpc::Request;
+use messages::payload::{wrap, JSON_MIME};
 use messages::workflow::{
     MapStatus, NodeOutcome, ResultStatus, RunOutcome, SwitchCaseInfo, WorkflowApprovalRequest,
     WorkflowExecutionResult, WorkflowExecutionStart, WorkflowMapProgress,
     WorkflowNodeExecutionResult, WorkflowNodeExecutionStart, WorkflowNodeRequest,
     WorkflowNodeResult,
 };
-use messages::{headers, subjects};
+use messages::{headers, msg_id, subjects};
 use serde_json::{json, Value};
 
 use super::record::Caller;
 use super::timers::TimerRecord;
-use super::wire::{self, value_part};
+use super::wire;
 use super::{names, now, publish_event, Envelope, Shared};
 use crate::core::{
     Command, Dispatch, Event, ExecutionId, Failure, FailureClass, NodeStatus, Progress, RunStatus,
@@ -52,7 +53,7 @@ impl RunContext<'_> {
                     // A purge whose marker expires (per-message TTL), so disarmed timers
                     // leave nothing behind in the bucket.
                     let key = names::timer_key(&self.workflow.name, self.execution, &timer.key());
-                    let subject = format!("$KV.{}.{key}", names::timers_bucket(&self.shared.ns));
+                    let subject = subjects::kv_key(&names::timers_bucket(&self.shared.ns), &key);
                     let mut h = HeaderMap::new();
                     h.insert("KV-Operation", "PURGE");
                     h.insert(async_nats::header::NATS_ROLLUP, "sub");
@@ -83,7 +84,7 @@ impl RunContext<'_> {
                         timer: timer.clone(),
                         at: *at,
                     };
-                    let subject = format!("$KV.{}.{key}", names::timers_bucket(&self.shared.ns));
+                    let subject = subjects::kv_key(&names::timers_bucket(&self.shared.ns), &key);
                     timer_acks.push(
                         self.shared
                             .js
@@ -159,7 +160,7 @@ impl RunContext<'_> {
                 event,
                 caller: None,
             };
-            let msg_id = format!("{}.nocard", d.sub_task_id);
+            let msg_id = msg_id::no_card(&d.sub_task_id);
             return publish_event(
                 shared,
                 &self.workflow.name,
@@ -195,13 +196,9 @@ impl RunContext<'_> {
         if input.len() > shared.config.inline_limit {
             let name = format!("{}.input.json", d.sub_task_id);
             let uri = shared.put_artifact(&name, input).await?;
-            parts.push(Part::file_uri(
-                uri,
-                Some(name),
-                Some("application/json".into()),
-            ));
+            parts.push(Part::file_uri(uri, Some(name), Some(JSON_MIME.into())));
         } else {
-            parts.push(value_part(&d.input));
+            parts.push(wrap(d.input.clone()));
         }
         let mut message = Message::new(d.sub_task_id.clone(), Role::User, parts);
         message.task_id = Some(d.sub_task_id.clone());
@@ -409,11 +406,11 @@ impl RunContext<'_> {
             }));
         }
         match (&inline_output, &artifact) {
-            (Some(out), _) => parts.push(value_part(out)),
+            (Some(out), _) => parts.push(wrap(out.clone())),
             (None, Some((name, uri))) => parts.push(Part::file_uri(
                 uri.clone(),
                 Some(name.clone()),
-                Some("application/json".into()),
+                Some(JSON_MIME.into()),
             )),
             _ => {}
         }
@@ -449,7 +446,7 @@ impl RunContext<'_> {
         let reply = wire::task(&task_id, &context, state, parts);
         let bytes = wire::response(&self.caller.request_id, reply);
         let mut h = HeaderMap::new();
-        h.insert(headers::MSG_ID, format!("{task_id}.final").as_str());
+        h.insert(headers::MSG_ID, msg_id::final_reply(&task_id).as_str());
         // The marker's write is queued right behind the reply, with no wait in between, so a
         // replica killed after the reply left has almost surely sent the marker too; its
         // ack also says the server took the reply first (one connection keeps order).
@@ -458,7 +455,7 @@ impl RunContext<'_> {
             async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
             claim.to_string().as_str(),
         );
-        let marker_subject = format!("$KV.{}.{marker}", names::runs_bucket(&shared.ns));
+        let marker_subject = subjects::kv_key(&names::runs_bucket(&shared.ns), &marker);
         shared
             .client
             .publish_with_headers(reply_to.clone(), h, bytes.into())

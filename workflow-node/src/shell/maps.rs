@@ -28,6 +28,7 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::names::{input_key, items_key, result_key};
 use super::record::RunRecord;
 use super::Shared;
 use crate::core::{Detail, Event, Execution, MapState, Slot};
@@ -72,18 +73,6 @@ pub struct MapRef {
     /// Whether the item results are in memory (not persisted: false after a load).
     #[serde(skip)]
     pub results_loaded: bool,
-}
-
-fn items_key(run_key: &str, map: &str, chunk: usize) -> String {
-    format!("{run_key}.items.{map}.{chunk}")
-}
-
-fn input_key(run_key: &str) -> String {
-    format!("{run_key}.input")
-}
-
-fn result_key(run_key: &str, map: &str, index: u32) -> String {
-    format!("{run_key}.result.{map}.{index}")
 }
 
 fn running_maps(record: &mut RunRecord) -> impl Iterator<Item = (&String, &mut MapState)> {
@@ -408,7 +397,7 @@ pub(super) async fn start_puts(
         acks.push(
             shared
                 .js
-                .publish(format!("$KV.{bucket}.{key}"), bytes.into())
+                .publish(messages::subjects::kv_key(&bucket, &key), bytes.into())
                 .await?,
         );
     }

@@ -164,17 +164,17 @@ impl Shared {
     async fn put_artifact(&self, name: &str, bytes: Vec<u8>) -> Result<String, async_nats::Error> {
         let store = self.artifact_store().await?;
         store.put(name, &mut bytes.as_slice()).await?;
-        Ok(format!(
-            "nats-object://{}/{name}",
-            subjects::artifact_bucket(&self.ns)
+        Ok(messages::payload::object_uri(
+            &subjects::artifact_bucket(&self.ns),
+            name,
         ))
     }
 
     /// Reads a JSON artifact from our bucket.
     async fn get_artifact(&self, name: &str) -> Result<Value, async_nats::Error> {
         let bucket = subjects::artifact_bucket(&self.ns);
-        match wire::object_ref(name, &bucket) {
-            Some((bucket, name)) => self.get_artifact_in(&bucket, &name).await,
+        match messages::payload::object_ref(name, &bucket) {
+            Some((bucket, name)) => self.get_artifact_in(bucket, name).await,
             None => Err(format!("'{name}' is not an artifact name").into()),
         }
     }

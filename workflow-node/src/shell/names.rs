@@ -1,6 +1,9 @@
-//! Names of the JetStream resources of a namespace: buckets, streams, keys.
+//! Names of the JetStream resources of a namespace: buckets, streams, and every KV key the
+//! workflow node writes (the only place their shapes are spelled out).
 //!
 //! KV buckets and stream names allow `[A-Za-z0-9_-]`, so a namespace's dots become `_`.
+//! Keys are `.`-separated and start with the run's key (`{workflow}.{execution}`), so one
+//! run's entries share a prefix.
 
 use sha2::{Digest, Sha256};
 
@@ -38,6 +41,22 @@ pub fn final_marker(workflow: &str, execution: &ExecutionId) -> String {
     format!("{workflow}.{execution}.final")
 }
 
+/// The KV key of the run's input, stored apart from the record when a map externalises
+/// its items (the record must stay small).
+pub(crate) fn input_key(run_key: &str) -> String {
+    format!("{run_key}.input")
+}
+
+/// The KV key of one chunk of an externalised map's items.
+pub(crate) fn items_key(run_key: &str, map: &str, chunk: usize) -> String {
+    format!("{run_key}.items.{map}.{chunk}")
+}
+
+/// The KV key of the result of item `index` of an externalised map.
+pub(crate) fn result_key(run_key: &str, map: &str, index: u32) -> String {
+    format!("{run_key}.result.{map}.{index}")
+}
+
 /// The KV key of a timer.
 pub fn timer_key(workflow: &str, execution: &ExecutionId, timer: &str) -> String {
     format!("{workflow}.{execution}.{timer}")
@@ -69,5 +88,17 @@ mod tests {
     fn namespaces_with_dots_make_valid_names() {
         assert_eq!(runs_bucket("acme.prod"), "acme_prod_wf_runs");
         assert_eq!(event_stream("mesh", "Wf"), "mesh_WF_Wf");
+    }
+
+    #[test]
+    fn keys_start_with_the_run_key() {
+        let e = ExecutionId("e1".into());
+        let run = run_key("Wf", &e);
+        assert_eq!(run, "Wf.e1");
+        assert_eq!(final_marker("Wf", &e), "Wf.e1.final");
+        assert_eq!(timer_key("Wf", &e, "deadline"), "Wf.e1.deadline");
+        assert_eq!(input_key(&run), "Wf.e1.input");
+        assert_eq!(items_key(&run, "m", 2), "Wf.e1.items.m.2");
+        assert_eq!(result_key(&run, "m", 7), "Wf.e1.result.m.7");
     }
 }

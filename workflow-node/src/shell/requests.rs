@@ -13,7 +13,7 @@ use futures::StreamExt;
 use messages::a2a::{Message, Part, TaskState};
 use messages::jsonrpc::{codes, ErrorObject, Method, Request, Response};
 use messages::workflow::{Decision, WorkflowApprovalDecision, WorkflowNodeRequest};
-use messages::{headers, subjects};
+use messages::{headers, msg_id, subjects};
 use serde_json::Value;
 
 use super::record::{Caller, RunRecord};
@@ -107,7 +107,7 @@ async fn handle(
                 },
                 caller: None,
             };
-            let msg_id = format!("cancel.{execution}");
+            let msg_id = msg_id::run_cancel(&execution.0);
             if let Err(e) =
                 publish_event(shared, &workflow.name, &execution, &msg_id, &envelope).await
             {
@@ -198,7 +198,7 @@ async fn approve(
         by: d.by,
         comment: d.comment,
     };
-    let msg_id = format!("approval.{execution}.{}", d.node_id);
+    let msg_id = msg_id::approval_decision(&execution.0, &d.node_id);
     publish_event(
         shared,
         &workflow.name,
@@ -290,7 +290,7 @@ async fn start(
         event: Event::Started { input },
         caller: Some(caller),
     };
-    let msg_id = format!("start.{execution}");
+    let msg_id = msg_id::run_start(&execution.0);
     if let Err(e) = publish_event(shared, &workflow.name, &execution, &msg_id, &envelope).await {
         return fail(format!("could not start the run: {e}"));
     }

@@ -89,7 +89,7 @@ pub(super) async fn run(shared: Arc<Shared>) {
 
 /// Publishes the timer's event and deletes its entry; false when the publish failed.
 async fn fire(shared: &Shared, key: &str, rec: TimerRecord) -> bool {
-    let msg_id = format!("timer.{key}.{}", rec.at.0);
+    let msg_id = messages::msg_id::timer_fired(key, rec.at.0);
     let envelope = Envelope {
         event: Event::TimerFired { timer: rec.timer },
         caller: None,

@@ -1,51 +1,13 @@
 //! Encoding and decoding of wire messages for the shell: inputs out of requests, events out
 //! of agent replies, tasks and status updates for callers. Pure functions, unit-tested.
 
-use messages::a2a::{AgentReply, JsonObject, Message, Part, Role, Task, TaskState, TaskStatus};
-use messages::jsonrpc::{Outcome, RequestId, Response};
-use messages::workflow::{ResultStatus, WorkflowNodeResult};
+use messages::a2a::{AgentReply, Message, Part, Role, Task, TaskState, TaskStatus};
+use messages::jsonrpc::{RequestId, Response};
+use messages::payload::{object_ref, part_value};
+use messages::reply::{decode_reply, final_task, read_task, ReplyError, TaskReading};
 use serde_json::{json, Value};
 
 use crate::core::{Event, Failure, FailureClass, TaskKey};
-
-/// Part metadata marking a non-object value wrapped as `{"value": ...}`.
-pub const WRAPPED: &str = "mesh_wrapped";
-
-/// A value as a DataPart: objects as they are, anything else wrapped.
-pub fn value_part(value: &Value) -> Part {
-    match value {
-        Value::Object(map) => Part::data(map.clone()),
-        other => {
-            let mut data = JsonObject::new();
-            data.insert("value".into(), other.clone());
-            let mut meta = JsonObject::new();
-            meta.insert(WRAPPED.into(), Value::Bool(true));
-            Part::Data {
-                data,
-                metadata: Some(meta),
-            }
-        }
-    }
-}
-
-/// The value of a DataPart, unwrapping `{"value": ...}` when marked.
-pub fn part_value(part: &Part) -> Option<Value> {
-    match part {
-        Part::Data { data, metadata } => {
-            let wrapped = metadata
-                .as_ref()
-                .and_then(|m| m.get(WRAPPED))
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
-            if wrapped {
-                Some(data.get("value").cloned().unwrap_or(Value::Null))
-            } else {
-                Some(Value::Object(data.clone()))
-            }
-        }
-        _ => None,
-    }
-}
 
 /// Where a request's input is.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,18 +16,6 @@ pub enum InputSource {
     Inline(Value),
     /// An object-store reference: (bucket, object name).
     Object(String, String),
-}
-
-/// Parses `nats-object://bucket/name`, or a bare name in `default_bucket`.
-pub fn object_ref(uri: &str, default_bucket: &str) -> Option<(String, String)> {
-    if let Some(rest) = uri.strip_prefix("nats-object://") {
-        let (bucket, name) = rest.split_once('/')?;
-        (!bucket.is_empty() && !name.is_empty()).then(|| (bucket.to_string(), name.to_string()))
-    } else if uri.contains("://") || uri.is_empty() {
-        None
-    } else {
-        Some((default_bucket.to_string(), uri.to_string()))
-    }
 }
 
 /// The input of a workflow request: the first DataPart that is not a protocol DataPart,
@@ -85,7 +35,7 @@ pub fn request_input(message: &Message, default_bucket: &str) -> Result<InputSou
         if let Part::File { file, .. } = part {
             if let Some(uri) = &file.uri {
                 return object_ref(uri, default_bucket)
-                    .map(|(b, n)| InputSource::Object(b, n))
+                    .map(|(b, n)| InputSource::Object(b.to_owned(), n.to_owned()))
                     .ok_or_else(|| {
                         format!("file part uri '{uri}' is not a nats-object:// artifact")
                     });
@@ -117,93 +67,58 @@ pub enum ReplyMeaning {
     Failed(Failure),
 }
 
-/// Interprets a reply published to a response subject.
+/// Interprets a reply published to a response subject (see [`messages::reply`]).
 pub fn interpret_reply(bytes: &[u8]) -> Option<ReplyMeaning> {
-    let failed = |message: String| {
+    let failed = |message: String, kind: Option<String>| {
         Some(ReplyMeaning::Failed(Failure {
             class: FailureClass::Failed,
             message,
-            kind: None,
+            kind,
         }))
     };
-    let response: Response = match serde_json::from_slice(bytes) {
-        Ok(r) => r,
-        Err(e) => {
+    let reply = match decode_reply(bytes) {
+        Ok(reply) => reply,
+        Err(ReplyError::NotJsonRpc(e)) => {
             let preview: String = String::from_utf8_lossy(bytes).chars().take(120).collect();
-            return failed(format!(
-                "the agent sent a reply that is not a JSON-RPC response ({e}): {preview}"
-            ));
+            return failed(
+                format!("the agent sent a reply that is not a JSON-RPC response ({e}): {preview}"),
+                None,
+            );
+        }
+        Err(ReplyError::Rpc(e)) => {
+            return failed(
+                format!("the agent answered with error {}: {}", e.code, e.message),
+                None,
+            )
         }
     };
-    let reply = match response.outcome {
-        Outcome::Error(e) => {
-            return failed(format!(
-                "the agent answered with error {}: {}",
-                e.code, e.message
-            ))
+    let reading = match read_task(&final_task(reply)?) {
+        Ok(reading) => reading?,
+        Err(e) => {
+            return failed(
+                format!("the agent's workflow_node_result is malformed: {e}"),
+                None,
+            )
         }
-        Outcome::Result(r) => *r,
     };
-    let task = match reply {
-        AgentReply::StatusUpdate(_) => return None,
-        AgentReply::Task(t) => t,
-        AgentReply::Message(m) => Task {
-            id: m.task_id.clone().unwrap_or_default(),
-            context_id: m.context_id.clone().unwrap_or_default(),
-            status: TaskStatus {
-                state: TaskState::Completed,
-                message: Some(m),
-                timestamp: None,
-            },
-            artifacts: None,
-            metadata: None,
-        },
-    };
-    if !task.status.state.is_terminal() {
-        return None;
-    }
-    if let Some(result) = task.find_data::<WorkflowNodeResult>() {
-        let result = match result {
-            Ok(r) => r,
-            Err(e) => {
-                return failed(format!(
-                    "the agent's workflow_node_result is malformed: {e}"
-                ))
+    match reading {
+        TaskReading::Output(output) => Some(ReplyMeaning::Output(output)),
+        // A URI names its bucket; the worker reads either through `object_ref`.
+        TaskReading::Artifact(name) | TaskReading::Object(name) => {
+            Some(ReplyMeaning::Artifact(name))
+        }
+        TaskReading::Failed(f) => {
+            let mut message = f.message.unwrap_or_else(|| match f.reported {
+                true => "the agent reported a failure".into(),
+                false => format!("the agent ended the task as {:?}", f.state),
+            });
+            if !f.validation_errors.is_empty() {
+                message = format!(
+                    "{message} (validation errors: {})",
+                    f.validation_errors.join("; ")
+                );
             }
-        };
-        return Some(match result.status {
-            ResultStatus::Success => match (result.output, result.artifact_name) {
-                (Some(output), _) => ReplyMeaning::Output(output),
-                (None, Some(name)) => ReplyMeaning::Artifact(name),
-                (None, None) => ReplyMeaning::Output(Value::Null),
-            },
-            _ => {
-                let mut message = result
-                    .error_message
-                    .unwrap_or_else(|| "the agent reported a failure".into());
-                if let Some(errors) = result.validation_errors.filter(|e| !e.is_empty()) {
-                    message = format!("{message} (validation errors: {})", errors.join("; "));
-                }
-                ReplyMeaning::Failed(Failure {
-                    class: FailureClass::Failed,
-                    message,
-                    kind: result.error_kind,
-                })
-            }
-        });
-    }
-    let message = task.status.message.as_ref();
-    match task.status.state {
-        TaskState::Completed => {
-            let output = message
-                .and_then(|m| m.parts.iter().find_map(part_value))
-                .or_else(|| message.map(|m| json!({ "text": m.text() })))
-                .unwrap_or(Value::Null);
-            Some(ReplyMeaning::Output(output))
-        }
-        state => {
-            let text = message.map(|m| m.text()).filter(|t| !t.is_empty());
-            failed(text.unwrap_or_else(|| format!("the agent ended the task as {state:?}")))
+            failed(message, f.kind)
         }
     }
 }
@@ -271,35 +186,11 @@ fn state_name(state: TaskState) -> &'static str {
 mod tests {
     use super::*;
     use messages::jsonrpc::ErrorObject;
+    use messages::payload::wrap;
+    use messages::workflow::WorkflowNodeResult;
 
     fn reply_bytes(task: AgentReply) -> Vec<u8> {
         response(&json!("x"), task)
-    }
-
-    #[test]
-    fn non_objects_are_wrapped_and_unwrapped() {
-        for v in [
-            json!(3),
-            json!("s"),
-            json!([1]),
-            json!(null),
-            json!({"a": 1}),
-        ] {
-            assert_eq!(part_value(&value_part(&v)), Some(v));
-        }
-    }
-
-    #[test]
-    fn object_refs_parse() {
-        assert_eq!(
-            object_ref("nats-object://b/n.json", "d"),
-            Some(("b".into(), "n.json".into()))
-        );
-        assert_eq!(
-            object_ref("in.json", "d"),
-            Some(("d".into(), "in.json".into()))
-        );
-        assert_eq!(object_ref("https://x/y", "d"), None);
     }
 
     #[test]
@@ -333,12 +224,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // A plain agent's completed task: the first DataPart is the output.
-        let bytes = reply_bytes(task(
-            "t",
-            "c",
-            TaskState::Completed,
-            vec![value_part(&json!(5))],
-        ));
+        let bytes = reply_bytes(task("t", "c", TaskState::Completed, vec![wrap(json!(5))]));
         assert_eq!(
             interpret_reply(&bytes),
             Some(ReplyMeaning::Output(json!(5)))
@@ -369,7 +255,7 @@ mod tests {
         let m = Message::new(
             "m",
             Role::User,
-            vec![Part::text("hello"), value_part(&json!({"a": 1}))],
+            vec![Part::text("hello"), wrap(json!({"a": 1}))],
         );
         assert_eq!(
             request_input(&m, "b"),

@@ -14,7 +14,6 @@ use messages::jsonrpc::Request;
 use messages::workflow::{Decision, WorkflowApprovalDecision};
 use messages::{headers, subjects};
 use serde_json::Value;
-use workflow_node::shell::wire;
 
 /// What to run.
 pub(crate) struct Plan {
@@ -104,7 +103,7 @@ pub(crate) async fn drive(
             let message = Message::new(
                 id.clone(),
                 Role::User,
-                vec![wire::value_part(&(plan.input)(i))],
+                vec![messages::payload::wrap((plan.input)(i))],
             );
             serde_json::to_vec(&Request::message_send(id.as_str(), message)).expect("encode")
         })

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use messages::a2a::Part;
 use serde_json::{json, Value};
-use workflow_node::shell::{names, wire, RunRecord};
+use workflow_node::shell::{names, RunRecord};
 
 use load::{percentile, request_id, Outcome};
 
@@ -104,7 +104,7 @@ pub(crate) fn reply_output(reply: &Value) -> (String, Option<Value>) {
         if protocol {
             None
         } else {
-            wire::part_value(p)
+            messages::payload::part_value(p)
         }
     });
     (state, output)

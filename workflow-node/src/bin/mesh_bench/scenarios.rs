@@ -235,7 +235,7 @@ impl KvMeter {
         let largest = Arc::new(AtomicU64::new(0));
         let mut subs = Vec::new();
         for b in buckets {
-            subs.push(client.subscribe(format!("$KV.{b}.>")).await?);
+            subs.push(client.subscribe(messages::subjects::kv_all(b)).await?);
         }
         client.flush().await?;
         let (b, l) = (bytes.clone(), largest.clone());

@@ -1,0 +1,54 @@
+//! De-duplication ids (the [`crate::headers::MSG_ID`] header) of what a workflow node
+//! publishes into JetStream streams. JetStream drops a second message with the same id
+//! within the stream's duplicate window, so each id names the *fact*, never the attempt to
+//! publish it: a replica that retries, or that repeats another's work after a crash,
+//! publishes the same id and the fact is stored once. Each kind has its own first token
+//! (`start`, `cancel`, `approval`, `timer`) or last one (`nocard`, `final`).
+
+/// A run's start event: one per execution id, however often the request is redelivered.
+pub fn run_start(execution: &str) -> String {
+    format!("start.{execution}")
+}
+
+/// A caller's `tasks/cancel` of a run: a run is cancelled once.
+pub fn run_cancel(execution: &str) -> String {
+    format!("cancel.{execution}")
+}
+
+/// The decision on `node`'s approval gate in a run: the first decision wins, later ones
+/// are dropped.
+pub fn approval_decision(execution: &str, node: &str) -> String {
+    format!("approval.{execution}.{node}")
+}
+
+/// A durable timer's firing: its KV key and its deadline (ms since the epoch), so that a
+/// timer re-armed for a later deadline fires again.
+pub fn timer_fired(timer_key: &str, at_ms: u64) -> String {
+    format!("timer.{timer_key}.{at_ms}")
+}
+
+/// The failure event of a call whose agent has no card on the mesh.
+pub fn no_card(sub_task_id: &str) -> String {
+    format!("{sub_task_id}.nocard")
+}
+
+/// A run's final reply to its caller (the task id the caller gave, or the execution id):
+/// a caller whose reply subject is a stream stores it once.
+pub fn final_reply(task_id: &str) -> String {
+    format!("{task_id}.final")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_have_the_documented_shape() {
+        assert_eq!(run_start("e1"), "start.e1");
+        assert_eq!(run_cancel("e1"), "cancel.e1");
+        assert_eq!(approval_decision("e1", "gate"), "approval.e1.gate");
+        assert_eq!(timer_fired("Wf.e1.deadline", 42), "timer.Wf.e1.deadline.42");
+        assert_eq!(no_card("e1_a_x_1"), "e1_a_x_1.nocard");
+        assert_eq!(final_reply("t1"), "t1.final");
+    }
+}
