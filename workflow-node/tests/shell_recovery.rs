@@ -96,6 +96,7 @@ async fn runs_go_on_after_the_consumer_and_then_the_stream_are_deleted() {
     let r = run(&m, "EchoOnce", json!({"n": 3})).await;
     assert_eq!(r.status, "success", "{:?}", r.error);
     assert_eq!(r.output, Some(json!({"n": 3})));
+    assert!(m.node.health().broken().is_empty(), "pulling again");
 }
 
 #[tokio::test]
