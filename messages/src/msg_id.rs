@@ -27,6 +27,12 @@ pub fn timer_fired(timer_key: &str, at_ms: u64) -> String {
     format!("timer.{timer_key}.{at_ms}")
 }
 
+/// A caller joining a run by sending its request again, named by the key that holds the
+/// claim on that caller's final reply: one join per run and reply address.
+pub fn run_attach(final_marker: &str) -> String {
+    format!("attach.{final_marker}")
+}
+
 /// The failure event of a call whose agent has no card on the mesh.
 pub fn no_card(sub_task_id: &str) -> String {
     format!("{sub_task_id}.nocard")

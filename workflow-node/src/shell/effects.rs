@@ -1,69 +1,61 @@
 //! Carrying out the core's commands: dispatching agent calls, cancelling them, arming
-//! timers, publishing progress and approval requests, and the one final reply.
+//! timers, telling the run's callers its progress and approval requests, and the final
+//! reply, once to each caller.
 
 use std::sync::Arc;
 
 use async_nats::jetstream::kv::CreateErrorKind;
 use async_nats::HeaderMap;
-use messages::a2a::{
-    AgentReply, Message, Part, Role, TaskState, TaskStatus, TaskStatusUpdateEvent,
-};
+use messages::a2a::{Message, Part, Role, TaskState};
 use messages::jsonrpc::Request;
 use messages::payload::{wrap, JSON_MIME};
-use messages::workflow::{
-    MapStatus, NodeOutcome, ResultStatus, RunOutcome, SwitchCaseInfo, WorkflowApprovalRequest,
-    WorkflowExecutionResult, WorkflowExecutionStart, WorkflowMapProgress,
-    WorkflowNodeExecutionResult, WorkflowNodeExecutionStart, WorkflowNodeRequest,
-    WorkflowNodeResult,
-};
+use messages::workflow::{WorkflowApprovalRequest, WorkflowNodeRequest};
 use messages::{headers, msg_id, subjects};
 use serde_json::{json, Value};
 
+use super::error::{Context, Result};
 use super::record::Caller;
+use super::reply::{self, Ending};
 use super::timers::TimerRecord;
-use super::wire;
-use super::{names, now, publish_event, Envelope, Shared};
+use super::{names, publish_event, Envelope, Shared};
 use crate::core::{
-    Command, Dispatch, Event, ExecutionId, Failure, FailureClass, NodeStatus, Progress, RunStatus,
-    Slot,
+    Command, Dispatch, Event, ExecutionId, Failure, FailureClass, RunError, RunStatus, Slot,
 };
-use crate::definition::{JoinStrategy, NodeKind, Workflow};
+use crate::definition::Workflow;
 
 /// Everything a command needs to know about its run.
 pub(super) struct RunContext<'a> {
     pub(super) shared: &'a Arc<Shared>,
     pub(super) workflow: &'a Workflow,
     pub(super) execution: &'a ExecutionId,
-    pub(super) caller: &'a Caller,
+    /// Who hears of the run: its caller first, then callers attached by a resent request.
+    pub(super) callers: &'a [Caller],
 }
 
 impl RunContext<'_> {
-    /// Carries out `commands` in order. Failures to publish are logged: every command is
-    /// safe to carry out again, and the outbox does so when the event is redelivered.
+    /// Carries out `commands` in order, and fails on the first that cannot be: every
+    /// command is safe to carry out again, and the outbox does so when the event comes
+    /// back. Disarming a timer is the exception: one left armed only costs a no-op event.
     ///
     /// Timer writes are pipelined: each is sent in order, and their acks are awaited
     /// together at the end, so a dispatch does not wait behind a KV round trip, while the
     /// event is still acked only once every timer is stored.
-    pub(super) async fn carry_out(&self, commands: &[Command]) -> Result<(), async_nats::Error> {
+    pub(super) async fn carry_out(&self, commands: &[Command]) -> Result<()> {
         let mut timer_acks = Vec::new();
         let mut disarm_acks = Vec::new();
         for command in commands {
             match command {
                 Command::CancelTimer { timer } => {
-                    // A purge whose marker expires (per-message TTL), so disarmed timers
-                    // leave nothing behind in the bucket.
-                    let key = names::timer_key(&self.workflow.name, self.execution, &timer.key());
-                    let subject = subjects::kv_key(&names::timers_bucket(&self.shared.ns), &key);
-                    let mut h = HeaderMap::new();
-                    h.insert("KV-Operation", "PURGE");
-                    h.insert(async_nats::header::NATS_ROLLUP, "sub");
-                    h.insert(async_nats::header::NATS_MESSAGE_TTL, "1");
-                    disarm_acks.push(
-                        self.shared
-                            .js
-                            .publish_with_headers(subject, h, "".into())
-                            .await?,
-                    );
+                    disarm_acks.push(self.disarm(&timer.key()).await?);
+                }
+                Command::StartTimer { timer, at } => {
+                    let rec = TimerRecord {
+                        workflow: self.workflow.name.clone(),
+                        execution: self.execution.clone(),
+                        timer: timer.clone(),
+                        at: *at,
+                    };
+                    timer_acks.push(self.arm(&timer.key(), &rec).await?);
                 }
                 Command::Dispatch(d) => self.dispatch(d).await?,
                 Command::CancelCall {
@@ -74,25 +66,13 @@ impl RunContext<'_> {
                     self.shared
                         .client
                         .publish(subject, serde_json::to_vec(&req)?.into())
-                        .await?;
+                        .await
+                        .context(|| format!("cancelling call {sub_task_id}"))?;
                 }
-                Command::StartTimer { timer, at } => {
-                    let key = names::timer_key(&self.workflow.name, self.execution, &timer.key());
-                    let rec = TimerRecord {
-                        workflow: self.workflow.name.clone(),
-                        execution: self.execution.clone(),
-                        timer: timer.clone(),
-                        at: *at,
-                    };
-                    let subject = subjects::kv_key(&names::timers_bucket(&self.shared.ns), &key);
-                    timer_acks.push(
-                        self.shared
-                            .js
-                            .publish(subject, serde_json::to_vec(&rec)?.into())
-                            .await?,
-                    );
+                Command::Progress(p) => {
+                    let part = reply::progress_part(self.workflow, self.execution, p);
+                    self.tell_callers(part).await?;
                 }
-                Command::Progress(p) => self.progress(p).await?,
                 Command::RequestApproval {
                     node,
                     approvers,
@@ -109,8 +89,12 @@ impl RunContext<'_> {
                     let part = Part::data_part(&request);
                     let subject = subjects::approvals(&self.shared.ns, &self.workflow.name);
                     let bytes = serde_json::to_vec(&part)?;
-                    self.shared.client.publish(subject, bytes.into()).await?;
-                    self.status(part).await?;
+                    self.shared
+                        .client
+                        .publish(subject, bytes.into())
+                        .await
+                        .context(|| format!("asking for approval of {node}"))?;
+                    self.tell_callers(part).await?;
                 }
                 Command::Finish {
                     status,
@@ -123,9 +107,9 @@ impl RunContext<'_> {
             }
         }
         for ack in timer_acks {
-            ack.await?;
+            ack.await
+                .context(|| format!("arming a timer of run {}", self.execution))?;
         }
-        // A timer that stays armed only costs a no-op event later: never fail for this.
         for ack in disarm_acks {
             if let Err(e) = ack.await {
                 tracing::debug!("disarming a timer of run {} failed: {e}", self.execution);
@@ -134,7 +118,49 @@ impl RunContext<'_> {
         Ok(())
     }
 
-    async fn dispatch(&self, d: &Dispatch) -> Result<(), async_nats::Error> {
+    /// The caller whose call depth and trace context the run's calls carry on.
+    fn primary(&self) -> &Caller {
+        static NOBODY: std::sync::OnceLock<Caller> = std::sync::OnceLock::new();
+        self.callers
+            .first()
+            .unwrap_or_else(|| NOBODY.get_or_init(Caller::default))
+    }
+
+    /// Starts writing a timer's entry; the returned ack says it is stored.
+    async fn arm(
+        &self,
+        timer: &str,
+        rec: &TimerRecord,
+    ) -> Result<async_nats::jetstream::context::PublishAckFuture> {
+        let key = names::timer_key(&self.workflow.name, self.execution, timer);
+        let subject = subjects::kv_key(&names::timers_bucket(&self.shared.ns), &key);
+        self.shared
+            .js
+            .publish(subject, serde_json::to_vec(rec)?.into())
+            .await
+            .context(|| format!("arming timer {key}"))
+    }
+
+    /// Starts purging a timer's entry with a marker that expires (per-message TTL), so
+    /// disarmed timers leave nothing behind in the bucket.
+    async fn disarm(
+        &self,
+        timer: &str,
+    ) -> Result<async_nats::jetstream::context::PublishAckFuture> {
+        let key = names::timer_key(&self.workflow.name, self.execution, timer);
+        let subject = subjects::kv_key(&names::timers_bucket(&self.shared.ns), &key);
+        let mut h = HeaderMap::new();
+        h.insert("KV-Operation", "PURGE");
+        h.insert(async_nats::header::NATS_ROLLUP, "sub");
+        h.insert(async_nats::header::NATS_MESSAGE_TTL, "1");
+        self.shared
+            .js
+            .publish_with_headers(subject, h, "".into())
+            .await
+            .context(|| format!("disarming timer {key}"))
+    }
+
+    async fn dispatch(&self, d: &Dispatch) -> Result<()> {
         let shared = self.shared;
         let agent = d.target.agent_name();
         let Some(card) = shared
@@ -156,10 +182,7 @@ impl RunContext<'_> {
                 attempt: d.attempt,
                 failure,
             };
-            let envelope = Envelope {
-                event,
-                caller: None,
-            };
+            let envelope = Envelope::event(event);
             let msg_id = msg_id::no_card(&d.sub_task_id);
             return publish_event(
                 shared,
@@ -168,7 +191,8 @@ impl RunContext<'_> {
                 &msg_id,
                 &envelope,
             )
-            .await;
+            .await
+            .map(drop);
         };
         let (card_in, card_out) = card.schemas();
         let (map_index, loop_iteration) = match d.task.slot {
@@ -195,7 +219,10 @@ impl RunContext<'_> {
         let input = serde_json::to_vec(&d.input)?;
         if input.len() > shared.config.inline_limit {
             let name = format!("{}.input.json", d.sub_task_id);
-            let uri = shared.put_artifact(&name, input).await?;
+            let uri = shared
+                .put_artifact(&name, input)
+                .await
+                .context(|| format!("storing the input of call {}", d.sub_task_id))?;
             parts.push(Part::file_uri(uri, Some(name), Some(JSON_MIME.into())));
         } else {
             parts.push(wrap(d.input.clone()));
@@ -218,9 +245,9 @@ impl RunContext<'_> {
         h.insert(headers::STATUS_TO, status_to.as_str());
         h.insert(
             headers::CALL_DEPTH,
-            (self.caller.call_depth + 1).to_string().as_str(),
+            (self.primary().call_depth + 1).to_string().as_str(),
         );
-        if let Some(tp) = &self.caller.traceparent {
+        if let Some(tp) = &self.primary().traceparent {
             h.insert(headers::TRACEPARENT, tp.as_str());
         }
         let reply = subjects::agent_response(&shared.ns, &self.workflow.name, &d.sub_task_id);
@@ -228,344 +255,120 @@ impl RunContext<'_> {
         shared
             .client
             .publish_with_reply_and_headers(subject, reply, h, serde_json::to_vec(&req)?.into())
-            .await?;
+            .await
+            .context(|| format!("sending call {} to {agent}", d.sub_task_id))
+    }
+
+    /// Publishes one progress update to every caller that asked for them.
+    async fn tell_callers(&self, part: Part) -> Result<()> {
+        for caller in self.callers {
+            self.tell(caller, part.clone()).await?;
+        }
         Ok(())
     }
 
-    async fn progress(&self, p: &Progress) -> Result<(), async_nats::Error> {
-        if self.caller.status_to.is_none() {
-            return Ok(());
-        }
-        let part = match p {
-            Progress::RunStarted { input } => Part::data_part(&WorkflowExecutionStart {
-                workflow_name: self.workflow.name.clone(),
-                execution_id: self.execution.0.clone(),
-                input_artifact_ref: None,
-                workflow_input: Some(input.clone()),
-            }),
-            Progress::NodeStarted {
-                node_id,
-                node_type,
-                agent,
-                sub_task_id,
-                iteration_index,
-                parent_node_id,
-                attempt,
-            } => {
-                let mut start = WorkflowNodeExecutionStart {
-                    node_id: node_id.clone(),
-                    node_type: node_type.clone(),
-                    agent_name: agent.clone(),
-                    sub_task_id: sub_task_id.clone(),
-                    iteration_index: iteration_index.map(u64::from),
-                    parent_node_id: parent_node_id.clone(),
-                    attempt: *attempt,
-                    ..Default::default()
-                };
-                describe_node(self.workflow, &mut start);
-                Part::data_part(&start)
-            }
-            Progress::NodeFinished {
-                node_id,
-                status,
-                output,
-                error,
-                condition_result,
-                selected_branch,
-            } => Part::data_part(&WorkflowNodeExecutionResult {
-                node_id: node_id.clone(),
-                status: match status {
-                    NodeStatus::Success => NodeOutcome::Success,
-                    NodeStatus::Skipped => NodeOutcome::Skipped,
-                    NodeStatus::Cancelled => NodeOutcome::Cancelled,
-                    _ => NodeOutcome::Failure,
-                },
-                output_artifact_ref: None,
-                output: output.clone(),
-                error_message: error.clone(),
-                condition_result: *condition_result,
-                selected_branch: selected_branch.clone(),
-                iteration_index: None,
-                metadata: None,
-            }),
-            Progress::MapProgress {
-                node_id,
-                total_items,
-                completed_items,
-            } => Part::data_part(&WorkflowMapProgress {
-                node_id: node_id.clone(),
-                total_items: u64::from(*total_items),
-                completed_items: u64::from(*completed_items),
-                status: if completed_items == total_items {
-                    MapStatus::Completed
-                } else {
-                    MapStatus::InProgress
-                },
-            }),
-        };
-        self.status(part).await
-    }
-
-    /// Publishes one status update to the caller.
-    async fn status(&self, part: Part) -> Result<(), async_nats::Error> {
-        let Some(status_to) = &self.caller.status_to else {
+    async fn tell(&self, caller: &Caller, part: Part) -> Result<()> {
+        let Some(status_to) = &caller.status_to else {
             return Ok(());
         };
-        let context = self
-            .caller
-            .context_id
-            .clone()
-            .unwrap_or_else(|| self.execution.0.clone());
-        let mut message = Message::new(
-            format!("{}-status", self.execution),
-            Role::Agent,
-            vec![part],
-        );
-        message.task_id = Some(self.execution.0.clone());
-        message.context_id = Some(context.clone());
-        let update = TaskStatusUpdateEvent {
-            task_id: self.execution.0.clone(),
-            context_id: context,
-            status: TaskStatus {
-                state: TaskState::Working,
-                message: Some(message),
-                timestamp: None,
-            },
-            is_final: false,
-            metadata: None,
-        };
-        let bytes = wire::response(&self.caller.request_id, AgentReply::StatusUpdate(update));
+        let bytes = reply::status_update(caller, self.execution, TaskState::Working, part);
         self.shared
             .client
             .publish(status_to.clone(), bytes.into())
-            .await?;
-        Ok(())
+            .await
+            .context(|| format!("telling a caller of run {} its progress", self.execution))
     }
 
+    /// Tells every caller how the run ended, and sends each its final reply once.
     async fn finish(
         &self,
         status: RunStatus,
         output: Option<&Value>,
-        error: Option<&crate::core::RunError>,
-    ) -> Result<(), async_nats::Error> {
-        let shared = self.shared;
-        let outcome = match status {
-            RunStatus::Success => RunOutcome::Success,
-            RunStatus::Cancelled => RunOutcome::Cancelled,
-            _ => RunOutcome::Failure,
-        };
-        let error_message = error.map(|e| e.message.clone());
-        let mut artifact = None;
-        if let Some(out) = output {
-            let bytes = serde_json::to_vec(out)?;
-            if bytes.len() > shared.config.inline_limit {
-                let name = format!("{}.output.json", self.execution);
-                artifact = Some((name.clone(), shared.put_artifact(&name, bytes).await?));
-            }
-        }
-        let inline_output = if artifact.is_some() {
-            None
-        } else {
-            output.cloned()
-        };
-        self.status(Part::data_part(&WorkflowExecutionResult {
-            workflow_name: self.workflow.name.clone(),
-            execution_id: self.execution.0.clone(),
-            status: outcome,
-            output_artifact_ref: None,
-            workflow_output: inline_output.clone(),
-            error_message: error_message.clone(),
-            error_node_id: error.and_then(|e| e.node_id.clone()),
-        }))
-        .await?;
-        let Some(reply_to) = &self.caller.reply_to else {
-            return Ok(());
-        };
-        // One final reply per run: a redelivered Finish (its replica died after replying,
-        // before the ack) finds the marker and stays quiet. Only a death between the
-        // publish and the marker's write can still duplicate it.
-        let marker = names::final_marker(&self.workflow.name, self.execution);
-        let Some(claim) = self.claim_final(&marker).await? else {
-            return Ok(());
-        };
-        let mut parts = Vec::new();
-        if self.caller.workflow_caller {
-            parts.push(Part::data_part(&WorkflowNodeResult {
-                status: if status == RunStatus::Success {
-                    ResultStatus::Success
-                } else {
-                    ResultStatus::Failure
-                },
-                output: inline_output.clone(),
-                artifact_name: artifact.as_ref().map(|(n, _)| n.clone()),
-                artifact_version: None,
-                error_message: error_message.clone(),
-                error_kind: (status == RunStatus::Cancelled).then(|| "cancelled".to_string()),
-                validation_errors: None,
-                retry_count: 0,
-            }));
-        }
-        match (&inline_output, &artifact) {
-            (Some(out), _) => parts.push(wrap(out.clone())),
-            (None, Some((name, uri))) => parts.push(Part::file_uri(
-                uri.clone(),
-                Some(name.clone()),
-                Some(JSON_MIME.into()),
-            )),
-            _ => {}
-        }
-        let (state, summary) = match status {
-            RunStatus::Success => (
-                TaskState::Completed,
-                format!("Workflow {} completed", self.workflow.name),
-            ),
-            RunStatus::Cancelled => (
-                TaskState::Canceled,
-                format!("Workflow {} was cancelled", self.workflow.name),
-            ),
-            _ => (
-                TaskState::Failed,
-                format!(
-                    "Workflow {} failed: {}",
-                    self.workflow.name,
-                    error_message.unwrap_or_default()
-                ),
-            ),
-        };
-        parts.push(Part::text(summary));
-        let task_id = self
-            .caller
-            .sub_task_id
-            .clone()
-            .unwrap_or_else(|| self.execution.0.clone());
-        let context = self
-            .caller
-            .context_id
-            .clone()
-            .unwrap_or_else(|| self.execution.0.clone());
-        let reply = wire::task(&task_id, &context, state, parts);
-        let bytes = wire::response(&self.caller.request_id, reply);
-        let mut h = HeaderMap::new();
-        h.insert(headers::MSG_ID, msg_id::final_reply(&task_id).as_str());
-        // The marker's write is queued right behind the reply, with no wait in between, so a
-        // replica killed after the reply left has almost surely sent the marker too; its
-        // ack also says the server took the reply first (one connection keeps order).
-        let mut cas = HeaderMap::new();
-        cas.insert(
-            async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
-            claim.to_string().as_str(),
-        );
-        let marker_subject = subjects::kv_key(&names::runs_bucket(&shared.ns), &marker);
-        shared
-            .client
-            .publish_with_headers(reply_to.clone(), h, bytes.into())
-            .await?;
-        let marked = shared
-            .js
-            .publish_with_headers(marker_subject, cas, state_name(status).into())
-            .await;
-        if let Err(e) = async { marked?.await.map(drop) }.await {
-            tracing::warn!(
-                "the final reply of run {} went out, but its marker could not say so: {e}",
-                self.execution
-            );
+        error: Option<&RunError>,
+    ) -> Result<()> {
+        let ending = self.ending(status, output, error).await?;
+        let result = reply::execution_result_part(self.workflow, self.execution, &ending);
+        for caller in self.callers {
+            self.tell(caller, result.clone()).await?;
+            self.final_reply(caller, &ending).await?;
         }
         Ok(())
     }
 
-    /// Claims the sending of the final reply with a `create` on its marker, so that two
-    /// replicas holding the same Finish (one slow, one given the redelivery) cannot both
-    /// send it. `None`: it was sent. A claim younger than [`FINAL_CLAIM_TTL_MS`] is
-    /// another replica's, sending now: an error, so the event is retried later. An older
-    /// one's replica died before marking the reply sent: it is taken over (the reply may
-    /// then go out twice, which is the at-least-once end of the promise).
-    async fn claim_final(&self, marker: &str) -> Result<Option<u64>, async_nats::Error> {
+    /// How the run ended, with a large output stored as an artifact.
+    async fn ending(
+        &self,
+        status: RunStatus,
+        output: Option<&Value>,
+        error: Option<&RunError>,
+    ) -> Result<Ending> {
+        ending(self.shared, self.execution, status, output, error).await
+    }
+
+    /// Sends `caller` the final reply, unless another replica claimed it first. The claim
+    /// is final: whoever makes it sends the reply, and nobody else ever does, even if the
+    /// claimer dies before sending or its reply is lost with its connection. A reply lost
+    /// that way is recovered by the caller, which resends its request (same task id) and
+    /// is answered from the ended run's record. So no caller ever gets two final replies
+    /// for one request, and one that resends gets its answer.
+    async fn final_reply(&self, caller: &Caller, ending: &Ending) -> Result<()> {
+        let Some(reply_to) = &caller.reply_to else {
+            return Ok(());
+        };
+        let marker = names::final_marker(&self.workflow.name, self.execution, caller);
         let runs = &self.shared.runs;
-        let at = now().0;
-        let claim = format!("{FINAL_CLAIM}{at}");
-        match runs.create(marker, claim.clone().into()).await {
-            Ok(rev) => return Ok(Some(rev)),
-            Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e.into()),
-        }
-        let Some(entry) = runs.entry(marker).await? else {
-            return Err(
-                format!("the final-reply marker of run {} vanished", self.execution).into(),
-            );
+        let claim = match runs.create(&marker, CLAIMED.into()).await {
+            Ok(rev) => rev,
+            Err(e) if e.kind() == CreateErrorKind::AlreadyExists => return Ok(()),
+            Err(e) => return Err(e).context(|| format!("claiming the final reply {marker}")),
         };
-        let value = String::from_utf8_lossy(&entry.value);
-        let Some(claimed_at) = value
-            .strip_prefix(FINAL_CLAIM)
-            .and_then(|t| t.parse::<u64>().ok())
-        else {
-            return Ok(None); // sent: the marker holds the run's status
-        };
-        if at.saturating_sub(claimed_at) < FINAL_CLAIM_TTL_MS {
-            return Err(format!(
-                "another replica is sending the final reply of run {}",
-                self.execution
-            )
-            .into());
+        let (bytes, task_id) = reply::final_reply(self.workflow, self.execution, caller, ending);
+        let mut h = HeaderMap::new();
+        h.insert(headers::MSG_ID, msg_id::final_reply(&task_id).as_str());
+        self.shared
+            .client
+            .publish_with_headers(reply_to.clone(), h, bytes.into())
+            .await
+            .context(|| format!("sending the final reply of run {}", self.execution))?;
+        // For inspection only: the claim alone keeps the reply single.
+        let sent = format!("sent:{}", ending.status.as_str());
+        if let Err(e) = runs.update(&marker, sent.into(), claim).await {
+            tracing::debug!("marking the final reply {marker} sent failed: {e}");
         }
-        Ok(Some(
-            runs.update(marker, claim.into(), entry.revision).await?,
-        ))
+        Ok(())
     }
 }
 
-/// A final-reply marker holding this prefix (and the claim's time) is a claim: a replica is
-/// sending the reply. Once sent, the marker holds the run's status.
-const FINAL_CLAIM: &str = "claimed@";
+/// A final-reply marker's value once a replica has claimed the sending of the reply.
+const CLAIMED: &str = "claimed";
 
-/// How long a claim on the final reply holds before another replica takes it over: longer
-/// than a live replica takes to publish and flush, even through a NATS reconnect.
-const FINAL_CLAIM_TTL_MS: u64 = 10_000;
-
-fn state_name(status: RunStatus) -> &'static str {
-    status.as_str()
-}
-
-/// Fills the kind-specific fields of a node start from the definition.
-fn describe_node(workflow: &Workflow, start: &mut WorkflowNodeExecutionStart) {
-    let Some(node) = workflow.node(&start.node_id) else {
-        return;
+/// How run `execution` ended, as its callers are told: an output larger than the inline
+/// limit is stored as an artifact (under a name fixed by the run, so storing it again
+/// writes the same object).
+pub(super) async fn ending(
+    shared: &Shared,
+    execution: &ExecutionId,
+    status: RunStatus,
+    output: Option<&Value>,
+    error: Option<&RunError>,
+) -> Result<Ending> {
+    let mut ending = Ending {
+        status,
+        output: output.cloned(),
+        artifact: None,
+        error: error.cloned(),
     };
-    match &node.kind {
-        NodeKind::Conditional {
-            condition,
-            true_branch,
-            false_branch,
-        } => {
-            start.condition = Some(condition.source().to_string());
-            start.true_branch = Some(true_branch.clone());
-            start.false_branch = false_branch.clone();
+    if let Some(out) = output {
+        let bytes = serde_json::to_vec(out)?;
+        if bytes.len() > shared.config.inline_limit {
+            let name = format!("{execution}.output.json");
+            let uri = shared
+                .put_artifact(&name, bytes)
+                .await
+                .context(|| format!("storing the output of run {execution}"))?;
+            ending.output = None;
+            ending.artifact = Some((name, uri));
         }
-        NodeKind::Switch { cases, default } => {
-            start.cases = Some(
-                cases
-                    .iter()
-                    .map(|c| SwitchCaseInfo {
-                        condition: c.condition.source().to_string(),
-                        node: c.target.clone(),
-                    })
-                    .collect(),
-            );
-            start.default_branch = default.clone();
-        }
-        NodeKind::Join { wait_for, strategy } => {
-            start.wait_for = Some(wait_for.clone());
-            let (name, n) = match strategy {
-                JoinStrategy::All => ("all", None),
-                JoinStrategy::Any => ("any", None),
-                JoinStrategy::NOfM(n) => ("n_of_m", Some(*n as u64)),
-            };
-            start.join_strategy = Some(name.into());
-            start.join_n = n;
-        }
-        NodeKind::Loop(l) => {
-            start.max_iterations = Some(u64::from(l.max_iterations));
-            start.loop_delay = l.delay.map(|d| format!("{}s", d.as_secs_f64()));
-        }
-        _ => {}
     }
+    Ok(ending)
 }

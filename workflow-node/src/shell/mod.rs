@@ -13,15 +13,16 @@
 //! Nothing about a run lives only in one process: its state is in KV, its events in a
 //! stream, its timers in KV. Any replica carries on any run.
 
+pub mod bulk;
 mod effects;
 mod error;
 mod health;
 mod lease;
-pub mod maps;
 pub mod names;
 mod plan;
 pub mod record;
 mod registry;
+mod reply;
 mod requests;
 mod store;
 pub mod timers;
@@ -93,6 +94,21 @@ pub struct Envelope {
     /// The caller (on `Started` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caller: Option<Caller>,
+    /// A `Started` sent again by a caller: it joins the run (or, if the run has ended, is
+    /// answered from its record) instead of starting one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub attach: bool,
+}
+
+impl Envelope {
+    /// An event that carries no caller.
+    pub fn event(event: Event) -> Envelope {
+        Envelope {
+            event,
+            caller: None,
+            attach: false,
+        }
+    }
 }
 
 /// What every task of a node shares.
@@ -118,29 +134,43 @@ pub fn now() -> Millis {
     Millis(u64::try_from(ms).unwrap_or(u64::MAX))
 }
 
-/// Publishes an event into a run's stream and waits for the stream to store it.
-/// `msg_id` makes a second publish of the same event a no-op.
+/// Publishes an event into a run's stream and waits for the stream to store it; `true`
+/// when it was stored, `false` when the stream already had an event with this `msg_id`
+/// (which makes a second publish of the same event a no-op). A stream that was deleted is
+/// made again first.
 pub(crate) async fn publish_event(
     shared: &Shared,
     workflow: &str,
     execution: &ExecutionId,
     msg_id: &str,
     envelope: &Envelope,
-) -> Result<(), async_nats::Error> {
-    let mut h = HeaderMap::new();
-    h.insert(headers::MSG_ID, msg_id);
+) -> Result<bool> {
+    use async_nats::jetstream::context::PublishErrorKind;
+    let bytes: bytes::Bytes = serde_json::to_vec(envelope)?.into();
     let subject = subjects::run_events(&shared.ns, workflow, &execution.0);
-    let bytes = serde_json::to_vec(envelope)?;
-    shared
-        .js
-        .publish_with_headers(subject, h, bytes.into())
-        .await?
-        .await?;
-    Ok(())
+    let publish = || async {
+        let mut h = HeaderMap::new();
+        h.insert(headers::MSG_ID, msg_id);
+        let ack = shared
+            .js
+            .publish_with_headers(subject.clone(), h, bytes.clone())
+            .await?;
+        ack.await
+    };
+    let ack = match publish().await {
+        Err(e) if e.kind() == PublishErrorKind::StreamNotFound => {
+            tracing::warn!("the event stream of {workflow} is gone: making it again");
+            worker::consumer(shared, workflow).await?;
+            publish().await
+        }
+        other => other,
+    };
+    let ack = ack.context(|| format!("storing an event of run {execution}"))?;
+    Ok(!ack.duplicate)
 }
 
 impl Shared {
-    async fn artifact_store(&self) -> Result<&object_store::ObjectStore, async_nats::Error> {
+    async fn artifact_store(&self) -> Result<&object_store::ObjectStore> {
         self.artifacts
             .get_or_try_init(|| async {
                 let bucket = subjects::artifact_bucket(&self.ns);
@@ -149,21 +179,27 @@ impl Shared {
                     Err(_) => self
                         .js
                         .create_object_store(object_store::Config {
-                            bucket,
+                            bucket: bucket.clone(),
                             num_replicas: self.config.replicas,
                             ..Default::default()
                         })
                         .await
-                        .map_err(async_nats::Error::from),
+                        .map_err(|e| Error::Setup {
+                            resource: format!("object store {bucket}"),
+                            source: e.into(),
+                        }),
                 }
             })
             .await
     }
 
     /// Stores an artifact; returns its `nats-object://` URI.
-    async fn put_artifact(&self, name: &str, bytes: Vec<u8>) -> Result<String, async_nats::Error> {
+    async fn put_artifact(&self, name: &str, bytes: Vec<u8>) -> Result<String> {
         let store = self.artifact_store().await?;
-        store.put(name, &mut bytes.as_slice()).await?;
+        store
+            .put(name, &mut bytes.as_slice())
+            .await
+            .context(|| format!("storing artifact {name}"))?;
         Ok(messages::payload::object_uri(
             &subjects::artifact_bucket(&self.ns),
             name,
@@ -171,25 +207,34 @@ impl Shared {
     }
 
     /// Reads a JSON artifact from our bucket.
-    async fn get_artifact(&self, name: &str) -> Result<Value, async_nats::Error> {
+    async fn get_artifact(&self, name: &str) -> Result<Value> {
         let bucket = subjects::artifact_bucket(&self.ns);
         match messages::payload::object_ref(name, &bucket) {
             Some((bucket, name)) => self.get_artifact_in(bucket, name).await,
-            None => Err(format!("'{name}' is not an artifact name").into()),
+            None => Err(Error::Missing(format!(
+                "artifact '{name}' (not an artifact name)"
+            ))),
         }
     }
 
     /// Reads a JSON artifact from a bucket.
-    async fn get_artifact_in(&self, bucket: &str, name: &str) -> Result<Value, async_nats::Error> {
+    async fn get_artifact_in(&self, bucket: &str, name: &str) -> Result<Value> {
         let store = if bucket == subjects::artifact_bucket(&self.ns) {
             self.artifact_store().await?.clone()
         } else {
-            self.js.get_object_store(bucket).await?
+            self.js
+                .get_object_store(bucket)
+                .await
+                .context(|| format!("opening object store {bucket}"))?
         };
-        let mut object = store.get(name).await?;
+        let what = || format!("reading artifact {name} of {bucket}");
+        let mut object = store.get(name).await.context(what)?;
         let mut bytes = Vec::new();
-        object.read_to_end(&mut bytes).await?;
-        Ok(serde_json::from_slice(&bytes)?)
+        object.read_to_end(&mut bytes).await.context(what)?;
+        serde_json::from_slice(&bytes).map_err(|source| Error::Encoding {
+            context: what(),
+            source,
+        })
     }
 }
 

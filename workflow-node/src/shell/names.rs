@@ -7,6 +7,7 @@
 
 use sha2::{Digest, Sha256};
 
+use super::record::Caller;
 use crate::core::ExecutionId;
 
 fn ns_token(ns: &str) -> String {
@@ -36,9 +37,16 @@ pub fn run_key(workflow: &str, execution: &ExecutionId) -> String {
     format!("{workflow}.{execution}")
 }
 
-/// The KV key marking that a run's final reply was sent.
-pub fn final_marker(workflow: &str, execution: &ExecutionId) -> String {
-    format!("{workflow}.{execution}.final")
+/// The KV key claiming the sending of a run's final reply to `caller`: one per run for
+/// the caller that started it, one per reply address for callers attached later.
+pub fn final_marker(workflow: &str, execution: &ExecutionId, caller: &Caller) -> String {
+    match (&caller.reply_to, caller.attached) {
+        (Some(reply_to), true) => {
+            let digest = Sha256::digest(reply_to.as_bytes());
+            format!("{workflow}.{execution}.final.{}", hex::encode(&digest[..8]))
+        }
+        _ => format!("{workflow}.{execution}.final"),
+    }
 }
 
 /// The KV key of the run's input, stored apart from the record when a map externalises
@@ -95,7 +103,20 @@ mod tests {
         let e = ExecutionId("e1".into());
         let run = run_key("Wf", &e);
         assert_eq!(run, "Wf.e1");
-        assert_eq!(final_marker("Wf", &e), "Wf.e1.final");
+        let first = Caller {
+            reply_to: Some("inbox.a".into()),
+            ..Caller::default()
+        };
+        assert_eq!(final_marker("Wf", &e, &first), "Wf.e1.final");
+        let joined = |to: &str| Caller {
+            reply_to: Some(to.into()),
+            attached: true,
+            ..Caller::default()
+        };
+        let b = final_marker("Wf", &e, &joined("inbox.b"));
+        assert!(b.starts_with("Wf.e1.final."), "{b}");
+        assert_eq!(b, final_marker("Wf", &e, &joined("inbox.b")));
+        assert_ne!(b, final_marker("Wf", &e, &joined("inbox.c")));
         assert_eq!(timer_key("Wf", &e, "deadline"), "Wf.e1.deadline");
         assert_eq!(input_key(&run), "Wf.e1.input");
         assert_eq!(items_key(&run, "m", 2), "Wf.e1.items.m.2");

@@ -16,7 +16,7 @@
 //! read again, when an outbox entry is replayed instead of the event re-applied, which
 //! outbox entries are old enough to drop) lives here and is unit-tested below.
 
-use super::maps::{self, Write};
+use super::bulk::{self, Write};
 use super::record::{Caller, OutboxEntry, RunRecord};
 use super::Envelope;
 use crate::core::{self, Command, Event, Execution, ExecutionId, Millis};
@@ -57,8 +57,8 @@ pub(super) struct Commit {
 /// The I/O to perform for an event, in the order of the module doc.
 #[derive(Debug)]
 pub(super) struct Steps {
-    /// Who the run answers (the commands' final reply and progress go there).
-    pub(super) caller: Caller,
+    /// Who hears of the commands (progress, the final reply): the run's caller first.
+    pub(super) callers: Vec<Caller>,
     /// Written and awaited before `commit`.
     pub(super) before: Vec<Write>,
     /// The new entry; `None` on a replay, which only carries out.
@@ -100,7 +100,7 @@ pub(super) fn replays(record: &RunRecord, delivery: Delivery) -> bool {
 /// Decides what `envelope` does to the run `loaded` holds, at wall-clock `now`.
 ///
 /// The record must be complete for the event: item chunks of large maps in place, and the
-/// results of a map the event may end (see [`maps::results_wanted`]).
+/// results of a map the event may end (see [`bulk::results_wanted`]).
 pub(super) fn plan(
     workflow: &Workflow,
     run_key: &str,
@@ -115,6 +115,10 @@ pub(super) fn plan(
         record,
         from_cache,
     } = loaded;
+    if envelope.attach && record.is_none() {
+        tracing::debug!("a resent request for {run_key}, which has no record, dropped");
+        return Ok(Plan::Ack { keep: None });
+    }
     let Some(record) = record.or_else(|| new_run(workflow, execution, envelope)) else {
         tracing::debug!("event for unknown run {execution} dropped");
         return Ok(Plan::Ack { keep: None });
@@ -123,6 +127,11 @@ pub(super) fn plan(
         return Ok(Plan::Perform(Box::new(replay(
             run_key, revision, record, delivery,
         )?)));
+    }
+    // A start for a run that has a record is a request sent again: its caller joins.
+    let resent = matches!(envelope.event, Event::Started { .. }) && revision.is_some();
+    if envelope.attach || resent {
+        return attach(run_key, revision, record, envelope, delivery, now);
     }
     apply(
         workflow, run_key, revision, record, from_cache, envelope, delivery, now,
@@ -135,12 +144,71 @@ fn new_run(workflow: &Workflow, execution: &ExecutionId, envelope: &Envelope) ->
         (Event::Started { .. }, Some(caller)) => Some(RunRecord {
             state: Execution::new(execution.clone(), &workflow.name),
             caller: caller.clone(),
+            attached: Vec::new(),
             outbox: Vec::new(),
             maps: Default::default(),
             input_apart: false,
         }),
         _ => None,
     }
+}
+
+/// A caller that sent its request again (an `attach` event, or a second `Started` that the
+/// stream did not recognise as a duplicate) joins the run: it hears of the run from now on,
+/// and gets the final reply when the run ends (at once if it has ended). A caller the run
+/// already answers (the same reply address) changes nothing.
+fn attach(
+    run_key: &str,
+    revision: Option<u64>,
+    mut record: RunRecord,
+    envelope: &Envelope,
+    delivery: Delivery,
+    now: Millis,
+) -> Result<Plan, serde_json::Error> {
+    let Some(caller) = envelope.caller.clone() else {
+        tracing::debug!("a resent request for {run_key} without a caller dropped");
+        return Ok(Plan::Ack { keep: None });
+    };
+    let known = |c: &Caller| c.reply_to == caller.reply_to;
+    if caller.reply_to.is_none() || record.callers().iter().any(known) {
+        return Ok(Plan::Ack {
+            keep: revision.map(|r| (r, Box::new(record))),
+        });
+    }
+    let caller = Caller {
+        attached: true,
+        ..caller
+    };
+    record.attached.push(caller.clone());
+    let state = &record.state;
+    let commands = if state.status.is_terminal() {
+        vec![Command::Finish {
+            status: state.status,
+            output: state.output.clone(),
+            error: state.error.clone(),
+        }]
+    } else {
+        Vec::new()
+    };
+    if !commands.is_empty() {
+        record.outbox.push(OutboxEntry {
+            seq: delivery.seq,
+            at: now,
+            commands: commands.clone(),
+            results: Vec::new(),
+        });
+    }
+    let bytes = bulk::encode(&mut record)?;
+    record.outbox.retain(|e| e.seq != delivery.seq);
+    Ok(Plan::Perform(Box::new(Steps {
+        callers: vec![caller],
+        before: Vec::new(),
+        commit: Some(Commit { revision, bytes }),
+        after: Vec::new(),
+        commands,
+        tidy: None,
+        keep: (!record.state.status.is_terminal()).then_some(record),
+    })))
 }
 
 /// Carries out a committed outbox entry again (at-least-once), then removes it.
@@ -159,15 +227,15 @@ fn replay(
     let tidy = match revision {
         Some(revision) => Some(Commit {
             revision: Some(revision),
-            bytes: maps::encode(&mut record)?,
+            bytes: bulk::encode(&mut record)?,
         }),
         None => None,
     };
     Ok(Steps {
-        caller: record.caller.clone(),
+        callers: record.callers(),
         before: Vec::new(),
         commit: None,
-        after: maps::result_writes(run_key, &entry.results)?,
+        after: bulk::result_writes(run_key, &entry.results)?,
         commands: entry.commands,
         keep: tidy.is_some().then_some(record),
         tidy,
@@ -190,9 +258,9 @@ fn apply(
     // last to end): those must be committed too, or the next replica to load the run never
     // learns of them. Items and results are left out of the copy (an event that changes a
     // result always has commands), so it costs nothing per item of a large map.
-    let before = maps::without_bulk(&mut record.state, Execution::clone);
+    let before = bulk::without_bulk(&mut record.state, Execution::clone);
     let commands = core::apply(workflow, &mut record.state, envelope.event.clone(), now);
-    if commands.is_empty() && maps::without_bulk(&mut record.state, |s| *s == before) {
+    if commands.is_empty() && bulk::without_bulk(&mut record.state, |s| *s == before) {
         if from_cache {
             return Ok(Plan::Reload);
         }
@@ -203,8 +271,8 @@ fn apply(
     record
         .outbox
         .retain(|e| now.0.saturating_sub(e.at.0) < OUTBOX_HORIZON_MS);
-    let results = maps::item_results(workflow, &record, &envelope.event);
-    let after = maps::result_writes(run_key, &results)?;
+    let results = bulk::item_results(workflow, &record, &envelope.event);
+    let after = bulk::result_writes(run_key, &results)?;
     record.outbox.push(OutboxEntry {
         seq: delivery.seq,
         at: now,
@@ -212,13 +280,13 @@ fn apply(
         results,
     });
     // Items of a map that just started go first: the commit refers to them.
-    let before = maps::externalize(&mut record, run_key)?;
-    let bytes = maps::encode(&mut record)?;
+    let before = bulk::externalize(&mut record, run_key)?;
+    let bytes = bulk::encode(&mut record)?;
     // Once carried out, this replica's copy needs the entry no more; KV keeps it until
     // the next commit, for a redelivery.
     record.outbox.pop();
     Ok(Plan::Perform(Box::new(Steps {
-        caller: record.caller.clone(),
+        callers: record.callers(),
         before,
         commit: Some(Commit { revision, bytes }),
         after,
@@ -257,7 +325,22 @@ workflow:
             event: Event::Started {
                 input: json!({"x": 1}),
             },
-            caller: Some(Caller::default()),
+            caller: Some(Caller {
+                reply_to: Some("inbox.first".into()),
+                ..Caller::default()
+            }),
+            attach: false,
+        }
+    }
+
+    fn resent(reply_to: &str) -> Envelope {
+        Envelope {
+            attach: true,
+            caller: Some(Caller {
+                reply_to: Some(reply_to.into()),
+                ..Caller::default()
+            }),
+            ..start()
         }
     }
 
@@ -308,14 +391,11 @@ workflow:
     }
 
     fn succeeded(task: TaskKey) -> Envelope {
-        Envelope {
-            event: Event::CallSucceeded {
-                task,
-                attempt: 1,
-                output: json!({"ok": true}),
-            },
-            caller: None,
-        }
+        Envelope::event(Event::CallSucceeded {
+            task,
+            attempt: 1,
+            output: json!({"ok": true}),
+        })
     }
 
     #[test]
@@ -368,14 +448,11 @@ workflow:
         let wf = workflow();
         let (record, d) = started(&wf);
         // A result of an attempt that was never made changes nothing.
-        let stale = Envelope {
-            event: Event::CallSucceeded {
-                task: d.task.clone(),
-                attempt: 9,
-                output: json!({}),
-            },
-            caller: None,
-        };
+        let stale = Envelope::event(Event::CallSucceeded {
+            task: d.task.clone(),
+            attempt: 9,
+            output: json!({}),
+        });
         let p = plan(
             &wf,
             "k",
@@ -544,5 +621,136 @@ workflow:
             .iter()
             .any(|c| matches!(c, Command::Finish { .. })));
         assert!(s.keep.is_none());
+    }
+
+    #[test]
+    fn a_request_resent_from_the_same_address_changes_nothing() {
+        let wf = workflow();
+        let (record, _) = started(&wf);
+        let p = plan(
+            &wf,
+            "k",
+            &execution(),
+            fresh(1, record),
+            &resent("inbox.first"),
+            first(2),
+            Millis(1),
+        );
+        assert!(matches!(p.unwrap(), Plan::Ack { keep: Some(_) }));
+    }
+
+    #[test]
+    fn a_caller_from_another_address_joins_a_running_run_and_hears_of_it() {
+        let wf = workflow();
+        let (record, a) = started(&wf);
+        let s = steps(
+            plan(
+                &wf,
+                "k",
+                &execution(),
+                fresh(1, record),
+                &resent("inbox.second"),
+                first(2),
+                Millis(1),
+            )
+            .unwrap(),
+        );
+        assert!(s.commands.is_empty(), "nothing to tell it yet");
+        let stored = decode(&s.commit.expect("a commit").bytes);
+        assert_eq!(stored.attached.len(), 1);
+        assert!(stored.attached[0].attached);
+        // From now on every command goes to both callers.
+        let s = steps(
+            plan(
+                &wf,
+                "k",
+                &execution(),
+                fresh(2, stored),
+                &succeeded(a.task),
+                first(3),
+                Millis(2),
+            )
+            .unwrap(),
+        );
+        let callers: Vec<_> = s
+            .callers
+            .iter()
+            .map(|c| c.reply_to.clone().unwrap())
+            .collect();
+        assert_eq!(callers, vec!["inbox.first", "inbox.second"]);
+    }
+
+    #[test]
+    fn a_caller_joining_an_ended_run_gets_its_final_reply_alone() {
+        let wf = workflow();
+        let (mut record, _) = started(&wf);
+        record.state.status = crate::core::RunStatus::Success;
+        record.state.output = Some(json!({"b": 1}));
+        let s = steps(
+            plan(
+                &wf,
+                "k",
+                &execution(),
+                fresh(5, record),
+                &resent("inbox.late"),
+                first(6),
+                Millis(1),
+            )
+            .unwrap(),
+        );
+        assert_eq!(s.callers.len(), 1);
+        assert_eq!(s.callers[0].reply_to.as_deref(), Some("inbox.late"));
+        assert_eq!(
+            s.commands,
+            vec![Command::Finish {
+                status: crate::core::RunStatus::Success,
+                output: Some(json!({"b": 1})),
+                error: None,
+            }]
+        );
+        let stored = decode(&s.commit.expect("a commit").bytes);
+        assert!(
+            stored.outbox.iter().any(|e| e.seq == 6),
+            "kept for a redelivery"
+        );
+    }
+
+    #[test]
+    fn a_second_start_from_another_address_joins_like_an_attach() {
+        let wf = workflow();
+        let (record, _) = started(&wf);
+        let again = Envelope {
+            caller: Some(Caller {
+                reply_to: Some("inbox.other".into()),
+                ..Caller::default()
+            }),
+            ..start()
+        };
+        let s = steps(
+            plan(
+                &wf,
+                "k",
+                &execution(),
+                fresh(1, record.clone()),
+                &again,
+                first(2),
+                Millis(1),
+            )
+            .unwrap(),
+        );
+        assert_eq!(decode(&s.commit.expect("a commit").bytes).attached.len(), 1);
+        let p = plan(
+            &wf,
+            "k",
+            &execution(),
+            fresh(1, record),
+            &start(),
+            first(2),
+            Millis(1),
+        );
+        assert!(
+            matches!(p.unwrap(), Plan::Ack { .. }),
+            "the same caller's start changes nothing"
+        );
     }
 }

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use std::collections::BTreeMap;
 
-use super::maps::{ItemResult, MapRef};
+use super::bulk::{ItemResult, MapRef};
 use crate::core::{Command, Execution, Millis};
 
 /// Who started a run and where its answers go.
@@ -28,6 +28,10 @@ pub struct Caller {
     pub workflow_caller: bool,
     /// The caller's sub-task id, when the caller is a workflow (dedupes our reply).
     pub sub_task_id: Option<String>,
+    /// Whether it joined a run already started (a resent request from another reply
+    /// address): it gets a final-reply claim of its own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub attached: bool,
 }
 
 /// Commands produced by one event and committed with its state. An entry stays until its
@@ -51,8 +55,12 @@ pub struct OutboxEntry {
 pub struct RunRecord {
     /// The core's state.
     pub state: Execution,
-    /// Who to answer.
+    /// Who started the run: it hears of its progress and gets the final reply.
     pub caller: Caller,
+    /// Callers that resent the request from other reply addresses while the run went on:
+    /// they hear of it too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attached: Vec<Caller>,
     /// Commands committed, maybe not carried out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outbox: Vec<OutboxEntry>,
@@ -62,4 +70,13 @@ pub struct RunRecord {
     /// Whether the workflow input is kept under a key of its own (see `maps`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub input_apart: bool,
+}
+
+impl RunRecord {
+    /// Everyone who hears of the run: its caller, then the callers attached later.
+    pub fn callers(&self) -> Vec<Caller> {
+        std::iter::once(self.caller.clone())
+            .chain(self.attached.iter().cloned())
+            .collect()
+    }
 }

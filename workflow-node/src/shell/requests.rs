@@ -4,7 +4,14 @@
 //! A start is validated here (call depth, input schema) and answered at once when invalid,
 //! creating no run. A valid one becomes a `Started` event in the workflow's stream, with a
 //! message id derived from the caller's task id, so the same request delivered twice makes
-//! one run. The final reply comes later, from whichever replica ends the run.
+//! one run; once the stream holds it, the caller is told the request was accepted (a
+//! `submitted` status update). The final reply comes later, from whichever replica ends
+//! the run.
+//!
+//! A caller that hears nothing sends its request again, with the same task id. The run it
+//! names is then found: if it has ended, the request is answered at once from its record;
+//! if it is still going, a caller from another reply address is attached to it (an
+//! `attach` event), and one from the same address waits for the reply already promised.
 
 use std::sync::Arc;
 
@@ -16,9 +23,11 @@ use messages::workflow::{Decision, WorkflowApprovalDecision, WorkflowNodeRequest
 use messages::{headers, msg_id, subjects};
 use serde_json::Value;
 
+use super::error::{Context, Result};
 use super::record::{Caller, RunRecord};
+use super::reply;
 use super::wire::{self, InputSource};
-use super::{names, publish_event, Envelope, Shared};
+use super::{effects, names, publish_event, Envelope, Shared};
 use crate::core::{Event, ExecutionId, NodeStatus};
 use crate::definition::{NodeKind, Workflow};
 
@@ -26,12 +35,13 @@ use crate::definition::{NodeKind, Workflow};
 pub(super) async fn subscribe(
     shared: &Shared,
     workflow: &Workflow,
-) -> Result<async_nats::Subscriber, async_nats::Error> {
+) -> Result<async_nats::Subscriber> {
     let subject = subjects::agent_request(&shared.ns, &workflow.name);
-    Ok(shared
+    shared
         .client
-        .queue_subscribe(subject, workflow.name.clone())
-        .await?)
+        .queue_subscribe(subject.clone(), workflow.name.clone())
+        .await
+        .context(|| format!("subscribing to {subject}"))
 }
 
 /// Serves the workflow's request subscription until it ends.
@@ -39,7 +49,7 @@ pub(super) async fn serve(
     shared: Arc<Shared>,
     workflow: Arc<Workflow>,
     mut sub: async_nats::Subscriber,
-) -> Result<(), async_nats::Error> {
+) -> Result<()> {
     while let Some(msg) = sub.next().await {
         let shared = shared.clone();
         let workflow = workflow.clone();
@@ -76,7 +86,7 @@ async fn handle(
         Err(response) => return serde_json::to_vec(&*response).ok(),
     };
     let id = serde_json::to_value(&request.id).unwrap_or(Value::Null);
-    let fail = |state: TaskState, task: &str, text: String| {
+    let answer = |state: TaskState, task: &str, text: String| {
         Some(wire::response(
             &id,
             wire::task(task, task, state, vec![Part::text(text)]),
@@ -101,23 +111,20 @@ async fn handle(
                 );
                 return serde_json::to_vec(&Response::error(Some(request.id), e)).ok();
             }
-            let envelope = Envelope {
-                event: Event::CancelRequested {
-                    reason: Some("requested by the caller".into()),
-                },
-                caller: None,
-            };
+            let envelope = Envelope::event(Event::CancelRequested {
+                reason: Some("requested by the caller".into()),
+            });
             let msg_id = msg_id::run_cancel(&execution.0);
             if let Err(e) =
                 publish_event(shared, &workflow.name, &execution, &msg_id, &envelope).await
             {
-                return fail(
+                return answer(
                     TaskState::Failed,
                     &execution.0,
                     format!("could not record the cancel: {e}"),
                 );
             }
-            fail(
+            answer(
                 TaskState::Working,
                 &execution.0,
                 format!("cancel of run {execution} requested"),
@@ -131,8 +138,8 @@ async fn handle(
                     Err(e) => Err(format!("malformed workflow_approval_decision: {e}")),
                 };
                 return match text {
-                    Ok(t) => fail(TaskState::Completed, &message.message_id, t),
-                    Err(t) => fail(TaskState::Failed, &message.message_id, t),
+                    Ok(t) => answer(TaskState::Completed, &message.message_id, t),
+                    Err(t) => answer(TaskState::Failed, &message.message_id, t),
                 };
             }
             start(shared, workflow, msg, message, id, reply_to).await
@@ -204,10 +211,7 @@ async fn approve(
         &workflow.name,
         &execution,
         &msg_id,
-        &Envelope {
-            event,
-            caller: None,
-        },
+        &Envelope::event(event),
     )
     .await
     .map_err(|e| format!("could not record the decision: {e}"))?;
@@ -217,6 +221,8 @@ async fn approve(
     ))
 }
 
+/// Starts a run for a `message/send`, or, for a request sent again, answers it from the
+/// ended run or attaches its caller to the running one. `Some`: the answer to send now.
 async fn start(
     shared: &Shared,
     workflow: &Workflow,
@@ -230,7 +236,7 @@ async fn start(
         .clone()
         .unwrap_or_else(|| message.message_id.clone());
     let execution = names::execution_id(&workflow.name, &task_key);
-    let fail = |text: String| {
+    let refuse = |text: String| {
         Some(wire::response(
             &id,
             wire::task(
@@ -246,35 +252,15 @@ async fn start(
         .and_then(|d| d.trim().parse().ok())
         .unwrap_or(0);
     if depth > workflow.max_call_depth {
-        return fail(format!(
+        return refuse(format!(
             "call depth {depth} exceeds max_call_depth ({}) of {}",
             workflow.max_call_depth, workflow.name
         ));
     }
-    let bucket = subjects::artifact_bucket(&shared.ns);
-    let input = match wire::request_input(&message, &bucket) {
-        Ok(InputSource::Inline(v)) => v,
-        Ok(InputSource::Object(bucket, name)) => match shared.get_artifact_in(&bucket, &name).await
-        {
-            Ok(v) => v,
-            Err(e) => {
-                return fail(format!(
-                    "input artifact '{name}' in bucket '{bucket}' could not be read: {e}"
-                ))
-            }
-        },
-        Err(e) => return fail(format!("invalid input: {e}")),
+    let input = match input_of(shared, workflow, &message).await {
+        Ok(input) => input,
+        Err(text) => return refuse(text),
     };
-    if let Some(schema) = &workflow.input_schema {
-        let violations = schema.violations(&input);
-        if !violations.is_empty() {
-            return fail(format!(
-                "input does not match the input_schema of {}: {}",
-                workflow.name,
-                violations.join("; ")
-            ));
-        }
-    }
     let workflow_caller = message.find_data::<WorkflowNodeRequest>().is_some();
     let caller = Caller {
         reply_to,
@@ -285,14 +271,156 @@ async fn start(
         traceparent: header(h, headers::TRACEPARENT),
         workflow_caller,
         sub_task_id: workflow_caller.then(|| task_key.clone()),
+        attached: false,
     };
+    let outcome = match read_run(shared, workflow, &execution).await {
+        Some(record) if record.state.status.is_terminal() => {
+            answer_ended(shared, workflow, &execution, &record, &caller).await
+        }
+        Some(record) => join(shared, workflow, &execution, &record, caller, input).await,
+        None => begin(shared, workflow, &execution, caller, input).await,
+    };
+    outcome.unwrap_or_else(|e| refuse(format!("could not start the run: {e}")))
+}
+
+/// The workflow input of a start request, checked against the input schema; the error
+/// says what is wrong with it.
+async fn input_of(
+    shared: &Shared,
+    workflow: &Workflow,
+    message: &Message,
+) -> std::result::Result<Value, String> {
+    let bucket = subjects::artifact_bucket(&shared.ns);
+    let input = match wire::request_input(message, &bucket) {
+        Ok(InputSource::Inline(v)) => v,
+        Ok(InputSource::Object(bucket, name)) => {
+            shared.get_artifact_in(&bucket, &name).await.map_err(|e| {
+                format!("input artifact '{name}' in bucket '{bucket}' could not be read: {e}")
+            })?
+        }
+        Err(e) => return Err(format!("invalid input: {e}")),
+    };
+    if let Some(schema) = &workflow.input_schema {
+        let violations = schema.violations(&input);
+        if !violations.is_empty() {
+            return Err(format!(
+                "input does not match the input_schema of {}: {}",
+                workflow.name,
+                violations.join("; ")
+            ));
+        }
+    }
+    Ok(input)
+}
+
+/// Stores the `Started` event, then tells the caller its request was accepted. A request
+/// sent again before its run's record exists finds its `Started` already stored: its
+/// caller is then attached, in case it comes from another reply address.
+async fn begin(
+    shared: &Shared,
+    workflow: &Workflow,
+    execution: &ExecutionId,
+    caller: Caller,
+    input: Value,
+) -> Result<Option<Vec<u8>>> {
+    let envelope = Envelope {
+        event: Event::Started { input },
+        caller: Some(caller.clone()),
+        attach: false,
+    };
+    let msg_id = msg_id::run_start(&execution.0);
+    let stored = publish_event(shared, &workflow.name, execution, &msg_id, &envelope).await?;
+    if !stored {
+        return attach(shared, workflow, execution, envelope).await;
+    }
+    accept(shared, workflow, execution, &caller).await;
+    Ok(None)
+}
+
+/// A request sent again while its run goes on: a caller from another reply address joins
+/// the run; one from the address the run will answer needs nothing.
+async fn join(
+    shared: &Shared,
+    workflow: &Workflow,
+    execution: &ExecutionId,
+    record: &RunRecord,
+    caller: Caller,
+    input: Value,
+) -> Result<Option<Vec<u8>>> {
+    if record
+        .callers()
+        .iter()
+        .any(|c| c.reply_to == caller.reply_to)
+    {
+        accept(shared, workflow, execution, &caller).await;
+        return Ok(None);
+    }
     let envelope = Envelope {
         event: Event::Started { input },
         caller: Some(caller),
+        attach: true,
     };
-    let msg_id = msg_id::run_start(&execution.0);
-    if let Err(e) = publish_event(shared, &workflow.name, &execution, &msg_id, &envelope).await {
-        return fail(format!("could not start the run: {e}"));
+    attach(shared, workflow, execution, envelope).await
+}
+
+async fn attach(
+    shared: &Shared,
+    workflow: &Workflow,
+    execution: &ExecutionId,
+    envelope: Envelope,
+) -> Result<Option<Vec<u8>>> {
+    let Some(caller) = envelope.caller.as_ref().filter(|c| c.reply_to.is_some()) else {
+        return Ok(None);
+    };
+    let key = names::final_marker(&workflow.name, execution, caller);
+    let msg_id = msg_id::run_attach(&key);
+    publish_event(shared, &workflow.name, execution, &msg_id, &envelope).await?;
+    accept(shared, workflow, execution, caller).await;
+    Ok(None)
+}
+
+/// Tells the caller its request is in the run's stream (a `submitted` status update), so
+/// that a caller that hears nothing knows to send it again.
+async fn accept(shared: &Shared, workflow: &Workflow, execution: &ExecutionId, caller: &Caller) {
+    let Some(status_to) = &caller.status_to else {
+        return;
+    };
+    let text = Part::text(format!("accepted as run {execution} of {}", workflow.name));
+    let bytes = reply::status_update(caller, execution, TaskState::Submitted, text);
+    if let Err(e) = shared.client.publish(status_to.clone(), bytes.into()).await {
+        tracing::debug!("telling a caller that run {execution} was accepted failed: {e}");
     }
-    None
+}
+
+/// The final reply of an ended run, for a caller that asked again.
+async fn answer_ended(
+    shared: &Shared,
+    workflow: &Workflow,
+    execution: &ExecutionId,
+    record: &RunRecord,
+    caller: &Caller,
+) -> Result<Option<Vec<u8>>> {
+    let state = &record.state;
+    let ending = effects::ending(
+        shared,
+        execution,
+        state.status,
+        state.output.as_ref(),
+        state.error.as_ref(),
+    )
+    .await?;
+    Ok(Some(
+        reply::final_reply(workflow, execution, caller, &ending).0,
+    ))
+}
+
+/// The record of run `execution`, if it has one that can be read.
+async fn read_run(
+    shared: &Shared,
+    workflow: &Workflow,
+    execution: &ExecutionId,
+) -> Option<RunRecord> {
+    let key = names::run_key(&workflow.name, execution);
+    let bytes = shared.runs.get(key).await.ok()??;
+    serde_json::from_slice(&bytes).ok()
 }

@@ -1,16 +1,26 @@
-//! The run's entry in the runs bucket: reading it whole (with what lives beside it) and
-//! writing it with compare-and-swap.
+//! The runs bucket: reading a run's entry whole (with what [`bulk`] keeps beside it),
+//! writing it with compare-and-swap, and the writes beside it.
 
+use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::kv::{CreateErrorKind, UpdateErrorKind};
+use futures::StreamExt;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
 
+use super::bulk::{self, Write};
 use super::error::{Context, Error, Result};
+use super::names::{input_key, items_key, result_key};
 use super::plan::{Commit, Loaded};
 use super::record::RunRecord;
-use super::{maps, Shared};
-use crate::core::{Event, ExecutionId};
+use super::Shared;
+use crate::core::{Detail, Event, ExecutionId};
 use crate::definition::Workflow;
 
-/// Reads a run's entry from KV, with the item chunks of its large maps and a large input.
+/// Item results read at once when a map's results are loaded.
+const PARALLEL_GETS: usize = 64;
+
+/// Reads a run's entry from KV, with the item chunks of its large maps and a large input;
+/// results stay null until [`load_results`].
 pub(super) async fn load(shared: &Shared, key: &str) -> Result<Loaded> {
     let entry = shared
         .runs
@@ -24,14 +34,22 @@ pub(super) async fn load(shared: &Shared, key: &str) -> Result<Loaded> {
             from_cache: false,
         });
     };
-    let mut record: RunRecord =
-        serde_json::from_slice(&entry.value).map_err(|source| Error::Encoding {
-            context: format!("decoding run {key}"),
-            source,
-        })?;
-    maps::load_items(shared, key, &mut record)
-        .await
-        .context(|| format!("reading what run {key} keeps apart"))?;
+    let mut record: RunRecord = decode(&entry.value, || format!("run {key}"))?;
+    if record.input_apart {
+        record.state.input = get(shared, &input_key(key)).await?;
+    }
+    for (id, r) in record.maps.clone() {
+        let mut items = Vec::with_capacity(r.total as usize);
+        for c in 0..r.starts.len() {
+            items.extend(get::<Vec<Value>>(shared, &items_key(key, &id, c)).await?);
+        }
+        if let Some(Some(Detail::Map(map))) =
+            record.state.nodes.get_mut(&id).map(|n| n.detail.as_mut())
+        {
+            map.results = vec![Value::Null; items.len()];
+            map.items = items;
+        }
+    }
     Ok(Loaded {
         revision: Some(entry.revision),
         record: Some(record),
@@ -39,7 +57,26 @@ pub(super) async fn load(shared: &Shared, key: &str) -> Result<Loaded> {
     })
 }
 
-/// Before `event` is applied: reads the results of a large map it may end.
+/// Reads and decodes a key that must exist.
+async fn get<T: DeserializeOwned>(shared: &Shared, key: &str) -> Result<T> {
+    let bytes = shared
+        .runs
+        .get(key)
+        .await
+        .context(|| format!("reading {key}"))?
+        .ok_or_else(|| Error::Missing(key.to_string()))?;
+    decode(&bytes, || key.to_string())
+}
+
+fn decode<T: DeserializeOwned>(bytes: &[u8], what: impl FnOnce() -> String) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(|source| Error::Encoding {
+        context: format!("decoding {}", what()),
+        source,
+    })
+}
+
+/// Before `event` is applied: reads the results of a large map it may end (see
+/// [`bulk::results_wanted`]).
 pub(super) async fn load_results(
     shared: &Shared,
     workflow: &Workflow,
@@ -47,12 +84,29 @@ pub(super) async fn load_results(
     record: &mut RunRecord,
     event: &Event,
 ) -> Result<()> {
-    let Some(wanted) = maps::results_wanted(workflow, record, event) else {
+    let Some((id, wanted)) = bulk::results_wanted(workflow, record, event) else {
         return Ok(());
     };
-    maps::load_results(shared, key, record, wanted)
-        .await
-        .context(|| format!("reading the map results of run {key}"))
+    let id_ref = &id;
+    let mut fetched = futures::stream::iter(wanted)
+        .map(|i| async move {
+            let key = result_key(key, id_ref, i);
+            let got = shared.runs.get(&key).await;
+            (i, key, got)
+        })
+        .buffer_unordered(PARALLEL_GETS);
+    let Some(map) = bulk::map_mut(record, &id) else {
+        return Ok(());
+    };
+    while let Some((i, result_key, got)) = fetched.next().await {
+        if let Some(bytes) = got.context(|| format!("reading {result_key}"))? {
+            map.results[i as usize] = decode(&bytes, || result_key)?;
+        }
+    }
+    if let Some(r) = record.maps.get_mut(&id) {
+        r.results_loaded = true;
+    }
+    Ok(())
 }
 
 /// Writes `commit` over the revision it was planned on. `Ok(None)`: another replica wrote
@@ -84,4 +138,32 @@ pub(super) async fn cas(
         },
     };
     Ok(written)
+}
+
+/// Writes in flight: started together, awaited together.
+pub(super) struct Pending(Vec<(String, PublishAckFuture)>);
+
+/// Starts writing `writes` beside a run's entry; [`Pending::stored`] waits for them.
+pub(super) async fn start_puts(shared: &Shared, writes: Vec<Write>) -> Result<Pending> {
+    let bucket = super::names::runs_bucket(&shared.ns);
+    let mut acks = Vec::with_capacity(writes.len());
+    for Write { key, bytes } in writes {
+        let ack = shared
+            .js
+            .publish(messages::subjects::kv_key(&bucket, &key), bytes.into())
+            .await
+            .context(|| format!("writing {key}"))?;
+        acks.push((key, ack));
+    }
+    Ok(Pending(acks))
+}
+
+impl Pending {
+    /// Waits until the server stored every write.
+    pub(super) async fn stored(self) -> Result<()> {
+        for (key, ack) in self.0 {
+            ack.await.context(|| format!("writing {key}"))?;
+        }
+        Ok(())
+    }
 }

@@ -90,12 +90,9 @@ pub(super) async fn run(shared: Arc<Shared>) {
 /// Publishes the timer's event and deletes its entry; false when the publish failed.
 async fn fire(shared: &Shared, key: &str, rec: TimerRecord) -> bool {
     let msg_id = messages::msg_id::timer_fired(key, rec.at.0);
-    let envelope = Envelope {
-        event: Event::TimerFired { timer: rec.timer },
-        caller: None,
-    };
+    let envelope = Envelope::event(Event::TimerFired { timer: rec.timer });
     match publish_event(shared, &rec.workflow, &rec.execution, &msg_id, &envelope).await {
-        Ok(()) => {
+        Ok(_) => {
             // A purge whose marker expires: fired timers leave nothing behind.
             if shared
                 .timers

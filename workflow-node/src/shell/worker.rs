@@ -24,7 +24,7 @@ use super::lease::Leases;
 use super::plan::{self, Delivery, Loaded, Plan, Steps};
 use super::record::RunRecord;
 use super::wire::{interpret_reply, reply_event, ReplyMeaning};
-use super::{maps, names, now, store, Envelope, Shared};
+use super::{names, now, store, Envelope, Shared};
 use crate::core::{self, ExecutionId, TaskKey};
 use crate::definition::Workflow;
 
@@ -290,10 +290,7 @@ async fn decode(
         };
         Some((
             execution,
-            Envelope {
-                event: reply_event(key, attempt, meaning),
-                caller: None,
-            },
+            Envelope::event(reply_event(key, attempt, meaning)),
         ))
     }
 }
@@ -348,12 +345,13 @@ async fn process(
                 return Ok(());
             }
             Plan::Reload => continue,
-            Plan::Perform(steps) => {
+            Plan::Perform(mut steps) => {
+                let callers = std::mem::take(&mut steps.callers);
                 let ctx = RunContext {
                     shared,
                     workflow,
                     execution: &execution,
-                    caller: &steps.caller.clone(),
+                    callers: &callers,
                 };
                 if let Some(kept) = perform(&ctx, &key, *steps).await? {
                     cache.extend(kept.map(|kept| (execution.clone(), kept)));
@@ -376,13 +374,10 @@ async fn perform(
     steps: Steps,
 ) -> Result<Option<Option<(u64, RunRecord)>>> {
     let (shared, execution) = (ctx.shared, ctx.execution);
-    let writes = |what: &'static str| move || format!("writing {what} of run {execution}");
-    let before = maps::start_puts(shared, steps.before)
-        .await
-        .context(writes("what the commit refers to"))?;
-    maps::wait_acks(before)
-        .await
-        .context(writes("what the commit refers to"))?;
+    store::start_puts(shared, steps.before)
+        .await?
+        .stored()
+        .await?;
     let mut revision = None;
     if let Some(commit) = steps.commit {
         let Some(rev) = store::cas(shared, execution, key, commit).await? else {
@@ -390,15 +385,11 @@ async fn perform(
         };
         revision = Some(rev);
     }
-    let after = maps::start_puts(shared, steps.after)
-        .await
-        .context(writes("item results"))?;
+    let after = store::start_puts(shared, steps.after).await?;
     ctx.carry_out(&steps.commands)
         .await
         .context(|| format!("carrying out the commands of run {execution}"))?;
-    maps::wait_acks(after)
-        .await
-        .context(writes("item results"))?;
+    after.stored().await?;
     if let Some(tidy) = steps.tidy {
         // A failure is harmless: the next commit drops the entry.
         revision = store::cas(shared, execution, key, tidy)

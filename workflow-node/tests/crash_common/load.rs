@@ -1,8 +1,8 @@
 //! The caller side of the crash tests: sends runs as raw requests (one reply inbox per
 //! run, so replies are counted per request), approves approval requests as they arrive,
-//! resends a request that no replica took up (a replica killed between taking a request
-//! and storing its `Started` event loses it: requests are core NATS), and records when
-//! each run made progress.
+//! resends a request (same task id, same reply inbox) when its run gave no sign of life
+//! for a while, as the protocol asks of callers (a request or a final reply can be lost
+//! with the replica that held it), and records when each run made progress.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -62,7 +62,6 @@ struct Run {
     sent: Instant,
     last_send: Instant,
     last_sign: Instant,
-    started: bool,
     longest: Duration,
     done: Option<Instant>,
 }
@@ -144,7 +143,6 @@ pub(crate) async fn drive(
                     sent: now,
                     last_send: now,
                     last_sign: now,
-                    started: false,
                     longest: Duration::ZERO,
                     done: None,
                 },
@@ -177,14 +175,13 @@ pub(crate) async fn drive(
                     let now = Instant::now();
                     run.longest = run.longest.max(now - run.last_sign);
                     run.last_sign = now;
-                    run.started = true;
                 }
             }
             _ = tick.tick() => {
                 let now = Instant::now();
                 let stale: Vec<usize> = runs
                     .iter()
-                    .filter(|(_, r)| !r.started && r.done.is_none() && now - r.last_send >= plan.resend_after)
+                    .filter(|(_, r)| r.done.is_none() && now - r.last_send.max(r.last_sign) >= plan.resend_after)
                     .map(|(i, _)| *i)
                     .collect();
                 for i in stale {

@@ -1,5 +1,7 @@
-//! Large maps live beside the run's KV entry, so the cost of an event does not grow with the
-//! number of items and the entry stays far below NATS's max payload.
+//! What lives beside a run's KV entry instead of in it, so the cost of an event does not
+//! grow with a map's items and the entry stays far below NATS's max payload: the items
+//! and results of large maps, and a large workflow input. Pure layout decisions; `store`
+//! reads and writes them.
 //!
 //! The core keeps a map's `items` and `results` inline ([`crate::core::MapState`]); the
 //! shell persists them apart once a map has more than [`INLINE_ITEMS`] items:
@@ -23,14 +25,11 @@
 
 use std::collections::BTreeMap;
 
-use async_nats::jetstream::context::PublishAckFuture;
-use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::names::{input_key, items_key, result_key};
 use super::record::RunRecord;
-use super::Shared;
 use crate::core::{Detail, Event, Execution, MapState, Slot};
 use crate::definition::{NodeRole, Workflow};
 
@@ -40,8 +39,6 @@ pub const INLINE_ITEMS: usize = 256;
 pub const INLINE_INPUT: usize = 16 * 1024;
 /// Most serialised item bytes per chunk key.
 pub const CHUNK_BYTES: usize = 128 * 1024;
-/// Item results read at once when a map's results are loaded.
-const PARALLEL_GETS: usize = 64;
 
 /// An item's result, kept in its event's outbox entry until written to its own key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -189,44 +186,6 @@ fn encode_maps(record: &mut RunRecord) -> serde_json::Result<Vec<u8>> {
     bytes
 }
 
-/// Reads the input kept apart and the item chunks of a just-loaded run's externalised maps; results stay null until
-/// [`load_results`].
-pub(super) async fn load_items(
-    shared: &Shared,
-    run_key: &str,
-    record: &mut RunRecord,
-) -> Result<(), async_nats::Error> {
-    if record.input_apart {
-        let key = input_key(run_key);
-        let bytes = shared
-            .runs
-            .get(&key)
-            .await?
-            .ok_or_else(|| format!("run input {key} is missing"))?;
-        record.state.input = serde_json::from_slice(&bytes)?;
-    }
-    let refs = record.maps.clone();
-    for (id, r) in refs {
-        let mut items = Vec::with_capacity(r.total as usize);
-        for c in 0..r.starts.len() {
-            let key = items_key(run_key, &id, c);
-            let bytes = shared
-                .runs
-                .get(&key)
-                .await?
-                .ok_or_else(|| format!("map items {key} are missing"))?;
-            items.extend(serde_json::from_slice::<Vec<Value>>(&bytes)?);
-        }
-        if let Some(Some(Detail::Map(map))) =
-            record.state.nodes.get_mut(&id).map(|n| n.detail.as_mut())
-        {
-            map.results = vec![Value::Null; items.len()];
-            map.items = items;
-        }
-    }
-    Ok(())
-}
-
 /// The externalised map whose inner node made `event`'s call, if the event is an item's
 /// success that may end a map whose results are not loaded.
 fn unloaded_map_ending<'r>(
@@ -254,7 +213,7 @@ fn unloaded_map_ending<'r>(
 
 /// Before applying `event`, when it may end an externalised map whose results are not
 /// loaded: fills in the results still in outbox entries, and returns the map and the
-/// indices of the results to read from their keys ([`load_results`]).
+/// indices of the results to read from their keys (`store::load_results`).
 pub(super) fn results_wanted(
     workflow: &Workflow,
     record: &mut RunRecord,
@@ -289,36 +248,12 @@ pub(super) fn results_wanted(
     Some((id, wanted))
 }
 
-fn map_mut<'r>(record: &'r mut RunRecord, id: &str) -> Option<&'r mut MapState> {
+/// The state of map `id`, if it is a map that has started.
+pub(super) fn map_mut<'r>(record: &'r mut RunRecord, id: &str) -> Option<&'r mut MapState> {
     match record.state.nodes.get_mut(id)?.detail.as_mut()? {
         Detail::Map(map) => Some(map),
         _ => None,
     }
-}
-
-/// Reads the results `wanted` of map `id` from their keys (see [`results_wanted`]).
-pub(super) async fn load_results(
-    shared: &Shared,
-    run_key: &str,
-    record: &mut RunRecord,
-    (id, wanted): (String, Vec<u32>),
-) -> Result<(), async_nats::Error> {
-    let id_ref = &id;
-    let mut fetched = futures::stream::iter(wanted)
-        .map(|i| async move { (i, shared.runs.get(result_key(run_key, id_ref, i)).await) })
-        .buffer_unordered(PARALLEL_GETS);
-    let Some(map) = map_mut(record, &id) else {
-        return Ok(());
-    };
-    while let Some((i, got)) = fetched.next().await {
-        if let Some(bytes) = got? {
-            map.results[i as usize] = serde_json::from_slice(&bytes)?;
-        }
-    }
-    if let Some(r) = record.maps.get_mut(&id) {
-        r.results_loaded = true;
-    }
-    Ok(())
 }
 
 /// After applying `event`: the item result to store apart, when it ended an item of an
@@ -386,24 +321,6 @@ pub(super) fn without_bulk<T>(state: &mut Execution, f: impl FnOnce(&Execution) 
     out
 }
 
-/// Starts writing `writes`; the caller awaits the returned acks before acking its event.
-pub(super) async fn start_puts(
-    shared: &Shared,
-    writes: Vec<Write>,
-) -> Result<Vec<PublishAckFuture>, async_nats::Error> {
-    let bucket = super::names::runs_bucket(&shared.ns);
-    let mut acks = Vec::with_capacity(writes.len());
-    for Write { key, bytes } in writes {
-        acks.push(
-            shared
-                .js
-                .publish(messages::subjects::kv_key(&bucket, &key), bytes.into())
-                .await?,
-        );
-    }
-    Ok(acks)
-}
-
 /// The writes of item results.
 pub(super) fn result_writes(
     run_key: &str,
@@ -418,12 +335,4 @@ pub(super) fn result_writes(
             })
         })
         .collect()
-}
-
-/// Waits for every ack.
-pub(super) async fn wait_acks(acks: Vec<PublishAckFuture>) -> Result<(), async_nats::Error> {
-    for ack in acks {
-        ack.await?;
-    }
-    Ok(())
 }

@@ -1,0 +1,343 @@
+//! What a run tells its callers, built without I/O: progress DataParts, status updates, and
+//! the final reply (the same bytes whether the run's end sends it or a resent request is
+//! answered from the ended run's record).
+
+use messages::a2a::{
+    AgentReply, Message, Part, Role, TaskState, TaskStatus, TaskStatusUpdateEvent,
+};
+use messages::payload::{wrap, JSON_MIME};
+use messages::workflow::{
+    MapStatus, NodeOutcome, ResultStatus, RunOutcome, SwitchCaseInfo, WorkflowExecutionResult,
+    WorkflowExecutionStart, WorkflowMapProgress, WorkflowNodeExecutionResult,
+    WorkflowNodeExecutionStart, WorkflowNodeResult,
+};
+use serde_json::Value;
+
+use super::record::Caller;
+use super::wire;
+use crate::core::{ExecutionId, NodeStatus, Progress, RunError, RunStatus};
+use crate::definition::{JoinStrategy, NodeKind, Workflow};
+
+/// How a run ended, as its callers are told.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Ending {
+    /// Success, failure or cancelled.
+    pub(super) status: RunStatus,
+    /// The output when it travels inline.
+    pub(super) output: Option<Value>,
+    /// The output's artifact `(name, uri)` when it is too large to travel inline.
+    pub(super) artifact: Option<(String, String)>,
+    /// Why it failed, if it did.
+    pub(super) error: Option<RunError>,
+}
+
+/// The DataPart that reports `progress` of run `execution`.
+pub(super) fn progress_part(
+    workflow: &Workflow,
+    execution: &ExecutionId,
+    progress: &Progress,
+) -> Part {
+    match progress {
+        Progress::RunStarted { input } => Part::data_part(&WorkflowExecutionStart {
+            workflow_name: workflow.name.clone(),
+            execution_id: execution.0.clone(),
+            input_artifact_ref: None,
+            workflow_input: Some(input.clone()),
+        }),
+        Progress::NodeStarted {
+            node_id,
+            node_type,
+            agent,
+            sub_task_id,
+            iteration_index,
+            parent_node_id,
+            attempt,
+        } => {
+            let mut start = WorkflowNodeExecutionStart {
+                node_id: node_id.clone(),
+                node_type: node_type.clone(),
+                agent_name: agent.clone(),
+                sub_task_id: sub_task_id.clone(),
+                iteration_index: iteration_index.map(u64::from),
+                parent_node_id: parent_node_id.clone(),
+                attempt: *attempt,
+                ..Default::default()
+            };
+            describe_node(workflow, &mut start);
+            Part::data_part(&start)
+        }
+        Progress::NodeFinished {
+            node_id,
+            status,
+            output,
+            error,
+            condition_result,
+            selected_branch,
+        } => Part::data_part(&WorkflowNodeExecutionResult {
+            node_id: node_id.clone(),
+            status: node_outcome(*status),
+            output_artifact_ref: None,
+            output: output.clone(),
+            error_message: error.clone(),
+            condition_result: *condition_result,
+            selected_branch: selected_branch.clone(),
+            iteration_index: None,
+            metadata: None,
+        }),
+        Progress::MapProgress {
+            node_id,
+            total_items,
+            completed_items,
+        } => Part::data_part(&WorkflowMapProgress {
+            node_id: node_id.clone(),
+            total_items: u64::from(*total_items),
+            completed_items: u64::from(*completed_items),
+            status: if completed_items == total_items {
+                MapStatus::Completed
+            } else {
+                MapStatus::InProgress
+            },
+        }),
+    }
+}
+
+fn node_outcome(status: NodeStatus) -> NodeOutcome {
+    match status {
+        NodeStatus::Success => NodeOutcome::Success,
+        NodeStatus::Skipped => NodeOutcome::Skipped,
+        NodeStatus::Cancelled => NodeOutcome::Cancelled,
+        _ => NodeOutcome::Failure,
+    }
+}
+
+/// Fills the kind-specific fields of a node start from the definition.
+fn describe_node(workflow: &Workflow, start: &mut WorkflowNodeExecutionStart) {
+    let Some(node) = workflow.node(&start.node_id) else {
+        return;
+    };
+    match &node.kind {
+        NodeKind::Conditional {
+            condition,
+            true_branch,
+            false_branch,
+        } => {
+            start.condition = Some(condition.source().to_string());
+            start.true_branch = Some(true_branch.clone());
+            start.false_branch = false_branch.clone();
+        }
+        NodeKind::Switch { cases, default } => {
+            start.cases = Some(
+                cases
+                    .iter()
+                    .map(|c| SwitchCaseInfo {
+                        condition: c.condition.source().to_string(),
+                        node: c.target.clone(),
+                    })
+                    .collect(),
+            );
+            start.default_branch = default.clone();
+        }
+        NodeKind::Join { wait_for, strategy } => {
+            start.wait_for = Some(wait_for.clone());
+            let (name, n) = match strategy {
+                JoinStrategy::All => ("all", None),
+                JoinStrategy::Any => ("any", None),
+                JoinStrategy::NOfM(n) => ("n_of_m", Some(*n as u64)),
+            };
+            start.join_strategy = Some(name.into());
+            start.join_n = n;
+        }
+        NodeKind::Loop(l) => {
+            start.max_iterations = Some(u64::from(l.max_iterations));
+            start.loop_delay = l.delay.map(|d| format!("{}s", d.as_secs_f64()));
+        }
+        _ => {}
+    }
+}
+
+/// The status update carrying `part` to `caller`, with `state` (`Working` for progress).
+pub(super) fn status_update(
+    caller: &Caller,
+    execution: &ExecutionId,
+    state: TaskState,
+    part: Part,
+) -> Vec<u8> {
+    let context = caller
+        .context_id
+        .clone()
+        .unwrap_or_else(|| execution.0.clone());
+    let mut message = Message::new(format!("{execution}-status"), Role::Agent, vec![part]);
+    message.task_id = Some(execution.0.clone());
+    message.context_id = Some(context.clone());
+    let update = TaskStatusUpdateEvent {
+        task_id: execution.0.clone(),
+        context_id: context,
+        status: TaskStatus {
+            state,
+            message: Some(message),
+            timestamp: None,
+        },
+        is_final: false,
+        metadata: None,
+    };
+    wire::response(&caller.request_id, AgentReply::StatusUpdate(update))
+}
+
+/// The last progress DataPart of a run: its outcome.
+pub(super) fn execution_result_part(
+    workflow: &Workflow,
+    execution: &ExecutionId,
+    ending: &Ending,
+) -> Part {
+    Part::data_part(&WorkflowExecutionResult {
+        workflow_name: workflow.name.clone(),
+        execution_id: execution.0.clone(),
+        status: match ending.status {
+            RunStatus::Success => RunOutcome::Success,
+            RunStatus::Cancelled => RunOutcome::Cancelled,
+            _ => RunOutcome::Failure,
+        },
+        output_artifact_ref: None,
+        workflow_output: ending.output.clone(),
+        error_message: ending.error.as_ref().map(|e| e.message.clone()),
+        error_node_id: ending.error.as_ref().and_then(|e| e.node_id.clone()),
+    })
+}
+
+/// The final reply to `caller`: the A2A task (completed, failed or canceled) whose parts
+/// carry the output (inline or as an artifact), a `workflow_node_result` for callers that
+/// are workflows, and a one-line summary. Returns the bytes and the task id that names the
+/// reply for de-duplication.
+pub(super) fn final_reply(
+    workflow: &Workflow,
+    execution: &ExecutionId,
+    caller: &Caller,
+    ending: &Ending,
+) -> (Vec<u8>, String) {
+    let error_message = ending.error.as_ref().map(|e| e.message.clone());
+    let mut parts = Vec::new();
+    if caller.workflow_caller {
+        parts.push(Part::data_part(&WorkflowNodeResult {
+            status: if ending.status == RunStatus::Success {
+                ResultStatus::Success
+            } else {
+                ResultStatus::Failure
+            },
+            output: ending.output.clone(),
+            artifact_name: ending.artifact.as_ref().map(|(n, _)| n.clone()),
+            artifact_version: None,
+            error_message: error_message.clone(),
+            error_kind: (ending.status == RunStatus::Cancelled).then(|| "cancelled".to_string()),
+            validation_errors: None,
+            retry_count: 0,
+        }));
+    }
+    match (&ending.output, &ending.artifact) {
+        (Some(out), _) => parts.push(wrap(out.clone())),
+        (None, Some((name, uri))) => parts.push(Part::file_uri(
+            uri.clone(),
+            Some(name.clone()),
+            Some(JSON_MIME.into()),
+        )),
+        _ => {}
+    }
+    let name = &workflow.name;
+    let (state, summary) = match ending.status {
+        RunStatus::Success => (TaskState::Completed, format!("Workflow {name} completed")),
+        RunStatus::Cancelled => (
+            TaskState::Canceled,
+            format!("Workflow {name} was cancelled"),
+        ),
+        _ => (
+            TaskState::Failed,
+            format!(
+                "Workflow {name} failed: {}",
+                error_message.as_deref().unwrap_or("no reason given")
+            ),
+        ),
+    };
+    parts.push(Part::text(summary));
+    let task_id = caller
+        .sub_task_id
+        .clone()
+        .unwrap_or_else(|| execution.0.clone());
+    let context = caller
+        .context_id
+        .clone()
+        .unwrap_or_else(|| execution.0.clone());
+    let reply = wire::task(&task_id, &context, state, parts);
+    (wire::response(&caller.request_id, reply), task_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use messages::reply::{decode_reply, final_task};
+    use serde_json::json;
+
+    fn workflow() -> Workflow {
+        let yaml = r#"
+name: W
+workflow:
+  description: one agent
+  nodes: [{id: a, type: agent, agent_name: A}]
+  output_mapping: {x: "{{a.output.x}}"}
+"#;
+        crate::definition::parse_str(yaml, "w.yaml").expect("valid")
+    }
+
+    fn task_of(bytes: &[u8]) -> messages::a2a::Task {
+        let reply = decode_reply(bytes).expect("a JSON-RPC result");
+        final_task(reply).expect("a task")
+    }
+
+    #[test]
+    fn a_success_carries_the_output_and_is_named_by_the_callers_task() {
+        let caller = Caller {
+            request_id: json!("r1"),
+            sub_task_id: Some("parent_x_1".into()),
+            workflow_caller: true,
+            ..Caller::default()
+        };
+        let ending = Ending {
+            status: RunStatus::Success,
+            output: Some(json!({"x": 1})),
+            artifact: None,
+            error: None,
+        };
+        let exec = ExecutionId("e".into());
+        let (bytes, task_id) = final_reply(&workflow(), &exec, &caller, &ending);
+        assert_eq!(task_id, "parent_x_1");
+        let task = task_of(&bytes);
+        assert_eq!(task.status.state, TaskState::Completed);
+        let parts = task.status.message.expect("a message").parts;
+        assert!(parts.iter().any(|p| p
+            .as_data()
+            .is_some_and(|d| d["type"] == "workflow_node_result")));
+        assert!(parts
+            .iter()
+            .any(|p| p.as_data() == Some(&json!({"x": 1}).as_object().unwrap().clone())));
+    }
+
+    #[test]
+    fn a_failure_says_why_and_the_same_ending_gives_the_same_bytes() {
+        let ending = Ending {
+            status: RunStatus::Failure,
+            output: None,
+            artifact: None,
+            error: Some(RunError {
+                message: "node a failed".into(),
+                node_id: Some("a".into()),
+            }),
+        };
+        let exec = ExecutionId("e".into());
+        let caller = Caller::default();
+        let (bytes, task_id) = final_reply(&workflow(), &exec, &caller, &ending);
+        assert_eq!(task_id, "e");
+        assert_eq!(bytes, final_reply(&workflow(), &exec, &caller, &ending).0);
+        let task = task_of(&bytes);
+        assert_eq!(task.status.state, TaskState::Failed);
+        let text: String = task.status.message.expect("message").text();
+        assert!(text.contains("node a failed"), "{text}");
+    }
+}
