@@ -10,7 +10,8 @@
 //! | `ApprovalDecided` | end a waiting approval                                            |
 //!
 //! A node is considered when one of its dependencies ends; consideration goes through a
-//! work list, so cascades of skips never recurse. Terminal runs absorb every event.
+//! work list, so cascades of skips never recurse. Unstarted runs absorb every event but
+//! `Started`; terminal runs absorb every event.
 
 use std::collections::VecDeque;
 
@@ -24,8 +25,8 @@ use crate::definition::{JoinStrategy, LoopNode, MapNode, NodeKind, NodeRole, Wor
 /// Applies one event to a run and returns what the shell must do.
 ///
 /// Deterministic: the same workflow, state, event and time always give the same new state
-/// and the same commands. Events that no longer matter (duplicates, stale attempts, events
-/// after the end) change nothing and return no commands. The converse does not hold: an
+/// and the same commands. Events that do not matter (duplicates, stale attempts, anything
+/// before `Started` or after the end) change nothing and return no commands. The converse does not hold: an
 /// event may change the state and return no command (a fork branch that is not the last
 /// one ends), so a shell must commit whenever the state changed, not only when commands
 /// came out.
@@ -47,7 +48,9 @@ pub fn apply(
     }
     match event {
         Event::Started { input } => cx.start(input),
-        _ if !cx.st.started => {}
+        // Nothing can have been dispatched or armed before the start: whatever comes
+        // first is stray, and must neither change the run nor end it.
+        _ if !cx.st.started => return Vec::new(),
         Event::CallSucceeded {
             task,
             attempt,
@@ -123,7 +126,13 @@ impl Cx<'_> {
     }
 
     /// Drains the work list, then ends the main DAG or the run when their time has come.
+    ///
+    /// An unstarted run is never settled: its `unfinished_main` of zero means "not yet
+    /// counted", not "all ended".
     pub(super) fn settle(&mut self) {
+        if !self.st.started {
+            return;
+        }
         loop {
             while let Some(idx) = self.work.pop_front() {
                 self.consider(idx);
@@ -719,6 +728,39 @@ workflow:
         let before = run.st.clone();
         assert!(run.apply(Event::Started { input: json!({}) }).is_empty());
         assert_eq!(run.st, before);
+    }
+
+    #[test]
+    fn an_unstarted_run_absorbs_every_event_but_started() {
+        let wf = workflow(ONE);
+        let mut run = Run::unstarted(&wf);
+        let before = run.st.clone();
+        let early = [
+            Event::CallSucceeded {
+                task: TaskKey::single("a"),
+                attempt: 1,
+                output: json!("early"),
+            },
+            Event::TimerFired {
+                timer: TimerId::Deadline,
+            },
+            Event::CancelRequested { reason: None },
+            Event::ApprovalDecided {
+                node: "a".into(),
+                approved: true,
+                by: None,
+                comment: None,
+            },
+        ];
+        for event in early {
+            assert!(run.apply(event).is_empty());
+            assert_eq!(run.st, before, "the run is still waiting for its start");
+        }
+        assert!(run
+            .fail(TaskKey::single("a"), 1, FailureClass::Failed)
+            .is_empty());
+        let out = run.apply(Event::Started { input: json!({}) });
+        assert_eq!(dispatches(&out).len(), 1, "the start still dispatches");
     }
 
     #[test]
