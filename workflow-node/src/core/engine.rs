@@ -628,6 +628,7 @@ impl Cx<'_> {
         let status = self.st.outcome.unwrap_or(RunStatus::Failure);
         self.st.status = status;
         self.st.queue.clear();
+        self.skip_unreached(status);
         if self.st.started {
             self.out.push(Command::CancelTimer {
                 timer: TimerId::Deadline,
@@ -653,6 +654,37 @@ impl Cx<'_> {
             output,
             error,
         });
+    }
+
+    /// Every node still pending when the run ends never ran: it ends skipped, in the state
+    /// and in progress, so no caller's view is left with a node that neither ran nor was
+    /// ruled out. These are exit handlers the outcome did not select, and nodes the run
+    /// never reached (it failed at its input, or a branch above was never taken). Their
+    /// end is recorded without a node's usual consequences: the run's outcome is decided.
+    fn skip_unreached(&mut self, outcome: RunStatus) {
+        for (idx, node) in self.wf.nodes.iter().enumerate() {
+            if self.st.node_status(&node.id) != NodeStatus::Pending {
+                continue;
+            }
+            let reason = match self.wf.graph.roles[idx] {
+                NodeRole::ExitHandler => {
+                    format!("not selected: the run ended {}", outcome.as_str())
+                }
+                _ => "the run ended before reaching it".to_string(),
+            };
+            let mut state = NodeState::new(NodeStatus::Skipped);
+            state.error = Some(reason.clone());
+            state.ended_at = Some(self.now);
+            self.st.nodes.insert(node.id.clone(), state);
+            self.out.push(Command::Progress(Progress::NodeFinished {
+                node_id: node.id.clone(),
+                status: NodeStatus::Skipped,
+                output: None,
+                error: Some(reason),
+                condition_result: None,
+                selected_branch: None,
+            }));
+        }
     }
 
     fn approval_decided(
@@ -709,7 +741,9 @@ mod tests {
     use serde_json::json;
 
     use super::super::testkit::{dispatches, with_nodes, workflow, Run};
-    use super::super::types::{Command, Event, FailureClass, NodeStatus, RunStatus, TaskKey};
+    use super::super::types::{
+        Command, Event, FailureClass, NodeStatus, Progress, RunStatus, TaskKey,
+    };
     use super::super::TimerId;
 
     const ONE: &str = r#"
@@ -809,6 +843,40 @@ workflow:
         };
         assert!(run.apply(again).is_empty());
         assert_eq!(run.st, before);
+    }
+
+    #[test]
+    fn exit_handlers_the_outcome_did_not_select_end_skipped_once() {
+        let wf = with_nodes(
+            "  on_exit: {on_success: yay, on_failure: alert}\n",
+            r#"
+    - {id: a, type: agent, agent_name: A}
+    - {id: yay, type: agent, agent_name: A, input: {}}
+    - {id: alert, type: agent, agent_name: A, input: {}}
+"#,
+        );
+        let (mut run, _) = Run::start(&wf, json!({}));
+        run.succeed(TaskKey::single("a"), 1, json!(1));
+        let out = run.succeed(TaskKey::single("yay"), 1, json!(2));
+        assert_eq!(run.st.status, RunStatus::Success);
+        assert_eq!(run.status("alert"), NodeStatus::Skipped);
+        assert_eq!(run.error("alert"), "not selected: the run ended success");
+        let skipped: Vec<&str> = out
+            .iter()
+            .filter_map(|c| match c {
+                Command::Progress(Progress::NodeFinished {
+                    node_id,
+                    status: NodeStatus::Skipped,
+                    ..
+                }) => Some(node_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(skipped, vec!["alert"]);
+        assert!(
+            matches!(out.last(), Some(Command::Finish { .. })),
+            "the skips are reported before the final result"
+        );
     }
 
     fn join(strategy: &str) -> crate::definition::Workflow {
