@@ -112,6 +112,7 @@ impl Cx<'_> {
                         "input does not match input_schema: {}",
                         violations.join("; ")
                     ),
+                    kind: None,
                 });
                 self.st.outcome = Some(RunStatus::Failure);
                 self.finish_run();
@@ -419,6 +420,7 @@ impl Cx<'_> {
             self.st.error = Some(RunError {
                 node_id: Some(id.to_string()),
                 message: format!("exit handler '{id}' failed: {}", error.unwrap_or_default()),
+                kind: self.st.nodes.get(id).and_then(|n| n.error_kind.clone()),
             });
         }
     }
@@ -429,6 +431,7 @@ impl Cx<'_> {
             self.st.error = Some(RunError {
                 node_id: Some(id.clone()),
                 message: format!("node '{id}' failed: {message}"),
+                kind: self.st.nodes.get(id).and_then(|n| n.error_kind.clone()),
             });
         }
         if self.wf.fail_fast && !self.st.stopping {
@@ -485,6 +488,7 @@ impl Cx<'_> {
                 self.st.error.get_or_insert(RunError {
                     node_id: None,
                     message,
+                    kind: None,
                 });
                 self.stop(true);
             }
@@ -494,6 +498,7 @@ impl Cx<'_> {
                 self.st.error.get_or_insert(RunError {
                     node_id: None,
                     message,
+                    kind: None,
                 });
                 self.end_exit_handlers("the run was cancelled");
             }
@@ -516,6 +521,7 @@ impl Cx<'_> {
             self.st.error = Some(RunError {
                 node_id: None,
                 message,
+                kind: None,
             });
             self.stop(true);
         }
@@ -537,6 +543,7 @@ impl Cx<'_> {
             self.st.error = Some(RunError {
                 node_id: None,
                 message: "exit handlers did not end before the deadline".into(),
+                kind: None,
             });
         }
         self.end_exit_handlers("the run's deadline passed");
@@ -620,6 +627,7 @@ impl Cx<'_> {
             self.st.error = Some(RunError {
                 node_id: None,
                 message,
+                kind: None,
             });
         }
     }

@@ -65,6 +65,10 @@ pub struct NodeState {
     /// Why it failed or was skipped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The kind of the failure that ended it, when its call failed with one (the agent's
+    /// `error_kind`, or `timeout`); None for every other end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<String>,
     /// When it started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Millis>,
@@ -82,6 +86,7 @@ impl NodeState {
             status,
             output: None,
             error: None,
+            error_kind: None,
             started_at: None,
             ended_at: None,
             detail: None,

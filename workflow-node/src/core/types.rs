@@ -238,9 +238,16 @@ pub struct Failure {
     pub class: FailureClass,
     /// What the agent or the shell said.
     pub message: String,
-    /// The agent's error kind, matched against `non_retryable_errors`.
+    /// The error kind, matched against `non_retryable_errors`: the agent's `error_kind`,
+    /// or [`Failure::TIMEOUT`] when the call's timeout passed. None when the agent gave none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+}
+
+impl Failure {
+    /// The kind of a call whose timeout passed before the agent answered, so that
+    /// `non_retryable_errors: [timeout]` and callers can tell a timeout from other errors.
+    pub const TIMEOUT: &'static str = "timeout";
 }
 
 /// Something that happened to a run. Every event is safe to apply twice.
@@ -385,6 +392,10 @@ pub struct RunError {
     pub node_id: Option<NodeId>,
     /// What went wrong.
     pub message: String,
+    /// The error kind of the failed node's call (the agent's `error_kind`, or `timeout`),
+    /// when the run failed because of one call that had a kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
 }
 
 /// A call to carry out: send a `workflow_node_request` to an agent.

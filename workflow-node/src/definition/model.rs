@@ -345,7 +345,8 @@ pub struct RetryStrategy {
     pub policy: RetryPolicy,
     /// `backoff`.
     pub backoff: Backoff,
-    /// `non_retryable_errors`: error kinds that never retry.
+    /// `non_retryable_errors`: error kinds that never retry: an agent's `error_kind`, or
+    /// `timeout` for an attempt whose timeout passed. Empty by default.
     pub non_retryable_errors: Vec<String>,
 }
 
