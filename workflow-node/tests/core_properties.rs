@@ -1,7 +1,8 @@
 //! Property tests of the core on the simulator: random valid DAGs (every node type), random
 //! agent behaviour (late, duplicated, stale, contradicting answers, silence), random cancels
 //! and approvals, and crashes between commit and side effects. Invariants: the run ends,
-//! once; each node ends once; nothing happens after the end; runs are deterministic.
+//! once; each node ends once, and none is left pending; nothing happens after the end;
+//! runs are deterministic.
 //!
 //! `PROPTEST_CASES` raises the number of cases (64 by default, so the suite stays fast).
 
@@ -292,16 +293,23 @@ fn check_ended(w: &Workflow, sim: &Sim<'_>) -> Result<(), TestCaseError> {
         matches!(sim.commands.last(), Some(Command::Finish { .. })),
         "commands after Finish"
     );
-    for (i, node) in w.nodes.iter().enumerate() {
-        if w.graph.roles[i] == NodeRole::Main {
-            let status = sim.state.node_status(&node.id);
-            prop_assert!(
-                status.is_terminal(),
-                "main node '{}' ended {:?}",
-                node.id,
-                status
-            );
-        }
+    // A terminal run has no pending node: every node (exit handlers the outcome did not
+    // select, inner nodes, nodes never reached) ended, and progress said so once.
+    let reported: BTreeSet<&str> = finished_nodes(&sim.commands).into_iter().collect();
+    for node in &w.nodes {
+        let status = sim.state.node_status(&node.id);
+        prop_assert!(
+            status.is_terminal(),
+            "node '{}' ended {:?}",
+            node.id,
+            status
+        );
+        prop_assert!(
+            reported.contains(node.id.as_str()),
+            "node '{}' ended {:?} but progress never said so",
+            node.id,
+            status
+        );
     }
     prop_assert!(
         sim.state.exit_pending.is_empty(),

@@ -249,7 +249,7 @@ async fn schema_violations_missing_agents_and_timeouts_fail_with_clear_errors() 
         find("ghost")
     );
     assert!(
-        find("sleepy").contains("did not answer within 0.2 s")
+        find("sleepy").contains("timed out after 0.2 s")
             && find("sleepy").contains("attempt 2 of 2"),
         "sleepy: {}",
         find("sleepy")

@@ -7,6 +7,8 @@
 //!                          \--timeout timer--> failure (TimedOut)
 //! ```
 
+use std::time::Duration;
+
 use serde_json::Value;
 
 use super::engine::Cx;
@@ -18,8 +20,9 @@ use crate::definition::{Call, NodeKind, NodeRole, RetryPolicy};
 pub(super) enum CallEnd {
     /// The agent answered with this output.
     Output(Value),
-    /// It failed for good (retries exhausted or not allowed).
-    Failed(String),
+    /// It failed for good (retries exhausted or not allowed): why, and the last attempt's
+    /// error kind ([`Failure::kind`]) when it had one.
+    Failed(String, Option<String>),
     /// The run stopped it; `ran` when some attempt was dispatched.
     Stopped {
         /// Whether an attempt was dispatched.
@@ -248,7 +251,7 @@ impl Cx<'_> {
         } else {
             why
         };
-        self.call_ended(&key, CallEnd::Failed(message));
+        self.call_ended(&key, CallEnd::Failed(message, failure.kind));
     }
 
     /// A call timeout or a retry backoff came due.
@@ -263,11 +266,10 @@ impl Cx<'_> {
                     .and_then(|c| c.timeout)
                     .unwrap_or(self.wf.default_node_timeout);
                 self.cancel_remote(&task, attempt);
-                let message = format!("did not answer within {} s", timeout.as_secs_f64());
                 let failure = Failure {
                     class: FailureClass::TimedOut,
-                    message,
-                    kind: None,
+                    message: format!("timed out after {}", readable(timeout)),
+                    kind: Some(Failure::TIMEOUT.into()),
                 };
                 self.attempt_failed(task, attempt, failure);
             }
@@ -326,6 +328,27 @@ impl Cx<'_> {
     }
 }
 
+/// A duration in the largest units that fit, for messages: `0.5 s`, `30 s`, `2 min`,
+/// `1 min 30 s`, `1 h 30 min` (millisecond precision).
+fn readable(d: Duration) -> String {
+    let ms = d.as_millis();
+    let (hours, rest) = (ms / 3_600_000, ms % 3_600_000);
+    let (minutes, rest) = (rest / 60_000, rest % 60_000);
+    let mut parts = Vec::new();
+    if hours > 0 {
+        parts.push(format!("{hours} h"));
+    }
+    if minutes > 0 {
+        parts.push(format!("{minutes} min"));
+    }
+    if rest > 0 || parts.is_empty() {
+        let secs = format!("{}.{:03}", rest / 1000, rest % 1000);
+        let secs = secs.trim_end_matches('0').trim_end_matches('.');
+        parts.push(format!("{secs} s"));
+    }
+    parts.join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -334,6 +357,7 @@ mod tests {
 
     use super::super::testkit::{dispatches, started_timers, with_nodes, workflow, Run};
     use super::super::types::{Command, FailureClass, Millis, NodeStatus, TaskKey, TimerId};
+    use super::readable;
 
     fn retrying(strategy: &str) -> crate::definition::Workflow {
         workflow(&format!(
@@ -438,7 +462,40 @@ workflow:
             agent: "A".into(),
         }));
         assert_eq!(run.status("a"), NodeStatus::Failure);
-        assert_eq!(run.error("a"), "agent 'A' did not answer within 10 s");
+        assert_eq!(run.error("a"), "agent 'A' timed out after 10 s");
+        assert_eq!(run.st.nodes["a"].error_kind.as_deref(), Some("timeout"));
+    }
+
+    #[test]
+    fn a_timeout_is_not_retried_when_non_retryable_errors_lists_timeout() {
+        let wf = retrying("{limit: 3, non_retryable_errors: [timeout]}");
+        let (mut run, _) = Run::start(&wf, json!({}));
+        run.now = Millis(10_000);
+        let out = run.fire(TimerId::CallTimeout {
+            task: a(),
+            attempt: 1,
+        });
+        assert!(started_timers(&out).is_empty(), "no retry: {out:?}");
+        assert_eq!(run.status("a"), NodeStatus::Failure);
+    }
+
+    #[test]
+    fn timeouts_read_in_the_largest_units_that_fit() {
+        let cases = [
+            (Duration::from_millis(500), "0.5 s"),
+            (Duration::from_millis(1250), "1.25 s"),
+            (Duration::from_secs(30), "30 s"),
+            (Duration::from_secs(120), "2 min"),
+            (Duration::from_secs(90), "1 min 30 s"),
+            (Duration::from_millis(61_500), "1 min 1.5 s"),
+            (Duration::from_secs(3600), "1 h"),
+            (Duration::from_secs(5400), "1 h 30 min"),
+            (Duration::from_secs(3 * 86_400), "72 h"),
+            (Duration::ZERO, "0 s"),
+        ];
+        for (d, text) in cases {
+            assert_eq!(readable(d), text, "{d:?}");
+        }
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! | `ApprovalDecided` | end a waiting approval                                            |
 //!
 //! A node is considered when one of its dependencies ends; consideration goes through a
-//! work list, so cascades of skips never recurse. Terminal runs absorb every event.
+//! work list, so cascades of skips never recurse. Unstarted runs absorb every event but
+//! `Started`; terminal runs absorb every event.
 
 use std::collections::VecDeque;
 
@@ -24,8 +25,8 @@ use crate::definition::{JoinStrategy, LoopNode, MapNode, NodeKind, NodeRole, Wor
 /// Applies one event to a run and returns what the shell must do.
 ///
 /// Deterministic: the same workflow, state, event and time always give the same new state
-/// and the same commands. Events that no longer matter (duplicates, stale attempts, events
-/// after the end) change nothing and return no commands. The converse does not hold: an
+/// and the same commands. Events that do not matter (duplicates, stale attempts, anything
+/// before `Started` or after the end) change nothing and return no commands. The converse does not hold: an
 /// event may change the state and return no command (a fork branch that is not the last
 /// one ends), so a shell must commit whenever the state changed, not only when commands
 /// came out.
@@ -47,7 +48,9 @@ pub fn apply(
     }
     match event {
         Event::Started { input } => cx.start(input),
-        _ if !cx.st.started => {}
+        // Nothing can have been dispatched or armed before the start: whatever comes
+        // first is stray, and must neither change the run nor end it.
+        _ if !cx.st.started => return Vec::new(),
         Event::CallSucceeded {
             task,
             attempt,
@@ -109,6 +112,7 @@ impl Cx<'_> {
                         "input does not match input_schema: {}",
                         violations.join("; ")
                     ),
+                    kind: None,
                 });
                 self.st.outcome = Some(RunStatus::Failure);
                 self.finish_run();
@@ -123,7 +127,13 @@ impl Cx<'_> {
     }
 
     /// Drains the work list, then ends the main DAG or the run when their time has come.
+    ///
+    /// An unstarted run is never settled: its `unfinished_main` of zero means "not yet
+    /// counted", not "all ended".
     pub(super) fn settle(&mut self) {
+        if !self.st.started {
+            return;
+        }
         loop {
             while let Some(idx) = self.work.pop_front() {
                 self.consider(idx);
@@ -410,6 +420,7 @@ impl Cx<'_> {
             self.st.error = Some(RunError {
                 node_id: Some(id.to_string()),
                 message: format!("exit handler '{id}' failed: {}", error.unwrap_or_default()),
+                kind: self.st.nodes.get(id).and_then(|n| n.error_kind.clone()),
             });
         }
     }
@@ -420,6 +431,7 @@ impl Cx<'_> {
             self.st.error = Some(RunError {
                 node_id: Some(id.clone()),
                 message: format!("node '{id}' failed: {message}"),
+                kind: self.st.nodes.get(id).and_then(|n| n.error_kind.clone()),
             });
         }
         if self.wf.fail_fast && !self.st.stopping {
@@ -476,6 +488,7 @@ impl Cx<'_> {
                 self.st.error.get_or_insert(RunError {
                     node_id: None,
                     message,
+                    kind: None,
                 });
                 self.stop(true);
             }
@@ -485,6 +498,7 @@ impl Cx<'_> {
                 self.st.error.get_or_insert(RunError {
                     node_id: None,
                     message,
+                    kind: None,
                 });
                 self.end_exit_handlers("the run was cancelled");
             }
@@ -507,6 +521,7 @@ impl Cx<'_> {
             self.st.error = Some(RunError {
                 node_id: None,
                 message,
+                kind: None,
             });
             self.stop(true);
         }
@@ -528,6 +543,7 @@ impl Cx<'_> {
             self.st.error = Some(RunError {
                 node_id: None,
                 message: "exit handlers did not end before the deadline".into(),
+                kind: None,
             });
         }
         self.end_exit_handlers("the run's deadline passed");
@@ -611,6 +627,7 @@ impl Cx<'_> {
             self.st.error = Some(RunError {
                 node_id: None,
                 message,
+                kind: None,
             });
         }
     }
@@ -619,6 +636,7 @@ impl Cx<'_> {
         let status = self.st.outcome.unwrap_or(RunStatus::Failure);
         self.st.status = status;
         self.st.queue.clear();
+        self.skip_unreached(status);
         if self.st.started {
             self.out.push(Command::CancelTimer {
                 timer: TimerId::Deadline,
@@ -644,6 +662,37 @@ impl Cx<'_> {
             output,
             error,
         });
+    }
+
+    /// Every node still pending when the run ends never ran: it ends skipped, in the state
+    /// and in progress, so no caller's view is left with a node that neither ran nor was
+    /// ruled out. These are exit handlers the outcome did not select, and nodes the run
+    /// never reached (it failed at its input, or a branch above was never taken). Their
+    /// end is recorded without a node's usual consequences: the run's outcome is decided.
+    fn skip_unreached(&mut self, outcome: RunStatus) {
+        for (idx, node) in self.wf.nodes.iter().enumerate() {
+            if self.st.node_status(&node.id) != NodeStatus::Pending {
+                continue;
+            }
+            let reason = match self.wf.graph.roles[idx] {
+                NodeRole::ExitHandler => {
+                    format!("not selected: the run ended {}", outcome.as_str())
+                }
+                _ => "the run ended before reaching it".to_string(),
+            };
+            let mut state = NodeState::new(NodeStatus::Skipped);
+            state.error = Some(reason.clone());
+            state.ended_at = Some(self.now);
+            self.st.nodes.insert(node.id.clone(), state);
+            self.out.push(Command::Progress(Progress::NodeFinished {
+                node_id: node.id.clone(),
+                status: NodeStatus::Skipped,
+                output: None,
+                error: Some(reason),
+                condition_result: None,
+                selected_branch: None,
+            }));
+        }
     }
 
     fn approval_decided(
@@ -700,7 +749,9 @@ mod tests {
     use serde_json::json;
 
     use super::super::testkit::{dispatches, with_nodes, workflow, Run};
-    use super::super::types::{Command, Event, FailureClass, NodeStatus, RunStatus, TaskKey};
+    use super::super::types::{
+        Command, Event, FailureClass, NodeStatus, Progress, RunStatus, TaskKey,
+    };
     use super::super::TimerId;
 
     const ONE: &str = r#"
@@ -719,6 +770,39 @@ workflow:
         let before = run.st.clone();
         assert!(run.apply(Event::Started { input: json!({}) }).is_empty());
         assert_eq!(run.st, before);
+    }
+
+    #[test]
+    fn an_unstarted_run_absorbs_every_event_but_started() {
+        let wf = workflow(ONE);
+        let mut run = Run::unstarted(&wf);
+        let before = run.st.clone();
+        let early = [
+            Event::CallSucceeded {
+                task: TaskKey::single("a"),
+                attempt: 1,
+                output: json!("early"),
+            },
+            Event::TimerFired {
+                timer: TimerId::Deadline,
+            },
+            Event::CancelRequested { reason: None },
+            Event::ApprovalDecided {
+                node: "a".into(),
+                approved: true,
+                by: None,
+                comment: None,
+            },
+        ];
+        for event in early {
+            assert!(run.apply(event).is_empty());
+            assert_eq!(run.st, before, "the run is still waiting for its start");
+        }
+        assert!(run
+            .fail(TaskKey::single("a"), 1, FailureClass::Failed)
+            .is_empty());
+        let out = run.apply(Event::Started { input: json!({}) });
+        assert_eq!(dispatches(&out).len(), 1, "the start still dispatches");
     }
 
     #[test]
@@ -767,6 +851,40 @@ workflow:
         };
         assert!(run.apply(again).is_empty());
         assert_eq!(run.st, before);
+    }
+
+    #[test]
+    fn exit_handlers_the_outcome_did_not_select_end_skipped_once() {
+        let wf = with_nodes(
+            "  on_exit: {on_success: yay, on_failure: alert}\n",
+            r#"
+    - {id: a, type: agent, agent_name: A}
+    - {id: yay, type: agent, agent_name: A, input: {}}
+    - {id: alert, type: agent, agent_name: A, input: {}}
+"#,
+        );
+        let (mut run, _) = Run::start(&wf, json!({}));
+        run.succeed(TaskKey::single("a"), 1, json!(1));
+        let out = run.succeed(TaskKey::single("yay"), 1, json!(2));
+        assert_eq!(run.st.status, RunStatus::Success);
+        assert_eq!(run.status("alert"), NodeStatus::Skipped);
+        assert_eq!(run.error("alert"), "not selected: the run ended success");
+        let skipped: Vec<&str> = out
+            .iter()
+            .filter_map(|c| match c {
+                Command::Progress(Progress::NodeFinished {
+                    node_id,
+                    status: NodeStatus::Skipped,
+                    ..
+                }) => Some(node_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(skipped, vec!["alert"]);
+        assert!(
+            matches!(out.last(), Some(Command::Finish { .. })),
+            "the skips are reported before the final result"
+        );
     }
 
     fn join(strategy: &str) -> crate::definition::Workflow {

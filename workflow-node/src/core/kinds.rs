@@ -179,7 +179,7 @@ impl Cx<'_> {
                 Ok(_) => self.add_call(key),
                 Err(e) => {
                     let msg = format!("branches[{i}] ('{}'): {e}", branch.id);
-                    return self.fork_branch_ended(idx, i, CallEnd::Failed(msg));
+                    return self.fork_branch_ended(idx, i, CallEnd::Failed(msg, None));
                 }
             }
             if self.st.node_status(node_id).is_terminal() {
@@ -216,6 +216,18 @@ impl Cx<'_> {
 
     fn fail(&mut self, idx: usize, message: String) {
         self.finish_node(idx, NodeStatus::Failure, None, Some(message));
+    }
+
+    /// Fails a node because one of its calls failed with this error kind. The kind is
+    /// recorded before the node ends, so the run's error (decided as it ends) carries it.
+    fn fail_with_kind(&mut self, idx: usize, message: String, kind: Option<String>) {
+        let id = &self.wf.nodes[idx].id;
+        if let Some(node) = self.st.nodes.get_mut(id) {
+            if !node.status.is_terminal() {
+                node.error_kind = kind;
+            }
+        }
+        self.fail(idx, message);
     }
 
     /// Ends a node as cancelled because the run stopped.
@@ -308,7 +320,7 @@ impl Cx<'_> {
         match key.slot {
             Slot::Single => match end {
                 CallEnd::Output(out) => self.finish_node(idx, NodeStatus::Success, Some(out), None),
-                CallEnd::Failed(msg) => self.fail(idx, msg),
+                CallEnd::Failed(msg, kind) => self.fail_with_kind(idx, msg, kind),
                 CallEnd::Stopped { ran: true } => self.end_as_stopped(idx),
                 CallEnd::Stopped { ran: false } => {
                     self.skip(idx, "the run stopped before it was dispatched".into())
@@ -366,7 +378,7 @@ impl Cx<'_> {
             };
             match self.call_request(&key) {
                 Ok(_) => self.add_call(key),
-                Err(e) => return self.map_item_ended(idx, i, CallEnd::Failed(e)),
+                Err(e) => return self.map_item_ended(idx, i, CallEnd::Failed(e, None)),
             }
         }
         self.map_maybe_stopped(idx);
@@ -402,7 +414,7 @@ impl Cx<'_> {
                 }
                 self.pump_map(idx);
             }
-            CallEnd::Failed(msg) => {
+            CallEnd::Failed(msg, kind) => {
                 let keys: Vec<TaskKey> = self
                     .st
                     .calls
@@ -419,7 +431,7 @@ impl Cx<'_> {
                     self.remove_call(&key);
                 }
                 self.set_inner_status(&def.node, NodeStatus::Failure, None);
-                self.fail(idx, format!("item {i} failed: {msg}"));
+                self.fail_with_kind(idx, format!("item {i} failed: {msg}"), kind);
             }
             CallEnd::Stopped { .. } => self.map_maybe_stopped(idx),
         }
@@ -463,7 +475,8 @@ impl Cx<'_> {
             CallEnd::Output(out) => {
                 fork.outputs.insert(branches[i].output_key.clone(), out);
             }
-            CallEnd::Failed(msg) => fork
+            // A fork's failure may join several branches' errors: it carries no one kind.
+            CallEnd::Failed(msg, _) => fork
                 .failures
                 .push(format!("branch '{}': {msg}", branches[i].id)),
             CallEnd::Stopped { .. } => stopped = true,
@@ -518,7 +531,7 @@ impl Cx<'_> {
                 self.set_inner_status(&def.node, NodeStatus::Running, prev);
                 self.add_call(key)
             }
-            Err(e) => self.iteration_ended(idx, iteration, CallEnd::Failed(e)),
+            Err(e) => self.iteration_ended(idx, iteration, CallEnd::Failed(e, None)),
         }
     }
 
@@ -531,9 +544,9 @@ impl Cx<'_> {
                 self.set_inner_status(&def.node, NodeStatus::Success, Some(out));
                 self.iteration_succeeded(idx, def, iteration);
             }
-            CallEnd::Failed(msg) => {
+            CallEnd::Failed(msg, kind) => {
                 self.set_inner_status(&def.node, NodeStatus::Failure, None);
-                self.fail(idx, format!("iteration {iteration} failed: {msg}"));
+                self.fail_with_kind(idx, format!("iteration {iteration} failed: {msg}"), kind);
             }
             CallEnd::Stopped { .. } => {
                 self.set_inner_status(&def.node, NodeStatus::Cancelled, None);

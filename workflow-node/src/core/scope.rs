@@ -13,7 +13,7 @@ pub(crate) struct RunScope<'a> {
     pub(crate) state: &'a Execution,
     /// `_map_item` and `_map_index`.
     pub(crate) map_item: Option<(&'a Value, u32)>,
-    /// `_loop_iteration`.
+    /// `_loop_iteration`: the 0-based iteration, inside a loop's inner node only.
     pub(crate) loop_iteration: Option<u32>,
     /// `workflow.status` and `workflow.error` (exit handlers).
     pub(crate) outcome: bool,

@@ -43,7 +43,7 @@ pub enum Answer {
 pub struct Reply {
     /// How long the agent takes.
     pub after: Duration,
-    /// What it says.
+    /// The answer, delivered `after` the request.
     pub answer: Answer,
 }
 
@@ -94,7 +94,7 @@ pub struct Sim<'w> {
     workflow: &'w Workflow,
     /// The run's state.
     pub state: Execution,
-    /// Virtual time.
+    /// The virtual clock: starts at 1 000 000 ms and jumps to each scheduled event.
     pub now: Millis,
     agents: HashMap<String, Script>,
     schedule: BTreeMap<(Millis, u64), Due>,

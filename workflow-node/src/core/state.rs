@@ -9,7 +9,8 @@ use serde_json::Value;
 use super::types::{ExecutionId, Millis, NodeStatus, RunError, RunStatus, TaskKey};
 use crate::definition::NodeId;
 
-/// One run.
+/// Everything one run keeps between events: what the shell loads, hands to
+/// [`super::apply`], and commits back with compare-and-swap.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Execution {
     /// The run's id.
@@ -22,9 +23,9 @@ pub struct Execution {
     pub started: bool,
     /// The workflow input (null until [`super::Event::Started`]).
     pub input: Value,
-    /// When it started.
+    /// When [`super::Event::Started`] was applied (0 until then).
     pub started_at: Millis,
-    /// When it must have ended.
+    /// When it must have ended: `started_at` plus `max_workflow_execution_time_seconds`.
     pub deadline: Millis,
     /// Per-node state; a node absent here is pending.
     pub nodes: BTreeMap<NodeId, NodeState>,
@@ -57,7 +58,7 @@ pub struct Execution {
 /// One node's state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NodeState {
-    /// Its status.
+    /// Where the node is; a node without a `NodeState` is pending.
     pub status: NodeStatus,
     /// Its output on success (for a loop's inner node: the last iteration's output).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -65,10 +66,14 @@ pub struct NodeState {
     /// Why it failed or was skipped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// When it started.
+    /// The kind of the failure that ended it, when its call failed with one (the agent's
+    /// `error_kind`, or `timeout`); None for every other end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<String>,
+    /// When it started; `None` for a node that never ran (skipped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Millis>,
-    /// When it ended.
+    /// When it ended; `None` while it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<Millis>,
     /// What a map, fork, loop or approval keeps while it runs.
@@ -82,6 +87,7 @@ impl NodeState {
             status,
             output: None,
             error: None,
+            error_kind: None,
             started_at: None,
             ended_at: None,
             detail: None,
@@ -102,9 +108,9 @@ pub enum Detail {
         /// The iteration running or next to run (0-based).
         iteration: u32,
     },
-    /// An approval.
+    /// An approval waiting for a decision.
     Approval {
-        /// When it times out.
+        /// When its `timeout` passes; `None` without one (it waits for the run's deadline).
         deadline: Option<Millis>,
     },
 }
@@ -112,13 +118,13 @@ pub enum Detail {
 /// A running map.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MapState {
-    /// The resolved items.
+    /// The items `items` resolved to when the map started; fixed for its life.
     pub items: Vec<Value>,
     /// The next item to start.
     pub next: u32,
     /// Items started and not ended.
     pub active: u32,
-    /// Items ended.
+    /// Items ended, whatever their outcome; the map ends when this reaches the count.
     pub done: u32,
     /// Results by item index (null until the item ends).
     pub results: Vec<Value>,
@@ -142,7 +148,7 @@ pub struct ForkState {
 pub struct CallState {
     /// The current attempt (1-based).
     pub attempt: u32,
-    /// Where it is.
+    /// Queued, running or backing off.
     pub phase: CallPhase,
 }
 

@@ -36,14 +36,19 @@ pub(super) struct Run<'w> {
 }
 
 impl<'w> Run<'w> {
-    /// A run started with `input` at time 0, with the commands the start gave.
-    pub(super) fn start(wf: &'w Workflow, input: Value) -> (Run<'w>, Vec<Command>) {
+    /// A run not yet started, at time 0.
+    pub(super) fn unstarted(wf: &'w Workflow) -> Run<'w> {
         let id = ExecutionId::parse("x").expect("'x' is a valid execution id");
-        let mut run = Run {
+        Run {
             wf,
             st: Execution::new(id, &wf.name),
             now: Millis(0),
-        };
+        }
+    }
+
+    /// A run started with `input` at time 0, with the commands the start gave.
+    pub(super) fn start(wf: &'w Workflow, input: Value) -> (Run<'w>, Vec<Command>) {
+        let mut run = Run::unstarted(wf);
         let out = run.apply(Event::Started { input });
         (run, out)
     }

@@ -170,28 +170,28 @@ impl<'de> Deserialize<'de> for TaskKey {
 pub enum TimerId {
     /// The per-node timeout of one attempt.
     CallTimeout {
-        /// The call.
+        /// The call the timeout belongs to.
         task: TaskKey,
-        /// Its attempt.
+        /// The attempt it times: firing for an attempt that already ended does nothing.
         attempt: u32,
     },
     /// The end of a retry backoff: start `attempt`.
     Retry {
-        /// The call.
+        /// The call to try again.
         task: TaskKey,
         /// The attempt to start.
         attempt: u32,
     },
     /// The end of a loop's delay: start `iteration`.
     LoopDelay {
-        /// The loop node.
+        /// The loop node (not its inner node).
         node: NodeId,
-        /// The iteration to start.
+        /// The iteration to start (0-based).
         iteration: u32,
     },
     /// An approval's timeout.
     ApprovalTimeout {
-        /// The approval node.
+        /// The approval node; its `on_timeout` decides when the timer fires.
         node: NodeId,
     },
     /// The run's `max_workflow_execution_time_seconds`.
@@ -238,9 +238,16 @@ pub struct Failure {
     pub class: FailureClass,
     /// What the agent or the shell said.
     pub message: String,
-    /// The agent's error kind, matched against `non_retryable_errors`.
+    /// The error kind, matched against `non_retryable_errors`: the agent's `error_kind`,
+    /// or [`Failure::TIMEOUT`] when the call's timeout passed. None when the agent gave none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+}
+
+impl Failure {
+    /// The kind of a call whose timeout passed before the agent answered, so that
+    /// `non_retryable_errors: [timeout]` and callers can tell a timeout from other errors.
+    pub const TIMEOUT: &'static str = "timeout";
 }
 
 /// Something that happened to a run. Every event is safe to apply twice.
@@ -254,18 +261,19 @@ pub enum Event {
     },
     /// An agent answered a call with an output.
     CallSucceeded {
-        /// The call.
+        /// The call answered, parsed from the reply's sub-task id.
         task: TaskKey,
-        /// The attempt answered.
+        /// The attempt answered; an answer for any other attempt than the running one is
+        /// stale and ignored.
         attempt: u32,
-        /// The output.
+        /// The agent's output, already read from the reply (an artifact is loaded first).
         output: Value,
     },
     /// A call failed (the agent said so, or it could not be reached).
     CallFailed {
-        /// The call.
+        /// The call that failed, parsed from the sub-task id.
         task: TaskKey,
-        /// The attempt.
+        /// The attempt that failed; a failure of any other attempt is stale and ignored.
         attempt: u32,
         /// What failed; its class and kind decide whether the call is retried.
         failure: Failure,
@@ -284,14 +292,14 @@ pub enum Event {
     },
     /// Someone approved or rejected an approval node.
     ApprovalDecided {
-        /// The approval node.
+        /// The approval node; a decision for a node not waiting is ignored.
         node: NodeId,
         /// Approved (true) or rejected.
         approved: bool,
-        /// Who decided.
+        /// Who decided; must be one of the node's `approvers` when it lists any.
         #[serde(default)]
         by: Option<String>,
-        /// Their comment.
+        /// The decider's comment, kept in the output and in a rejection's error.
         #[serde(default)]
         comment: Option<String>,
     },
@@ -301,20 +309,21 @@ pub enum Event {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NodeStatus {
-    /// Not started.
+    /// Not started yet; never the status of a node once the run has ended.
     Pending,
     /// Started, not ended.
     Running,
     /// An approval waiting for a decision.
     Waiting,
-    /// Ended well.
+    /// Ended with an output.
     Success,
-    /// Ended badly.
+    /// Ended with an error (its call failed, a template did not resolve, rejected).
     Failure,
     /// Never ran: branch not taken, `when` false, all dependencies skipped, or the run
     /// stopped before reaching it.
     Skipped,
-    /// Stopped while running.
+    /// Stopped while running, by a cancel, the deadline, or (exit handlers) the end of
+    /// the grace period.
     Cancelled,
 }
 
@@ -349,9 +358,10 @@ pub enum RunStatus {
     Running,
     /// The main DAG ended; exit handlers are running.
     Finishing,
-    /// Ended well.
+    /// The main DAG and its output mapping succeeded, and no exit handler failed.
     Success,
-    /// Ended badly.
+    /// A node, the input or output schema, the output mapping, the deadline or an exit
+    /// handler failed it.
     Failure,
     /// Stopped by a cancel request (a deadline or a failure ends as `Failure`).
     Cancelled,
@@ -383,14 +393,19 @@ impl RunStatus {
 pub struct RunError {
     /// The node that failed, when a node did.
     pub node_id: Option<NodeId>,
-    /// What went wrong.
+    /// What went wrong, for people: names the node and the cause
+    /// (`node 'a' failed: agent 'A' timed out after 30 s`).
     pub message: String,
+    /// The error kind of the failed node's call (the agent's `error_kind`, or `timeout`),
+    /// when the run failed because of one call that had a kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
 }
 
 /// A call to carry out: send a `workflow_node_request` to an agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Dispatch {
-    /// The call.
+    /// The call; with `attempt` it gives the sub-task id the answer comes back under.
     pub task: TaskKey,
     /// Its attempt (1-based).
     pub attempt: u32,
@@ -398,11 +413,11 @@ pub struct Dispatch {
     pub sub_task_id: String,
     /// The node id sent in the request (the fork node for a fork branch).
     pub node_id: NodeId,
-    /// Whom to call.
+    /// The agent or workflow the request goes to.
     pub target: CallTarget,
-    /// The resolved input.
+    /// The node's `input` with its templates resolved (or the implicit input).
     pub input: Value,
-    /// The resolved instruction.
+    /// The node's `instruction` with its templates resolved; `None` when it has none.
     pub instruction: Option<String>,
     /// `input_schema_override`, when set.
     pub input_schema: Option<Value>,
@@ -418,14 +433,15 @@ pub struct Dispatch {
 pub enum Progress {
     /// The run started.
     RunStarted {
-        /// The workflow input.
+        /// The workflow input, as validated.
         input: Value,
     },
     /// A node (or one call of a map, fork or loop) started.
     NodeStarted {
-        /// The node.
+        /// The node: for a map item or loop iteration, the inner node; for a fork branch,
+        /// the fork.
         node_id: NodeId,
-        /// Its type name.
+        /// Its `type` as written in files (`agent`, `map`, ...).
         node_type: String,
         /// The agent called, for calls.
         agent: Option<String>,
@@ -440,9 +456,9 @@ pub enum Progress {
     },
     /// A node ended.
     NodeFinished {
-        /// The node.
+        /// The node; each node of the workflow is reported once per run.
         node_id: NodeId,
-        /// How it ended.
+        /// How it ended: always a terminal status.
         status: NodeStatus,
         /// Its output, on success.
         output: Option<Value>,
@@ -455,11 +471,11 @@ pub enum Progress {
     },
     /// A map item ended.
     MapProgress {
-        /// The map node.
+        /// The map node (not its inner node).
         node_id: NodeId,
-        /// Items in all.
+        /// Items the map resolved, in all.
         total_items: u32,
-        /// Items ended.
+        /// Items ended so far, whatever their outcome.
         completed_items: u32,
     },
 }
@@ -474,9 +490,9 @@ pub enum Command {
     Dispatch(Dispatch),
     /// Ask an agent to stop a call (best effort; its late answer is ignored).
     CancelCall {
-        /// The call.
+        /// The call to stop.
         task: TaskKey,
-        /// The attempt.
+        /// The attempt running at the agent.
         attempt: u32,
         /// Its sub-task id.
         sub_task_id: String,
@@ -485,7 +501,7 @@ pub enum Command {
     },
     /// Fire [`Event::TimerFired`] at `at` (durably: the timer must outlive this replica).
     StartTimer {
-        /// Which timer.
+        /// The timer; starting one already armed moves its deadline.
         timer: TimerId,
         /// The deadline, on the same clock as the `now` given to `apply`.
         at: Millis,
@@ -494,18 +510,18 @@ pub enum Command {
     /// correctness — a stale timer's event changes nothing — but it keeps timers from
     /// piling up.
     CancelTimer {
-        /// Which timer.
+        /// The timer; cancelling one not armed does nothing.
         timer: TimerId,
     },
     /// Publish progress to the caller.
     Progress(Progress),
     /// Tell the approvers that a decision is awaited.
     RequestApproval {
-        /// The approval node.
+        /// The approval node, which the decision must name.
         node: NodeId,
         /// Who may decide (empty: anyone).
         approvers: Vec<String>,
-        /// The resolved message.
+        /// The node's `message` with its templates resolved; `None` when it has none.
         message: Option<String>,
         /// When it times out, if it does.
         deadline: Option<Millis>,

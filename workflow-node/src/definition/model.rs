@@ -25,7 +25,8 @@ pub struct Workflow {
     pub default_node_timeout: Duration,
     /// `default_max_map_items` (default 100): `max_items` of a map without one.
     pub default_max_map_items: usize,
-    /// `workflow.description`.
+    /// `workflow.description` (required): what the workflow does, advertised as the
+    /// agent card's description so callers can pick it.
     pub description: String,
     /// `workflow.version` (default "1.0.0").
     pub version: String,
@@ -39,7 +40,8 @@ pub struct Workflow {
     pub output_mapping: Template,
     /// `workflow.skills`, as written (advertised on the agent card).
     pub skills: Vec<Value>,
-    /// `workflow.on_exit`.
+    /// `workflow.on_exit`: the nodes run after the main DAG ends, chosen by the run's
+    /// outcome; all `None` when the file has none.
     pub on_exit: ExitHandlers,
     /// `workflow.fail_fast` (default true).
     pub fail_fast: bool,
@@ -91,7 +93,8 @@ pub enum NodeRole {
 pub struct Schema {
     /// The schema as written.
     pub source: Value,
-    /// The compiled validator.
+    /// The validator compiled from `source`, behind an `Arc` so that cloning a workflow
+    /// does not compile it again.
     pub validator: Arc<jsonschema::Validator>,
 }
 
@@ -123,7 +126,8 @@ impl Schema {
 /// One node of the workflow.
 #[derive(Debug, Clone)]
 pub struct Node {
-    /// `id`.
+    /// `id`: unique in the workflow; templates name the node's output by it
+    /// (`{{id.output}}`) and sub-task ids and KV keys embed it.
     pub id: NodeId,
     /// `depends_on` (alias `dependencies`).
     pub depends_on: Vec<NodeId>,
@@ -133,7 +137,7 @@ pub struct Node {
     pub kind: NodeKind,
 }
 
-/// The node types.
+/// What a node does, one variant per `type` (agent and workflow nodes share [`Call`]).
 // Nodes are built once at load and read in place; boxing `Call` would only add an
 // indirection on every access.
 #[allow(clippy::large_enum_variant)]
@@ -202,7 +206,7 @@ impl NodeKind {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CallTarget {
-    /// `agent_name`.
+    /// `agent_name`: an agent on the mesh, found by its card.
     Agent(String),
     /// `workflow_name`: another workflow, called as an agent.
     Workflow(String),
@@ -220,16 +224,18 @@ impl CallTarget {
 /// An agent or workflow call: agent nodes, workflow nodes and fork branches.
 #[derive(Debug, Clone)]
 pub struct Call {
-    /// Whom to call.
+    /// The agent or workflow the request is sent to.
     pub target: CallTarget,
     /// `input`: when absent, the implicit input (workflow input, or the single dependency's
     /// output).
     pub input: Option<Template>,
     /// `instruction`: a text part sent with the request, templates interpolated.
     pub instruction: Option<Template>,
-    /// `input_schema_override`.
+    /// `input_schema_override`: sent with the request, to replace the schema the agent's
+    /// card declares for this call; `None` keeps the agent's own.
     pub input_schema_override: Option<Schema>,
-    /// `output_schema_override`.
+    /// `output_schema_override`: sent with the request, and also checked by the node on
+    /// the answer (a violation is an answered failure); `None` checks nothing.
     pub output_schema_override: Option<Schema>,
     /// `retry_strategy`; `None` falls back to the workflow's, then to one attempt.
     pub retry_strategy: Option<RetryStrategy>,
@@ -310,11 +316,11 @@ pub struct LoopNode {
 pub enum OnExhausted {
     /// The loop succeeds with `stopped_reason: max_iterations`.
     Succeed,
-    /// The loop fails.
+    /// The loop fails, saying it ran out of iterations.
     Fail,
 }
 
-/// An approval gate.
+/// An approval gate: the run waits for a person's decision, sent as an event.
 #[derive(Debug, Clone)]
 pub struct ApprovalNode {
     /// `approvers`: who may decide (empty: anyone).
@@ -336,23 +342,25 @@ pub enum OnTimeout {
     Approve,
 }
 
-/// `retry_strategy`.
+/// `retry_strategy`: how many attempts a call gets, which failures retry, and how long
+/// to wait in between.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetryStrategy {
     /// `limit` (default 3): attempts = limit + 1.
     pub limit: u32,
     /// `retry_policy` (default Always).
     pub policy: RetryPolicy,
-    /// `backoff`.
+    /// `backoff`: the wait before each retry (default: 1 s, doubling, no cap).
     pub backoff: Backoff,
-    /// `non_retryable_errors`: error kinds that never retry.
+    /// `non_retryable_errors`: error kinds that never retry: an agent's `error_kind`, or
+    /// `timeout` for an attempt whose timeout passed. Empty by default.
     pub non_retryable_errors: Vec<String>,
 }
 
 /// Which failures retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryPolicy {
-    /// Both kinds below.
+    /// Every failure: answered failures, timeouts and unreachable agents.
     Always,
     /// The agent answered with a failure.
     OnFailure,
@@ -367,7 +375,8 @@ pub struct Backoff {
     pub duration: Duration,
     /// `factor` (default 2.0).
     pub factor: f64,
-    /// `max_duration`.
+    /// `max_duration`: the longest wait, however many attempts failed; `None`: no cap
+    /// (the wait is still bounded at a year).
     pub max_duration: Option<Duration>,
 }
 
@@ -400,11 +409,11 @@ impl Backoff {
 pub struct ExitHandlers {
     /// `always` (or the plain string form).
     pub always: Option<NodeId>,
-    /// `on_success`.
+    /// `on_success`: run when the main DAG succeeded (and its output mapped).
     pub on_success: Option<NodeId>,
-    /// `on_failure`.
+    /// `on_failure`: run when the run failed (a node, the output mapping, the deadline).
     pub on_failure: Option<NodeId>,
-    /// `on_cancel`.
+    /// `on_cancel`: run when a cancel was requested.
     pub on_cancel: Option<NodeId>,
 }
 

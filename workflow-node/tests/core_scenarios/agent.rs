@@ -190,11 +190,7 @@ fn retry_policies_pick_the_failures_they_retry() {
     let mut sim = Sim::new(&w).agent("Flaky", |_| Reply::silence());
     let out = sim.run(json!({}));
     assert_eq!(out.status, Some(RunStatus::Failure));
-    assert!(out
-        .error
-        .unwrap()
-        .message
-        .contains("did not answer within 10 s"));
+    assert!(out.error.unwrap().message.contains("timed out after 10 s"));
     assert_eq!(sim.dispatches().len(), 1);
     // An unreachable agent is an error, retried by Always, and said plainly.
     let w = retry_wf(", retry_strategy: {limit: 1}");
@@ -216,6 +212,63 @@ fn non_retryable_error_kinds_never_retry() {
     assert_eq!(sim.dispatches().len(), 1);
     let mut sim = Sim::new(&w).agent("Flaky", flaky(1, Some("transient")));
     assert_eq!(sim.run(json!({})).status, Some(RunStatus::Success));
+}
+
+fn slow_wf(extra: &str) -> Workflow {
+    wf(&format!(
+        r#"
+name: Slow
+workflow:
+  description: d
+  nodes:
+    - {{id: a, type: agent, agent_name: Slow, timeout: 500ms {extra}}}
+  output_mapping: {{}}
+"#
+    ))
+}
+
+#[test]
+fn a_timeout_says_so_in_words_with_the_error_kind_timeout() {
+    let w = slow_wf("");
+    let mut sim = Sim::new(&w).agent("Slow", |_| Reply::silence());
+    let out = sim.run(json!({}));
+    assert_eq!(out.status, Some(RunStatus::Failure));
+    let err = out.error.unwrap();
+    assert_eq!(
+        err.message,
+        "node 'a' failed: agent 'Slow' timed out after 0.5 s"
+    );
+    assert_eq!(err.kind.as_deref(), Some("timeout"));
+    let node = &sim.state.nodes["a"];
+    assert_eq!(node.error_kind.as_deref(), Some("timeout"));
+}
+
+#[test]
+fn non_retryable_errors_can_name_timeout() {
+    let w = slow_wf(", retry_strategy: {limit: 3, non_retryable_errors: [timeout]}");
+    let mut sim = Sim::new(&w).agent("Slow", |_| Reply::silence());
+    assert_eq!(sim.run(json!({})).status, Some(RunStatus::Failure));
+    assert_eq!(sim.dispatches().len(), 1, "a timeout is not retried");
+    // Other kinds listed leave timeouts retried.
+    let w = slow_wf(", retry_strategy: {limit: 1, non_retryable_errors: [fatal]}");
+    let mut sim = Sim::new(&w).agent("Slow", |_| Reply::silence());
+    let out = sim.run(json!({}));
+    assert_eq!(sim.dispatches().len(), 2);
+    assert!(out
+        .error
+        .unwrap()
+        .message
+        .contains("timed out after 0.5 s (attempt 2 of 2)"));
+}
+
+#[test]
+fn an_agent_error_kind_reaches_the_node_and_the_run_error() {
+    let w = retry_wf("");
+    let mut sim = Sim::new(&w).agent("Flaky", flaky(1, Some("invalid_request")));
+    let out = sim.run(json!({}));
+    assert_eq!(out.error.unwrap().kind.as_deref(), Some("invalid_request"));
+    let node = &sim.state.nodes["a"];
+    assert_eq!(node.error_kind.as_deref(), Some("invalid_request"));
 }
 
 #[test]

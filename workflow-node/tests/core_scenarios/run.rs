@@ -271,3 +271,107 @@ fn inner_nodes_are_reported_once_when_their_owner_ends() {
         vec![(NodeStatus::Success, Some(json!({"ready": true, "i": 2})))]
     );
 }
+
+/// How each node ended, in the order progress reported it: one entry per report.
+fn reported(sim: &Sim<'_>) -> Vec<(String, NodeStatus)> {
+    sim.commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Progress(Progress::NodeFinished {
+                node_id, status, ..
+            }) => Some((node_id.clone(), *status)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every node of `w` is reported once, as it ended in the state, and none is pending.
+fn assert_every_node_reported_once(w: &Workflow, sim: &Sim<'_>) {
+    let reports = reported(sim);
+    for node in &w.nodes {
+        let mine: Vec<NodeStatus> = reports
+            .iter()
+            .filter(|(id, _)| *id == node.id)
+            .map(|(_, s)| *s)
+            .collect();
+        let state = status(sim, &node.id);
+        assert_ne!(state, NodeStatus::Pending, "'{}' left pending", node.id);
+        assert_eq!(mine, vec![state], "'{}' reported as {mine:?}", node.id);
+    }
+}
+
+#[test]
+fn exit_handlers_the_outcome_did_not_select_end_skipped() {
+    let w = wf(EXITS);
+    let mut sim = Sim::new(&w)
+        .agent("Worker", |_| Reply::ok(json!(1)))
+        .agent("Echo", echo);
+    assert_eq!(sim.run(json!({})).status, Some(RunStatus::Success));
+    assert_every_node_reported_once(&w, &sim);
+    for unselected in ["alert", "undo"] {
+        assert_eq!(status(&sim, unselected), NodeStatus::Skipped);
+    }
+
+    let mut sim = Sim::new(&w)
+        .agent("Worker", |_| Reply::fail("no"))
+        .agent("Echo", echo);
+    assert_eq!(sim.run(json!({})).status, Some(RunStatus::Failure));
+    assert_every_node_reported_once(&w, &sim);
+    for unselected in ["celebrate", "undo"] {
+        assert_eq!(status(&sim, unselected), NodeStatus::Skipped);
+    }
+    let error = sim.state.nodes["celebrate"].error.clone();
+    assert_eq!(
+        error.as_deref(),
+        Some("not selected: the run ended failure")
+    );
+
+    let mut sim = Sim::new(&w)
+        .agent("Worker", |_| Reply::silence())
+        .agent("Echo", echo);
+    sim.at(ms(100), Event::CancelRequested { reason: None });
+    assert_eq!(sim.run(json!({})).status, Some(RunStatus::Cancelled));
+    assert_every_node_reported_once(&w, &sim);
+    for unselected in ["alert", "celebrate"] {
+        assert_eq!(status(&sim, unselected), NodeStatus::Skipped);
+    }
+}
+
+#[test]
+fn a_run_that_fails_at_its_input_skips_every_node() {
+    let w = wf(CHAIN);
+    let mut sim = Sim::new(&w).agent("Doubler", doubler);
+    assert_eq!(
+        sim.run(json!({"value": "five"})).status,
+        Some(RunStatus::Failure)
+    );
+    assert_every_node_reported_once(&w, &sim);
+    assert_eq!(status(&sim, "a"), NodeStatus::Skipped);
+    let error = sim.state.nodes["b"].error.clone();
+    assert_eq!(error.as_deref(), Some("the run ended before reaching it"));
+}
+
+#[test]
+fn nodes_behind_a_failure_and_their_inner_nodes_end_skipped() {
+    let w = wf(r#"
+name: Behind
+workflow:
+  description: d
+  on_exit: {on_success: celebrate}
+  nodes:
+    - {id: bad, type: agent, agent_name: Bad}
+    - {id: after, type: agent, agent_name: Echo, depends_on: [bad]}
+    - {id: m, type: map, node: each, items: "{{after.output.xs}}", depends_on: [after]}
+    - {id: each, type: agent, agent_name: Echo}
+    - {id: celebrate, type: agent, agent_name: Echo, input: {}}
+  output_mapping: {}
+"#);
+    let mut sim = Sim::new(&w)
+        .agent("Bad", |_| Reply::fail("broken"))
+        .agent("Echo", echo);
+    assert_eq!(sim.run(json!({})).status, Some(RunStatus::Failure));
+    assert_every_node_reported_once(&w, &sim);
+    for node in ["after", "m", "each", "celebrate"] {
+        assert_eq!(status(&sim, node), NodeStatus::Skipped, "{node}");
+    }
+}
