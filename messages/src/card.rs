@@ -20,9 +20,14 @@ pub const TRANSPORT_NATS: &str = "NATS";
 pub const EXT_AGENT_TYPE: &str = "https://solace.com/a2a/extensions/agent-type";
 /// Extension carrying JSON Schemas: params `{input_schema?, output_schema?}`.
 pub const EXT_SCHEMAS: &str = "https://solace.com/a2a/extensions/sam/schemas";
-/// Extension carrying a workflow's diagram: params `{mermaid_source, workflow_config}`.
+/// Extension carrying a workflow's diagram: params `{mermaid_source, workflow_config}`, or,
+/// when those would make the card larger than one NATS message, `{content_uri}` naming an
+/// object (`nats-object://{bucket}/{name}`) whose JSON is those params.
 pub const EXT_WORKFLOW_VISUALIZATION: &str =
     "https://solace.com/a2a/extensions/sam/workflow-visualization";
+
+/// The key of [`EXT_WORKFLOW_VISUALIZATION`]'s params naming where the content is stored.
+pub const VISUALIZATION_CONTENT_URI: &str = "content_uri";
 /// Extension carrying a human-friendly name: params `{display_name}`. The A2A card has no
 /// such field; this is where the Solace Agent Mesh UI looks for it.
 pub const EXT_DISPLAY_NAME: &str = "https://solace.com/a2a/extensions/display-name";
@@ -203,6 +208,19 @@ impl AgentCard {
             .get("workflow_config")
     }
 
+    /// Where the visualization is stored when the card does not carry it
+    /// ([`VISUALIZATION_CONTENT_URI`]): a `nats-object://` URI.
+    pub fn visualization_ref(&self) -> Option<&str> {
+        self.params(EXT_WORKFLOW_VISUALIZATION)?
+            .get(VISUALIZATION_CONTENT_URI)?
+            .as_str()
+    }
+
+    /// The params of [`EXT_WORKFLOW_VISUALIZATION`] as the card carries them.
+    pub fn visualization_params(&self) -> Option<&JsonObject> {
+        self.params(EXT_WORKFLOW_VISUALIZATION)
+    }
+
     /// The display name from [`EXT_DISPLAY_NAME`].
     pub fn display_name(&self) -> Option<&str> {
         self.params(EXT_DISPLAY_NAME)?.get("display_name")?.as_str()
@@ -246,16 +264,31 @@ impl AgentCard {
 
     /// Sets the [`EXT_WORKFLOW_VISUALIZATION`] extension to
     /// `{mermaid_source, workflow_config}`.
-    pub fn with_visualization(mut self, mermaid_source: String, workflow_config: Value) -> Self {
+    pub fn with_visualization(self, mermaid_source: String, workflow_config: Value) -> Self {
         let mut params = Map::new();
         params.insert("mermaid_source".into(), Value::String(mermaid_source));
         params.insert("workflow_config".into(), workflow_config);
+        self.with_visualization_params(params)
+    }
+
+    /// Sets the [`EXT_WORKFLOW_VISUALIZATION`] extension's params as given: the inline
+    /// `{mermaid_source, workflow_config}`, e.g. as read back from the object a
+    /// [`visualization_ref`](Self::visualization_ref) names.
+    pub fn with_visualization_params(mut self, params: JsonObject) -> Self {
         self.set_extension(extension(
             EXT_WORKFLOW_VISUALIZATION,
             "Mermaid diagram and JSON configuration of the workflow.",
             params,
         ));
         self
+    }
+
+    /// Sets the [`EXT_WORKFLOW_VISUALIZATION`] extension to `{content_uri}`: the diagram
+    /// and configuration are in the object `uri` names, for a card too large to carry them.
+    pub fn with_visualization_ref(self, uri: String) -> Self {
+        let mut params = Map::new();
+        params.insert(VISUALIZATION_CONTENT_URI.into(), Value::String(uri));
+        self.with_visualization_params(params)
     }
 
     /// Sets the [`EXT_DISPLAY_NAME`] extension to `{display_name}`.
@@ -276,5 +309,25 @@ fn extension(uri: &str, description: &str, params: JsonObject) -> AgentExtension
         description: Some(description.to_owned()),
         required: Some(false),
         params: Some(params),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_stored_visualization_is_a_reference_until_read_back() {
+        let card = AgentCard::new("W", "d", "nats:x", "1")
+            .with_visualization("graph TD".into(), json!({"nodes": []}));
+        let inline = card.visualization_params().cloned().unwrap();
+        let stored = card
+            .clone()
+            .with_visualization_ref("nats-object://b/cards/W".into());
+        assert_eq!(stored.mermaid_source(), None);
+        assert_eq!(stored.visualization_ref(), Some("nats-object://b/cards/W"));
+        assert_eq!(card.visualization_ref(), None);
+        assert_eq!(stored.with_visualization_params(inline), card);
     }
 }

@@ -484,6 +484,30 @@ async fn an_ended_run_leaves_no_timer_in_the_bucket() {
     assert!(left.is_empty(), "timers left behind: {left:?}");
 }
 
+#[tokio::test]
+async fn an_unreadable_timer_entry_is_purged() {
+    let m = mesh(&[CHAIN]).await;
+    let js = async_nats::jetstream::new(m.client.clone());
+    let timers = js
+        .get_key_value(workflow_node::shell::names::timers_bucket("mesh"))
+        .await
+        .unwrap();
+    timers
+        .put("Chain.garbage.t1", "not a timer".into())
+        .await
+        .unwrap();
+    // Every replica watching the bucket purges it; poll the bucket for up to 10 s.
+    let mut purged = false;
+    for _ in 0..200 {
+        if timers.get("Chain.garbage.t1").await.unwrap().is_none() {
+            purged = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(purged, "the garbage entry is still in the timers bucket");
+}
+
 const GHOST: &str = r#"
 name: Ghostly
 workflow:

@@ -41,6 +41,20 @@ pub enum Error {
         /// The server's maximum payload.
         limit: usize,
     },
+    /// A workflow's agent card does not fit in one message even with its visualization
+    /// stored apart (its schemas or skills alone are too large).
+    #[error(
+        "the agent card of {workflow} is {size} bytes without its diagram, over the \
+         server's limit of {limit} bytes"
+    )]
+    CardTooLarge {
+        /// The workflow.
+        workflow: String,
+        /// The card's size.
+        size: usize,
+        /// The server's maximum payload.
+        limit: usize,
+    },
     /// Other replicas moved the run first this many times in a row.
     #[error("run {execution}: {tries} conflicting writes in a row")]
     ConflictsExhausted {

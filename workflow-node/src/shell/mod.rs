@@ -49,14 +49,15 @@ use crate::definition::Workflow;
 pub use error::{Error, Result};
 pub use health::Health;
 pub use record::{Caller, RunRecord};
-pub use registry::Registry;
+pub use registry::{full_card, Registry, CARD_EXPIRY_INTERVALS};
 
 /// Settings of a workflow node.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Subject namespace (default `mesh`).
     pub namespace: String,
-    /// How often cards are republished (default 10 s).
+    /// How often cards are republished (default 10 s). A card of another agent with no new
+    /// copy for [`CARD_EXPIRY_INTERVALS`] of these leaves the registry.
     pub card_interval: Duration,
     /// How long an event may be in hand before another replica gets it (default 5 s): the
     /// time a run waits after its replica is killed.
@@ -271,6 +272,7 @@ impl WorkflowNode {
             .iter()
             .map(|w| (w.name.clone(), crate::visual::agent_card(w, &ns)))
             .collect();
+        let registry = Registry::new(config.card_interval * CARD_EXPIRY_INTERVALS);
         let shared = Arc::new(Shared {
             client,
             js,
@@ -278,29 +280,29 @@ impl WorkflowNode {
             config,
             runs,
             timers,
-            registry: Registry::default(),
+            registry,
             cards,
             artifacts: tokio::sync::OnceCell::new(),
             health: Health::default(),
         });
         for card in shared.cards.values() {
-            shared.registry.insert(card.clone());
+            shared.registry.insert_own(card.clone());
         }
+        let wire_cards = registry::wire_cards(&shared).await?;
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         let mut background = Vec::new();
         // Every subscription exists before start returns: a request sent right after
         // finds a responder.
-        let (card_sub, ping_sub) = registry::subscribe_cards(&shared)
-            .await
-            .context(|| "subscribing to agent cards".into())?;
-        let s = shared.clone();
-        background.push(tokio::spawn(async move {
-            log_err("card registry", registry::watch_cards(s, card_sub).await)
-        }));
-        let s = shared.clone();
-        background.push(tokio::spawn(async move {
-            log_err("card publisher", registry::publish_cards(s, ping_sub).await)
-        }));
+        let (card_sub, ping_sub) = registry::subscribe_cards(&shared).await?;
+        background.push(tokio::spawn(registry::watch_cards(
+            shared.clone(),
+            card_sub,
+        )));
+        background.push(tokio::spawn(registry::publish_cards(
+            shared.clone(),
+            wire_cards,
+            ping_sub,
+        )));
         background.push(tokio::spawn(timers::run(shared.clone())));
         let mut consumers = Vec::new();
         for workflow in workflows {
@@ -333,7 +335,8 @@ impl WorkflowNode {
         })
     }
 
-    /// The agent cards this node publishes.
+    /// The agent cards of the workflows this node serves, in full. (One too large for a
+    /// message is published with its visualization in the object store: see [`full_card`].)
     pub fn cards(&self) -> Vec<AgentCard> {
         self.shared.cards.values().cloned().collect()
     }

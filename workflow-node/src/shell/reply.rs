@@ -227,7 +227,10 @@ pub(super) fn final_reply(
             artifact_name: ending.artifact.as_ref().map(|(n, _)| n.clone()),
             artifact_version: None,
             error_message: error_message.clone(),
-            error_kind: (ending.status == RunStatus::Cancelled).then(|| "cancelled".to_string()),
+            error_kind: match ending.status {
+                RunStatus::Cancelled => Some("cancelled".to_string()),
+                _ => ending.error.as_ref().and_then(|e| e.kind.clone()),
+            },
             validation_errors: None,
             retry_count: 0,
         }));
@@ -328,6 +331,7 @@ workflow:
             error: Some(RunError {
                 message: "node a failed".into(),
                 node_id: Some("a".into()),
+                kind: None,
             }),
         };
         let exec = ExecutionId("e".into());

@@ -2,15 +2,22 @@
 //! every replica watches the bucket and arms every timer, so one dying loses none. When a
 //! timer comes due, replicas publish `TimerFired` into the run's event stream with a message
 //! id that makes the stream keep one copy, then purge the entry.
+//!
+//! A timer fires no earlier than its deadline by the firing replica's clock: a sleep may
+//! end early (it runs on the monotonic clock, deadlines are wall-clock milliseconds), so
+//! what fires is decided by [`Armed::take_due`] against `now()` read after waking, and
+//! the rest stay armed. An entry that is not a timer is purged with a warning: left in
+//! place, it would be read again by every replica on every start.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::kv::Operation;
+use async_nats::jetstream::kv::{Entry, Operation};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
+use super::error::{Context, Result};
 use super::{now, publish_event, Envelope, Shared};
 use crate::core::{Event, ExecutionId, Millis, TimerId};
 
@@ -27,11 +34,65 @@ pub struct TimerRecord {
     pub at: Millis,
 }
 
+/// How long a timer whose firing failed waits before the next try.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// The timers a replica has armed, by key, and when each is next looked at: its deadline,
+/// or, after a failed firing, the retry. No I/O and no clock: `now` comes in.
+#[derive(Debug, Default)]
+pub(crate) struct Armed {
+    records: HashMap<String, (Millis, TimerRecord)>,
+    wakes: BTreeSet<(Millis, String)>,
+}
+
+impl Armed {
+    /// Arms `rec` under `key` for its deadline, replacing what was armed there.
+    pub(crate) fn arm(&mut self, key: String, rec: TimerRecord) {
+        let at = rec.at;
+        self.arm_at(key, rec, at);
+    }
+
+    /// Arms `rec` to be looked at again at `wake` (a retry); the record, and so the message
+    /// id of its firing, is unchanged.
+    pub(crate) fn arm_at(&mut self, key: String, rec: TimerRecord, wake: Millis) {
+        self.disarm(&key);
+        self.wakes.insert((wake, key.clone()));
+        self.records.insert(key, (wake, rec));
+    }
+
+    /// Forgets the timer under `key`, if armed.
+    pub(crate) fn disarm(&mut self, key: &str) {
+        if let Some((wake, _)) = self.records.remove(key) {
+            self.wakes.remove(&(wake, key.to_owned()));
+        }
+    }
+
+    /// When the earliest armed timer is next due.
+    pub(crate) fn next_wake(&self) -> Option<Millis> {
+        self.wakes.first().map(|(at, _)| *at)
+    }
+
+    /// Takes out the timers due by `now` (wake time at or before it), earliest first; the
+    /// others stay armed, to be looked at again at [`next_wake`](Self::next_wake).
+    pub(crate) fn take_due(&mut self, now: Millis) -> Vec<(String, TimerRecord)> {
+        let mut due = Vec::new();
+        while let Some((wake, key)) = self.wakes.first().cloned() {
+            if wake > now {
+                break;
+            }
+            self.wakes.remove(&(wake, key.clone()));
+            if let Some((_, rec)) = self.records.remove(&key) {
+                due.push((key, rec));
+            }
+        }
+        due
+    }
+}
+
 /// Arms every timer of the bucket and fires them when due. Runs until the watch ends for
 /// good; a broken watch is re-created with a backoff.
 pub(super) async fn run(shared: Arc<Shared>) {
-    let mut armed: HashMap<String, TimerRecord> = HashMap::new();
-    let mut due: BTreeSet<(Millis, String)> = BTreeSet::new();
+    let mut armed = Armed::default();
     let mut backoff = Duration::from_millis(100);
     loop {
         let mut watch = match shared.timers.watch_with_history(">").await {
@@ -45,7 +106,7 @@ pub(super) async fn run(shared: Arc<Shared>) {
         };
         backoff = Duration::from_millis(100);
         loop {
-            let next = due.first().map(|(at, _)| *at);
+            let next = armed.next_wake();
             let sleep = match next {
                 Some(at) => Duration::from_millis(at.0.saturating_sub(now().0)),
                 None => Duration::from_secs(3600),
@@ -53,31 +114,18 @@ pub(super) async fn run(shared: Arc<Shared>) {
             tokio::select! {
                 entry = watch.next() => {
                     let Some(entry) = entry else { break };
-                    let entry = match entry {
-                        Ok(e) => e,
-                        Err(e) => { tracing::debug!("timer watch: {e}"); continue }
-                    };
-                    if let Some(old) = armed.remove(&entry.key) {
-                        due.remove(&(old.at, entry.key.clone()));
-                    }
-                    if entry.operation == Operation::Put {
-                        if let Ok(rec) = serde_json::from_slice::<TimerRecord>(&entry.value) {
-                            due.insert((rec.at, entry.key.clone()));
-                            armed.insert(entry.key, rec);
-                        }
+                    match entry {
+                        Ok(entry) => on_entry(&shared, &mut armed, entry).await,
+                        Err(e) => tracing::debug!("timer watch: {e}"),
                     }
                 }
                 _ = tokio::time::sleep(sleep), if next.is_some() => {
                     let now = now();
-                    while let Some((at, key)) = due.first().cloned() {
-                        if at > now { break; }
-                        due.remove(&(at, key.clone()));
-                        let Some(rec) = armed.remove(&key) else { continue };
-                        if !fire(&shared, &key, rec.clone()).await {
-                            // Try again shortly; the entry is still in the bucket.
-                            let retry = TimerRecord { at: Millis(now.0 + 1000), ..rec };
-                            due.insert((retry.at, key.clone()));
-                            armed.insert(key, retry);
+                    for (key, rec) in armed.take_due(now) {
+                        if let Err(e) = fire(&shared, &key, &rec).await {
+                            // The entry is still in the bucket: try again shortly.
+                            tracing::warn!("timer {key} could not fire: {e}");
+                            armed.arm_at(key, rec, now.plus(RETRY));
                         }
                     }
                 }
@@ -87,26 +135,133 @@ pub(super) async fn run(shared: Arc<Shared>) {
     }
 }
 
-/// Publishes the timer's event and deletes its entry; false when the publish failed.
-async fn fire(shared: &Shared, key: &str, rec: TimerRecord) -> bool {
+/// Arms, re-arms or disarms the timer of one watched entry; purges one that is not a timer.
+async fn on_entry(shared: &Shared, armed: &mut Armed, entry: Entry) {
+    armed.disarm(&entry.key);
+    if entry.operation != Operation::Put {
+        return;
+    }
+    match serde_json::from_slice::<TimerRecord>(&entry.value) {
+        Ok(rec) => armed.arm(entry.key, rec),
+        Err(e) => {
+            tracing::warn!(
+                "timer entry {} (revision {}) is not a timer ({e}): purging it",
+                entry.key,
+                entry.revision
+            );
+            // Only this revision: a timer written over it in the meantime stays.
+            if let Err(e) = purge(shared, &entry.key, Some(entry.revision)).await {
+                tracing::debug!("{e}");
+            }
+        }
+    }
+}
+
+/// Publishes the timer's event and deletes its entry.
+async fn fire(shared: &Shared, key: &str, rec: &TimerRecord) -> Result<()> {
     let msg_id = messages::msg_id::timer_fired(key, rec.at.0);
-    let envelope = Envelope::event(Event::TimerFired { timer: rec.timer });
-    match publish_event(shared, &rec.workflow, &rec.execution, &msg_id, &envelope).await {
-        Ok(_) => {
-            // A purge whose marker expires: fired timers leave nothing behind.
-            if shared
+    let envelope = Envelope::event(Event::TimerFired {
+        timer: rec.timer.clone(),
+    });
+    publish_event(shared, &rec.workflow, &rec.execution, &msg_id, &envelope).await?;
+    if let Err(e) = purge(shared, key, None).await {
+        tracing::debug!("{e}");
+    }
+    Ok(())
+}
+
+/// Removes the entry `key` (at `revision`, when given) with a purge whose marker expires,
+/// so that fired timers leave nothing behind; a plain purge on a bucket without markers.
+async fn purge(shared: &Shared, key: &str, revision: Option<u64>) -> Result<()> {
+    let with_ttl = match revision {
+        Some(rev) => {
+            shared
+                .timers
+                .purge_expect_revision_with_ttl(key, rev, Duration::from_secs(1))
+                .await
+        }
+        None => {
+            shared
                 .timers
                 .purge_with_ttl(key, Duration::from_secs(1))
                 .await
-                .is_err()
-            {
-                let _ = shared.timers.delete(key).await;
-            }
-            true
         }
-        Err(e) => {
-            tracing::warn!("timer {key} could not fire: {e}");
-            false
+    };
+    if with_ttl.is_ok() {
+        return Ok(());
+    }
+    shared
+        .timers
+        .purge_expect_revision(key, revision)
+        .await
+        .context(|| format!("purging timer entry {key}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(at: u64) -> TimerRecord {
+        TimerRecord {
+            workflow: "W".into(),
+            execution: ExecutionId("e".into()),
+            timer: TimerId::Deadline,
+            at: Millis(at),
         }
+    }
+
+    fn keys(due: &[(String, TimerRecord)]) -> Vec<&str> {
+        due.iter().map(|(k, _)| k.as_str()).collect()
+    }
+
+    #[test]
+    fn nothing_fires_before_its_deadline_and_the_rest_stay_armed() {
+        let mut armed = Armed::default();
+        armed.arm("a".into(), rec(1000));
+        armed.arm("b".into(), rec(2000));
+        // Woken early (a sleep rounded down, or the wall clock behind the monotonic one).
+        assert!(armed.take_due(Millis(999)).is_empty());
+        assert_eq!(armed.next_wake(), Some(Millis(1000)));
+        assert_eq!(keys(&armed.take_due(Millis(1000))), ["a"]);
+        assert_eq!(armed.next_wake(), Some(Millis(2000)));
+        assert_eq!(keys(&armed.take_due(Millis(5000))), ["b"]);
+        assert_eq!(armed.next_wake(), None);
+    }
+
+    #[test]
+    fn due_timers_fire_earliest_first() {
+        let mut armed = Armed::default();
+        armed.arm("late".into(), rec(30));
+        armed.arm("early".into(), rec(10));
+        armed.arm("later".into(), rec(40));
+        assert_eq!(keys(&armed.take_due(Millis(30))), ["early", "late"]);
+        assert_eq!(armed.next_wake(), Some(Millis(40)));
+    }
+
+    #[test]
+    fn a_rewritten_or_removed_entry_rearms_or_disarms() {
+        let mut armed = Armed::default();
+        armed.arm("a".into(), rec(10));
+        armed.arm("a".into(), rec(50));
+        assert!(armed.take_due(Millis(20)).is_empty());
+        assert_eq!(armed.next_wake(), Some(Millis(50)));
+        armed.disarm("a");
+        assert_eq!(armed.next_wake(), None);
+        assert!(armed.take_due(Millis(100)).is_empty());
+    }
+
+    #[test]
+    fn a_retry_wakes_later_but_keeps_the_deadline_that_names_the_firing() {
+        let mut armed = Armed::default();
+        armed.arm("a".into(), rec(10));
+        let (key, r) = armed.take_due(Millis(10)).remove(0);
+        armed.arm_at(key, r, Millis(1010));
+        assert!(armed.take_due(Millis(1009)).is_empty());
+        let due = armed.take_due(Millis(1010));
+        assert_eq!(
+            due[0].1.at,
+            Millis(10),
+            "the message id stays that of the deadline"
+        );
     }
 }

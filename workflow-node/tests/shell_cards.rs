@@ -1,0 +1,169 @@
+//! Agent cards on a real nats-server: a card too large for one message still reaches the
+//! mesh (its diagram in the object store), and cards of agents that stop publishing leave
+//! the registry.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use futures::StreamExt;
+use messages::card::AgentCard;
+use messages::subjects;
+use serde_json::json;
+use workflow_node::definition::{parse_str, Workflow};
+use workflow_node::shell::{full_card, Config, WorkflowNode};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn wf(yaml: &str) -> Workflow {
+    parse_str(yaml, "test.yaml").unwrap_or_else(|p| panic!("{p:?}"))
+}
+
+/// A valid workflow of `n` agent nodes in a chain, each with a long input: its card is
+/// well over NATS's default 1 MiB payload.
+fn huge_workflow(n: usize) -> String {
+    let mut yaml = String::from(
+        "name: Huge\nworkflow:\n  description: a very long chain\n  \
+         input_schema: {type: object}\n  nodes:\n",
+    );
+    for i in 0..n {
+        let depends = if i == 0 {
+            String::new()
+        } else {
+            format!(", depends_on: [step_{}]", i - 1)
+        };
+        let _ = writeln!(
+            yaml,
+            "    - {{id: step_{i}, type: agent, agent_name: Echo{depends}, input: \
+             {{note: \"step {i} of a long chain that carries a fairly long note to make the \
+             card large, and then some more words so that every node weighs a few hundred bytes\", value: \"{{{{workflow.input}}}}\"}}}}"
+        );
+    }
+    let _ = writeln!(
+        yaml,
+        "  output_mapping: {{last: \"{{{{step_{}.output}}}}\"}}",
+        n - 1
+    );
+    yaml
+}
+
+#[tokio::test]
+async fn a_card_over_the_payload_limit_reaches_the_mesh_with_its_diagram_in_the_object_store() {
+    let server = mesh_tests::nats();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let workflow = wf(&huge_workflow(3000));
+    let full = workflow_node::visual::agent_card(&workflow, "mesh");
+    let limit = client.server_info().max_payload;
+    let full_size = serde_json::to_vec(&full).unwrap().len();
+    assert!(
+        full_size > limit,
+        "the test card ({full_size} B) must exceed {limit} B"
+    );
+
+    let mut cards = client
+        .subscribe(subjects::agent_cards("mesh"))
+        .await
+        .unwrap();
+    client.flush().await.unwrap();
+    let node = WorkflowNode::start(client.clone(), vec![workflow], Config::default())
+        .await
+        .expect("the node serves a valid workflow, however large");
+    let msg = tokio::time::timeout(TIMEOUT, async {
+        loop {
+            let msg = cards.next().await.expect("subscription open");
+            let card: AgentCard = serde_json::from_slice(&msg.payload).unwrap();
+            if card.name == "Huge" {
+                return msg;
+            }
+        }
+    })
+    .await
+    .expect("the card arrives on the discovery subject");
+    assert!(msg.payload.len() <= limit, "{} B", msg.payload.len());
+    let card: AgentCard = serde_json::from_slice(&msg.payload).unwrap();
+    assert!(card.is_workflow());
+    assert!(card.schemas().0.is_some(), "the schemas stay in the card");
+    assert!(
+        card.mermaid_source().is_none(),
+        "the diagram is stored apart"
+    );
+    assert!(card.visualization_ref().is_some());
+
+    let js = async_nats::jetstream::new(client.clone());
+    let fetched = full_card(&js, card)
+        .await
+        .expect("the diagram is retrievable");
+    assert_eq!(fetched.mermaid_source(), full.mermaid_source());
+    assert_eq!(fetched.workflow_config(), full.workflow_config());
+    assert_eq!(fetched, full);
+    node.shutdown().await;
+}
+
+const CALLS_FLEETING: &str = r#"
+name: CallsFleeting
+workflow:
+  description: calls an agent that published its card once
+  nodes:
+    - {id: call, type: agent, agent_name: Fleeting, input: {}}
+  output_mapping: {}
+"#;
+
+#[tokio::test]
+async fn a_card_not_republished_expires_from_the_registry_but_our_own_never_do() {
+    let server = mesh_tests::nats();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let config = Config {
+        card_interval: Duration::from_millis(200),
+        card_wait: Duration::from_millis(300),
+        ..Config::default()
+    };
+    let node = WorkflowNode::start(client.clone(), vec![wf(CALLS_FLEETING)], config)
+        .await
+        .unwrap();
+    let fleeting = AgentCard::new("Fleeting", "here and gone", "nats:nowhere", "1.0.0");
+    client
+        .publish(
+            subjects::agent_cards("mesh"),
+            serde_json::to_vec(&fleeting).unwrap().into(),
+        )
+        .await
+        .unwrap();
+    client.flush().await.unwrap();
+
+    let registry = node.registry();
+    let seen = poll(|| registry.get("Fleeting").is_some()).await;
+    assert!(seen, "the card arrives");
+    // Expiry is 3 card intervals (600 ms); poll for up to 10 s.
+    let gone = poll(|| registry.get("Fleeting").is_none()).await;
+    assert!(gone, "the card expires: {:?}", registry.names());
+    assert!(
+        registry.get("CallsFleeting").is_some(),
+        "our own card never expires"
+    );
+    assert!(!registry.names().contains(&"Fleeting".to_owned()));
+
+    let r = workflow_node::cli::client::invoke(
+        &client,
+        "mesh",
+        "CallsFleeting",
+        &json!({}),
+        TIMEOUT,
+        |_| {},
+    )
+    .await
+    .expect("a result");
+    assert_eq!(r.status, "failure");
+    let e = r.error.unwrap_or_default();
+    assert!(e.contains("has no card"), "{e}");
+    node.shutdown().await;
+}
+
+/// Polls `check` every 50 ms for up to 10 s; whether it came true.
+async fn poll(mut check: impl FnMut() -> bool) -> bool {
+    for _ in 0..200 {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
