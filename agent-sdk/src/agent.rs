@@ -20,6 +20,13 @@ pub const DEFAULT_NAMESPACE: &str = "mesh";
 pub const DEFAULT_CARD_INTERVAL: Duration = Duration::from_secs(10);
 /// How many handlers run at once unless told otherwise.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
+/// How many finished calls an agent remembers, to answer copies of their requests, unless
+/// told otherwise.
+pub const DEFAULT_DEDUP_CAPACITY: usize = 1024;
+/// How long an agent remembers a finished call unless told otherwise: longer than a caller
+/// keeps resending one request, and than a workflow node takes to re-dispatch a call after
+/// a crash.
+pub const DEFAULT_DEDUP_WINDOW: Duration = Duration::from_secs(300);
 
 /// A skill for [`AgentBuilder::skill`]: `id`, a name and a description, no tags.
 pub fn skill(
@@ -63,6 +70,8 @@ pub struct AgentBuilder {
     pub(crate) card_interval: Duration,
     pub(crate) artifact_threshold: usize,
     pub(crate) max_in_flight: usize,
+    pub(crate) dedup_capacity: usize,
+    pub(crate) dedup_window: Duration,
     pub(crate) handler: Option<Arc<dyn DynHandler>>,
 }
 
@@ -90,6 +99,8 @@ impl AgentBuilder {
             card_interval: DEFAULT_CARD_INTERVAL,
             artifact_threshold: DEFAULT_ARTIFACT_THRESHOLD,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            dedup_capacity: DEFAULT_DEDUP_CAPACITY,
+            dedup_window: DEFAULT_DEDUP_WINDOW,
             handler: None,
         }
     }
@@ -147,6 +158,16 @@ impl AgentBuilder {
     /// How many handlers may run at once (default 64; at least 1). Further requests wait.
     pub fn max_in_flight(mut self, n: usize) -> Self {
         self.max_in_flight = n.max(1);
+        self
+    }
+
+    /// How many finished calls to remember (default 1024), and for how long (default 5
+    /// min). A request whose task id is among them gets the remembered answer again
+    /// without running the handler; `0` remembers none. A copy of a request whose task is
+    /// running is never run twice, whatever this says. Canceled calls are not remembered.
+    pub fn dedup(mut self, capacity: usize, window: Duration) -> Self {
+        self.dedup_capacity = capacity;
+        self.dedup_window = window;
         self
     }
 

@@ -13,6 +13,9 @@
 //!   handler, validates the output, stores large outputs in the object store;
 //! - answers a workflow's call with a `workflow_node_result` and a plain call with the
 //!   output as a DataPart, to the reply subject, with `Nats-Msg-Id` and the trace headers;
+//! - runs a task id once: a copy of a request whose task runs here shares its answer, and
+//!   one whose task finished recently (the last `dedup_capacity` calls within
+//!   `dedup_window`) gets the same answer again, without running the handler;
 //! - aborts a running call on a `tasks/cancel` broadcast and answers `canceled`;
 //! - answers malformed requests with a JSON-RPC error and keeps serving.
 //!
@@ -24,6 +27,7 @@
 
 pub mod agent;
 pub mod client;
+mod dedup;
 pub mod error;
 pub mod handler;
 pub mod payload;
@@ -32,7 +36,10 @@ pub mod schema;
 mod server;
 pub mod stub;
 
-pub use agent::{skill, AgentBuilder, AgentHandle, DEFAULT_NAMESPACE};
+pub use agent::{
+    skill, AgentBuilder, AgentHandle, DEFAULT_DEDUP_CAPACITY, DEFAULT_DEDUP_WINDOW,
+    DEFAULT_NAMESPACE,
+};
 pub use client::{call_agent, call_agent_with, CallOptions};
 pub use error::{AgentError, ArtifactError, CallError, ServeError};
 pub use handler::{handler_fn, FnHandler, Handler, HandlerResult, NodeRequest, WorkflowCallInfo};
