@@ -41,6 +41,7 @@ struct Shared {
     artifacts: Artifacts,
     artifact_threshold: usize,
     permits: Arc<Semaphore>,
+    heartbeat_interval: std::time::Duration,
     calls: Mutex<Calls>,
 }
 
@@ -117,6 +118,7 @@ pub(crate) async fn start(
         artifacts: Artifacts::new(client.clone(), &ns),
         artifact_threshold: builder.artifact_threshold,
         permits: Arc::new(Semaphore::new(builder.max_in_flight)),
+        heartbeat_interval: builder.heartbeat_interval,
         calls: Mutex::new(Calls::new(builder.dedup_capacity, builder.dedup_window)),
     });
     let cards_subject = subjects::agent_cards(&ns);
@@ -343,9 +345,19 @@ async fn run_call(shared: Arc<Shared>, call: Call, seq: u64, canceled: oneshot::
         Some(_permit) => {
             shared.calls().started(&call.task_id, seq);
             send_status(&shared, &call, TaskState::Working).await;
-            tokio::select! {
-                outcome = process(&shared, &call) => outcome,
-                _ = &mut canceled => Outcome::Canceled,
+            let work = process(&shared, &call);
+            tokio::pin!(work);
+            // Signs of life, so a caller that resends after silence does not.
+            let every = shared.heartbeat_interval;
+            let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            loop {
+                tokio::select! {
+                    outcome = &mut work => break outcome,
+                    _ = &mut canceled => break Outcome::Canceled,
+                    _ = beat.tick(), if call.status_to.is_some() => {
+                        send_status(&shared, &call, TaskState::Working).await;
+                    }
+                }
             }
         }
     };
