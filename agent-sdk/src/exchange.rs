@@ -42,6 +42,13 @@ impl Timing {
     }
 }
 
+impl From<Duration> for Timing {
+    /// [`Timing::new`]: the default resend interval.
+    fn from(timeout: Duration) -> Self {
+        Timing::new(timeout)
+    }
+}
+
 /// A request ready to go out (and out again).
 #[derive(Debug, Clone)]
 pub struct Outgoing {
