@@ -62,21 +62,21 @@ pub enum ServeError {
     /// The input or output schema does not compile.
     #[error("agent {agent}: {which} is not a valid JSON Schema: {reason}")]
     InvalidSchema {
-        /// The agent.
+        /// The agent's name.
         agent: String,
         /// `input_schema` or `output_schema`.
         which: &'static str,
-        /// Why.
+        /// The schema compiler's complaint.
         reason: String,
     },
     /// Subscribing or flushing failed.
     #[error("agent {agent}: subscribing to {subject}: {reason}")]
     Subscribe {
-        /// The agent.
+        /// The agent's name.
         agent: String,
-        /// The subject.
+        /// The request, cancel or ping subject that could not be subscribed to.
         subject: String,
-        /// Why.
+        /// The client's error, as text.
         reason: String,
     },
 }
@@ -90,49 +90,49 @@ pub enum ArtifactError {
     /// The bucket could not be opened or created.
     #[error("object-store bucket {bucket}: {reason}")]
     Bucket {
-        /// The bucket.
+        /// The bucket (`{ns}_artifacts` unless a URI names another).
         bucket: String,
-        /// Why.
+        /// The client's error, as text.
         reason: String,
     },
     /// Reading the object failed (including: it does not exist).
     #[error("reading artifact {bucket}/{name}: {reason}")]
     Read {
-        /// The bucket.
+        /// The bucket (`{ns}_artifacts` unless a URI names another).
         bucket: String,
-        /// The object.
+        /// The object's name in the bucket (`{task_id}/{file}` for an agent's output).
         name: String,
-        /// Why.
+        /// The client's error, as text.
         reason: String,
     },
     /// Writing the object failed.
     #[error("writing artifact {bucket}/{name}: {reason}")]
     Write {
-        /// The bucket.
+        /// The bucket (`{ns}_artifacts` unless a URI names another).
         bucket: String,
-        /// The object.
+        /// The object's name in the bucket (`{task_id}/{file}` for an agent's output).
         name: String,
-        /// Why.
+        /// The client's error, as text.
         reason: String,
     },
     /// The object is larger than we are willing to load.
     #[error("artifact {bucket}/{name} is {size} bytes, above the limit of {limit}")]
     TooLarge {
-        /// The bucket.
+        /// The bucket (`{ns}_artifacts` unless a URI names another).
         bucket: String,
-        /// The object.
+        /// The object's name in the bucket (`{task_id}/{file}` for an agent's output).
         name: String,
-        /// Its size.
+        /// Its size in bytes, as the object store reports it.
         size: usize,
-        /// The limit.
+        /// The largest size loaded, in bytes.
         limit: usize,
     },
     /// The object's content is not JSON.
     #[error("artifact {bucket}/{name} is not JSON: {reason}")]
     NotJson {
-        /// The bucket.
+        /// The bucket (`{ns}_artifacts` unless a URI names another).
         bucket: String,
-        /// The object.
+        /// The object's name in the bucket (`{task_id}/{file}` for an agent's output).
         name: String,
         /// The parse error.
         reason: String,
