@@ -20,6 +20,17 @@ pub const DEFAULT_NAMESPACE: &str = "mesh";
 pub const DEFAULT_CARD_INTERVAL: Duration = Duration::from_secs(10);
 /// How many handlers run at once unless told otherwise.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
+/// How often a running call sends a `working` update to its caller's `Mesh-Status-To`
+/// unless told otherwise: well inside callers' resend interval (3 s by default), so a
+/// caller does not resend to a call that is alive.
+pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
+/// How many finished calls an agent remembers, to answer copies of their requests, unless
+/// told otherwise.
+pub const DEFAULT_DEDUP_CAPACITY: usize = 1024;
+/// How long an agent remembers a finished call unless told otherwise: longer than a caller
+/// keeps resending one request, and than a workflow node takes to re-dispatch a call after
+/// a crash.
+pub const DEFAULT_DEDUP_WINDOW: Duration = Duration::from_secs(300);
 
 /// A skill for [`AgentBuilder::skill`]: `id`, a name and a description, no tags.
 pub fn skill(
@@ -63,6 +74,9 @@ pub struct AgentBuilder {
     pub(crate) card_interval: Duration,
     pub(crate) artifact_threshold: usize,
     pub(crate) max_in_flight: usize,
+    pub(crate) heartbeat_interval: Duration,
+    pub(crate) dedup_capacity: usize,
+    pub(crate) dedup_window: Duration,
     pub(crate) handler: Option<Arc<dyn DynHandler>>,
 }
 
@@ -90,6 +104,9 @@ impl AgentBuilder {
             card_interval: DEFAULT_CARD_INTERVAL,
             artifact_threshold: DEFAULT_ARTIFACT_THRESHOLD,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
+            dedup_capacity: DEFAULT_DEDUP_CAPACITY,
+            dedup_window: DEFAULT_DEDUP_WINDOW,
             handler: None,
         }
     }
@@ -147,6 +164,24 @@ impl AgentBuilder {
     /// How many handlers may run at once (default 64; at least 1). Further requests wait.
     pub fn max_in_flight(mut self, n: usize) -> Self {
         self.max_in_flight = n.max(1);
+        self
+    }
+
+    /// How often a running handler's caller gets a `working` status update (default 1 s,
+    /// at least 1 ms), when it asked for updates (`Mesh-Status-To`). Keep it below the
+    /// callers' resend interval: a copy that a queue-group peer receives runs there again.
+    pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
+        self.heartbeat_interval = interval.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How many finished calls to remember (default 1024), and for how long (default 5
+    /// min). A request whose task id is among them gets the remembered answer again
+    /// without running the handler; `0` remembers none. A copy of a request whose task is
+    /// running is never run twice, whatever this says. Canceled calls are not remembered.
+    pub fn dedup(mut self, capacity: usize, window: Duration) -> Self {
+        self.dedup_capacity = capacity;
+        self.dedup_window = window;
         self
     }
 

@@ -1,23 +1,30 @@
-//! Calling agents and workflows (a workflow is called exactly like an agent): a plain
-//! `message/send` request/reply that returns the output or a [`CallError`].
+//! Calling agents and workflows (a workflow is called exactly like an agent): a
+//! `message/send` with the input, resent while the callee is silent (see [`crate::exchange`]),
+//! that returns the output or a [`CallError`].
 
 use std::time::Duration;
 
-use async_nats::{Client, HeaderMap, RequestErrorKind};
+use async_nats::{Client, HeaderMap};
 use bytes::Bytes;
-use messages::reply::{decode_reply, final_task, read_task, ReplyError, TaskReading};
+use messages::reply::{final_task, read_task, TaskReading};
 use messages::subjects;
 use messages::{Message, Part, Request, Role, Task};
 use serde_json::Value;
 
 use crate::error::CallError;
+use crate::exchange::{
+    send_until_answered, ExchangeError, MalformedReply, Outgoing, Timing, DEFAULT_RESEND_INTERVAL,
+};
 use crate::payload::{Artifacts, DEFAULT_ARTIFACT_THRESHOLD};
 
 /// Options of [`call_agent_with`].
 #[derive(Debug, Clone)]
 pub struct CallOptions {
-    /// How long to wait for the final reply.
+    /// How long to wait for the final reply, from the first send.
     pub timeout: Duration,
+    /// Silence after which the request is sent again, with the same task id (default
+    /// [`DEFAULT_RESEND_INTERVAL`]; see [`crate::exchange`]).
+    pub resend_interval: Duration,
     /// An instruction sent as a TextPart before the input.
     pub instruction: Option<String>,
     /// Extra headers (trace context, call depth: see
@@ -32,6 +39,7 @@ impl CallOptions {
     pub fn new(timeout: Duration) -> Self {
         CallOptions {
             timeout,
+            resend_interval: DEFAULT_RESEND_INTERVAL,
             instruction: None,
             headers: HeaderMap::new(),
             artifact_threshold: DEFAULT_ARTIFACT_THRESHOLD,
@@ -79,60 +87,35 @@ pub async fn call_agent_with(
     let mut message = Message::new(id.clone(), Role::User, parts);
     message.task_id = Some(id.clone());
     message.context_id = Some(id.clone());
-    let body = serde_json::to_vec(&Request::message_send(id.clone(), message)).map_err(|e| {
-        CallError::Request {
-            agent: agent.to_owned(),
-            reason: e.to_string(),
-        }
-    })?;
-    let request = async_nats::Request::new()
-        .payload(Bytes::from(body))
-        .headers(options.headers)
-        .timeout(Some(options.timeout));
-    let reply = client
-        .send_request(subjects::agent_request(ns, agent), request)
+    let request = Request::message_send(id.clone(), message);
+    let body = serde_json::to_vec(&request).expect("a message/send request serialises to JSON");
+    let outgoing = Outgoing {
+        subject: subjects::agent_request(ns, agent),
+        id: id.into(),
+        headers: options.headers,
+        body: Bytes::from(body),
+    };
+    let timing = Timing {
+        timeout: options.timeout,
+        resend_interval: options.resend_interval,
+    };
+    let reply = send_until_answered(client, outgoing, timing, |_| {})
         .await
-        .map_err(|e| match e.kind() {
-            RequestErrorKind::NoResponders => CallError::NoResponders(agent.to_owned()),
-            RequestErrorKind::TimedOut => CallError::TimedOut(agent.to_owned()),
-            _ => CallError::Request {
-                agent: agent.to_owned(),
-                reason: e.to_string(),
-            },
-        })?;
-    let reply = decode_reply(&reply.payload).map_err(|e| match e {
-        ReplyError::NotJsonRpc(e) => CallError::InvalidReply {
-            agent: agent.to_owned(),
-            reason: e.to_string(),
-        },
-        ReplyError::Rpc(e) => CallError::Rpc {
-            agent: agent.to_owned(),
-            code: e.code,
-            message: e.message,
-        },
-    })?;
-    let task = final_task(reply).ok_or_else(|| CallError::InvalidReply {
-        agent: agent.to_owned(),
-        reason: "a status update instead of a final reply".into(),
-    })?;
+        .map_err(|e| call_error(agent, e))?;
+    let task = final_task(reply).expect("send_until_answered returns final replies only");
     task_output(&artifacts, agent, &task).await
 }
 
 /// The output of a final task (fetched from the object store when stored there), or the
 /// failure it reports.
 async fn task_output(artifacts: &Artifacts, agent: &str, task: &Task) -> Result<Value, CallError> {
-    let invalid = |reason: String| CallError::InvalidReply {
+    let invalid = |source: MalformedReply| CallError::InvalidReply {
         agent: agent.to_owned(),
-        reason,
+        source,
     };
     let reading = read_task(task)
-        .map_err(|e| invalid(format!("malformed workflow_node_result: {e}")))?
-        .ok_or_else(|| {
-            invalid(format!(
-                "the final task is in state {:?}",
-                task.status.state
-            ))
-        })?;
+        .map_err(|e| invalid(MalformedReply::NodeResult(e)))?
+        .ok_or_else(|| invalid(MalformedReply::NotTerminal(task.status.state)))?;
     match reading {
         TaskReading::Output(value) => Ok(value),
         TaskReading::Artifact(name) => Ok(artifacts.get_json(artifacts.bucket(), &name).await?),
@@ -146,5 +129,21 @@ async fn task_output(artifacts: &Artifacts, agent: &str, task: &Task) -> Result<
             kind: f.kind,
             validation_errors: f.validation_errors,
         }),
+    }
+}
+
+/// The [`CallError`] of a failed exchange with `agent`.
+fn call_error(agent: &str, e: ExchangeError) -> CallError {
+    let agent = agent.to_owned();
+    match e {
+        ExchangeError::Connection(source) => CallError::Connection { agent, source },
+        ExchangeError::NoResponders => CallError::NoResponders(agent),
+        ExchangeError::TimedOut { sends } => CallError::TimedOut { agent, sends },
+        ExchangeError::Refused(e) => CallError::Rpc {
+            agent,
+            code: e.code,
+            message: e.message,
+        },
+        ExchangeError::Malformed(source) => CallError::InvalidReply { agent, source },
     }
 }

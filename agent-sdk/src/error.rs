@@ -4,6 +4,8 @@
 
 use messages::SubjectError;
 
+use crate::exchange::{ConnectionError, MalformedReply};
+
 /// The failure of a handler: a message for people and an optional machine-readable kind
 /// (matched by workflows against a node's `non_retryable_errors`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -60,21 +62,21 @@ pub enum ServeError {
     /// The input or output schema does not compile.
     #[error("agent {agent}: {which} is not a valid JSON Schema: {reason}")]
     InvalidSchema {
-        /// The agent.
+        /// The agent's name.
         agent: String,
         /// `input_schema` or `output_schema`.
         which: &'static str,
-        /// Why.
+        /// The schema compiler's complaint.
         reason: String,
     },
     /// Subscribing or flushing failed.
     #[error("agent {agent}: subscribing to {subject}: {reason}")]
     Subscribe {
-        /// The agent.
+        /// The agent's name.
         agent: String,
-        /// The subject.
+        /// The request, cancel or ping subject that could not be subscribed to.
         subject: String,
-        /// Why.
+        /// The client's error, as text.
         reason: String,
     },
 }
@@ -88,49 +90,49 @@ pub enum ArtifactError {
     /// The bucket could not be opened or created.
     #[error("object-store bucket {bucket}: {reason}")]
     Bucket {
-        /// The bucket.
+        /// The bucket (`{ns}_artifacts` unless a URI names another).
         bucket: String,
-        /// Why.
+        /// The client's error, as text.
         reason: String,
     },
     /// Reading the object failed (including: it does not exist).
     #[error("reading artifact {bucket}/{name}: {reason}")]
     Read {
-        /// The bucket.
+        /// The bucket (`{ns}_artifacts` unless a URI names another).
         bucket: String,
-        /// The object.
+        /// The object's name in the bucket (`{task_id}/{file}` for an agent's output).
         name: String,
-        /// Why.
+        /// The client's error, as text.
         reason: String,
     },
     /// Writing the object failed.
     #[error("writing artifact {bucket}/{name}: {reason}")]
     Write {
-        /// The bucket.
+        /// The bucket (`{ns}_artifacts` unless a URI names another).
         bucket: String,
-        /// The object.
+        /// The object's name in the bucket (`{task_id}/{file}` for an agent's output).
         name: String,
-        /// Why.
+        /// The client's error, as text.
         reason: String,
     },
     /// The object is larger than we are willing to load.
     #[error("artifact {bucket}/{name} is {size} bytes, above the limit of {limit}")]
     TooLarge {
-        /// The bucket.
+        /// The bucket (`{ns}_artifacts` unless a URI names another).
         bucket: String,
-        /// The object.
+        /// The object's name in the bucket (`{task_id}/{file}` for an agent's output).
         name: String,
-        /// Its size.
+        /// Its size in bytes, as the object store reports it.
         size: usize,
-        /// The limit.
+        /// The largest size loaded, in bytes.
         limit: usize,
     },
     /// The object's content is not JSON.
     #[error("artifact {bucket}/{name} is not JSON: {reason}")]
     NotJson {
-        /// The bucket.
+        /// The bucket (`{ns}_artifacts` unless a URI names another).
         bucket: String,
-        /// The object.
+        /// The object's name in the bucket (`{task_id}/{file}` for an agent's output).
         name: String,
         /// The parse error.
         reason: String,
@@ -138,7 +140,7 @@ pub enum ArtifactError {
 }
 
 /// Why [`crate::call_agent`] returned no output.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum CallError {
     /// The agent name or namespace cannot be put into a subject.
     #[error("invalid subject: {0}")]
@@ -146,46 +148,55 @@ pub enum CallError {
     /// Nobody serves the agent.
     #[error("no agent {0} is serving on the mesh")]
     NoResponders(String),
-    /// No reply within the timeout.
-    #[error("agent {0} did not answer in time")]
-    TimedOut(String),
-    /// The request could not be sent.
-    #[error("request to {agent} failed: {reason}")]
-    Request {
-        /// The agent.
+    /// No final reply within the timeout, although the request was resent.
+    #[error("agent {agent} did not answer in time (request sent {sends} times)")]
+    TimedOut {
+        /// The agent called.
         agent: String,
-        /// Why.
-        reason: String,
+        /// How often the request went out (once, plus each resend after silence).
+        sends: u32,
+    },
+    /// The request could not be sent: subscribing, publishing or flushing failed.
+    #[error("request to {agent} failed")]
+    Connection {
+        /// The agent called.
+        agent: String,
+        /// The operation that failed.
+        #[source]
+        source: ConnectionError,
     },
     /// The agent answered with a failed or canceled task.
     #[error("agent {agent} failed: {message}")]
     Failed {
-        /// The agent.
+        /// The agent called.
         agent: String,
-        /// Its error message.
+        /// Its error message (`canceled` for a canceled task).
         message: String,
-        /// Its error kind, when given.
+        /// Its error kind (`error_kind`), when given: what a workflow matches against
+        /// `non_retryable_errors`.
         kind: Option<String>,
         /// Schema violations, when the failure was a validation failure.
         validation_errors: Vec<String>,
     },
-    /// The agent answered with a JSON-RPC error.
+    /// The agent answered with a JSON-RPC error: it refused the request or could not
+    /// parse it.
     #[error("agent {agent} answered with error {code}: {message}")]
     Rpc {
-        /// The agent.
+        /// The agent called.
         agent: String,
-        /// The JSON-RPC error code.
+        /// The JSON-RPC error code (see `messages::jsonrpc::codes`).
         code: i64,
         /// The error message.
         message: String,
     },
     /// The reply could not be understood.
-    #[error("agent {agent} sent an invalid reply: {reason}")]
+    #[error("agent {agent} sent an invalid reply")]
     InvalidReply {
-        /// The agent.
+        /// The agent called.
         agent: String,
-        /// Why.
-        reason: String,
+        /// What was wrong with it.
+        #[source]
+        source: MalformedReply,
     },
     /// The input or the output artifact could not be transferred.
     #[error(transparent)]

@@ -42,7 +42,7 @@ pub struct WorkflowCallInfo {
     pub workflow_name: String,
     /// The node being run.
     pub node_id: String,
-    /// The run.
+    /// The run's execution id (also the request's context id).
     pub execution_id: String,
     /// `{execution}_{node}_{slot}_{attempt}`: deterministic per attempt.
     pub sub_task_id: String,

@@ -13,18 +13,25 @@
 //!   handler, validates the output, stores large outputs in the object store;
 //! - answers a workflow's call with a `workflow_node_result` and a plain call with the
 //!   output as a DataPart, to the reply subject, with `Nats-Msg-Id` and the trace headers;
+//! - runs a task id once: a copy of a request whose task runs here shares its answer, and
+//!   one whose task finished recently (the last `dedup_capacity` calls within
+//!   `dedup_window`) gets the same answer again, without running the handler;
+//! - sends a running call's caller a `working` update every heartbeat interval, so a
+//!   caller that resends after silence (see [`exchange`]) does not;
 //! - aborts a running call on a `tasks/cancel` broadcast and answers `canceled`;
 //! - answers malformed requests with a JSON-RPC error and keeps serving.
 //!
 //! Modules: [`agent`] (builder and handle), [`handler`] (what agents implement),
-//! [`client`] ([`call_agent`]), [`payload`] (the object store; the wrapping conventions are in `messages::payload`), [`schema`]
+//! [`client`] ([`call_agent`]), [`exchange`] (a request resent while the callee is silent), [`payload`] (the object store; the wrapping conventions are in `messages::payload`), [`schema`]
 //! (JSON Schema checks), [`stub`] (YAML-described stub agents for testing workflows),
 //! [`error`]. Inside: `protocol` decodes requests and builds replies without I/O, `server`
 //! runs the loop.
 
 pub mod agent;
 pub mod client;
+mod dedup;
 pub mod error;
+pub mod exchange;
 pub mod handler;
 pub mod payload;
 mod protocol;
@@ -32,7 +39,10 @@ pub mod schema;
 mod server;
 pub mod stub;
 
-pub use agent::{skill, AgentBuilder, AgentHandle, DEFAULT_NAMESPACE};
+pub use agent::{
+    skill, AgentBuilder, AgentHandle, DEFAULT_DEDUP_CAPACITY, DEFAULT_DEDUP_WINDOW,
+    DEFAULT_NAMESPACE,
+};
 pub use client::{call_agent, call_agent_with, CallOptions};
 pub use error::{AgentError, ArtifactError, CallError, ServeError};
 pub use handler::{handler_fn, FnHandler, Handler, HandlerResult, NodeRequest, WorkflowCallInfo};

@@ -325,12 +325,13 @@ fn plain_parts(outcome: &Outcome) -> (TaskState, Vec<Part>) {
     }
 }
 
-/// The `working` status update sent to `Mesh-Status-To` when a call starts.
-pub(crate) fn working_update(call: &Call) -> Response {
+/// A status update for `Mesh-Status-To`: `working` when a call starts, and `submitted` or
+/// `working` to a copy of a running call.
+pub(crate) fn status_update(call: &Call, state: TaskState) -> Response {
     let update = TaskStatusUpdateEvent {
         task_id: call.task_id.clone(),
         context_id: call.context_id.clone(),
-        status: TaskStatus::new(TaskState::Working),
+        status: TaskStatus::new(state),
         is_final: false,
         metadata: None,
     };

@@ -3,10 +3,12 @@
 //!
 //! Requests and cancels are read by the same loop, and a call is registered as running
 //! before its task is spawned, so a cancel that follows its request on the wire always
-//! finds it.
+//! finds it, and so does a copy of the request (same task id): it never runs the handler
+//! a second time (see `dedup`). A call stops running and its outcome is remembered before
+//! its answers are published, so a copy arriving in between is answered from memory.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use async_nats::{Client, HeaderMap, Message};
 use bytes::Bytes;
@@ -19,6 +21,7 @@ use tokio::sync::{oneshot, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::agent::{AgentBuilder, AgentHandle};
+use crate::dedup::{Admission, Calls};
 use crate::error::ServeError;
 use crate::handler::{DynHandler, NodeRequest};
 use crate::payload::Artifacts;
@@ -38,52 +41,14 @@ struct Shared {
     artifacts: Artifacts,
     artifact_threshold: usize,
     permits: Arc<Semaphore>,
-    running: Mutex<Running>,
-}
-
-/// Calls running here, by task id; each holds the sender that cancels it.
-#[derive(Default)]
-struct Running {
-    next: u64,
-    by_task: HashMap<String, Vec<(u64, oneshot::Sender<()>)>>,
+    heartbeat_interval: std::time::Duration,
+    calls: Mutex<Calls>,
 }
 
 impl Shared {
-    fn register(&self, task_id: &str) -> (u64, oneshot::Receiver<()>) {
-        let (tx, rx) = oneshot::channel();
-        let mut running = lock(&self.running);
-        running.next += 1;
-        let seq = running.next;
-        running
-            .by_task
-            .entry(task_id.to_owned())
-            .or_default()
-            .push((seq, tx));
-        (seq, rx)
-    }
-
-    fn unregister(&self, task_id: &str, seq: u64) {
-        let mut running = lock(&self.running);
-        if let Some(list) = running.by_task.get_mut(task_id) {
-            list.retain(|(s, _)| *s != seq);
-            if list.is_empty() {
-                running.by_task.remove(task_id);
-            }
-        }
-    }
-
-    /// Signals every call running `task_id`; whether there was one.
-    fn cancel(&self, task_id: &str) -> bool {
-        let senders = lock(&self.running).by_task.remove(task_id);
-        match senders {
-            Some(list) => {
-                for (_, tx) in list {
-                    let _ = tx.send(());
-                }
-                true
-            }
-            None => false,
-        }
+    fn calls(&self) -> std::sync::MutexGuard<'_, Calls> {
+        // The table stays consistent even if a holder panicked: every update is one call.
+        self.calls.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     async fn publish(&self, subject: &str, headers: HeaderMap, response: &Response) {
@@ -102,11 +67,6 @@ impl Shared {
             tracing::warn!(agent = %self.name, subject, "cannot publish a reply: {e}");
         }
     }
-}
-
-fn lock(m: &Mutex<Running>) -> std::sync::MutexGuard<'_, Running> {
-    // The map stays consistent even if a holder panicked: every update is one call.
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Starts serving `builder` on `client` (see [`AgentBuilder::serve`]).
@@ -158,7 +118,8 @@ pub(crate) async fn start(
         artifacts: Artifacts::new(client.clone(), &ns),
         artifact_threshold: builder.artifact_threshold,
         permits: Arc::new(Semaphore::new(builder.max_in_flight)),
-        running: Mutex::new(Running::default()),
+        heartbeat_interval: builder.heartbeat_interval,
+        calls: Mutex::new(Calls::new(builder.dedup_capacity, builder.dedup_window)),
     });
     let cards_subject = subjects::agent_cards(&ns);
     publish_card(&client, &cards_subject, &card).await;
@@ -241,16 +202,13 @@ impl Serving {
     async fn on_request(&self, msg: Message, calls: &mut JoinSet<()>) {
         let reply = msg.reply.as_ref().map(|s| s.as_str());
         match protocol::decode(&msg.payload, msg.headers.as_ref(), reply) {
-            Decoded::Send(call) => {
-                let (seq, canceled) = self.shared.register(&call.task_id);
-                calls.spawn(run_call(self.shared.clone(), *call, seq, canceled));
-            }
+            Decoded::Send(call) => self.on_send(*call, calls).await,
             Decoded::Cancel {
                 id,
                 task_id,
                 reply_to,
             } => {
-                let found = self.shared.cancel(&task_id);
+                let found = self.shared.calls().cancel(&task_id);
                 if let Some(to) = reply_to {
                     let response = cancel_answer(id, &task_id, found);
                     let headers = protocol::reply_headers("", msg.headers.as_ref());
@@ -277,6 +235,32 @@ impl Serving {
         }
     }
 
+    /// A `message/send`: run it, or let a copy of a call already running or finished here
+    /// share that call's answer (see `dedup`).
+    async fn on_send(&self, call: Call, calls: &mut JoinSet<()>) {
+        let admission = self.shared.calls().admit(&call, Instant::now());
+        let started = match admission {
+            Admission::Run { seq, canceled } => {
+                calls.spawn(run_call(self.shared.clone(), call, seq, canceled));
+                return;
+            }
+            Admission::Answered(outcome) => {
+                tracing::debug!(agent = %self.shared.name, task = %call.task_id, "answering a copy of a finished call");
+                answer(&self.shared, &call, &outcome).await;
+                return;
+            }
+            Admission::Joined { started } | Admission::Dropped { started } => started,
+        };
+        tracing::debug!(agent = %self.shared.name, task = %call.task_id, "a copy of a running call");
+        // A sign of life for a caller that resent because it heard nothing.
+        let state = if started {
+            TaskState::Working
+        } else {
+            TaskState::Submitted
+        };
+        send_status(&self.shared, &call, state).await;
+    }
+
     /// A message on the cancel broadcast: only the replica running the task answers.
     async fn on_cancel(&self, msg: Message) {
         let reply = msg.reply.as_ref().map(|s| s.as_str());
@@ -286,7 +270,7 @@ impl Serving {
                 task_id,
                 reply_to,
             } => {
-                if self.shared.cancel(&task_id) {
+                if self.shared.calls().cancel(&task_id) {
                     if let Some(to) = reply_to {
                         let response = cancel_answer(id, &task_id, true);
                         let headers = protocol::reply_headers("", msg.headers.as_ref());
@@ -325,7 +309,7 @@ fn cancel_answer(id: messages::RequestId, task_id: &str, found: bool) -> Respons
     }
 }
 
-/// Unregisters a call however its task ends.
+/// Forgets a call whose task ended without an outcome (aborted, or panicked).
 struct Registration {
     shared: Arc<Shared>,
     task_id: String,
@@ -334,7 +318,7 @@ struct Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.shared.unregister(&self.task_id, self.seq);
+        self.shared.calls().abandon(&self.task_id, self.seq);
     }
 }
 
@@ -345,31 +329,56 @@ async fn run_call(shared: Arc<Shared>, call: Call, seq: u64, canceled: oneshot::
         seq,
     };
     let canceled = async move {
-        // A dropped sender (the call was re-registered) is not a cancel.
+        // A dropped sender (the call was forgotten) is not a cancel.
         if canceled.await.is_err() {
             std::future::pending::<()>().await;
         }
     };
     tokio::pin!(canceled);
     let permits = shared.permits.clone();
-    let _permit = tokio::select! {
+    let permit = tokio::select! {
         permit = permits.acquire_owned() => permit.ok(),
-        _ = &mut canceled => {
-            answer(&shared, &call, &Outcome::Canceled).await;
-            return;
+        _ = &mut canceled => None,
+    };
+    let outcome = match permit {
+        None => Outcome::Canceled,
+        Some(_permit) => {
+            shared.calls().started(&call.task_id, seq);
+            send_status(&shared, &call, TaskState::Working).await;
+            let work = process(&shared, &call);
+            tokio::pin!(work);
+            // Signs of life, so a caller that resends after silence does not.
+            let every = shared.heartbeat_interval;
+            let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            loop {
+                tokio::select! {
+                    outcome = &mut work => break outcome,
+                    _ = &mut canceled => break Outcome::Canceled,
+                    _ = beat.tick(), if call.status_to.is_some() => {
+                        send_status(&shared, &call, TaskState::Working).await;
+                    }
+                }
+            }
         }
     };
+    // Copies that arrive from here on are answered from memory.
+    let waiters = shared
+        .calls()
+        .finish(&call.task_id, seq, &outcome, Instant::now());
+    answer(&shared, &call, &outcome).await;
+    for waiter in &waiters {
+        answer(&shared, waiter, &outcome).await;
+    }
+}
+
+/// A status update of `call` to its `Mesh-Status-To`, when it has one.
+async fn send_status(shared: &Shared, call: &Call, state: TaskState) {
     if let Some(to) = &call.status_to {
         let headers = protocol::reply_headers("", Some(&call.headers));
         shared
-            .publish(to, headers, &protocol::working_update(&call))
+            .publish(to, headers, &protocol::status_update(call, state))
             .await;
     }
-    let outcome = tokio::select! {
-        outcome = process(&shared, &call) => outcome,
-        _ = &mut canceled => Outcome::Canceled,
-    };
-    answer(&shared, &call, &outcome).await;
 }
 
 async fn answer(shared: &Shared, call: &Call, outcome: &Outcome) {

@@ -102,7 +102,7 @@ pub(crate) fn joined_text(parts: &[Part]) -> String {
 pub enum Part {
     /// `{kind:"text", text}`.
     Text {
-        /// The text.
+        /// The text; in a request, all text parts together are the instruction.
         text: String,
         /// Free-form metadata.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -118,7 +118,8 @@ pub enum Part {
     },
     /// `{kind:"data", data:{...}}`: `data` is always a JSON object.
     Data {
-        /// The payload.
+        /// The payload; a value that is not an object travels as `{"value": ...}` with
+        /// `mesh_wrapped` in `metadata` (see [`crate::payload`]).
         data: JsonObject,
         /// Free-form metadata.
         #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -96,7 +96,8 @@ pub struct AgentExtension {
     /// Whether clients must understand it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required: Option<bool>,
-    /// Its content.
+    /// The extension's settings, shaped by its URI (the schemas extension carries
+    /// `input_schema` and `output_schema`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub params: Option<JsonObject>,
 }
@@ -111,7 +112,7 @@ pub struct AgentSkill {
     pub name: String,
     /// What the skill does.
     pub description: String,
-    /// Keywords.
+    /// Keywords for people and discovery tools; the mesh does not match on them.
     #[serde(default)]
     pub tags: Vec<String>,
     /// Example requests.

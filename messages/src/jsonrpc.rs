@@ -109,7 +109,8 @@ impl Method {
 /// Params of `message/send`: `{message, metadata?}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MessageSendParams {
-    /// The message.
+    /// The A2A message: its parts carry the input (and, from a workflow node, the
+    /// `workflow_node_request` first).
     pub message: Message,
     /// Free-form metadata about the call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -255,7 +256,8 @@ pub struct ErrorObject {
     pub code: i64,
     /// A human-readable message.
     pub message: String,
-    /// Details.
+    /// Free-form detail for programs (JSON-RPC's `data`); the mesh never sets it and
+    /// ignores it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<Value>,
 }

@@ -16,7 +16,7 @@ pub enum SubjectError {
     /// The name contains a character other than `A-Z a-z 0-9 _ -`.
     #[error("{name:?} is not a valid subject token: {ch:?} is not one of A-Z a-z 0-9 _ -")]
     InvalidChar {
-        /// The name.
+        /// The rejected name, as given.
         name: String,
         /// The first offending character.
         ch: char,

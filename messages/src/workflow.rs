@@ -145,9 +145,10 @@ impl WorkflowNodeResult {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename = "workflow_execution_start")]
 pub struct WorkflowExecutionStart {
-    /// The workflow.
+    /// The workflow's name, which is also its agent name on the mesh.
     pub workflow_name: String,
-    /// The run.
+    /// The run's execution id: what a `tasks/cancel` of the run or an approval decision
+    /// names.
     pub execution_id: String,
     /// The input's artifact, when it came by reference.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -171,7 +172,8 @@ pub struct SwitchCaseInfo {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(tag = "type", rename = "workflow_node_execution_start")]
 pub struct WorkflowNodeExecutionStart {
-    /// The node.
+    /// The node's id in the definition; the same for every map item and loop iteration
+    /// (told apart by the other fields).
     pub node_id: String,
     /// Its type: agent, workflow, conditional, switch, map, fork, join, loop, approval.
     pub node_type: String,
@@ -248,7 +250,8 @@ pub enum NodeOutcome {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename = "workflow_node_execution_result")]
 pub struct WorkflowNodeExecutionResult {
-    /// The node.
+    /// The node's id in the definition; the same for every map item and loop iteration
+    /// (told apart by the other fields).
     pub node_id: String,
     /// How it ended.
     pub status: NodeOutcome,
@@ -323,9 +326,10 @@ pub enum RunOutcome {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename = "workflow_execution_result")]
 pub struct WorkflowExecutionResult {
-    /// The workflow.
+    /// The workflow's name, which is also its agent name on the mesh.
     pub workflow_name: String,
-    /// The run.
+    /// The run's execution id: what a `tasks/cancel` of the run or an approval decision
+    /// names.
     pub execution_id: String,
     /// How it ended.
     pub status: RunOutcome,
@@ -348,9 +352,10 @@ data_part_type!(WorkflowExecutionResult, "workflow_execution_result");
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename = "workflow_approval_request")]
 pub struct WorkflowApprovalRequest {
-    /// The workflow.
+    /// The workflow's name, which is also its agent name on the mesh.
     pub workflow_name: String,
-    /// The run.
+    /// The run's execution id: what a `tasks/cancel` of the run or an approval decision
+    /// names.
     pub execution_id: String,
     /// The approval node.
     pub node_id: String,
@@ -377,16 +382,17 @@ pub enum Decision {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename = "workflow_approval_decision")]
 pub struct WorkflowApprovalDecision {
-    /// The run.
+    /// The run's execution id: what a `tasks/cancel` of the run or an approval decision
+    /// names.
     pub execution_id: String,
     /// The approval node.
     pub node_id: String,
-    /// The decision.
+    /// `approve` lets the run go on past the gate; `reject` fails the approval node.
     pub decision: Decision,
     /// Who decided.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
-    /// Why.
+    /// The approver's reason: free text, kept for people, never interpreted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comment: Option<String>,
 }

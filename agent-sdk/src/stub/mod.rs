@@ -51,7 +51,7 @@ pub struct StubFile {
 pub struct StubAgent {
     /// Its name on the mesh.
     pub name: String,
-    /// Its description.
+    /// The card's description; without one the card says `Stub agent {name}`.
     pub description: Option<String>,
     /// Advertised and enforced input schema.
     pub input_schema: Option<Value>,
@@ -85,7 +85,7 @@ pub enum Answer {
     Output(Template),
     /// A failure with a message (a template) and an optional kind.
     Fail {
-        /// The message.
+        /// The error message: a template over `input` and `call`, like an output.
         message: Template,
         /// The error kind.
         kind: Option<String>,

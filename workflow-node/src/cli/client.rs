@@ -1,19 +1,22 @@
 //! Calling a workflow the way another agent would: a `message/send` with the input as a
-//! DataPart, progress from the status subject, and the final Task.
+//! DataPart, progress from the status subject, and the final Task. The request is resent
+//! with the same message id while the workflow is silent (`agent_sdk::exchange`); the
+//! workflow starts one run per message id, so a resend never starts a second run.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Result};
-use futures::{FutureExt, StreamExt};
-use messages::a2a::{AgentReply, Message, Part, Role, TaskState};
-use messages::jsonrpc::{Outcome, Request, Response};
+use agent_sdk::exchange::{
+    send_until_answered, ConnectionError, ExchangeError, MalformedReply, Outgoing, Timing,
+};
+use agent_sdk::ArtifactError;
+use messages::a2a::{Message, Part, Role, TaskState, TaskStatusUpdateEvent};
+use messages::jsonrpc::Request;
 use messages::payload::wrap;
-use messages::reply::{decode_reply, output_part, Output, ReplyError};
+use messages::reply::{final_task, output_part, Output};
+use messages::subjects;
 use messages::workflow::WorkflowDataPart;
-use messages::{headers, subjects};
 use serde_json::Value;
-
 /// How a run ended, as its caller sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunResult {
@@ -29,90 +32,154 @@ pub struct RunResult {
     pub execution_id: Option<String>,
 }
 
-/// Invokes `workflow` with `input`, calling `progress` with each update's DataPart.
+/// Why [`invoke`] has no result to show.
+#[derive(Debug, thiserror::Error)]
+pub enum InvokeError {
+    /// Subscribing, publishing or flushing failed.
+    #[error("calling {workflow}")]
+    Connection {
+        /// The workflow called.
+        workflow: String,
+        /// The operation that failed.
+        #[source]
+        source: ConnectionError,
+    },
+    /// Nothing serves the workflow in the namespace.
+    #[error("nothing serves {workflow} in namespace '{ns}' (no responders)")]
+    NoResponders {
+        /// The workflow called.
+        workflow: String,
+        /// The namespace it was looked for in.
+        ns: String,
+    },
+    /// The workflow refused the request with a JSON-RPC error (for instance a malformed
+    /// request; a run that starts and fails is a [`RunResult`] instead).
+    #[error("{workflow} refused the request: {message} ({code})")]
+    Refused {
+        /// The workflow called.
+        workflow: String,
+        /// The JSON-RPC error code (see `messages::jsonrpc::codes`).
+        code: i64,
+        /// The error message.
+        message: String,
+    },
+    /// The final reply could not be read.
+    #[error("{workflow} sent a reply that cannot be read")]
+    MalformedReply {
+        /// The workflow called.
+        workflow: String,
+        /// What was wrong with it.
+        #[source]
+        source: MalformedReply,
+    },
+    /// No final reply within the timeout, although the request was resent.
+    #[error("no result from {workflow} within {} s (request sent {sends} times)", .timeout.as_secs_f64())]
+    TimedOut {
+        /// The workflow called.
+        workflow: String,
+        /// The overall timeout.
+        timeout: Duration,
+        /// How often the request went out.
+        sends: u32,
+    },
+    /// The output is in the object store and could not be read.
+    #[error("reading the output artifact {uri}")]
+    Artifact {
+        /// Its `nats-object://` reference.
+        uri: String,
+        /// Why it could not be read.
+        #[source]
+        source: ArtifactError,
+    },
+}
+
+/// Invokes `workflow` with `input`, calling `progress` with each update's DataPart; waits
+/// up to the timeout and resends after the resend interval of silence (see
+/// `agent_sdk::exchange`). A bare `Duration` is the timeout with the default interval (3 s).
 pub async fn invoke(
     client: &async_nats::Client,
     ns: &str,
     workflow: &str,
     input: &Value,
-    timeout: Duration,
+    timing: impl Into<Timing>,
     mut progress: impl FnMut(&WorkflowDataPart),
-) -> Result<RunResult> {
-    let status_inbox = client.new_inbox();
-    let reply_inbox = client.new_inbox();
-    let mut status = client.subscribe(status_inbox.clone()).await?;
-    let mut replies = client.subscribe(reply_inbox.clone()).await?;
+) -> Result<RunResult, InvokeError> {
+    let timing = timing.into();
     let message_id = format!("run-{}", uuid::Uuid::new_v4().simple());
-    let message = Message::new(message_id.clone(), Role::User, vec![wrap(input.clone())]);
+    let mut message = Message::new(message_id.clone(), Role::User, vec![wrap(input.clone())]);
+    message.task_id = Some(message_id.clone());
     let request = Request::message_send(message_id.as_str(), message);
-    let mut h = async_nats::HeaderMap::new();
-    h.insert(headers::STATUS_TO, status_inbox.as_str());
-    client
-        .publish_with_reply_and_headers(
-            subjects::agent_request(ns, workflow),
-            reply_inbox,
-            h,
-            serde_json::to_vec(&request)?.into(),
-        )
-        .await?;
-    client.flush().await?;
+    let outgoing = Outgoing {
+        subject: subjects::agent_request(ns, workflow),
+        id: message_id.as_str().into(),
+        headers: async_nats::HeaderMap::new(),
+        body: serde_json::to_vec(&request)
+            .expect("a message/send request serialises to JSON")
+            .into(),
+    };
     let mut nodes = BTreeMap::new();
     let mut execution_id = None;
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep_until(deadline) => {
-                bail!("no result from {workflow} within {} s", timeout.as_secs_f64())
-            }
-            Some(msg) = status.next() => on_status(&msg, &mut nodes, &mut execution_id, &mut progress),
-            Some(msg) = replies.next() => {
-                if msg.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
-                    bail!("nothing serves {workflow} in namespace '{ns}' (no responders)");
-                }
-                // Updates published before the reply are already queued: take them first.
-                while let Some(Some(msg)) = status.next().now_or_never() {
-                    on_status(&msg, &mut nodes, &mut execution_id, &mut progress);
-                }
-                let reply = match decode_reply(&msg.payload) {
-                    Ok(reply) => reply,
-                    Err(ReplyError::NotJsonRpc(e)) => bail!("{workflow} sent a reply that is not JSON-RPC: {e}"),
-                    Err(ReplyError::Rpc(e)) => bail!("{workflow} refused the request: {} ({})", e.message, e.code),
-                };
-                let AgentReply::Task(task) = reply else { continue };
-                let parts = task.status.message.map(|m| m.parts).unwrap_or_default();
-                let text: Vec<&str> = parts.iter().filter_map(Part::as_text).collect();
-                let output = match output_part(&parts) {
-                    Some(Output::Inline(v)) => Some(v),
-                    Some(Output::Object(uri)) => Some(artifact_output(client, ns, &uri).await?),
-                    None => None,
-                };
-                let (status, error) = match task.status.state {
-                    TaskState::Completed => ("success", None),
-                    TaskState::Canceled => ("cancelled", Some(text.join("\n"))),
-                    _ => ("failure", Some(text.join("\n"))),
-                };
-                return Ok(RunResult { status: status.into(), output, error, nodes, execution_id });
-            }
-        }
+    let reply = send_until_answered(client, outgoing, timing, |update| {
+        on_status(update, &mut nodes, &mut execution_id, &mut progress)
+    })
+    .await
+    .map_err(|e| invoke_error(workflow, ns, timing.timeout, e))?;
+    let task = final_task(reply).expect("send_until_answered returns final replies only");
+    let parts = task.status.message.map(|m| m.parts).unwrap_or_default();
+    let text: Vec<&str> = parts.iter().filter_map(Part::as_text).collect();
+    let output = match output_part(&parts) {
+        Some(Output::Inline(v)) => Some(v),
+        Some(Output::Object(uri)) => Some(artifact_output(client, ns, &uri).await?),
+        None => None,
+    };
+    let (status, error) = match task.status.state {
+        TaskState::Completed => ("success", None),
+        TaskState::Canceled => ("cancelled", Some(text.join("\n"))),
+        _ => ("failure", Some(text.join("\n"))),
+    };
+    Ok(RunResult {
+        status: status.into(),
+        output,
+        error,
+        nodes,
+        execution_id,
+    })
+}
+
+fn invoke_error(workflow: &str, ns: &str, timeout: Duration, e: ExchangeError) -> InvokeError {
+    let workflow = workflow.to_owned();
+    match e {
+        ExchangeError::Connection(source) => InvokeError::Connection { workflow, source },
+        ExchangeError::NoResponders => InvokeError::NoResponders {
+            workflow,
+            ns: ns.to_owned(),
+        },
+        ExchangeError::TimedOut { sends } => InvokeError::TimedOut {
+            workflow,
+            timeout,
+            sends,
+        },
+        ExchangeError::Refused(e) => InvokeError::Refused {
+            workflow,
+            code: e.code,
+            message: e.message,
+        },
+        ExchangeError::Malformed(source) => InvokeError::MalformedReply { workflow, source },
     }
 }
 
 fn on_status(
-    msg: &async_nats::Message,
+    update: &TaskStatusUpdateEvent,
     nodes: &mut BTreeMap<String, String>,
     execution_id: &mut Option<String>,
     progress: &mut impl FnMut(&WorkflowDataPart),
 ) {
-    let Ok(response) = serde_json::from_slice::<Response>(&msg.payload) else {
-        return;
-    };
-    let Outcome::Result(reply) = response.outcome else {
-        return;
-    };
-    let AgentReply::StatusUpdate(update) = *reply else {
-        return;
-    };
-    let parts = update.status.message.map(|m| m.parts).unwrap_or_default();
+    let parts = update
+        .status
+        .message
+        .as_ref()
+        .map(|m| m.parts.as_slice())
+        .unwrap_or_default();
     for part in parts.iter().filter_map(Part::as_data) {
         let Ok(Some(data)) = WorkflowDataPart::from_data(part) else {
             continue;
@@ -132,11 +199,17 @@ fn on_status(
 }
 
 /// The output of a reply that carries it as an object-store artifact (a large output).
-async fn artifact_output(client: &async_nats::Client, ns: &str, uri: &str) -> Result<Value> {
+async fn artifact_output(
+    client: &async_nats::Client,
+    ns: &str,
+    uri: &str,
+) -> Result<Value, InvokeError> {
     let artifacts = agent_sdk::payload::Artifacts::new(client.clone(), ns);
-    let value = artifacts
+    artifacts
         .get_uri(uri)
         .await
-        .map_err(|e| anyhow!("reading the output artifact {uri}: {e}"))?;
-    Ok(value)
+        .map_err(|source| InvokeError::Artifact {
+            uri: uri.to_owned(),
+            source,
+        })
 }

@@ -10,6 +10,8 @@ use anyhow::{anyhow, Context, Result};
 use messages::workflow::WorkflowDataPart;
 use serde_json::{json, Value};
 
+use agent_sdk::exchange::Timing;
+
 use super::client::{invoke, RunResult};
 use super::connect::{connect, NatsArgs};
 use crate::shell::{Config, WorkflowNode};
@@ -28,6 +30,11 @@ pub struct Args {
     /// How long to wait for the result, e.g. 30s, 5m.
     #[arg(long, default_value = "5m")]
     pub timeout: String,
+    /// Silence after which the request is resent with the same task id, e.g. 3s: no
+    /// progress within it after sending, or no result within it after the last progress.
+    /// The workflow starts one run per task id, so resending is safe.
+    #[arg(long, default_value = "3s")]
+    pub resend_interval: String,
     /// Print {"status", "output", "error"} instead of the bare output.
     #[arg(long)]
     pub json: bool,
@@ -66,6 +73,12 @@ async fn execute(args: Args) -> Result<ExitCode> {
     let input = read_input(&args)?;
     let timeout =
         workflow_expr::duration::parse(&args.timeout).map_err(|e| anyhow!("--timeout: {e}"))?;
+    let resend_interval = workflow_expr::duration::parse(&args.resend_interval)
+        .map_err(|e| anyhow!("--resend-interval: {e}"))?;
+    let timing = Timing {
+        timeout,
+        resend_interval,
+    };
     if args.nats.nats_url.is_none() && args.workflows.is_empty() {
         return Err(anyhow!(
             "nothing serves {} on a fresh embedded server: give --nats-url (or NATS_URL) of a mesh where it runs, or --workflows (and --agents) to host it here",
@@ -93,15 +106,7 @@ async fn execute(args: Args) -> Result<ExitCode> {
                 .map_err(anyhow::Error::msg)?,
         )
     };
-    let result = invoke(
-        &conn.client,
-        &ns,
-        &args.name,
-        &input,
-        timeout,
-        show_progress,
-    )
-    .await;
+    let result = invoke(&conn.client, &ns, &args.name, &input, timing, show_progress).await;
     if let Some(node) = node {
         node.shutdown().await;
     }

@@ -23,6 +23,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
 use serde_json::Value;
 
+use agent_sdk::exchange::Timing;
+
 use super::client::{invoke, RunResult};
 use super::connect::{connect, NatsArgs};
 use crate::shell::{Config, WorkflowNode};
@@ -36,6 +38,10 @@ pub struct Args {
     /// Per-case timeout, e.g. 30s.
     #[arg(long, default_value = "60s")]
     pub timeout: String,
+    /// Silence after which a case's request is resent with the same task id, e.g. 3s (see
+    /// `agent_sdk::exchange`).
+    #[arg(long, default_value = "3s")]
+    pub resend_interval: String,
     /// NATS connection.
     #[command(flatten)]
     pub nats: NatsArgs,
@@ -117,10 +123,16 @@ pub fn run(args: Args) -> ExitCode {
     super::block_on(async move {
         let timeout =
             workflow_expr::duration::parse(&args.timeout).map_err(|e| anyhow!("--timeout: {e}"))?;
+        let resend_interval = workflow_expr::duration::parse(&args.resend_interval)
+            .map_err(|e| anyhow!("--resend-interval: {e}"))?;
+        let timing = Timing {
+            timeout,
+            resend_interval,
+        };
         let mut passed = 0;
         let mut failed = 0;
         for path in &args.suites {
-            let (p, f) = run_suite(path, &args.nats, timeout)
+            let (p, f) = run_suite(path, &args.nats, timing)
                 .await
                 .with_context(|| format!("suite {}", path.display()))?;
             passed += p;
@@ -166,11 +178,7 @@ pub fn load_suite(path: &Path) -> Result<Suite> {
     Ok(suite)
 }
 
-async fn run_suite(
-    path: &Path,
-    nats: &NatsArgs,
-    timeout: std::time::Duration,
-) -> Result<(usize, usize)> {
+async fn run_suite(path: &Path, nats: &NatsArgs, timing: Timing) -> Result<(usize, usize)> {
     let suite = load_suite(path)?;
     let dir = path.parent().unwrap_or(Path::new("."));
     let files: Vec<PathBuf> = suite.workflows.iter().map(|w| dir.join(w)).collect();
@@ -216,13 +224,13 @@ async fn run_suite(
         } else {
             Some(spawn_approver(&conn.client, &ns, &workflow, case.approvals.clone()).await?)
         };
-        let result = invoke(&conn.client, &ns, &workflow, &case.input, timeout, |_| {}).await;
+        let result = invoke(&conn.client, &ns, &workflow, &case.input, timing, |_| {}).await;
         if let Some(task) = approver {
             task.abort();
         }
         let problems = match result {
             Ok(r) => check(&case.expect, &r),
-            Err(e) => vec![format!("{e:#}")],
+            Err(e) => vec![format!("{:#}", anyhow::Error::from(e))],
         };
         if problems.is_empty() {
             passed += 1;

@@ -1,0 +1,297 @@
+//! De-duplication of requests by task id, without I/O: which calls run here, who else waits
+//! for their answer, and the outcomes of calls that finished recently.
+//!
+//! Requests arrive at least once: a workflow node re-dispatches an attempt with the same
+//! sub-task id after a crash, and callers resend a request with the same task id when they
+//! hear nothing (see `client`). A copy of a running call never runs the handler again: it
+//! joins the running call and gets the same answer at its own reply address, or is dropped
+//! when that address already gets it. A copy of a call that finished recently is answered
+//! from [`Recent`] at once. Canceled calls are not remembered, so a cancel never decides
+//! the answer to a later request.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use crate::protocol::{Call, Outcome};
+
+/// What to do with a request, given the calls running and finished here.
+#[derive(Debug)]
+pub(crate) enum Admission {
+    /// The first copy: run it; `canceled` fires on a `tasks/cancel` of its task.
+    Run {
+        seq: u64,
+        canceled: oneshot::Receiver<()>,
+    },
+    /// A copy of a running call with another reply address: it is answered when the call
+    /// ends. `started` tells whether the handler runs yet (or waits for a permit).
+    Joined { started: bool },
+    /// A copy of a running call whose reply address already gets the answer (or that has
+    /// none).
+    Dropped { started: bool },
+    /// A copy of a call that finished recently: answer it with this outcome.
+    Answered(Outcome),
+}
+
+/// The calls of one agent, by task id.
+#[derive(Debug)]
+pub(crate) struct Calls {
+    next: u64,
+    running: HashMap<String, InFlight>,
+    recent: Recent<Outcome>,
+}
+
+#[derive(Debug)]
+struct InFlight {
+    seq: u64,
+    started: bool,
+    /// Taken by the first cancel.
+    cancel: Option<oneshot::Sender<()>>,
+    /// The reply addresses already answered when the call ends: the call's own first.
+    reply_to: Vec<Option<String>>,
+    waiters: Vec<Call>,
+}
+
+impl Calls {
+    /// No calls, remembering up to `capacity` finished ones for `window`.
+    pub(crate) fn new(capacity: usize, window: Duration) -> Self {
+        Calls {
+            next: 0,
+            running: HashMap::new(),
+            recent: Recent::new(capacity, window),
+        }
+    }
+
+    /// Decides what to do with `call`, registering it when it is to run or to wait.
+    pub(crate) fn admit(&mut self, call: &Call, now: Instant) -> Admission {
+        if let Some(running) = self.running.get_mut(&call.task_id) {
+            let started = running.started;
+            if call.reply_to.is_none() || running.reply_to.contains(&call.reply_to) {
+                return Admission::Dropped { started };
+            }
+            running.reply_to.push(call.reply_to.clone());
+            running.waiters.push(call.clone());
+            return Admission::Joined { started };
+        }
+        if let Some(outcome) = self.recent.get(&call.task_id, now) {
+            return Admission::Answered(outcome.clone());
+        }
+        let (tx, rx) = oneshot::channel();
+        self.next += 1;
+        let seq = self.next;
+        self.running.insert(
+            call.task_id.clone(),
+            InFlight {
+                seq,
+                started: false,
+                cancel: Some(tx),
+                reply_to: vec![call.reply_to.clone()],
+                waiters: Vec::new(),
+            },
+        );
+        Admission::Run { seq, canceled: rx }
+    }
+
+    /// Notes that the handler of call `seq` got its permit and runs.
+    pub(crate) fn started(&mut self, task_id: &str, seq: u64) {
+        if let Some(running) = self.running.get_mut(task_id).filter(|r| r.seq == seq) {
+            running.started = true;
+        }
+    }
+
+    /// Signals the call running `task_id`; whether one runs here.
+    pub(crate) fn cancel(&mut self, task_id: &str) -> bool {
+        match self.running.get_mut(task_id) {
+            Some(running) => {
+                if let Some(tx) = running.cancel.take() {
+                    let _ = tx.send(());
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Call `seq` ended with `outcome`: it stops running, its outcome is remembered (unless
+    /// canceled), and the copies waiting for it are returned to be answered too.
+    pub(crate) fn finish(
+        &mut self,
+        task_id: &str,
+        seq: u64,
+        outcome: &Outcome,
+        now: Instant,
+    ) -> Vec<Call> {
+        let Some(running) = self.remove(task_id, seq) else {
+            return Vec::new();
+        };
+        if *outcome != Outcome::Canceled {
+            self.recent.insert(task_id.to_owned(), outcome.clone(), now);
+        }
+        running.waiters
+    }
+
+    /// Forgets call `seq` without an outcome (its task ended abnormally).
+    pub(crate) fn abandon(&mut self, task_id: &str, seq: u64) {
+        self.remove(task_id, seq);
+    }
+
+    fn remove(&mut self, task_id: &str, seq: u64) -> Option<InFlight> {
+        match self.running.get(task_id) {
+            Some(r) if r.seq == seq => self.running.remove(task_id),
+            _ => None,
+        }
+    }
+}
+
+/// The values of the last `capacity` keys inserted within `window`; older ones are
+/// forgotten, so memory stays bounded however many requests pass.
+#[derive(Debug)]
+pub(crate) struct Recent<T> {
+    capacity: usize,
+    window: Duration,
+    order: VecDeque<(String, Instant)>,
+    values: HashMap<String, T>,
+}
+
+impl<T> Recent<T> {
+    pub(crate) fn new(capacity: usize, window: Duration) -> Self {
+        Recent {
+            capacity,
+            window,
+            order: VecDeque::new(),
+            values: HashMap::new(),
+        }
+    }
+
+    /// Remembers `value` for `key` (a key already present keeps its place and age).
+    pub(crate) fn insert(&mut self, key: String, value: T, now: Instant) {
+        if self.capacity == 0 {
+            return;
+        }
+        if self.values.insert(key.clone(), value).is_none() {
+            self.order.push_back((key, now));
+        }
+        self.evict(now);
+    }
+
+    /// The value remembered for `key`, if it is not too old.
+    pub(crate) fn get(&mut self, key: &str, now: Instant) -> Option<&T> {
+        self.evict(now);
+        self.values.get(key)
+    }
+
+    fn evict(&mut self, now: Instant) {
+        while let Some((key, at)) = self.order.front() {
+            let expired = now.saturating_duration_since(*at) >= self.window;
+            if !expired && self.order.len() <= self.capacity {
+                break;
+            }
+            self.values.remove(key);
+            self.order.pop_front();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{decode, Decoded, Output};
+    use serde_json::{json, Value};
+
+    fn call(task: &str, reply: Option<&str>) -> Call {
+        let body = json!({"jsonrpc": "2.0", "id": task, "method": "message/send",
+            "params": {"message": {"kind": "message", "messageId": task, "role": "user",
+                "taskId": task, "parts": []}}});
+        match decode(&serde_json::to_vec(&body).unwrap(), None, reply) {
+            Decoded::Send(c) => *c,
+            other => panic!("not a send: {other:?}"),
+        }
+    }
+
+    fn done(v: Value) -> Outcome {
+        Outcome::Success(Output::Inline(v))
+    }
+
+    fn seq(a: Admission) -> u64 {
+        match a {
+            Admission::Run { seq, .. } => seq,
+            other => panic!("expected to run, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn copies_of_a_running_call_join_or_are_dropped_then_are_answered_from_memory() {
+        let now = Instant::now();
+        let mut calls = Calls::new(10, Duration::from_secs(60));
+        let s = seq(calls.admit(&call("t", Some("a")), now));
+        assert!(matches!(
+            calls.admit(&call("t", Some("a")), now),
+            Admission::Dropped { started: false }
+        ));
+        calls.started("t", s);
+        assert!(matches!(
+            calls.admit(&call("t", Some("b")), now),
+            Admission::Joined { started: true }
+        ));
+        assert!(matches!(
+            calls.admit(&call("t", Some("b")), now),
+            Admission::Dropped { .. }
+        ));
+        assert!(matches!(
+            calls.admit(&call("t", None), now),
+            Admission::Dropped { .. }
+        ));
+        let waiters = calls.finish("t", s, &done(json!(1)), now);
+        let replies: Vec<_> = waiters.iter().map(|c| c.reply_to.as_deref()).collect();
+        assert_eq!(replies, [Some("b")]);
+        match calls.admit(&call("t", Some("c")), now) {
+            Admission::Answered(o) => assert_eq!(o, done(json!(1))),
+            other => panic!("expected an answer, got {other:?}"),
+        }
+        seq(calls.admit(&call("u", Some("a")), now));
+    }
+
+    #[test]
+    fn canceled_calls_are_not_remembered() {
+        let now = Instant::now();
+        let mut calls = Calls::new(10, Duration::from_secs(60));
+        let s = seq(calls.admit(&call("t", Some("a")), now));
+        assert!(calls.cancel("t"));
+        assert!(calls.cancel("t"), "still running until it answers");
+        assert!(calls.finish("t", s, &Outcome::Canceled, now).is_empty());
+        assert!(!calls.cancel("t"));
+        seq(calls.admit(&call("t", Some("a")), now));
+    }
+
+    #[test]
+    fn a_stale_sequence_number_changes_nothing() {
+        let now = Instant::now();
+        let mut calls = Calls::new(10, Duration::from_secs(60));
+        let s = seq(calls.admit(&call("t", Some("a")), now));
+        calls.abandon("t", s + 1);
+        assert!(calls.finish("t", s + 1, &done(json!(1)), now).is_empty());
+        assert!(matches!(
+            calls.admit(&call("t", Some("a")), now),
+            Admission::Dropped { .. }
+        ));
+        calls.abandon("t", s);
+        seq(calls.admit(&call("t", Some("a")), now));
+    }
+
+    #[test]
+    fn memory_is_bounded_by_count_and_age() {
+        let t0 = Instant::now();
+        let mut recent = Recent::new(2, Duration::from_secs(60));
+        recent.insert("a".into(), 1, t0);
+        recent.insert("b".into(), 2, t0 + Duration::from_secs(30));
+        recent.insert("c".into(), 3, t0 + Duration::from_secs(31));
+        assert_eq!(recent.get("a", t0 + Duration::from_secs(31)), None);
+        assert_eq!(recent.get("b", t0 + Duration::from_secs(31)), Some(&2));
+        assert_eq!(recent.get("b", t0 + Duration::from_secs(90)), None);
+        assert_eq!(recent.get("c", t0 + Duration::from_secs(90)), Some(&3));
+        let mut off = Recent::new(0, Duration::from_secs(60));
+        off.insert("a".into(), 1, t0);
+        assert_eq!(off.get("a", t0), None);
+    }
+}

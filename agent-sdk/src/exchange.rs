@@ -1,0 +1,214 @@
+//! One request and its final reply, resent while the callee is silent: how
+//! [`crate::call_agent`] and the workflow node's CLI (`workflow-node run` and `test`) call.
+//!
+//! NATS core delivers at most once, so a request (or its reply) can be lost while a server
+//! restarts or a workflow replica dies before its stream stored the request. The caller
+//! asks for status updates (`Mesh-Status-To`) and resends the same bytes (same task id,
+//! same message id) when it hears nothing for [`Timing::resend_interval`]: no status update
+//! within the interval after a send, or no final reply within the interval after the last
+//! sign of life. A workflow starts one run per task id and an agent runs a task id once, so
+//! resending is safe; the first final reply with the request's JSON-RPC id wins and later
+//! copies are ignored.
+
+use std::time::Duration;
+
+use async_nats::{Client, HeaderMap};
+use bytes::Bytes;
+use futures::{FutureExt, StreamExt};
+use messages::headers::STATUS_TO;
+use messages::jsonrpc::{ErrorObject, Outcome, RequestId, Response};
+use messages::{AgentReply, TaskState, TaskStatusUpdateEvent};
+use tokio::time::Instant;
+
+/// How long a caller waits for a sign of life before resending, unless told otherwise.
+pub const DEFAULT_RESEND_INTERVAL: Duration = Duration::from_secs(3);
+
+/// How long to wait in all, and how long to wait for a sign of life before resending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// The time from the first send after which the caller gives up.
+    pub timeout: Duration,
+    /// Silence after which the request is sent again (at least 1 ms).
+    pub resend_interval: Duration,
+}
+
+impl Timing {
+    /// Gives up after `timeout`, resending after [`DEFAULT_RESEND_INTERVAL`] of silence.
+    pub fn new(timeout: Duration) -> Self {
+        Timing {
+            timeout,
+            resend_interval: DEFAULT_RESEND_INTERVAL,
+        }
+    }
+}
+
+impl From<Duration> for Timing {
+    /// [`Timing::new`]: the default resend interval.
+    fn from(timeout: Duration) -> Self {
+        Timing::new(timeout)
+    }
+}
+
+/// A request ready to go out (and out again).
+#[derive(Debug, Clone)]
+pub struct Outgoing {
+    /// The callee's request subject.
+    pub subject: String,
+    /// The JSON-RPC id in `body`: replies and status updates with another id are ignored.
+    pub id: RequestId,
+    /// Headers to send (trace context, call depth); `Mesh-Status-To` is added.
+    pub headers: HeaderMap,
+    /// The JSON-RPC request.
+    pub body: Bytes,
+}
+
+/// Talking to the NATS server failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectionError {
+    /// The reply or status inbox could not be subscribed to.
+    #[error("subscribing to an inbox")]
+    Subscribe(#[source] async_nats::SubscribeError),
+    /// The request could not be published.
+    #[error("publishing the request")]
+    Publish(#[source] async_nats::PublishError),
+    /// The request could not be flushed to the server.
+    #[error("flushing the request")]
+    Flush(#[source] async_nats::client::FlushError),
+}
+
+/// A final reply that could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum MalformedReply {
+    /// The message on the reply inbox is not a JSON-RPC response.
+    #[error("not a JSON-RPC response")]
+    NotJsonRpc(#[source] serde_json::Error),
+    /// Its `workflow_node_result` DataPart does not parse.
+    #[error("malformed workflow_node_result")]
+    NodeResult(#[source] serde_json::Error),
+    /// The final task is in a state that is not terminal.
+    #[error("the final task is in state {0:?}")]
+    NotTerminal(TaskState),
+}
+
+/// Why [`send_until_answered`] returned no final reply.
+#[derive(Debug, thiserror::Error)]
+pub enum ExchangeError {
+    /// Subscribing, publishing or flushing failed.
+    #[error(transparent)]
+    Connection(#[from] ConnectionError),
+    /// Nothing subscribes to the subject (the server answered "no responders").
+    #[error("no responders")]
+    NoResponders,
+    /// No final reply within the timeout, after `sends` sends.
+    #[error("no final reply after {sends} sends")]
+    TimedOut {
+        /// How often the request went out.
+        sends: u32,
+    },
+    /// The callee answered with a JSON-RPC error: it refused or could not parse the
+    /// request.
+    #[error("JSON-RPC error {}: {}", .0.code, .0.message)]
+    Refused(ErrorObject),
+    /// The reply could not be read.
+    #[error(transparent)]
+    Malformed(#[from] MalformedReply),
+}
+
+/// Sends `request` and returns its final reply (a Task, or a bare Message), resending
+/// while the callee is silent (see the module doc). `on_status` sees each status update
+/// for the request, in order, including those queued before the final reply.
+pub async fn send_until_answered(
+    client: &Client,
+    request: Outgoing,
+    timing: Timing,
+    mut on_status: impl FnMut(&TaskStatusUpdateEvent),
+) -> Result<AgentReply, ExchangeError> {
+    let reply_inbox = client.new_inbox();
+    let status_inbox = client.new_inbox();
+    let mut replies = client
+        .subscribe(reply_inbox.clone())
+        .await
+        .map_err(ConnectionError::Subscribe)?;
+    let mut statuses = client
+        .subscribe(status_inbox.clone())
+        .await
+        .map_err(ConnectionError::Subscribe)?;
+    let mut headers = request.headers.clone();
+    headers.insert(STATUS_TO, status_inbox.as_str());
+    let send = || async {
+        client
+            .publish_with_reply_and_headers(
+                request.subject.clone(),
+                reply_inbox.clone(),
+                headers.clone(),
+                request.body.clone(),
+            )
+            .await
+            .map_err(ConnectionError::Publish)?;
+        client.flush().await.map_err(ConnectionError::Flush)
+    };
+    let interval = timing.resend_interval.max(Duration::from_millis(1));
+    let deadline = Instant::now() + timing.timeout;
+    send().await?;
+    let mut sends = 1;
+    let mut resend_at = Instant::now() + interval;
+    loop {
+        tokio::select! {
+            biased;
+            _ = tokio::time::sleep_until(deadline) => return Err(ExchangeError::TimedOut { sends }),
+            Some(msg) = statuses.next() => {
+                if let Some(update) = status_update(&msg.payload, &request.id) {
+                    on_status(&update);
+                    resend_at = Instant::now() + interval;
+                }
+            }
+            Some(msg) = replies.next() => {
+                if msg.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
+                    return Err(ExchangeError::NoResponders);
+                }
+                // Updates published before the reply are already queued: take them first.
+                while let Some(Some(msg)) = statuses.next().now_or_never() {
+                    if let Some(update) = status_update(&msg.payload, &request.id) {
+                        on_status(&update);
+                    }
+                }
+                let response: Response = serde_json::from_slice(&msg.payload)
+                    .map_err(MalformedReply::NotJsonRpc)?;
+                if response.id.as_ref().is_some_and(|id| *id != request.id) {
+                    continue;
+                }
+                match response.outcome {
+                    Outcome::Error(e) => return Err(ExchangeError::Refused(e)),
+                    Outcome::Result(reply) => match *reply {
+                        AgentReply::StatusUpdate(update) => {
+                            on_status(&update);
+                            resend_at = Instant::now() + interval;
+                        }
+                        reply => return Ok(reply),
+                    },
+                }
+            }
+            _ = tokio::time::sleep_until(resend_at) => {
+                tracing::debug!(subject = %request.subject, id = %request.id, sends, "no sign of life: resending");
+                send().await?;
+                sends += 1;
+                resend_at = Instant::now() + interval;
+            }
+        }
+    }
+}
+
+/// The status update in a message on the status inbox, when it is one for request `id`.
+fn status_update(payload: &[u8], id: &RequestId) -> Option<TaskStatusUpdateEvent> {
+    let response: Response = serde_json::from_slice(payload).ok()?;
+    if response.id.as_ref().is_some_and(|i| i != id) {
+        return None;
+    }
+    match response.outcome {
+        Outcome::Result(reply) => match *reply {
+            AgentReply::StatusUpdate(update) => Some(update),
+            _ => None,
+        },
+        Outcome::Error(_) => None,
+    }
+}
