@@ -144,3 +144,61 @@ async fn events_queued_behind_a_slow_one_are_not_redelivered() {
         );
     }
 }
+
+/// A fork of `n` agent nodes, each sent an input of about 1 kB.
+fn wide(n: usize) -> String {
+    let mut yaml = String::from(
+        "name: Wide\nworkflow:\n  description: one node, then many at once\n  nodes:\n    - {id: first, type: agent, agent_name: Echo, input: {n: 0}}\n",
+    );
+    for i in 0..n {
+        yaml.push_str(&format!(
+            "    - {{id: n{i}, type: agent, agent_name: Echo, depends_on: [first], input: {{pad: \"{}\"}}}}\n",
+            "x".repeat(1000)
+        ));
+    }
+    yaml.push_str("  output_mapping: {n: \"{{first.output.n}}\"}\n");
+    yaml
+}
+
+#[tokio::test]
+async fn an_event_that_cannot_be_stored_fails_its_run_with_the_cause_instead_of_looping() {
+    let config = Config {
+        max_state_bytes: Some(16 * 1024),
+        ..Config::default()
+    };
+    let m = mesh(&[&wide(30)], config).await;
+    // The first node's result starts 30 calls at once: the commit that records them is
+    // larger than the node may store, every time it is tried.
+    let r = run(&m, "Wide", json!({})).await;
+    assert_eq!(r.status, "failure");
+    let error = r.error.unwrap_or_default();
+    assert!(
+        error.contains("bytes, over the limit of 16384 bytes"),
+        "{error}"
+    );
+    assert!(error.contains("could not be processed"), "{error}");
+    // The event is done with, not tried again and again.
+    settled(&m.client, "Wide").await;
+}
+
+/// Waits until every event of `workflow` has been acked (a bounded poll of the consumer);
+/// fails if they never are.
+async fn settled(client: &async_nats::Client, workflow: &str) {
+    let js = async_nats::jetstream::new(client.clone());
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let mut consumer: async_nats::jetstream::consumer::PullConsumer = js
+            .get_consumer_from_stream(names::CONSUMER, names::event_stream("mesh", workflow))
+            .await
+            .expect("consumer");
+        let info = consumer.info().await.expect("info");
+        if info.num_pending == 0 && info.num_ack_pending == 0 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "events of {workflow} were never all acked: {info:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -8,6 +8,7 @@
 //! | `TimerFired`      | call timeout, retry start, loop delay, approval timeout, deadline |
 //! | `CancelRequested` | cancel running calls, skip the rest, run the cancel handlers      |
 //! | `ApprovalDecided` | end a waiting approval                                            |
+//! | `Abandoned`       | end the run failed at once: cancel calls, skip the rest          |
 //!
 //! A node is considered when one of its dependencies ends; consideration goes through a
 //! work list, so cascades of skips never recurse. Unstarted runs absorb every event but
@@ -48,6 +49,10 @@ pub fn apply(
     }
     match event {
         Event::Started { input } => cx.start(input),
+        Event::Abandoned { reason } => {
+            cx.abandon(reason);
+            return cx.out;
+        }
         // Nothing can have been dispatched or armed before the start: whatever comes
         // first is stray, and must neither change the run nor end it.
         _ if !cx.st.started => return Vec::new(),
@@ -472,6 +477,21 @@ impl Cx<'_> {
         for idx in idle {
             self.end_as_stopped(idx);
         }
+    }
+
+    /// Ends the run failed at once: the shell cannot process its events. Calls in flight
+    /// and exit handlers are cancelled, every other node skipped.
+    fn abandon(&mut self, reason: String) {
+        self.st.started = true;
+        self.st.error = Some(RunError {
+            node_id: None,
+            message: reason,
+            kind: Some(RunError::ABANDONED.into()),
+        });
+        self.stop(true);
+        self.end_exit_handlers("the run was abandoned");
+        self.st.outcome = Some(RunStatus::Failure);
+        self.finish_run();
     }
 
     fn cancel(&mut self, reason: Option<String>) {

@@ -290,6 +290,13 @@ pub enum Event {
         #[serde(default)]
         reason: Option<String>,
     },
+    /// The shell gave up on an event of this run (it could not be committed, even after
+    /// retries): the run ends failed at once with `reason`, its calls in flight cancelled
+    /// and its exit handlers not run (their events could fail the same way).
+    Abandoned {
+        /// What went wrong, for the run's error.
+        reason: String,
+    },
     /// Someone approved or rejected an approval node.
     ApprovalDecided {
         /// The approval node; a decision for a node not waiting is ignored.
@@ -400,6 +407,11 @@ pub struct RunError {
     /// when the run failed because of one call that had a kind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+}
+
+impl RunError {
+    /// The kind of a run's error when the shell gave up on one of its events.
+    pub const ABANDONED: &'static str = "abandoned";
 }
 
 /// A call to carry out: send a `workflow_node_request` to an agent.

@@ -298,6 +298,18 @@ pub(super) fn item_results(
     }
 }
 
+/// Empties every output the run holds (node outputs, map results, the run's output): what
+/// an abandoned run keeps is its control state and error.
+pub(super) fn drop_outputs(record: &mut RunRecord) {
+    record.state.output = None;
+    for node in record.state.nodes.values_mut() {
+        node.output = None;
+        if let Some(Detail::Map(map)) = node.detail.as_mut() {
+            map.results.iter_mut().for_each(|r| *r = Value::Null);
+        }
+    }
+}
+
 /// `f` applied to `state` with every running map's items and results set aside (they are
 /// put back after): a clone or comparison of a run then costs nothing per item.
 pub(super) fn without_bulk<T>(state: &mut Execution, f: impl FnOnce(&Execution) -> T) -> T {

@@ -29,16 +29,15 @@ pub enum Error {
         #[source]
         source: async_nats::Error,
     },
-    /// A run's entry is larger than the server accepts in one message.
-    #[error(
-        "run {execution}: its state is {size} bytes, over the server's limit of {limit} bytes"
-    )]
+    /// A run's entry is larger than may be stored: the server's max payload, or less
+    /// when the node is configured so (`Config::max_state_bytes`).
+    #[error("run {execution}: its state is {size} bytes, over the limit of {limit} bytes")]
     StateTooLarge {
         /// The run.
         execution: ExecutionId,
         /// The entry's size.
         size: usize,
-        /// The server's maximum payload.
+        /// The most it may be.
         limit: usize,
     },
     /// A workflow's agent card does not fit in one message even with its visualization
@@ -52,7 +51,7 @@ pub enum Error {
         workflow: String,
         /// The card's size.
         size: usize,
-        /// The server's maximum payload.
+        /// The most it may be.
         limit: usize,
     },
     /// Other replicas moved the run first this many times in a row.
@@ -78,6 +77,16 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+}
+
+impl Error {
+    /// Whether trying again cannot help: the same event would fail the same way.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            Error::StateTooLarge { .. } | Error::Encoding { .. } | Error::Definition(_)
+        )
+    }
 }
 
 /// The shell's result.

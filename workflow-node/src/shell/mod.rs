@@ -70,6 +70,13 @@ pub struct Config {
     pub card_wait: Duration,
     /// Replicas of streams and buckets (1, or 3 on a cluster).
     pub replicas: usize,
+    /// Deliveries of an event whose processing keeps failing before its run is abandoned
+    /// (failed with the cause); the delay between tries doubles, from 0.5 s up to 30 s.
+    pub max_deliver: u32,
+    /// The largest run entry to store, in bytes (`None`: the server's max payload, the
+    /// most it can take). A run whose entry would grow past it fails with "state too
+    /// large" instead of being stored.
+    pub max_state_bytes: Option<usize>,
 }
 
 impl Default for Config {
@@ -82,6 +89,8 @@ impl Default for Config {
             inline_limit: 256 * 1024,
             card_wait: Duration::from_secs(2),
             replicas: 1,
+            max_deliver: 10,
+            max_state_bytes: None,
         }
     }
 }
@@ -223,13 +232,29 @@ impl Shared {
         let store = if bucket == subjects::artifact_bucket(&self.ns) {
             self.artifact_store().await?.clone()
         } else {
-            self.js
-                .get_object_store(bucket)
-                .await
-                .context(|| format!("opening object store {bucket}"))?
+            use async_nats::jetstream::context::ObjectStoreErrorKind;
+            match self.js.get_object_store(bucket).await {
+                Ok(store) => store,
+                // A bucket that does not exist, as opposed to one that could not be reached.
+                Err(e)
+                    if e.kind() == ObjectStoreErrorKind::GetStore
+                        && e.to_string().contains("not found") =>
+                {
+                    return Err(Error::Missing(format!("object store '{bucket}'")))
+                }
+                Err(e) => return Err(e).context(|| format!("opening object store {bucket}")),
+            }
         };
         let what = || format!("reading artifact {name} of {bucket}");
-        let mut object = store.get(name).await.context(what)?;
+        let mut object = match store.get(name).await {
+            Ok(object) => object,
+            Err(e) if e.kind() == object_store::GetErrorKind::NotFound => {
+                return Err(Error::Missing(format!(
+                    "artifact '{name}' in bucket '{bucket}'"
+                )))
+            }
+            Err(e) => return Err(e).context(what),
+        };
         let mut bytes = Vec::new();
         object.read_to_end(&mut bytes).await.context(what)?;
         serde_json::from_slice(&bytes).map_err(|source| Error::Encoding {

@@ -138,10 +138,33 @@ pub(super) fn plan(
     )
 }
 
-/// The record of a run that a `Started` event creates; `None` for any other event.
+/// What the driver plans instead of an event it gives up on: the run's abandonment, with
+/// the event's caller (for a start that could not be stored), applied as a first delivery
+/// (an outbox entry of the event is not carried out again).
+pub(super) fn abandoned(
+    envelope: Envelope,
+    delivery: Delivery,
+    reason: String,
+) -> (Envelope, Delivery) {
+    let envelope = Envelope {
+        event: Event::Abandoned { reason },
+        caller: envelope.caller,
+        attach: false,
+    };
+    (
+        envelope,
+        Delivery {
+            delivered: 1,
+            ..delivery
+        },
+    )
+}
+
+/// The record of a run that a `Started` event (or the abandonment of one) creates; `None`
+/// for any other event.
 fn new_run(workflow: &Workflow, execution: &ExecutionId, envelope: &Envelope) -> Option<RunRecord> {
     match (&envelope.event, &envelope.caller) {
-        (Event::Started { .. }, Some(caller)) => Some(RunRecord {
+        (Event::Started { .. } | Event::Abandoned { .. }, Some(caller)) => Some(RunRecord {
             state: Execution::new(execution.clone(), &workflow.name),
             caller: caller.clone(),
             attached: Vec::new(),
@@ -260,6 +283,11 @@ fn apply(
     // result always has commands), so it costs nothing per item of a large map.
     let before = bulk::without_bulk(&mut record.state, Execution::clone);
     let commands = core::apply(workflow, &mut record.state, envelope.event.clone(), now);
+    if matches!(envelope.event, Event::Abandoned { .. }) {
+        // The failure must be stored whatever made the run's events fail: keep its
+        // control state, drop its outputs (the callers' answer carries the error only).
+        bulk::drop_outputs(&mut record);
+    }
     if commands.is_empty() && bulk::without_bulk(&mut record.state, |s| *s == before) {
         if from_cache {
             return Ok(Plan::Reload);

@@ -1,5 +1,10 @@
 //! The runs bucket: reading a run's entry whole (with what [`bulk`] keeps beside it),
 //! writing it with compare-and-swap, and the writes beside it.
+//!
+//! Reads go to the bucket stream's leader, never to a follower (KV's direct get may answer
+//! from one that lags on a cluster): a replica that read an old revision would take a
+//! result for a no-op and ack it, losing it. A commit needs no such care, its
+//! compare-and-swap is decided by the leader, but what it is planned on must be current.
 
 use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::kv::{CreateErrorKind, UpdateErrorKind};
@@ -22,19 +27,14 @@ const PARALLEL_GETS: usize = 64;
 /// Reads a run's entry from KV, with the item chunks of its large maps and a large input;
 /// results stay null until [`load_results`].
 pub(super) async fn load(shared: &Shared, key: &str) -> Result<Loaded> {
-    let entry = shared
-        .runs
-        .entry(key)
-        .await
-        .context(|| format!("reading run {key}"))?;
-    let Some(entry) = entry.filter(|e| !e.value.is_empty()) else {
+    let Some((revision, value)) = read(shared, key).await? else {
         return Ok(Loaded {
             revision: None,
             record: None,
             from_cache: false,
         });
     };
-    let mut record: RunRecord = decode(&entry.value, || format!("run {key}"))?;
+    let mut record: RunRecord = decode(&value, || format!("run {key}"))?;
     if record.input_apart {
         record.state.input = get(shared, &input_key(key)).await?;
     }
@@ -51,19 +51,41 @@ pub(super) async fn load(shared: &Shared, key: &str) -> Result<Loaded> {
         }
     }
     Ok(Loaded {
-        revision: Some(entry.revision),
+        revision: Some(revision),
         record: Some(record),
         from_cache: false,
     })
 }
 
+/// The current revision and value of `key`, read from the stream's leader; `None` when
+/// the key has no value (never written, deleted or purged).
+pub(super) async fn read(shared: &Shared, key: &str) -> Result<Option<(u64, bytes::Bytes)>> {
+    use async_nats::jetstream::stream::LastRawMessageErrorKind;
+    let subject = messages::subjects::kv_key(&shared.runs.name, key);
+    let message = match shared
+        .runs
+        .stream
+        .get_last_raw_message_by_subject(&subject)
+        .await
+    {
+        Ok(m) => m,
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(None),
+        Err(e) => return Err(e).context(|| format!("reading {key}")),
+    };
+    let removed = message
+        .headers
+        .get("KV-Operation")
+        .is_some_and(|op| matches!(op.as_str(), "DEL" | "PURGE"));
+    if removed || message.payload.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some((message.sequence, message.payload)))
+}
+
 /// Reads and decodes a key that must exist.
 async fn get<T: DeserializeOwned>(shared: &Shared, key: &str) -> Result<T> {
-    let bytes = shared
-        .runs
-        .get(key)
-        .await
-        .context(|| format!("reading {key}"))?
+    let (_, bytes) = read(shared, key)
+        .await?
         .ok_or_else(|| Error::Missing(key.to_string()))?;
     decode(&bytes, || key.to_string())
 }
@@ -91,7 +113,7 @@ pub(super) async fn load_results(
     let mut fetched = futures::stream::iter(wanted)
         .map(|i| async move {
             let key = result_key(key, id_ref, i);
-            let got = shared.runs.get(&key).await;
+            let got = read(shared, &key).await;
             (i, key, got)
         })
         .buffer_unordered(PARALLEL_GETS);
@@ -99,7 +121,7 @@ pub(super) async fn load_results(
         return Ok(());
     };
     while let Some((i, result_key, got)) = fetched.next().await {
-        if let Some(bytes) = got.context(|| format!("reading {result_key}"))? {
+        if let Some((_, bytes)) = got? {
             map.results[i as usize] = decode(&bytes, || result_key)?;
         }
     }
@@ -117,7 +139,11 @@ pub(super) async fn cas(
     key: &str,
     commit: Commit,
 ) -> Result<Option<u64>> {
-    let limit = shared.client.server_info().max_payload;
+    let server = shared.client.server_info().max_payload;
+    let limit = shared
+        .config
+        .max_state_bytes
+        .map_or(server, |m| m.min(server));
     if commit.bytes.len() > limit {
         return Err(Error::StateTooLarge {
             execution: execution.clone(),

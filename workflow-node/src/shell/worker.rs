@@ -233,65 +233,119 @@ async fn worker(
         if cache.len() > 10_000 {
             cache.clear();
         }
-        match process(&shared, &workflow, &mut cache, &msg).await {
-            Ok(()) => {
-                if let Err(e) = msg.ack().await {
-                    tracing::warn!("ack failed (the event will be redelivered): {e}");
-                }
-            }
-            Err(e) => {
-                tracing::warn!("event on {} failed, retrying later: {e}", msg.subject);
-                let _ = msg
-                    .ack_with(AckKind::Nak(Some(Duration::from_millis(500))))
-                    .await;
-            }
+        match process(&shared, &workflow, &mut cache, &msg, None).await {
+            Ok(()) => ack(&msg).await,
+            Err(e) => failed(&shared, &workflow, &mut cache, &msg, e).await,
         }
         leases.release(lease);
     }
 }
 
+async fn ack(msg: &jetstream::Message) {
+    if let Err(e) = msg.ack().await {
+        tracing::warn!("ack failed (the event will be redelivered): {e}");
+    }
+}
+
+/// An event whose processing failed is tried again later, after a delay that doubles with
+/// each delivery; once it has been delivered `max_deliver` times, or at once when the
+/// failure cannot pass (a state too large for the server), its run is abandoned: it ends
+/// failed with an error that names the cause, and its caller is answered. The event is
+/// never retried forever.
+async fn failed(
+    shared: &Arc<Shared>,
+    workflow: &Workflow,
+    cache: &mut Cache,
+    msg: &jetstream::Message,
+    e: Error,
+) {
+    let delivered = msg.info().map(|i| i.delivered).unwrap_or(1).max(1);
+    let max = i64::from(shared.config.max_deliver.max(1));
+    if !e.is_permanent() && delivered < max {
+        let wait = Duration::from_millis(250 << delivered.min(7)).min(Duration::from_secs(30));
+        if delivered == 1 {
+            tracing::warn!(
+                "event on {} failed, trying again in {wait:?}: {e}",
+                msg.subject
+            );
+        } else {
+            tracing::debug!("event on {} failed again ({delivered}): {e}", msg.subject);
+        }
+        let _ = msg.ack_with(AckKind::Nak(Some(wait))).await;
+        return;
+    }
+    let reason = if e.is_permanent() {
+        format!("an event of the run could not be processed: {e}")
+    } else {
+        format!("an event of the run could not be processed in {delivered} deliveries: {e}")
+    };
+    tracing::error!(
+        "abandoning the run of the event on {}: {reason}",
+        msg.subject
+    );
+    match process(shared, workflow, cache, msg, Some(reason)).await {
+        Ok(()) => ack(msg).await,
+        Err(e) => {
+            tracing::error!(
+                "the run of the event on {} could not be failed either ({e}): dropping the event",
+                msg.subject
+            );
+            let _ = msg.ack_with(AckKind::Term).await;
+        }
+    }
+}
+
 /// Decodes an event message into its run and event; `None` for a message that is no
-/// event (an agent's status update) or cannot be read (logged).
+/// event (an agent's status update) or cannot be read (logged). An output artifact that
+/// cannot be read for now (a lost connection) is an error, so the event comes back; one
+/// that does not exist fails the call.
 async fn decode(
     shared: &Shared,
     workflow: &Workflow,
     msg: &jetstream::Message,
-) -> Option<(ExecutionId, Envelope)> {
+) -> Result<Option<(ExecutionId, Envelope)>> {
     let token = subjects::last_token(&msg.subject);
     if msg
         .subject
         .starts_with(subjects::run_events_all(&shared.ns, &workflow.name).trim_end_matches('>'))
     {
-        let execution = ExecutionId::parse(token).ok()?;
-        match serde_json::from_slice::<Envelope>(&msg.payload) {
+        let Ok(execution) = ExecutionId::parse(token) else {
+            return Ok(None);
+        };
+        return Ok(match serde_json::from_slice::<Envelope>(&msg.payload) {
             Ok(env) => Some((execution, env)),
             Err(e) => {
                 tracing::warn!("dropping a malformed event for run {execution}: {e}");
                 None
             }
+        });
+    }
+    let Some((execution, key, attempt)) = TaskKey::parse_sub_task_id(token) else {
+        return Ok(None);
+    };
+    let meaning = match interpret_reply(&msg.payload) {
+        Some(ReplyMeaning::Artifact(name)) => {
+            artifact_output(&name, shared.get_artifact(&name).await)?
         }
-    } else {
-        let (execution, key, attempt) = TaskKey::parse_sub_task_id(token)?;
-        let meaning = interpret_reply(&msg.payload)?;
-        let meaning = match meaning {
-            ReplyMeaning::Artifact(name) => match shared.get_artifact(&name).await {
-                Ok(v) => ReplyMeaning::Output(v),
-                Err(e) => {
-                    let message =
-                        format!("the agent's output artifact '{name}' could not be read: {e}");
-                    ReplyMeaning::Failed(core::Failure {
-                        class: core::FailureClass::Failed,
-                        message,
-                        kind: None,
-                    })
-                }
-            },
-            other => other,
-        };
-        Some((
-            execution,
-            Envelope::event(reply_event(key, attempt, meaning)),
-        ))
+        Some(other) => other,
+        None => return Ok(None),
+    };
+    let envelope = Envelope::event(reply_event(key, attempt, meaning));
+    Ok(Some((execution, envelope)))
+}
+
+/// What reading an agent's output artifact means for its call: its output; a failed call
+/// when the artifact is not there or not JSON (the agent's mistake); an error, so that the
+/// event comes back later, when it could not be read for now.
+fn artifact_output(name: &str, read: Result<serde_json::Value>) -> Result<ReplyMeaning> {
+    match read {
+        Ok(v) => Ok(ReplyMeaning::Output(v)),
+        Err(e @ (Error::Connection { .. } | Error::Setup { .. })) => Err(e),
+        Err(e) => Ok(ReplyMeaning::Failed(core::Failure {
+            class: core::FailureClass::Failed,
+            message: format!("the agent's output artifact '{name}' could not be read: {e}"),
+            kind: None,
+        })),
     }
 }
 
@@ -302,17 +356,21 @@ async fn process(
     workflow: &Workflow,
     cache: &mut Cache,
     msg: &jetstream::Message,
+    abandon: Option<String>,
 ) -> Result<()> {
-    let Some((execution, envelope)) = decode(shared, workflow, msg).await else {
+    let Some((execution, mut envelope)) = decode(shared, workflow, msg).await? else {
         return Ok(());
     };
     let info = msg
         .info()
         .context(|| "reading an event's delivery info".into())?;
-    let delivery = Delivery {
+    let mut delivery = Delivery {
         seq: info.stream_sequence,
         delivered: info.delivered,
     };
+    if let Some(reason) = abandon {
+        (envelope, delivery) = plan::abandoned(envelope, delivery, reason);
+    }
     let key = names::run_key(&workflow.name, &execution);
     let mut cached = cache.remove(&execution);
     for _ in 0..MAX_CONFLICTS {
@@ -398,4 +456,29 @@ async fn perform(
             .flatten();
     }
     Ok(Some(revision.zip(steps.keep)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_artifact_that_cannot_be_read_for_now_brings_the_event_back() {
+        let lost = Error::Connection {
+            context: "reading artifact a".into(),
+            source: "connection lost".into(),
+        };
+        assert!(artifact_output("a", Err(lost)).is_err());
+    }
+
+    #[test]
+    fn a_missing_or_malformed_artifact_fails_the_call() {
+        let missing = Error::Missing("artifact 'a' in bucket 'b'".into());
+        match artifact_output("a", Err(missing)) {
+            Ok(ReplyMeaning::Failed(f)) => assert!(f.message.contains("'a' could not be read")),
+            other => panic!("expected a failed call, got {other:?}"),
+        }
+        let ok = artifact_output("a", Ok(serde_json::json!({"x": 1}))).expect("an output");
+        assert_eq!(ok, ReplyMeaning::Output(serde_json::json!({"x": 1})));
+    }
 }
