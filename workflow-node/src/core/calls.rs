@@ -12,9 +12,9 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::engine::Cx;
-use super::state::{CallPhase, CallState};
+use super::state::{CallPhase, CallState, Execution};
 use super::types::{Command, Dispatch, Failure, FailureClass, Progress, Slot, TaskKey, TimerId};
-use crate::definition::{Call, NodeKind, NodeRole, RetryPolicy};
+use crate::definition::{Call, NodeKind, NodeRole, RetryPolicy, Workflow};
 
 /// How a call ended, as its owner hears it.
 pub(super) enum CallEnd {
@@ -28,6 +28,26 @@ pub(super) enum CallEnd {
         /// Whether an attempt was dispatched.
         ran: bool,
     },
+}
+
+/// The input and instruction that attempt `attempt` of call `task` was sent with, resolved
+/// again from `state` (deterministic: what they name cannot change while the call runs);
+/// `None` when that attempt is not running. A shell that kept only a dispatch's key sends
+/// the request again with this.
+pub fn call_request(
+    workflow: &Workflow,
+    state: &mut Execution,
+    task: &TaskKey,
+    attempt: u32,
+) -> Option<(Value, Option<String>)> {
+    let running = state
+        .calls
+        .get(task)
+        .is_some_and(|c| c.attempt == attempt && matches!(c.phase, CallPhase::Running { .. }));
+    if !running {
+        return None;
+    }
+    Cx::reading(workflow, state).call_request(task).ok()
 }
 
 impl Cx<'_> {

@@ -89,6 +89,19 @@ pub(super) struct Cx<'a> {
     work: VecDeque<usize>,
 }
 
+impl<'a> Cx<'a> {
+    /// A context that only reads `st`: no event, no clock, no commands kept.
+    pub(super) fn reading(wf: &'a Workflow, st: &'a mut Execution) -> Cx<'a> {
+        Cx {
+            wf,
+            st,
+            now: Millis(0),
+            out: Vec::new(),
+            work: VecDeque::new(),
+        }
+    }
+}
+
 impl Cx<'_> {
     fn start(&mut self, input: Value) {
         if self.st.started {
@@ -363,6 +376,7 @@ impl Cx<'_> {
             return;
         }
         entry.status = status;
+        entry.output_rev += u32::from(output.is_some());
         entry.output = output.clone();
         entry.error = error.clone();
         entry.ended_at = Some(self.now);

@@ -259,6 +259,7 @@ impl Cx<'_> {
         n.status = status;
         if output.is_some() {
             n.output = output;
+            n.output_rev += 1;
         }
         n.ended_at = status.is_terminal().then_some(self.now);
     }

@@ -76,6 +76,10 @@ pub struct NodeState {
     /// When it ended; `None` while it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<Millis>,
+    /// Counts the changes of `output`: a main node's is set once, an inner node's each
+    /// iteration. A shell that keeps large outputs apart rewrites one when this moves.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub output_rev: u32,
     /// What a map, fork, loop or approval keeps while it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<Detail>,
@@ -86,6 +90,7 @@ impl NodeState {
         NodeState {
             status,
             output: None,
+            output_rev: 0,
             error: None,
             error_kind: None,
             started_at: None,
@@ -200,4 +205,8 @@ impl Execution {
     pub fn node_status(&self, id: &str) -> NodeStatus {
         self.nodes.get(id).map_or(NodeStatus::Pending, |n| n.status)
     }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

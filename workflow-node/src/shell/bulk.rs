@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::names::{input_key, items_key, result_key};
+use super::names::{input_key, items_key, node_output_key, result_key, run_output_key};
 use super::record::RunRecord;
 use crate::core::{Detail, Event, Execution, MapState, Slot};
 use crate::definition::{NodeRole, Workflow};
@@ -37,6 +37,8 @@ use crate::definition::{NodeRole, Workflow};
 pub const INLINE_ITEMS: usize = 256;
 /// Workflow inputs up to this many bytes stay inline in the run's entry.
 pub const INLINE_INPUT: usize = 16 * 1024;
+/// Node and run outputs up to this many bytes stay inline in the run's entry.
+pub const INLINE_OUTPUT: usize = 16 * 1024;
 /// Most serialised item bytes per chunk key.
 pub const CHUNK_BYTES: usize = 128 * 1024;
 
@@ -83,10 +85,11 @@ fn running_maps(record: &mut RunRecord) -> impl Iterator<Item = (&String, &mut M
         })
 }
 
-/// Externalises the maps that just got large: returns their item chunks to write before
-/// the commit, and records their layout. Forgets maps that ended.
+/// Externalises what just got large: returns the writes to make before the commit (a
+/// large input, the item chunks of a map that just started, outputs that are new or
+/// changed) and records where they are. Forgets maps that ended.
 pub(super) fn externalize(record: &mut RunRecord, run_key: &str) -> serde_json::Result<Vec<Write>> {
-    let mut writes = Vec::new();
+    let mut writes = externalize_outputs(record, run_key)?;
     if !record.input_apart && record.state.started {
         let input = serde_json::to_vec(&record.state.input)?;
         if input.len() > INLINE_INPUT {
@@ -149,41 +152,121 @@ pub(super) fn externalize(record: &mut RunRecord, run_key: &str) -> serde_json::
     Ok(writes)
 }
 
-/// The run's entry as stored: externalised maps without their items and results.
-pub(super) fn encode(record: &mut RunRecord) -> serde_json::Result<Vec<u8>> {
-    if record.input_apart {
-        let input = std::mem::take(&mut record.state.input);
-        let bytes = encode_maps(record);
-        record.state.input = input;
-        return bytes;
+/// Writes the node outputs and the run output that are large and not yet apart (or
+/// changed since: an inner node's output changes each iteration); an output that became
+/// small again goes back inline.
+fn externalize_outputs(record: &mut RunRecord, run_key: &str) -> serde_json::Result<Vec<Write>> {
+    let mut writes = Vec::new();
+    for (id, node) in &record.state.nodes {
+        let Some(output) = &node.output else {
+            record.outputs_apart.remove(id);
+            continue;
+        };
+        let rev = node.output_rev;
+        if record.outputs_measured.get(id) == Some(&rev) {
+            continue;
+        }
+        record.outputs_measured.insert(id.clone(), rev);
+        let bytes = serde_json::to_vec(output)?;
+        if bytes.len() <= INLINE_OUTPUT {
+            record.outputs_apart.remove(id);
+        } else if record.outputs_apart.get(id) != Some(&rev) {
+            writes.push(Write {
+                key: node_output_key(run_key, id),
+                bytes,
+            });
+            record.outputs_apart.insert(id.clone(), rev);
+        }
     }
-    encode_maps(record)
+    match &record.state.output {
+        None => record.output_apart = false,
+        Some(_) if record.output_apart => {}
+        Some(output) => {
+            let bytes = serde_json::to_vec(output)?;
+            if bytes.len() > INLINE_OUTPUT {
+                writes.push(Write {
+                    key: run_output_key(run_key),
+                    bytes,
+                });
+                record.output_apart = true;
+            }
+        }
+    }
+    Ok(writes)
 }
 
-fn encode_maps(record: &mut RunRecord) -> serde_json::Result<Vec<u8>> {
-    if record.maps.is_empty() {
-        return serde_json::to_vec(record);
-    }
-    let ids: Vec<String> = record.maps.keys().cloned().collect();
-    let mut held = Vec::new();
-    for (id, map) in running_maps(record) {
-        if ids.contains(id) {
-            held.push((
-                id.clone(),
-                std::mem::take(&mut map.items),
-                std::mem::take(&mut map.results),
-            ));
-        }
-    }
+/// The run's entry as stored: without what is kept apart (a large input and outputs, the
+/// items and results of externalised maps).
+pub(super) fn encode(record: &mut RunRecord) -> serde_json::Result<Vec<u8>> {
+    let externalised: Vec<String> = record.maps.keys().cloned().collect();
+    let aside = Aside::take(record, |id| externalised.iter().any(|m| m == id));
     let bytes = serde_json::to_vec(record);
-    for (id, map) in running_maps(record) {
-        if let Some(pos) = held.iter().position(|(h, _, _)| h == id) {
-            let (_, items, results) = held.swap_remove(pos);
-            map.items = items;
-            map.results = results;
+    aside.put_back(record);
+    bytes
+}
+
+/// Values taken out of a run's state for a moment, to be put back.
+struct Aside {
+    input: Option<Value>,
+    output: Option<Value>,
+    outputs: Vec<(String, Value)>,
+    maps: Vec<(String, Vec<Value>, Vec<Value>)>,
+}
+
+impl Aside {
+    /// Takes out what is kept apart, and the items and results of the maps `map` selects.
+    fn take(record: &mut RunRecord, map: impl Fn(&str) -> bool) -> Aside {
+        let state = &mut record.state;
+        let input = record.input_apart.then(|| std::mem::take(&mut state.input));
+        let output = if record.output_apart {
+            state.output.take()
+        } else {
+            None
+        };
+        let mut outputs = Vec::new();
+        let mut maps = Vec::new();
+        for (id, n) in state.nodes.iter_mut() {
+            if record.outputs_apart.contains_key(id) {
+                if let Some(o) = n.output.take() {
+                    outputs.push((id.clone(), o));
+                }
+            }
+            if let Some(Detail::Map(m)) = n.detail.as_mut() {
+                if map(id) {
+                    let items = std::mem::take(&mut m.items);
+                    maps.push((id.clone(), items, std::mem::take(&mut m.results)));
+                }
+            }
+        }
+        Aside {
+            input,
+            output,
+            outputs,
+            maps,
         }
     }
-    bytes
+
+    fn put_back(self, record: &mut RunRecord) {
+        let state = &mut record.state;
+        if let Some(input) = self.input {
+            state.input = input;
+        }
+        if self.output.is_some() {
+            state.output = self.output;
+        }
+        for (id, o) in self.outputs {
+            if let Some(n) = state.nodes.get_mut(&id) {
+                n.output = Some(o);
+            }
+        }
+        for (id, items, results) in self.maps {
+            if let Some(Some(Detail::Map(m))) = state.nodes.get_mut(&id).map(|n| n.detail.as_mut())
+            {
+                m.items = items;
+                m.results = results;
+            }
+        }
+    }
 }
 
 /// The externalised map whose inner node made `event`'s call, if the event is an item's
@@ -302,6 +385,8 @@ pub(super) fn item_results(
 /// an abandoned run keeps is its control state and error.
 pub(super) fn drop_outputs(record: &mut RunRecord) {
     record.state.output = None;
+    record.output_apart = false;
+    record.outputs_apart.clear();
     for node in record.state.nodes.values_mut() {
         node.output = None;
         if let Some(Detail::Map(map)) = node.detail.as_mut() {
@@ -310,26 +395,15 @@ pub(super) fn drop_outputs(record: &mut RunRecord) {
     }
 }
 
-/// `f` applied to `state` with every running map's items and results set aside (they are
-/// put back after): a clone or comparison of a run then costs nothing per item.
-pub(super) fn without_bulk<T>(state: &mut Execution, f: impl FnOnce(&Execution) -> T) -> T {
-    let mut held = Vec::new();
-    for (id, n) in state.nodes.iter_mut() {
-        if let Some(Detail::Map(m)) = n.detail.as_mut() {
-            held.push((
-                id.clone(),
-                std::mem::take(&mut m.items),
-                std::mem::take(&mut m.results),
-            ));
-        }
-    }
-    let out = f(state);
-    for (id, items, results) in held {
-        if let Some(Some(Detail::Map(m))) = state.nodes.get_mut(&id).map(|n| n.detail.as_mut()) {
-            m.items = items;
-            m.results = results;
-        }
-    }
+/// `f` applied to the run's state with what is large set aside (every running map's
+/// items and results, the outputs kept apart; they are put back after): a clone or
+/// comparison of a run then costs nothing per item or per large output. An event that
+/// changes any of them always has commands, so a comparison without them still tells
+/// whether an event without commands changed the state.
+pub(super) fn without_bulk<T>(record: &mut RunRecord, f: impl FnOnce(&Execution) -> T) -> T {
+    let aside = Aside::take(record, |_| true);
+    let out = f(&record.state);
+    aside.put_back(record);
     out
 }
 

@@ -19,6 +19,7 @@ mod error;
 mod health;
 mod lease;
 pub mod names;
+mod outbox;
 mod plan;
 pub mod record;
 mod registry;

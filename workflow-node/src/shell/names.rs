@@ -49,10 +49,19 @@ pub fn final_marker(workflow: &str, execution: &ExecutionId, caller: &Caller) ->
     }
 }
 
-/// The KV key of the run's input, stored apart from the record when a map externalises
-/// its items (the record must stay small).
+/// The KV key of the run's input, stored apart from the record when it is large.
 pub(crate) fn input_key(run_key: &str) -> String {
     format!("{run_key}.input")
+}
+
+/// The KV key of a node's large output, stored apart from the record.
+pub(crate) fn node_output_key(run_key: &str, node: &str) -> String {
+    format!("{run_key}.out.{node}")
+}
+
+/// The KV key of a run's own large output (its `output_mapping` result), stored apart.
+pub(crate) fn run_output_key(run_key: &str) -> String {
+    format!("{run_key}.output")
 }
 
 /// The KV key of one chunk of an externalised map's items.

@@ -17,6 +17,7 @@
 //! outbox entries are old enough to drop) lives here and is unit-tested below.
 
 use super::bulk::{self, Write};
+use super::outbox;
 use super::record::{Caller, OutboxEntry, RunRecord};
 use super::Envelope;
 use crate::core::{self, Command, Event, Execution, ExecutionId, Millis};
@@ -125,7 +126,7 @@ pub(super) fn plan(
     };
     if replays(&record, delivery) {
         return Ok(Plan::Perform(Box::new(replay(
-            run_key, revision, record, delivery,
+            workflow, run_key, revision, record, delivery,
         )?)));
     }
     // A start for a run that has a record is a request sent again: its caller joins.
@@ -164,14 +165,10 @@ pub(super) fn abandoned(
 /// for any other event.
 fn new_run(workflow: &Workflow, execution: &ExecutionId, envelope: &Envelope) -> Option<RunRecord> {
     match (&envelope.event, &envelope.caller) {
-        (Event::Started { .. } | Event::Abandoned { .. }, Some(caller)) => Some(RunRecord {
-            state: Execution::new(execution.clone(), &workflow.name),
-            caller: caller.clone(),
-            attached: Vec::new(),
-            outbox: Vec::new(),
-            maps: Default::default(),
-            input_apart: false,
-        }),
+        (Event::Started { .. } | Event::Abandoned { .. }, Some(caller)) => Some(RunRecord::new(
+            Execution::new(execution.clone(), &workflow.name),
+            caller.clone(),
+        )),
         _ => None,
     }
 }
@@ -217,7 +214,7 @@ fn attach(
         record.outbox.push(OutboxEntry {
             seq: delivery.seq,
             at: now,
-            commands: commands.clone(),
+            commands: outbox::thin(&commands),
             results: Vec::new(),
         });
     }
@@ -236,6 +233,7 @@ fn attach(
 
 /// Carries out a committed outbox entry again (at-least-once), then removes it.
 fn replay(
+    workflow: &Workflow,
     run_key: &str,
     revision: Option<u64>,
     mut record: RunRecord,
@@ -259,7 +257,7 @@ fn replay(
         before: Vec::new(),
         commit: None,
         after: bulk::result_writes(run_key, &entry.results)?,
-        commands: entry.commands,
+        commands: outbox::thicken(workflow, &mut record.state, entry.commands),
         keep: tidy.is_some().then_some(record),
         tidy,
     })
@@ -281,14 +279,14 @@ fn apply(
     // last to end): those must be committed too, or the next replica to load the run never
     // learns of them. Items and results are left out of the copy (an event that changes a
     // result always has commands), so it costs nothing per item of a large map.
-    let before = bulk::without_bulk(&mut record.state, Execution::clone);
+    let before = bulk::without_bulk(&mut record, Execution::clone);
     let commands = core::apply(workflow, &mut record.state, envelope.event.clone(), now);
     if matches!(envelope.event, Event::Abandoned { .. }) {
         // The failure must be stored whatever made the run's events fail: keep its
         // control state, drop its outputs (the callers' answer carries the error only).
         bulk::drop_outputs(&mut record);
     }
-    if commands.is_empty() && bulk::without_bulk(&mut record.state, |s| *s == before) {
+    if commands.is_empty() && bulk::without_bulk(&mut record, |s| *s == before) {
         if from_cache {
             return Ok(Plan::Reload);
         }
@@ -304,10 +302,11 @@ fn apply(
     record.outbox.push(OutboxEntry {
         seq: delivery.seq,
         at: now,
-        commands: commands.clone(),
+        commands: outbox::thin(&commands),
         results,
     });
-    // Items of a map that just started go first: the commit refers to them.
+    // What the commit refers to goes first: items of a map that just started, outputs
+    // kept apart.
     let before = bulk::externalize(&mut record, run_key)?;
     let bytes = bulk::encode(&mut record)?;
     // Once carried out, this replica's copy needs the entry no more; KV keeps it until
@@ -446,7 +445,7 @@ workflow:
         let stored = decode(&commit.bytes);
         assert_eq!(stored.outbox.len(), 1);
         assert_eq!(stored.outbox[0].seq, 7);
-        assert_eq!(stored.outbox[0].commands, s.commands);
+        assert_eq!(stored.outbox[0].commands, outbox::thin(&s.commands));
         let kept = s.keep.expect("a running run is cached");
         assert!(
             kept.outbox.is_empty(),
@@ -538,8 +537,19 @@ workflow:
     #[test]
     fn a_redelivered_event_still_in_the_outbox_is_carried_out_again_not_reapplied() {
         let wf = workflow();
-        let (record, _) = started(&wf);
-        let commands = record.outbox[0].commands.clone();
+        let original = steps(
+            plan(
+                &wf,
+                "k",
+                &execution(),
+                none(),
+                &start(),
+                first(1),
+                Millis(0),
+            )
+            .unwrap(),
+        );
+        let record = decode(&original.commit.expect("a commit").bytes);
         let again = Delivery {
             seq: 1,
             delivered: 2,
@@ -557,7 +567,10 @@ workflow:
             .unwrap(),
         );
         assert!(s.commit.is_none(), "a replay commits nothing new");
-        assert_eq!(s.commands, commands);
+        assert_eq!(
+            s.commands, original.commands,
+            "the same commands, payloads from the state"
+        );
         let tidy = s.tidy.expect("the entry is removed afterwards");
         assert_eq!(tidy.revision, Some(1));
         assert!(decode(&tidy.bytes).outbox.is_empty());

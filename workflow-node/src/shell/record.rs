@@ -45,7 +45,7 @@ pub struct OutboxEntry {
     pub at: Millis,
     /// The commands.
     pub commands: Vec<Command>,
-    /// Item results of large maps to write to their own keys (see `maps`).
+    /// Item results of large maps to write to their own keys (see `bulk`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub results: Vec<ItemResult>,
 }
@@ -64,15 +64,41 @@ pub struct RunRecord {
     /// Commands committed, maybe not carried out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outbox: Vec<OutboxEntry>,
-    /// Large maps whose items and results are kept under keys of their own (see `maps`).
+    /// Large maps whose items and results are kept under keys of their own (see `bulk`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub maps: BTreeMap<String, MapRef>,
-    /// Whether the workflow input is kept under a key of its own (see `maps`).
+    /// Whether the workflow input is kept under a key of its own (see `bulk`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub input_apart: bool,
+    /// Nodes whose output is kept under a key of its own, with the `output_rev` stored
+    /// there (see `bulk`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub outputs_apart: BTreeMap<String, u32>,
+    /// Whether the run's output is kept under a key of its own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub output_apart: bool,
+    /// Outputs already measured, by node and `output_rev`: small ones are not measured
+    /// again at every event. Not stored: a replica that loads the run measures once.
+    #[serde(skip)]
+    pub outputs_measured: BTreeMap<String, u32>,
 }
 
 impl RunRecord {
+    /// The record of a new run of `caller`'s.
+    pub fn new(state: Execution, caller: Caller) -> RunRecord {
+        RunRecord {
+            state,
+            caller,
+            attached: Vec::new(),
+            outbox: Vec::new(),
+            maps: BTreeMap::new(),
+            input_apart: false,
+            outputs_apart: BTreeMap::new(),
+            output_apart: false,
+            outputs_measured: BTreeMap::new(),
+        }
+    }
+
     /// Everyone who hears of the run: its caller, then the callers attached later.
     pub fn callers(&self) -> Vec<Caller> {
         std::iter::once(self.caller.clone())

@@ -31,6 +31,28 @@ pub(super) struct Ending {
     pub(super) error: Option<RunError>,
 }
 
+/// Values larger than this (serialised) are left out of progress updates, which must fit
+/// in one message: the update says how large the value was instead.
+pub(super) const PROGRESS_VALUE_MAX: usize = 64 * 1024;
+
+/// `value`, or `None` and its size when it is too large for a progress update.
+fn small(value: &Value) -> (Option<Value>, Option<usize>) {
+    let size = serde_json::to_vec(value).map_or(usize::MAX, |b| b.len());
+    if size > PROGRESS_VALUE_MAX {
+        (None, Some(size))
+    } else {
+        (Some(value.clone()), None)
+    }
+}
+
+/// Metadata saying a value of `size` bytes was left out.
+fn omitted(size: Option<usize>) -> Option<messages::a2a::JsonObject> {
+    let size = size?;
+    let mut meta = messages::a2a::JsonObject::new();
+    meta.insert("omitted_bytes".into(), Value::from(size));
+    Some(meta)
+}
+
 /// The DataPart that reports `progress` of run `execution`.
 pub(super) fn progress_part(
     workflow: &Workflow,
@@ -42,7 +64,7 @@ pub(super) fn progress_part(
             workflow_name: workflow.name.clone(),
             execution_id: execution.0.clone(),
             input_artifact_ref: None,
-            workflow_input: Some(input.clone()),
+            workflow_input: small(input).0,
         }),
         Progress::NodeStarted {
             node_id,
@@ -73,17 +95,20 @@ pub(super) fn progress_part(
             error,
             condition_result,
             selected_branch,
-        } => Part::data_part(&WorkflowNodeExecutionResult {
-            node_id: node_id.clone(),
-            status: node_outcome(*status),
-            output_artifact_ref: None,
-            output: output.clone(),
-            error_message: error.clone(),
-            condition_result: *condition_result,
-            selected_branch: selected_branch.clone(),
-            iteration_index: None,
-            metadata: None,
-        }),
+        } => {
+            let (output, size) = output.as_ref().map_or((None, None), small);
+            Part::data_part(&WorkflowNodeExecutionResult {
+                node_id: node_id.clone(),
+                status: node_outcome(*status),
+                output_artifact_ref: None,
+                output,
+                error_message: error.clone(),
+                condition_result: *condition_result,
+                selected_branch: selected_branch.clone(),
+                iteration_index: None,
+                metadata: omitted(size),
+            })
+        }
         Progress::MapProgress {
             node_id,
             total_items,

@@ -414,13 +414,19 @@ async fn answer_ended(
     ))
 }
 
-/// The record of run `execution`, if it has one that can be read.
+/// The record of run `execution`, whole (with its outputs kept apart), if it has one
+/// that can be read.
 async fn read_run(
     shared: &Shared,
     workflow: &Workflow,
     execution: &ExecutionId,
 ) -> Option<RunRecord> {
     let key = names::run_key(&workflow.name, execution);
-    let bytes = shared.runs.get(key).await.ok()??;
-    serde_json::from_slice(&bytes).ok()
+    match super::store::load(shared, &key).await {
+        Ok(loaded) => loaded.record,
+        Err(e) => {
+            tracing::debug!("reading run {key} for a request failed: {e}");
+            None
+        }
+    }
 }

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::bulk::{self, Write};
 use super::error::{Context, Error, Result};
-use super::names::{input_key, items_key, result_key};
+use super::names::{input_key, items_key, node_output_key, result_key, run_output_key};
 use super::plan::{Commit, Loaded};
 use super::record::RunRecord;
 use super::Shared;
@@ -37,6 +37,15 @@ pub(super) async fn load(shared: &Shared, key: &str) -> Result<Loaded> {
     let mut record: RunRecord = decode(&value, || format!("run {key}"))?;
     if record.input_apart {
         record.state.input = get(shared, &input_key(key)).await?;
+    }
+    if record.output_apart {
+        record.state.output = Some(get(shared, &run_output_key(key)).await?);
+    }
+    for node in record.outputs_apart.keys().cloned().collect::<Vec<_>>() {
+        let output = get(shared, &node_output_key(key, &node)).await?;
+        if let Some(n) = record.state.nodes.get_mut(&node) {
+            n.output = Some(output);
+        }
     }
     for (id, r) in record.maps.clone() {
         let mut items = Vec::with_capacity(r.total as usize);
@@ -82,12 +91,36 @@ pub(super) async fn read(shared: &Shared, key: &str) -> Result<Option<(u64, byte
     Ok(Some((message.sequence, message.payload)))
 }
 
-/// Reads and decodes a key that must exist.
+/// Reads and decodes a key that must exist (following it to the object store when its
+/// value was too large for KV).
 async fn get<T: DeserializeOwned>(shared: &Shared, key: &str) -> Result<T> {
     let (_, bytes) = read(shared, key)
         .await?
         .ok_or_else(|| Error::Missing(key.to_string()))?;
+    if let Some(object) = moved_to(&bytes) {
+        let value = shared.get_artifact(&object).await?;
+        return serde_json::from_value(value).map_err(|source| Error::Encoding {
+            context: format!("decoding {key}"),
+            source,
+        });
+    }
     decode(&bytes, || key.to_string())
+}
+
+/// The KV value standing for a value too large for KV: it names the object that holds it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Moved {
+    mesh_moved_to_object: String,
+}
+
+fn moved_to(bytes: &[u8]) -> Option<String> {
+    // Cheap test first: a stand-in is a small object with this one key.
+    if bytes.len() > 512 || !bytes.starts_with(b"{\"mesh_moved_to_object\"") {
+        return None;
+    }
+    serde_json::from_slice::<Moved>(bytes)
+        .ok()
+        .map(|m| m.mesh_moved_to_object)
 }
 
 fn decode<T: DeserializeOwned>(bytes: &[u8], what: impl FnOnce() -> String) -> Result<T> {
@@ -169,11 +202,25 @@ pub(super) async fn cas(
 /// Writes in flight: started together, awaited together.
 pub(super) struct Pending(Vec<(String, PublishAckFuture)>);
 
-/// Starts writing `writes` beside a run's entry; [`Pending::stored`] waits for them.
+/// Starts writing `writes` beside a run's entry; [`Pending::stored`] waits for them. A
+/// value too large for one KV message goes to the object store first (under its key's
+/// name), and its key holds a small stand-in naming it.
 pub(super) async fn start_puts(shared: &Shared, writes: Vec<Write>) -> Result<Pending> {
     let bucket = super::names::runs_bucket(&shared.ns);
+    let kv_limit = shared
+        .client
+        .server_info()
+        .max_payload
+        .saturating_sub(8 * 1024);
     let mut acks = Vec::with_capacity(writes.len());
-    for Write { key, bytes } in writes {
+    for Write { key, mut bytes } in writes {
+        if bytes.len() > kv_limit {
+            let name = format!("runs/{key}.json");
+            shared.put_artifact(&name, bytes).await?;
+            bytes = serde_json::to_vec(&Moved {
+                mesh_moved_to_object: name,
+            })?;
+        }
         let ack = shared
             .js
             .publish(messages::subjects::kv_key(&bucket, &key), bytes.into())
