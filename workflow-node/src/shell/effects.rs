@@ -61,6 +61,8 @@ impl RunContext<'_> {
                 Command::CancelCall {
                     sub_task_id, agent, ..
                 } => {
+                    // A called workflow takes this on its cancel subject too, and cancels
+                    // the run it started for this sub-task (see `cancels`).
                     let req = Request::tasks_cancel(sub_task_id.as_str(), sub_task_id.as_str());
                     let subject = subjects::agent_cancel(&self.shared.ns, agent);
                     self.shared

@@ -1,6 +1,7 @@
 //! The NATS shell around the core: a process on the mesh that hosts workflows.
 //!
 //! - `requests`: takes requests to each workflow (start, cancel, approve), any replica.
+//! - `cancels`: cancels of runs, also from a calling workflow on the cancel subject.
 //! - `worker`: the event stream of each workflow and its shared durable consumer: load,
 //!   `apply`, commit with compare-and-swap, carry out, ack.
 //! - `effects`: carries out the core's commands (dispatch, timers, progress, final reply).
@@ -14,6 +15,7 @@
 //! stream, its timers in KV. Any replica carries on any run.
 
 pub mod bulk;
+mod cancels;
 mod effects;
 mod error;
 mod health;
@@ -343,6 +345,13 @@ impl WorkflowNode {
             let sub = requests::subscribe(&shared, &workflow)
                 .await
                 .context(|| format!("subscribing to requests to {}", workflow.name))?;
+            let cancel_sub = cancels::subscribe(&shared, &workflow)
+                .await
+                .context(|| format!("subscribing to cancels of {}", workflow.name))?;
+            let (s, w) = (shared.clone(), workflow.clone());
+            background.push(tokio::spawn(async move {
+                log_err("cancels", cancels::serve(s, w, cancel_sub).await)
+            }));
             let s = shared.clone();
             background.push(tokio::spawn(async move {
                 log_err("requests", requests::serve(s, workflow, sub).await)

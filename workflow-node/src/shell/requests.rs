@@ -18,7 +18,7 @@ use std::sync::Arc;
 use async_nats::HeaderMap;
 use futures::StreamExt;
 use messages::a2a::{Message, Part, TaskState};
-use messages::jsonrpc::{codes, ErrorObject, Method, Request, Response};
+use messages::jsonrpc::{Method, Request};
 use messages::workflow::{Decision, WorkflowApprovalDecision, WorkflowNodeRequest};
 use messages::{headers, msg_id, subjects};
 use serde_json::Value;
@@ -27,7 +27,7 @@ use super::error::{Context, Result};
 use super::record::{Caller, RunRecord};
 use super::reply;
 use super::wire::{self, InputSource};
-use super::{effects, names, publish_event, Envelope, Shared};
+use super::{cancels, effects, names, publish_event, Envelope, Shared};
 use crate::core::{Event, ExecutionId, NodeStatus};
 use crate::definition::{NodeKind, Workflow};
 
@@ -94,41 +94,7 @@ async fn handle(
     };
     match request.method {
         Method::TasksCancel(params) => {
-            let Some((execution, record)) = find_run(shared, workflow, &params.id).await else {
-                let e = ErrorObject::new(
-                    codes::TASK_NOT_FOUND,
-                    format!("no run of {} with task id '{}'", workflow.name, params.id),
-                );
-                return serde_json::to_vec(&Response::error(Some(request.id), e)).ok();
-            };
-            if record.state.status.is_terminal() {
-                let e = ErrorObject::new(
-                    codes::TASK_NOT_CANCELABLE,
-                    format!(
-                        "run {execution} already ended ({})",
-                        record.state.status.as_str()
-                    ),
-                );
-                return serde_json::to_vec(&Response::error(Some(request.id), e)).ok();
-            }
-            let envelope = Envelope::event(Event::CancelRequested {
-                reason: Some("requested by the caller".into()),
-            });
-            let msg_id = msg_id::run_cancel(&execution.0);
-            if let Err(e) =
-                publish_event(shared, &workflow.name, &execution, &msg_id, &envelope).await
-            {
-                return answer(
-                    TaskState::Failed,
-                    &execution.0,
-                    format!("could not record the cancel: {e}"),
-                );
-            }
-            answer(
-                TaskState::Working,
-                &execution.0,
-                format!("cancel of run {execution} requested"),
-            )
+            cancels::cancel(shared, workflow, request.id, &params.id).await
         }
         Method::MessageSend(params) => {
             let message = params.message;
@@ -147,8 +113,9 @@ async fn handle(
     }
 }
 
-/// Finds a run by its execution id, or by the caller's task id it was started with.
-async fn find_run(
+/// Finds a run by its execution id, or by the caller's task id it was started with (for a
+/// run started by a workflow node, that is the caller's sub-task id).
+pub(super) async fn find_run(
     shared: &Shared,
     workflow: &Workflow,
     id: &str,

@@ -1,0 +1,102 @@
+//! Cancelling a workflow's runs: a `tasks/cancel` on the workflow's request subject (from
+//! a caller) or on its cancel subject `{ns}.a2a.v1.agent.cancel.{workflow}` (from a
+//! workflow that called this one as an agent and stopped the call).
+//!
+//! A calling workflow names the run by its own sub-task id, which is the task id the run
+//! was started with, so [`requests::find_run`] finds it. The cancel subject is taken in a
+//! queue group: recording the cancel is the same on every replica, one is enough.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use messages::a2a::{Part, TaskState};
+use messages::jsonrpc::{codes, ErrorObject, Method, Request, RequestId, Response};
+use messages::{msg_id, subjects};
+
+use super::error::{Context, Result};
+use super::{publish_event, requests, wire, Envelope, Shared};
+use crate::core::Event;
+use crate::definition::Workflow;
+
+/// Subscribes to the workflow's cancel subject (in its queue group).
+pub(super) async fn subscribe(
+    shared: &Shared,
+    workflow: &Workflow,
+) -> Result<async_nats::Subscriber> {
+    let subject = subjects::agent_cancel(&shared.ns, &workflow.name);
+    shared
+        .client
+        .queue_subscribe(subject.clone(), workflow.name.clone())
+        .await
+        .context(|| format!("subscribing to {subject}"))
+}
+
+/// Serves the workflow's cancel subscription until it ends. Anything but a `tasks/cancel`
+/// is ignored there: starts and decisions come on the request subject.
+pub(super) async fn serve(
+    shared: Arc<Shared>,
+    workflow: Arc<Workflow>,
+    mut sub: async_nats::Subscriber,
+) -> Result<()> {
+    while let Some(msg) = sub.next().await {
+        let Ok(request) = Request::from_slice(&msg.payload) else {
+            tracing::debug!(workflow = %workflow.name, "ignoring a malformed message on the cancel subject");
+            continue;
+        };
+        let Method::TasksCancel(params) = request.method else {
+            tracing::debug!(workflow = %workflow.name, "ignoring a non-cancel on the cancel subject");
+            continue;
+        };
+        let shared = shared.clone();
+        let workflow = workflow.clone();
+        tokio::spawn(async move {
+            let answer = cancel(&shared, &workflow, request.id, &params.id).await;
+            if let (Some(to), Some(answer)) = (msg.reply, answer) {
+                let _ = shared.client.publish(to, answer.into()).await;
+            }
+        });
+    }
+    Ok(())
+}
+
+/// Records a cancel of the run named by `task_id` (its execution id, or the task id it was
+/// started with) as a `CancelRequested` event; returns the answer to the request. A run
+/// that has ended, or that cannot be found, is not cancelled.
+pub(super) async fn cancel(
+    shared: &Shared,
+    workflow: &Workflow,
+    request_id: RequestId,
+    task_id: &str,
+) -> Option<Vec<u8>> {
+    let refuse = |code, message| {
+        let e = ErrorObject::new(code, message);
+        serde_json::to_vec(&Response::error(Some(request_id.clone()), e)).ok()
+    };
+    let Some((execution, record)) = requests::find_run(shared, workflow, task_id).await else {
+        let message = format!("no run of {} with task id '{task_id}'", workflow.name);
+        return refuse(codes::TASK_NOT_FOUND, message);
+    };
+    if record.state.status.is_terminal() {
+        let status = record.state.status.as_str();
+        let message = format!("run {execution} already ended ({status})");
+        return refuse(codes::TASK_NOT_CANCELABLE, message);
+    }
+    let envelope = Envelope::event(Event::CancelRequested {
+        reason: Some("requested by the caller".into()),
+    });
+    let msg_id = msg_id::run_cancel(&execution.0);
+    let (state, text) =
+        match publish_event(shared, &workflow.name, &execution, &msg_id, &envelope).await {
+            Ok(_) => (
+                TaskState::Working,
+                format!("cancel of run {execution} requested"),
+            ),
+            Err(e) => (
+                TaskState::Failed,
+                format!("could not record the cancel: {e}"),
+            ),
+        };
+    let id = serde_json::to_value(&request_id).unwrap_or_default();
+    let task = wire::task(&execution.0, &execution.0, state, vec![Part::text(text)]);
+    Some(wire::response(&id, task))
+}
