@@ -243,6 +243,7 @@ impl RunContext<'_> {
         let mut h = HeaderMap::new();
         let status_to = subjects::agent_status(&shared.ns, &self.workflow.name, &d.sub_task_id);
         h.insert(headers::STATUS_TO, status_to.as_str());
+        h.insert(headers::CALLER, self.workflow.name.as_str());
         h.insert(
             headers::CALL_DEPTH,
             (self.primary().call_depth + 1).to_string().as_str(),
