@@ -1,5 +1,6 @@
 //! Requests to a workflow over a real nats-server: `tasks/get` of a run by task id or
-//! execution id, task ids scoped by the caller's `Mesh-Caller`.
+//! execution id, task ids scoped by the caller's `Mesh-Caller`, and the limit on requests
+//! handled at once.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -7,7 +8,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use messages::a2a::{Message, Part, Role};
 use messages::jsonrpc::Request;
-use messages::payload::wrap;
+use messages::payload::{object_uri, wrap, JSON_MIME};
 use messages::workflow::{Decision, NodePhase, RunPhase, WorkflowApprovalDecision};
 use messages::{headers, subjects, TaskState};
 use serde_json::{json, Value};
@@ -263,4 +264,118 @@ async fn the_node_names_its_workflow_as_the_caller_of_its_agents() {
         .unwrap();
     assert_eq!(r.status, "success", "{:?}", r.error);
     assert_eq!(r.output, Some(json!({"caller": "AskSeer"})));
+}
+
+/// Stores `value` as object `name` in bucket `bucket`, then takes its chunks away: a read
+/// of it waits until [`Held::release`] puts them back.
+struct Held {
+    js: async_nats::jetstream::Context,
+    chunks: String,
+    bytes: Vec<u8>,
+}
+
+impl Held {
+    async fn new(client: &async_nats::Client, bucket: &str, name: &str, value: &Value) -> Self {
+        let js = async_nats::jetstream::new(client.clone());
+        let store = js
+            .create_object_store(async_nats::jetstream::object_store::Config {
+                bucket: bucket.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let bytes = serde_json::to_vec(value).unwrap();
+        let info = store.put(name, &mut bytes.as_slice()).await.unwrap();
+        let chunks = format!("$O.{bucket}.C.{}", info.nuid);
+        let mut stream = js.get_stream(format!("OBJ_{bucket}")).await.unwrap();
+        stream.purge().filter(&chunks).await.unwrap();
+        assert_eq!(
+            stream.info().await.unwrap().state.messages,
+            1,
+            "only the meta"
+        );
+        Held { js, chunks, bytes }
+    }
+
+    /// Waits until something reads the object (its reader's consumer exists).
+    async fn wait_for_reader(&self, bucket: &str) {
+        let mut stream = self.js.get_stream(format!("OBJ_{bucket}")).await.unwrap();
+        tokio::time::timeout(TIMEOUT, async {
+            while stream.info().await.unwrap().state.consumer_count == 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("a reader in time");
+    }
+
+    async fn release(&self) {
+        let ack = self
+            .js
+            .publish(self.chunks.clone(), self.bytes.clone().into())
+            .await
+            .unwrap();
+        ack.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn requests_beyond_the_limit_wait_for_a_free_slot() {
+    let config = Config {
+        max_concurrent_requests: 1,
+        ..Config::default()
+    };
+    let m = mesh(&[CHAIN], config).await;
+    let held = Held::new(&m.client, "held", "in.json", &json!({"value": 3})).await;
+    // The first request holds the one slot: its input cannot be read yet.
+    let uri = object_uri("held", "in.json");
+    let file = Part::file_uri(uri, Some("in.json".into()), Some(JSON_MIME.into()));
+    let mut message = Message::new("slow-msg", Role::User, vec![file]);
+    message.task_id = Some("slow".into());
+    let slow = Request::message_send("slow", message);
+    let inbox = m.client.new_inbox();
+    let mut slow_reply = m.client.subscribe(inbox.clone()).await.unwrap();
+    let body = serde_json::to_vec(&slow).unwrap();
+    m.client
+        .publish_with_reply(subjects::agent_request("mesh", "Chain"), inbox, body.into())
+        .await
+        .unwrap();
+    held.wait_for_reader("held").await;
+    // A request that needs nothing slow waits behind it.
+    let get = Request::tasks_get("g", "none");
+    let waiting = ask(&m, "Chain", None, &get);
+    tokio::pin!(waiting);
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut waiting).await;
+    assert!(
+        early.is_err(),
+        "answered while the slot was held: {early:?}"
+    );
+    held.release().await;
+    assert_eq!(waiting.await["error"]["code"], -32001);
+    let first = slow_reply.next().await.unwrap();
+    let first: Value = serde_json::from_slice(&first.payload).unwrap();
+    assert_eq!(first["result"]["status"]["state"], "completed", "{first}");
+    // Many requests through one slot: every one is answered.
+    let runs = (0..4).map(|n| {
+        let client = m.client.clone();
+        async move {
+            invoke(
+                &client,
+                "mesh",
+                "Chain",
+                &json!({"value": n}),
+                TIMEOUT,
+                |_| {},
+            )
+            .await
+        }
+    });
+    for (n, r) in futures::future::join_all(runs)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        let r = r.expect("a result");
+        assert_eq!(r.output, Some(json!({"value": 4 * n})), "{:?}", r.error);
+    }
 }

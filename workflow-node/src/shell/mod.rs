@@ -1,6 +1,7 @@
 //! The NATS shell around the core: a process on the mesh that hosts workflows.
 //!
-//! - `requests`: takes requests to each workflow (start, cancel, approve), any replica.
+//! - `requests`: takes requests to each workflow (start, get, cancel, approve), any
+//!   replica.
 //! - `worker`: the event stream of each workflow and its shared durable consumer: load,
 //!   `apply`, commit with compare-and-swap, carry out, ack.
 //! - `effects`: carries out the core's commands (dispatch, timers, progress, final reply).
@@ -70,6 +71,10 @@ pub struct Config {
     pub card_wait: Duration,
     /// Replicas of streams and buckets (1, or 3 on a cluster).
     pub replicas: usize,
+    /// Requests to one workflow handled at once (default 256; at least 1). Excess requests
+    /// wait, unread, in the subscription's buffer: a burst slows, it never spawns a task
+    /// per request.
+    pub max_concurrent_requests: usize,
 }
 
 impl Default for Config {
@@ -82,6 +87,7 @@ impl Default for Config {
             inline_limit: 256 * 1024,
             card_wait: Duration::from_secs(2),
             replicas: 1,
+            max_concurrent_requests: 256,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Requests to a workflow on `{ns}.a2a.v1.agent.request.{workflow}` (queue group: any
 //! replica takes any request): start a run, tell a run's state (`tasks/get`), cancel one,
-//! or record an approval decision.
+//! or record an approval decision. At most `Config::max_concurrent_requests` are handled
+//! at once; the rest wait unread.
 //!
 //! A start is validated here (call depth, input schema) and answered at once when invalid,
 //! creating no run. A valid one becomes a `Started` event in the workflow's stream, with a
@@ -27,6 +28,7 @@ use messages::jsonrpc::{codes, ErrorObject, Method, Request, Response};
 use messages::workflow::{Decision, WorkflowApprovalDecision, WorkflowNodeRequest};
 use messages::{headers, msg_id, subjects};
 use serde_json::Value;
+use tokio::sync::Semaphore;
 
 use super::error::{Context, Result};
 use super::record::{Caller, RunRecord};
@@ -55,10 +57,16 @@ pub(super) async fn serve(
     workflow: Arc<Workflow>,
     mut sub: async_nats::Subscriber,
 ) -> Result<()> {
+    let slots = Arc::new(Semaphore::new(shared.config.max_concurrent_requests.max(1)));
     while let Some(msg) = sub.next().await {
+        // Waiting for a slot before taking the next message keeps the rest unread.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            break; // never closed
+        };
         let shared = shared.clone();
         let workflow = workflow.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             let reply_to = msg
                 .reply
                 .as_ref()
