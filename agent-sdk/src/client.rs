@@ -32,6 +32,9 @@ pub struct CallOptions {
     pub headers: HeaderMap,
     /// Inputs whose JSON is larger go through the object store.
     pub artifact_threshold: usize,
+    /// The calling agent's name, sent as `Mesh-Caller`: a workflow scopes task ids by it
+    /// (see `messages::headers::CALLER`). Overrides a `Mesh-Caller` in `headers`.
+    pub caller: Option<String>,
 }
 
 impl CallOptions {
@@ -43,7 +46,14 @@ impl CallOptions {
             instruction: None,
             headers: HeaderMap::new(),
             artifact_threshold: DEFAULT_ARTIFACT_THRESHOLD,
+            caller: None,
         }
+    }
+
+    /// These options, calling as agent `name` (the `Mesh-Caller` header).
+    pub fn with_caller(mut self, name: impl Into<String>) -> Self {
+        self.caller = Some(name.into());
+        self
     }
 }
 
@@ -88,11 +98,15 @@ pub async fn call_agent_with(
     message.task_id = Some(id.clone());
     message.context_id = Some(id.clone());
     let request = Request::message_send(id.clone(), message);
+    let mut headers = options.headers;
+    if let Some(caller) = options.caller.filter(|c| !c.is_empty()) {
+        headers.insert(messages::headers::CALLER, caller.as_str());
+    }
     let body = serde_json::to_vec(&request).expect("a message/send request serialises to JSON");
     let outgoing = Outgoing {
         subject: subjects::agent_request(ns, agent),
         id: id.into(),
-        headers: options.headers,
+        headers,
         body: Bytes::from(body),
     };
     let timing = Timing {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use crate::protocol::{Call, Outcome};
+use crate::protocol::{Call, Known, Outcome};
 
 /// What to do with a request, given the calls running and finished here.
 #[derive(Debug)]
@@ -91,6 +91,16 @@ impl Calls {
             },
         );
         Admission::Run { seq, canceled: rx }
+    }
+
+    /// What is known of task `task_id`: running here, or ended here recently.
+    pub(crate) fn known(&mut self, task_id: &str, now: Instant) -> Option<Known> {
+        if let Some(running) = self.running.get(task_id) {
+            return Some(Known::Running {
+                started: running.started,
+            });
+        }
+        self.recent.get(task_id, now).cloned().map(Known::Ended)
     }
 
     /// Notes that the handler of call `seq` got its permit and runs.
@@ -250,6 +260,26 @@ mod tests {
             other => panic!("expected an answer, got {other:?}"),
         }
         seq(calls.admit(&call("u", Some("a")), now));
+    }
+
+    #[test]
+    fn a_task_is_known_while_it_runs_and_after_it_ended() {
+        let now = Instant::now();
+        let mut calls = Calls::new(10, Duration::from_secs(60));
+        assert_eq!(calls.known("t", now), None);
+        let s = seq(calls.admit(&call("t", Some("a")), now));
+        assert_eq!(
+            calls.known("t", now),
+            Some(Known::Running { started: false })
+        );
+        calls.started("t", s);
+        assert_eq!(
+            calls.known("t", now),
+            Some(Known::Running { started: true })
+        );
+        calls.finish("t", s, &done(json!(1)), now);
+        assert_eq!(calls.known("t", now), Some(Known::Ended(done(json!(1)))));
+        assert_eq!(calls.known("t", now + Duration::from_secs(61)), None);
     }
 
     #[test]

@@ -33,6 +33,9 @@ pub struct NodeRequest {
     pub message_id: String,
     /// The request's NATS headers (trace context, call depth, ...).
     pub headers: HeaderMap,
+    /// The name of the agent serving the request (empty in [`NodeRequest::new`]): the
+    /// `Mesh-Caller` of its onward calls.
+    pub agent: String,
 }
 
 /// The workflow side of a call: which run, node and attempt asked.
@@ -73,6 +76,7 @@ impl NodeRequest {
             context_id: String::new(),
             message_id: String::new(),
             headers: HeaderMap::new(),
+            agent: String::new(),
         }
     }
 
@@ -87,7 +91,9 @@ impl NodeRequest {
     }
 
     /// Headers for a call this handler makes onward (an agent calling a workflow as a
-    /// tool): the trace context passed through and `Mesh-Call-Depth` one higher.
+    /// tool): the trace context passed through, `Mesh-Call-Depth` one higher, and this
+    /// agent's name as `Mesh-Caller` (so the workflow keeps its task ids apart from other
+    /// callers').
     pub fn onward_headers(&self) -> HeaderMap {
         let mut out = HeaderMap::new();
         for name in [
@@ -107,6 +113,9 @@ impl NodeRequest {
             messages::headers::CALL_DEPTH,
             depth.saturating_add(1).to_string().as_str(),
         );
+        if !self.agent.is_empty() {
+            out.insert(messages::headers::CALLER, self.agent.as_str());
+        }
         out
     }
 }

@@ -19,6 +19,8 @@
 //! - sends a running call's caller a `working` update every heartbeat interval, so a
 //!   caller that resends after silence (see [`exchange`]) does not;
 //! - aborts a running call on a `tasks/cancel` broadcast and answers `canceled`;
+//! - answers `tasks/get` of a task running here or remembered as ended (else "task not
+//!   found", -32001);
 //! - answers malformed requests with a JSON-RPC error and keeps serving.
 //!
 //! Modules: [`agent`] (builder and handle), [`handler`] (what agents implement),

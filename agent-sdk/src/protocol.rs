@@ -61,6 +61,12 @@ pub(crate) enum Decoded {
         task_id: String,
         reply_to: Option<String>,
     },
+    /// A `tasks/get` of `task_id`.
+    Get {
+        id: RequestId,
+        task_id: String,
+        reply_to: Option<String>,
+    },
     /// Unusable: answer `response` (when there is somewhere to answer).
     Reject {
         reply_to: Option<String>,
@@ -87,6 +93,13 @@ pub(crate) fn decode(payload: &[u8], headers: Option<&HeaderMap>, reply: Option<
     let params = match request.method {
         Method::TasksCancel(p) => {
             return Decoded::Cancel {
+                id: request.id,
+                task_id: p.id,
+                reply_to,
+            }
+        }
+        Method::TasksGet(p) => {
+            return Decoded::Get {
                 id: request.id,
                 task_id: p.id,
                 reply_to,
@@ -325,6 +338,49 @@ fn plain_parts(outcome: &Outcome) -> (TaskState, Vec<Part>) {
     }
 }
 
+/// The answer to a `tasks/get` of `task_id`: the task as this agent knows it (`submitted`
+/// or `working` while it runs, its final state and parts once it ended), or "task not
+/// found" when it knows nothing of it.
+pub(crate) fn get_answer(id: RequestId, task_id: &str, known: Option<&Known>) -> Response {
+    let (state, parts) = match known {
+        None => {
+            return Response::error(
+                Some(id),
+                ErrorObject::new(
+                    codes::TASK_NOT_FOUND,
+                    format!("task {task_id} is neither running here nor recently ended"),
+                ),
+            )
+        }
+        Some(Known::Running { started: false }) => (TaskState::Submitted, Vec::new()),
+        Some(Known::Running { started: true }) => (TaskState::Working, Vec::new()),
+        Some(Known::Ended(outcome)) => plain_parts(outcome),
+    };
+    let mut status = TaskStatus::new(state);
+    if !parts.is_empty() {
+        let mut message = Message::new(format!("{task_id}-state"), Role::Agent, parts);
+        message.task_id = Some(task_id.to_owned());
+        status.message = Some(message);
+    }
+    let task = Task {
+        id: task_id.to_owned(),
+        context_id: task_id.to_owned(),
+        status,
+        artifacts: None,
+        metadata: None,
+    };
+    Response::result(id, AgentReply::Task(task))
+}
+
+/// What an agent knows of a task, for `tasks/get`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Known {
+    /// It runs here; `started` once its handler has a permit.
+    Running { started: bool },
+    /// It ended here recently, with this outcome.
+    Ended(Outcome),
+}
+
 /// A status update for `Mesh-Status-To`: `working` when a call starts, and `submitted` or
 /// `working` to a copy of a running call.
 pub(crate) fn status_update(call: &Call, state: TaskState) -> Response {
@@ -471,6 +527,31 @@ mod tests {
             decode(bytes, None, None),
             Decoded::Cancel { task_id, .. } if task_id == "t1"
         ));
+    }
+
+    #[test]
+    fn gets_are_recognised_and_answered_from_what_is_known() {
+        let bytes = br#"{"jsonrpc":"2.0","id":"g","method":"tasks/get","params":{"id":"t1"}}"#;
+        let Decoded::Get { id, task_id, .. } = decode(bytes, None, None) else {
+            panic!("not a get");
+        };
+        assert_eq!(task_id, "t1");
+        let v = |known: Option<&Known>| {
+            serde_json::to_value(get_answer(id.clone(), "t1", known)).unwrap()
+        };
+        assert_eq!(v(None)["error"]["code"], codes::TASK_NOT_FOUND);
+        let running = v(Some(&Known::Running { started: true }));
+        assert_eq!(running["result"]["id"], "t1");
+        assert_eq!(running["result"]["status"]["state"], "working");
+        let ended = v(Some(&Known::Ended(Outcome::Success(Output::Inline(
+            json!(
+                {"a": 1}
+            ),
+        )))));
+        assert_eq!(ended["result"]["status"]["state"], "completed");
+        let failed = v(Some(&Known::Ended(Outcome::failure("bad", None))));
+        assert_eq!(failed["result"]["status"]["state"], "failed");
+        assert!(failed.to_string().contains("bad"), "{failed}");
     }
 
     #[test]

@@ -215,6 +215,18 @@ impl Serving {
                     self.shared.publish(&to, headers, &response).await;
                 }
             }
+            Decoded::Get {
+                id,
+                task_id,
+                reply_to,
+            } => {
+                let known = self.shared.calls().known(&task_id, Instant::now());
+                if let Some(to) = reply_to {
+                    let response = protocol::get_answer(id, &task_id, known.as_ref());
+                    let headers = protocol::reply_headers("", msg.headers.as_ref());
+                    self.shared.publish(&to, headers, &response).await;
+                }
+            }
             Decoded::Reject { reply_to, response } => {
                 tracing::debug!(agent = %self.shared.name, "rejecting a malformed request");
                 match reply_to {
@@ -445,6 +457,7 @@ async fn process(shared: &Arc<Shared>, call: &Call) -> Outcome {
         context_id: call.context_id.clone(),
         message_id: call.message_id.clone(),
         headers: call.headers.clone(),
+        agent: shared.name.clone(),
     };
     let handler = shared.handler.clone();
     let mut task = tokio::spawn(handler.call(request));

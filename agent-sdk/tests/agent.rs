@@ -484,3 +484,74 @@ async fn a_stopped_agent_no_longer_answers() -> Result<()> {
         other => panic!("expected no responders, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn tasks_get_answers_a_finished_task_and_not_found_for_others() -> Result<()> {
+    let (_server, client) = setup().await?;
+    let _agent = doubler(Arc::default()).serve(client.clone()).await?;
+    let get = |task: &str| {
+        Bytes::from(serde_json::to_vec(&messages::Request::tasks_get("g", task)).unwrap())
+    };
+    let (unknown, _) = request(&client, "Doubler", HeaderMap::new(), get("t-get")).await?;
+    match unknown.outcome {
+        Outcome::Error(e) => assert_eq!(e.code, codes::TASK_NOT_FOUND, "{e:?}"),
+        other => panic!("expected task not found, got {other:?}"),
+    }
+    let mut message =
+        messages::Message::new("m-get", messages::Role::User, vec![wrap(json!({"n": 4}))]);
+    message.task_id = Some("t-get".into());
+    let send = Bytes::from(serde_json::to_vec(&messages::Request::message_send(
+        "s", message,
+    ))?);
+    let (sent, _) = request(&client, "Doubler", HeaderMap::new(), send).await?;
+    assert_eq!(task(sent)?.status.state, TaskState::Completed);
+    let (known, _) = request(&client, "Doubler", HeaderMap::new(), get("t-get")).await?;
+    let known = task(known)?;
+    assert_eq!(known.id, "t-get");
+    assert_eq!(known.status.state, TaskState::Completed);
+    let parts = known.status.message.context("a message")?.parts;
+    assert_eq!(
+        messages::reply::output_part(&parts),
+        Some(messages::reply::Output::Inline(
+            json!({"n": 8.0, "instruction": null, "node": null})
+        ))
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn calls_name_their_caller_in_mesh_caller() -> Result<()> {
+    let (_server, client) = setup().await?;
+    let _seen = AgentBuilder::new("Seer")
+        .handler(handler_fn(|req: NodeRequest| async move {
+            let caller = req
+                .headers
+                .get(messages::headers::CALLER)
+                .map(|v| v.to_string());
+            Ok(json!({"caller": caller}))
+        }))
+        .serve(client.clone())
+        .await?;
+    let inner = client.clone();
+    let _relay = AgentBuilder::new("Relay")
+        .handler(handler_fn(move |req: NodeRequest| {
+            let client = inner.clone();
+            async move {
+                let mut options = CallOptions::new(WAIT);
+                options.headers = req.onward_headers();
+                call_agent_with(&client, "mesh", "Seer", json!({}), options)
+                    .await
+                    .map_err(|e| AgentError::new(e.to_string()))
+            }
+        }))
+        .serve(client.clone())
+        .await?;
+    let anonymous = call_agent(&client, "mesh", "Seer", json!({}), WAIT).await?;
+    assert_eq!(anonymous, json!({"caller": null}));
+    let named = CallOptions::new(WAIT).with_caller("Planner");
+    let named = call_agent_with(&client, "mesh", "Seer", json!({}), named).await?;
+    assert_eq!(named, json!({"caller": "Planner"}));
+    let relayed = call_agent(&client, "mesh", "Relay", json!({}), WAIT).await?;
+    assert_eq!(relayed, json!({"caller": "Relay"}));
+    Ok(())
+}

@@ -26,3 +26,10 @@ pub const REPLY_TO: &str = "Mesh-Reply-To";
 /// Where the callee sends its **status updates** (`status-update` events, including the
 /// workflow progress DataParts). When absent, no status updates are sent.
 pub const STATUS_TO: &str = "Mesh-Status-To";
+
+/// Who is calling: the calling agent's or workflow's name. A workflow scopes the task ids of
+/// its callers by it, so two callers that pick the same task id start two runs, while one
+/// caller resending its request (same task id, same name) reaches the same run. Its
+/// `tasks/get` and `tasks/cancel` must carry the same value to find that run. Absent: task
+/// ids share one scope (every caller without the header).
+pub const CALLER: &str = "Mesh-Caller";

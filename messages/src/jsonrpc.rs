@@ -1,4 +1,5 @@
-//! The JSON-RPC 2.0 envelope of A2A calls: [`Request`] (`message/send`, `tasks/cancel`),
+//! The JSON-RPC 2.0 envelope of A2A calls: [`Request`] (`message/send`, `tasks/cancel`,
+//! `tasks/get`),
 //! [`Response`] (a result or an [`ErrorObject`]) and the A2A error [`codes`].
 //!
 //! [`Request::from_slice`] turns raw bytes into a typed request, or into the error response
@@ -18,6 +19,8 @@ pub const JSONRPC_VERSION: &str = "2.0";
 pub const METHOD_MESSAGE_SEND: &str = "message/send";
 /// The method name of [`Method::TasksCancel`].
 pub const METHOD_TASKS_CANCEL: &str = "tasks/cancel";
+/// The method name of [`Method::TasksGet`].
+pub const METHOD_TASKS_GET: &str = "tasks/get";
 
 /// JSON-RPC and A2A error codes (identical in A2A 0.3 and 1.0 up to -32007).
 pub mod codes {
@@ -94,6 +97,8 @@ pub enum Method {
     MessageSend(MessageSendParams),
     /// `tasks/cancel`.
     TasksCancel(TaskIdParams),
+    /// `tasks/get`: a task's current state, for a caller that lost track of it.
+    TasksGet(TaskQueryParams),
 }
 
 impl Method {
@@ -102,6 +107,7 @@ impl Method {
         match self {
             Method::MessageSend(_) => METHOD_MESSAGE_SEND,
             Method::TasksCancel(_) => METHOD_TASKS_CANCEL,
+            Method::TasksGet(_) => METHOD_TASKS_GET,
         }
     }
 }
@@ -127,6 +133,24 @@ pub struct TaskIdParams {
     pub metadata: Option<JsonObject>,
 }
 
+/// Params of `tasks/get`: `{id, historyLength?}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskQueryParams {
+    /// The task asked about.
+    pub id: String,
+    /// How many messages of the task's history to return; servers without a history
+    /// (ours) ignore it.
+    #[serde(
+        default,
+        rename = "historyLength",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub history_length: Option<u32>,
+    /// Free-form metadata.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<JsonObject>,
+}
+
 impl Request {
     /// A `message/send` request.
     pub fn message_send(id: impl Into<RequestId>, message: Message) -> Self {
@@ -145,6 +169,18 @@ impl Request {
             id: id.into(),
             method: Method::TasksCancel(TaskIdParams {
                 id: task_id.into(),
+                metadata: None,
+            }),
+        }
+    }
+
+    /// A `tasks/get` request for task `task_id`.
+    pub fn tasks_get(id: impl Into<RequestId>, task_id: impl Into<String>) -> Self {
+        Request {
+            id: id.into(),
+            method: Method::TasksGet(TaskQueryParams {
+                id: task_id.into(),
+                history_length: None,
                 metadata: None,
             }),
         }
@@ -176,6 +212,7 @@ impl Request {
         let method = match raw.method.as_str() {
             METHOD_MESSAGE_SEND => serde_json::from_value(raw.params).map(Method::MessageSend),
             METHOD_TASKS_CANCEL => serde_json::from_value(raw.params).map(Method::TasksCancel),
+            METHOD_TASKS_GET => serde_json::from_value(raw.params).map(Method::TasksGet),
             other => {
                 return Err(error_response(
                     Some(raw.id),
@@ -229,6 +266,13 @@ impl Serialize for Request {
             }
             .serialize(s),
             Method::TasksCancel(p) => RawRequestOut {
+                jsonrpc: JSONRPC_VERSION,
+                id: &self.id,
+                method: name,
+                params: p,
+            }
+            .serialize(s),
+            Method::TasksGet(p) => RawRequestOut {
                 jsonrpc: JSONRPC_VERSION,
                 id: &self.id,
                 method: name,

@@ -7,6 +7,7 @@
 //!   [`WorkflowNodeExecutionStart`], [`WorkflowNodeExecutionResult`], [`WorkflowMapProgress`],
 //!   [`WorkflowExecutionResult`].
 //! - Approvals (ours): [`WorkflowApprovalRequest`], [`WorkflowApprovalDecision`].
+//! - State (ours): [`WorkflowRunState`], the answer to `tasks/get` of a run.
 //!
 //! [`WorkflowDataPart`] reads any of them by `type`. Status words follow the seed spec
 //! (`failure`); the reference implementation's `error` is accepted as an alias on input.
@@ -398,6 +399,72 @@ pub struct WorkflowApprovalDecision {
 }
 data_part_type!(WorkflowApprovalDecision, "workflow_approval_decision");
 
+/// Where a run is, in [`WorkflowRunState`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunPhase {
+    /// Its nodes run (an approval may be waiting).
+    Running,
+    /// Its main DAG ended; exit handlers run.
+    Finishing,
+    /// It succeeded.
+    Success,
+    /// It failed.
+    Failure,
+    /// It was cancelled.
+    Cancelled,
+}
+
+/// Where a node is, in [`WorkflowRunState`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodePhase {
+    /// Not started (yet, or ever).
+    Pending,
+    /// Started, not ended.
+    Running,
+    /// An approval waiting for a decision.
+    Waiting,
+    /// Ended with an output.
+    Success,
+    /// Ended with an error.
+    Failure,
+    /// Never ran.
+    Skipped,
+    /// Stopped while running.
+    Cancelled,
+}
+
+/// `workflow_run_state` (ours): where a run is, as `tasks/get` of it answers (in the
+/// status message of the returned Task).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "workflow_run_state")]
+pub struct WorkflowRunState {
+    /// The workflow's name, which is also its agent name on the mesh.
+    pub workflow_name: String,
+    /// The run's execution id: what a `tasks/cancel` of the run or an approval decision
+    /// names.
+    pub execution_id: String,
+    /// Where the run is.
+    pub status: RunPhase,
+    /// Every node of the definition, by id.
+    #[serde(default)]
+    pub nodes: std::collections::BTreeMap<String, NodePhase>,
+    /// The output, once the run succeeded (absent when it went to an artifact).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    /// The output's artifact, when it was too large to travel inline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_artifact_ref: Option<ArtifactRef>,
+    /// What went wrong, once the run failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    /// The node whose failure failed the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_node_id: Option<String>,
+}
+data_part_type!(WorkflowRunState, "workflow_run_state");
+
 /// Any workflow DataPart, read by its `type`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WorkflowDataPart {
@@ -419,6 +486,8 @@ pub enum WorkflowDataPart {
     ApprovalRequest(WorkflowApprovalRequest),
     /// `workflow_approval_decision`.
     ApprovalDecision(WorkflowApprovalDecision),
+    /// `workflow_run_state`.
+    RunState(WorkflowRunState),
 }
 
 /// Every `type` [`WorkflowDataPart`] understands.
@@ -432,6 +501,7 @@ pub const WORKFLOW_DATA_PART_TYPES: &[&str] = &[
     "workflow_execution_result",
     "workflow_approval_request",
     "workflow_approval_decision",
+    "workflow_run_state",
 ];
 
 impl WorkflowDataPart {
@@ -458,6 +528,7 @@ impl WorkflowDataPart {
             WorkflowDataPart::ExecutionResult(_) => WorkflowExecutionResult::TYPE,
             WorkflowDataPart::ApprovalRequest(_) => WorkflowApprovalRequest::TYPE,
             WorkflowDataPart::ApprovalDecision(_) => WorkflowApprovalDecision::TYPE,
+            WorkflowDataPart::RunState(_) => WorkflowRunState::TYPE,
         }
     }
 }
@@ -475,6 +546,7 @@ impl Serialize for WorkflowDataPart {
             WorkflowDataPart::ExecutionResult(p) => p.serialize(s),
             WorkflowDataPart::ApprovalRequest(p) => p.serialize(s),
             WorkflowDataPart::ApprovalDecision(p) => p.serialize(s),
+            WorkflowDataPart::RunState(p) => p.serialize(s),
         }
     }
 }
@@ -505,6 +577,7 @@ impl<'de> Deserialize<'de> for WorkflowDataPart {
             "workflow_execution_result" => parse(value).map(WorkflowDataPart::ExecutionResult),
             "workflow_approval_request" => parse(value).map(WorkflowDataPart::ApprovalRequest),
             "workflow_approval_decision" => parse(value).map(WorkflowDataPart::ApprovalDecision),
+            "workflow_run_state" => parse(value).map(WorkflowDataPart::RunState),
             other => return Err(D::Error::unknown_variant(other, WORKFLOW_DATA_PART_TYPES)),
         };
         parsed.map_err(D::Error::custom)

@@ -190,6 +190,26 @@ fn tasks_cancel_request_round_trips() {
 }
 
 #[test]
+fn tasks_get_request_round_trips_with_and_without_history_length() {
+    let r: Request = round_trip(json!({
+        "jsonrpc": "2.0", "id": "g1", "method": "tasks/get", "params": {"id": "t-1"}
+    }));
+    assert_eq!(r, Request::tasks_get("g1", "t-1"));
+    let r: Request = round_trip(json!({
+        "jsonrpc": "2.0", "id": 2, "method": "tasks/get",
+        "params": {"id": "t-2", "historyLength": 5}
+    }));
+    let Method::TasksGet(params) = &r.method else {
+        panic!("wrong method: {r:?}");
+    };
+    assert_eq!(
+        (params.id.as_str(), params.history_length),
+        ("t-2", Some(5))
+    );
+    assert_eq!(r.method.name(), "tasks/get");
+}
+
+#[test]
 fn bad_requests_map_to_error_codes() {
     let code = |bytes: &[u8]| match Request::from_slice(bytes).unwrap_err().outcome {
         Outcome::Error(e) => e.code,
@@ -202,8 +222,12 @@ fn bad_requests_map_to_error_codes() {
         codes::INVALID_REQUEST
     );
     assert_eq!(
-        code(br#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{}}"#),
+        code(br#"{"jsonrpc":"2.0","id":1,"method":"tasks/resubscribe","params":{}}"#),
         codes::METHOD_NOT_FOUND
+    );
+    assert_eq!(
+        code(br#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{}}"#),
+        codes::INVALID_PARAMS
     );
     let err =
         Request::from_slice(br#"{"jsonrpc":"2.0","id":"x","method":"message/send","params":{}}"#)

@@ -209,6 +209,32 @@ fn approvals() {
 }
 
 #[test]
+fn run_state() {
+    let running = round_trip::<WorkflowRunState>(json!({
+        "type": "workflow_run_state",
+        "workflow_name": "W",
+        "execution_id": "e",
+        "status": "running",
+        "nodes": {"a": "success", "gate": "waiting", "b": "pending"}
+    }));
+    assert_eq!(running.nodes["gate"], NodePhase::Waiting);
+    round_trip::<WorkflowRunState>(json!({
+        "type": "workflow_run_state", "workflow_name": "W", "execution_id": "e",
+        "status": "success", "nodes": {"a": "success"}, "output": {"x": 1}
+    }));
+    round_trip::<WorkflowRunState>(json!({
+        "type": "workflow_run_state", "workflow_name": "W", "execution_id": "e",
+        "status": "failure", "nodes": {"a": "failure", "b": "skipped"},
+        "error_message": "node a failed", "error_node_id": "a"
+    }));
+    round_trip::<WorkflowRunState>(json!({
+        "type": "workflow_run_state", "workflow_name": "W", "execution_id": "e",
+        "status": "success", "nodes": {},
+        "output_artifact_ref": {"name": "e.output.json"}
+    }));
+}
+
+#[test]
 fn data_part_enum_rejects_and_ignores() {
     assert!(serde_json::from_value::<WorkflowDataPart>(json!({"type": "other"})).is_err());
     assert!(serde_json::from_value::<WorkflowDataPart>(json!({"x": 1})).is_err());

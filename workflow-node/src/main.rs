@@ -19,6 +19,7 @@ fn main() -> ExitCode {
         Command::Card(args) => cli::card::run(args),
         Command::Serve(args) => cli::serve::run(args),
         Command::Run(args) => cli::run::run(args),
+        Command::Status(args) => cli::status::run(args),
         Command::Test(args) => cli::suite::run(args),
         Command::Demo(args) => cli::demo::run(args),
     }

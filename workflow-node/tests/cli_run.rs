@@ -1,5 +1,6 @@
-//! The `run` and `test` commands as a user runs them: the real binary, its exit codes and
-//! output, on an embedded nats-server it starts itself.
+//! The `run`, `test` and `status` commands as a user runs them: the real binary, its exit
+//! codes and output, on an embedded nats-server it starts itself (or, for `status`, one the
+//! test starts, where a run waits).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -130,4 +131,94 @@ fn the_demo_runs_an_example_end_to_end() {
         stderr.contains("workflow node serving") && stderr.contains("audit success"),
         "{stderr}"
     );
+}
+
+#[test]
+fn status_shows_a_run_by_its_id_and_exits_1_for_an_unknown_one() {
+    let server = mesh_tests::nats();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let yaml = r#"
+name: Hello
+workflow:
+  description: no agents, just an output
+  nodes:
+    - {id: gate, type: approval, timeout: 1h}
+  output_mapping: {done: true}
+"#;
+    let workflow = workflow_node::definition::parse_str(yaml, "hello.yaml").unwrap();
+    let (_node, execution) = runtime.block_on(async {
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let config = workflow_node::shell::Config::default();
+        let node =
+            workflow_node::shell::WorkflowNode::start(client.clone(), vec![workflow], config)
+                .await
+                .unwrap();
+        let mut approvals = client
+            .subscribe(messages::subjects::approvals("mesh", "Hello"))
+            .await
+            .unwrap();
+        let run_client = client.clone();
+        tokio::spawn(async move {
+            let timeout = std::time::Duration::from_secs(60);
+            workflow_node::cli::client::invoke(
+                &run_client,
+                "mesh",
+                "Hello",
+                &serde_json::json!({}),
+                timeout,
+                |_| {},
+            )
+            .await
+        });
+        use futures::StreamExt;
+        let msg = approvals.next().await.unwrap();
+        let part: messages::Part = serde_json::from_slice(&msg.payload).unwrap();
+        let execution = part.as_data().unwrap()["execution_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        (node, execution)
+    });
+    let status = |id: &str, json: bool| {
+        let mut c = bin();
+        c.args([
+            "status",
+            id,
+            "--workflow",
+            "Hello",
+            "--nats-url",
+            &server.url(),
+        ]);
+        if json {
+            c.arg("--json");
+        }
+        c.output().unwrap()
+    };
+    let out = status(&execution, false);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!(
+            "run {execution} of Hello: running (input-required)"
+        )),
+        "{stdout}"
+    );
+    assert!(stdout.contains("  gate waiting"), "{stdout}");
+    let out = status(&execution, true);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["state"], "input-required", "{v}");
+    assert_eq!(v["nodes"]["gate"], "waiting", "{v}");
+    let out = status("no-such-task", false);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has no run 'no-such-task'"));
+    let out = bin()
+        .args(["status", "x", "--workflow", "Hello"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
 }

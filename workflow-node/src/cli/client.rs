@@ -2,6 +2,9 @@
 //! DataPart, progress from the status subject, and the final Task. The request is resent
 //! with the same message id while the workflow is silent (`agent_sdk::exchange`); the
 //! workflow starts one run per message id, so a resend never starts a second run.
+//!
+//! [`get_run`] asks a workflow where a run is (`tasks/get`), for a caller that lost track
+//! of it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -11,11 +14,12 @@ use agent_sdk::exchange::{
 };
 use agent_sdk::ArtifactError;
 use messages::a2a::{Message, Part, Role, TaskState, TaskStatusUpdateEvent};
-use messages::jsonrpc::Request;
+use messages::jsonrpc::{codes, Outcome, Request, Response};
 use messages::payload::wrap;
 use messages::reply::{final_task, output_part, Output};
 use messages::subjects;
-use messages::workflow::WorkflowDataPart;
+use messages::workflow::{WorkflowDataPart, WorkflowRunState};
+use messages::{headers, AgentReply};
 use serde_json::Value;
 /// How a run ended, as its caller sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -212,4 +216,117 @@ async fn artifact_output(
             uri: uri.to_owned(),
             source,
         })
+}
+
+/// Where a run is, as `tasks/get` reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunState {
+    /// The A2A state of its task: working, input-required, completed, failed, canceled.
+    pub state: TaskState,
+    /// The run: its execution id, status, nodes, and output or error once it ended.
+    pub run: WorkflowRunState,
+}
+
+/// Why [`get_run`] has no state to show.
+#[derive(Debug, thiserror::Error)]
+pub enum GetRunError {
+    /// The request could not be sent, or had no answer in time.
+    #[error("asking {workflow} for task '{task}'")]
+    Request {
+        /// The workflow asked.
+        workflow: String,
+        /// The task asked about.
+        task: String,
+        /// What went wrong.
+        #[source]
+        source: async_nats::RequestError,
+    },
+    /// The workflow has no run with that task id (from that caller) or execution id.
+    #[error("{workflow} has no run '{task}'")]
+    NotFound {
+        /// The workflow asked.
+        workflow: String,
+        /// The task asked about.
+        task: String,
+    },
+    /// The workflow answered with another JSON-RPC error.
+    #[error("{workflow} refused the request: {message} ({code})")]
+    Refused {
+        /// The workflow asked.
+        workflow: String,
+        /// The JSON-RPC error code.
+        code: i64,
+        /// The error message.
+        message: String,
+    },
+    /// The answer is not a task with a `workflow_run_state`.
+    #[error("{workflow} sent an answer that cannot be read: {detail}")]
+    Malformed {
+        /// The workflow asked.
+        workflow: String,
+        /// What was wrong with it.
+        detail: String,
+    },
+}
+
+/// Asks `workflow` where the run of task `task` is (`tasks/get`): `task` is the task id the
+/// run was started with, by `caller` (the `Mesh-Caller` it was started with, if any), or
+/// its execution id.
+pub async fn get_run(
+    client: &async_nats::Client,
+    ns: &str,
+    workflow: &str,
+    task: &str,
+    caller: Option<&str>,
+) -> Result<RunState, GetRunError> {
+    let request = Request::tasks_get(format!("get-{}", uuid::Uuid::new_v4().simple()), task);
+    let body = serde_json::to_vec(&request).expect("a tasks/get request serialises to JSON");
+    let mut h = async_nats::HeaderMap::new();
+    if let Some(caller) = caller {
+        h.insert(headers::CALLER, caller);
+    }
+    let reply = client
+        .request_with_headers(subjects::agent_request(ns, workflow), h, body.into())
+        .await
+        .map_err(|source| GetRunError::Request {
+            workflow: workflow.to_owned(),
+            task: task.to_owned(),
+            source,
+        })?;
+    let malformed = |detail: String| GetRunError::Malformed {
+        workflow: workflow.to_owned(),
+        detail,
+    };
+    let response: Response =
+        serde_json::from_slice(&reply.payload).map_err(|e| malformed(e.to_string()))?;
+    let task_reply = match response.outcome {
+        Outcome::Result(reply) => *reply,
+        Outcome::Error(e) if e.code == codes::TASK_NOT_FOUND => {
+            return Err(GetRunError::NotFound {
+                workflow: workflow.to_owned(),
+                task: task.to_owned(),
+            })
+        }
+        Outcome::Error(e) => {
+            return Err(GetRunError::Refused {
+                workflow: workflow.to_owned(),
+                code: e.code,
+                message: e.message,
+            })
+        }
+    };
+    let AgentReply::Task(t) = task_reply else {
+        return Err(malformed("not a task".into()));
+    };
+    let run = t
+        .status
+        .message
+        .as_ref()
+        .and_then(|m| m.find_data::<WorkflowRunState>())
+        .ok_or_else(|| malformed("no workflow_run_state".into()))?
+        .map_err(|e| malformed(format!("malformed workflow_run_state: {e}")))?;
+    Ok(RunState {
+        state: t.status.state,
+        run,
+    })
 }

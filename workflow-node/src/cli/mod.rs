@@ -8,6 +8,7 @@ pub mod mermaid;
 pub mod plan;
 pub mod run;
 pub mod serve;
+pub mod status;
 pub mod stubs;
 pub mod suite;
 pub mod validate;
@@ -43,6 +44,8 @@ pub enum Command {
     Serve(serve::Args),
     /// Invoke a workflow as another agent would and print its output.
     Run(run::Args),
+    /// Show where a run is (its state, nodes, and output or error) by task id.
+    Status(status::Args),
     /// Run workflow test suites against stub agents.
     Test(suite::Args),
     /// Run the demo: a local server, stub agents, the node, one run of an example.

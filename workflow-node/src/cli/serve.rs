@@ -28,6 +28,9 @@ pub struct Args {
     /// Replicas of the streams and buckets (3 on a 3-node cluster).
     #[arg(long, default_value_t = 1)]
     pub replicas: usize,
+    /// Requests to one workflow handled at once; more wait their turn.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_requests: u32,
 }
 
 /// Runs `serve`.
@@ -42,6 +45,7 @@ pub fn run(args: Args) -> ExitCode {
             card_interval: Duration::from_secs_f64(args.card_interval.max(0.1)),
             ack_wait: Duration::from_secs_f64(args.ack_wait.max(0.5)),
             replicas: args.replicas,
+            max_concurrent_requests: args.max_concurrent_requests as usize,
             ..Config::default()
         };
         let names: Vec<String> = workflows.iter().map(|w| w.name.clone()).collect();

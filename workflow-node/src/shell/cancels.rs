@@ -50,7 +50,15 @@ pub(super) async fn serve(
         let shared = shared.clone();
         let workflow = workflow.clone();
         tokio::spawn(async move {
-            let answer = cancel(&shared, &workflow, request.id, &params.id).await;
+            let caller = requests::caller_name(&msg);
+            let answer = cancel(
+                &shared,
+                &workflow,
+                caller.as_deref(),
+                request.id,
+                &params.id,
+            )
+            .await;
             if let (Some(to), Some(answer)) = (msg.reply, answer) {
                 let _ = shared.client.publish(to, answer.into()).await;
             }
@@ -59,12 +67,13 @@ pub(super) async fn serve(
     Ok(())
 }
 
-/// Records a cancel of the run named by `task_id` (its execution id, or the task id it was
-/// started with) as a `CancelRequested` event; returns the answer to the request. A run
+/// Records a cancel of the run named by `task_id` (its execution id, or the task id
+/// `caller` started it with) as a `CancelRequested` event; returns the answer to the request. A run
 /// that has ended, or that cannot be found, is not cancelled.
 pub(super) async fn cancel(
     shared: &Shared,
     workflow: &Workflow,
+    caller: Option<&str>,
     request_id: RequestId,
     task_id: &str,
 ) -> Option<Vec<u8>> {
@@ -72,7 +81,8 @@ pub(super) async fn cancel(
         let e = ErrorObject::new(code, message);
         serde_json::to_vec(&Response::error(Some(request_id.clone()), e)).ok()
     };
-    let Some((execution, record)) = requests::find_run(shared, workflow, task_id).await else {
+    let Some((execution, record)) = requests::find_run(shared, workflow, caller, task_id).await
+    else {
         let message = format!("no run of {} with task id '{task_id}'", workflow.name);
         return refuse(codes::TASK_NOT_FOUND, message);
     };

@@ -62,12 +62,15 @@ impl RunContext<'_> {
                     sub_task_id, agent, ..
                 } => {
                     // A called workflow takes this on its cancel subject too, and cancels
-                    // the run it started for this sub-task (see `cancels`).
+                    // the run it started for this sub-task (see `cancels`): the run is
+                    // named by our sub-task id, scoped by us, its caller.
                     let req = Request::tasks_cancel(sub_task_id.as_str(), sub_task_id.as_str());
                     let subject = subjects::agent_cancel(&self.shared.ns, agent);
+                    let mut h = HeaderMap::new();
+                    h.insert(headers::CALLER, self.workflow.name.as_str());
                     self.shared
                         .client
-                        .publish(subject, serde_json::to_vec(&req)?.into())
+                        .publish_with_headers(subject, h, serde_json::to_vec(&req)?.into())
                         .await
                         .context(|| format!("cancelling call {sub_task_id}"))?;
                 }
@@ -245,6 +248,7 @@ impl RunContext<'_> {
         let mut h = HeaderMap::new();
         let status_to = subjects::agent_status(&shared.ns, &self.workflow.name, &d.sub_task_id);
         h.insert(headers::STATUS_TO, status_to.as_str());
+        h.insert(headers::CALLER, self.workflow.name.as_str());
         h.insert(
             headers::CALL_DEPTH,
             (self.primary().call_depth + 1).to_string().as_str(),

@@ -1,6 +1,7 @@
 //! The NATS shell around the core: a process on the mesh that hosts workflows.
 //!
-//! - `requests`: takes requests to each workflow (start, cancel, approve), any replica.
+//! - `requests`: takes requests to each workflow (start, get, cancel, approve), any
+//!   replica.
 //! - `cancels`: cancels of runs, also from a calling workflow on the cancel subject.
 //! - `worker`: the event stream of each workflow and its shared durable consumer: load,
 //!   `apply`, commit with compare-and-swap, carry out, ack.
@@ -80,6 +81,10 @@ pub struct Config {
     /// most it can take). A run whose entry would grow past it fails with "state too
     /// large" instead of being stored.
     pub max_state_bytes: Option<usize>,
+    /// Requests to one workflow handled at once (default 256; at least 1). Excess requests
+    /// wait, unread, in the subscription's buffer: a burst slows, it never spawns a task
+    /// per request.
+    pub max_concurrent_requests: usize,
 }
 
 impl Default for Config {
@@ -94,6 +99,7 @@ impl Default for Config {
             replicas: 1,
             max_deliver: 10,
             max_state_bytes: None,
+            max_concurrent_requests: 256,
         }
     }
 }

@@ -87,9 +87,50 @@ pub fn execution_id(workflow: &str, caller_task_id: &str) -> ExecutionId {
     ExecutionId(hex::encode(&digest[..16]))
 }
 
+/// The execution id of a request from `caller` (its `Mesh-Caller` header): task ids are
+/// scoped by it, so two callers that pick the same task id start two runs. Without a
+/// caller, the same as [`execution_id`].
+///
+/// The byte after the workflow's name tells the two forms apart (`\n` unscoped, `\0`
+/// scoped; a workflow name has neither), and the caller's length ends it, so no caller and
+/// task id pair hashes like another pair or like an unscoped task id.
+pub fn caller_execution_id(
+    workflow: &str,
+    caller: Option<&str>,
+    caller_task_id: &str,
+) -> ExecutionId {
+    let Some(caller) = caller.filter(|c| !c.is_empty()) else {
+        return execution_id(workflow, caller_task_id);
+    };
+    let scoped = format!("{workflow}\0{}\0{caller}{caller_task_id}", caller.len());
+    ExecutionId(hex::encode(&Sha256::digest(scoped.as_bytes())[..16]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn task_ids_are_scoped_by_their_caller() {
+        let a = caller_execution_id("Wf", Some("A"), "t");
+        assert_eq!(a, caller_execution_id("Wf", Some("A"), "t"));
+        assert_ne!(a, caller_execution_id("Wf", Some("B"), "t"));
+        assert_ne!(a, caller_execution_id("Wf", None, "t"));
+        assert_ne!(a, caller_execution_id("Other", Some("A"), "t"));
+        assert_ne!(
+            caller_execution_id("Wf", Some("A"), "Bt"),
+            caller_execution_id("Wf", Some("AB"), "t")
+        );
+        assert_eq!(
+            caller_execution_id("Wf", None, "t"),
+            execution_id("Wf", "t")
+        );
+        assert_eq!(
+            caller_execution_id("Wf", Some(""), "t"),
+            execution_id("Wf", "t")
+        );
+        assert!(ExecutionId::parse(&a.0).is_ok());
+    }
 
     #[test]
     fn execution_ids_are_stable_and_valid() {

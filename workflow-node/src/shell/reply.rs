@@ -1,21 +1,21 @@
-//! What a run tells its callers, built without I/O: progress DataParts, status updates, and
-//! the final reply (the same bytes whether the run's end sends it or a resent request is
-//! answered from the ended run's record).
+//! What a run tells its callers, built without I/O: progress DataParts, status updates, the
+//! final reply (the same bytes whether the run's end sends it or a resent request is
+//! answered from the ended run's record), and the run's state for `tasks/get`.
 
 use messages::a2a::{
     AgentReply, Message, Part, Role, TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
 use messages::payload::{wrap, JSON_MIME};
 use messages::workflow::{
-    MapStatus, NodeOutcome, ResultStatus, RunOutcome, SwitchCaseInfo, WorkflowExecutionResult,
-    WorkflowExecutionStart, WorkflowMapProgress, WorkflowNodeExecutionResult,
-    WorkflowNodeExecutionStart, WorkflowNodeResult,
+    ArtifactRef, MapStatus, NodeOutcome, NodePhase, ResultStatus, RunOutcome, RunPhase,
+    SwitchCaseInfo, WorkflowExecutionResult, WorkflowExecutionStart, WorkflowMapProgress,
+    WorkflowNodeExecutionResult, WorkflowNodeExecutionStart, WorkflowNodeResult, WorkflowRunState,
 };
 use serde_json::Value;
 
 use super::record::Caller;
 use super::wire;
-use crate::core::{ExecutionId, NodeStatus, Progress, RunError, RunStatus};
+use crate::core::{Execution, ExecutionId, NodeStatus, Progress, RunError, RunStatus};
 use crate::definition::{JoinStrategy, NodeKind, Workflow};
 
 /// How a run ended, as its callers are told.
@@ -297,6 +297,111 @@ pub(super) fn final_reply(
     (wire::response(&caller.request_id, reply), task_id)
 }
 
+/// The answer to `tasks/get` of run `execution` (asked for by `task_id`): a Task in the
+/// run's A2A state (`working`; `input-required` while an approval waits; then `completed`,
+/// `failed` or `canceled`) whose status message carries a `workflow_run_state` DataPart,
+/// then the output (inline or as a FilePart) once it ended, then a one-line summary.
+/// `ending` is how it ended, for an ended run.
+pub(super) fn run_state(
+    workflow: &Workflow,
+    execution: &ExecutionId,
+    task_id: &str,
+    context_id: &str,
+    state: &Execution,
+    ending: Option<&Ending>,
+) -> AgentReply {
+    let nodes: std::collections::BTreeMap<String, NodePhase> = workflow
+        .nodes
+        .iter()
+        .map(|n| (n.id.clone(), node_phase(state.node_status(&n.id))))
+        .collect();
+    let waiting: Vec<String> = nodes
+        .iter()
+        .filter(|(_, p)| **p == NodePhase::Waiting)
+        .map(|(id, _)| id.clone())
+        .collect();
+    let error = ending
+        .and_then(|e| e.error.as_ref())
+        .or(state.error.as_ref());
+    let run = WorkflowRunState {
+        workflow_name: workflow.name.clone(),
+        execution_id: execution.0.clone(),
+        status: run_phase(state.status),
+        nodes,
+        output: ending.and_then(|e| e.output.clone()),
+        output_artifact_ref: ending.and_then(|e| e.artifact.as_ref()).map(|(name, _)| {
+            ArtifactRef {
+                name: name.clone(),
+                version: None,
+            }
+        }),
+        error_message: ending.and(error).map(|e| e.message.clone()),
+        error_node_id: ending.and(error).and_then(|e| e.node_id.clone()),
+    };
+    let mut parts = vec![Part::data_part(&run)];
+    match (
+        ending.and_then(|e| e.output.as_ref()),
+        ending.and_then(|e| e.artifact.as_ref()),
+    ) {
+        (Some(out), _) => parts.push(wrap(out.clone())),
+        (None, Some((name, uri))) => parts.push(Part::file_uri(
+            uri.clone(),
+            Some(name.clone()),
+            Some(JSON_MIME.into()),
+        )),
+        _ => {}
+    }
+    let name = &workflow.name;
+    let (a2a, summary) = match state.status {
+        RunStatus::Success => (TaskState::Completed, format!("Workflow {name} completed")),
+        RunStatus::Cancelled => (
+            TaskState::Canceled,
+            format!("Workflow {name} was cancelled"),
+        ),
+        RunStatus::Failure => (
+            TaskState::Failed,
+            format!(
+                "Workflow {name} failed: {}",
+                run.error_message.as_deref().unwrap_or("no reason given")
+            ),
+        ),
+        RunStatus::Running | RunStatus::Finishing if !waiting.is_empty() => (
+            TaskState::InputRequired,
+            format!(
+                "Workflow {name} waits for a decision on {}",
+                waiting.join(", ")
+            ),
+        ),
+        RunStatus::Running | RunStatus::Finishing => {
+            (TaskState::Working, format!("Workflow {name} is running"))
+        }
+    };
+    parts.push(Part::text(summary));
+    wire::task(task_id, context_id, a2a, parts)
+}
+
+fn run_phase(status: RunStatus) -> RunPhase {
+    match status {
+        RunStatus::Running => RunPhase::Running,
+        RunStatus::Finishing => RunPhase::Finishing,
+        RunStatus::Success => RunPhase::Success,
+        RunStatus::Failure => RunPhase::Failure,
+        RunStatus::Cancelled => RunPhase::Cancelled,
+    }
+}
+
+fn node_phase(status: NodeStatus) -> NodePhase {
+    match status {
+        NodeStatus::Pending => NodePhase::Pending,
+        NodeStatus::Running => NodePhase::Running,
+        NodeStatus::Waiting => NodePhase::Waiting,
+        NodeStatus::Success => NodePhase::Success,
+        NodeStatus::Failure => NodePhase::Failure,
+        NodeStatus::Skipped => NodePhase::Skipped,
+        NodeStatus::Cancelled => NodePhase::Cancelled,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -368,5 +473,54 @@ workflow:
         assert_eq!(task.status.state, TaskState::Failed);
         let text: String = task.status.message.expect("message").text();
         assert!(text.contains("node a failed"), "{text}");
+    }
+
+    #[test]
+    fn run_state_follows_the_run_and_carries_the_output_once_it_ended() {
+        use crate::core::{Execution, NodeState};
+        let exec = ExecutionId("e".into());
+        let mut state = Execution::new(exec.clone(), "W");
+        let read = |state: &Execution, ending: Option<&Ending>| {
+            let AgentReply::Task(task) = run_state(&workflow(), &exec, "t1", "c1", state, ending)
+            else {
+                panic!("not a task");
+            };
+            let parts = task.status.message.clone().expect("a message").parts;
+            let run: WorkflowRunState = Message::new("m", Role::Agent, parts.clone())
+                .find_data()
+                .expect("a run state")
+                .expect("well formed");
+            (task, run, parts)
+        };
+        let (task, run, _) = read(&state, None);
+        assert_eq!((task.id.as_str(), task.context_id.as_str()), ("t1", "c1"));
+        assert_eq!(task.status.state, TaskState::Working);
+        assert_eq!(run.nodes["a"], NodePhase::Pending);
+        state
+            .nodes
+            .insert("a".into(), NodeState::new(NodeStatus::Waiting));
+        let (task, run, _) = read(&state, None);
+        assert_eq!(task.status.state, TaskState::InputRequired);
+        assert_eq!(
+            (run.status, run.nodes["a"]),
+            (RunPhase::Running, NodePhase::Waiting)
+        );
+        state
+            .nodes
+            .insert("a".into(), NodeState::new(NodeStatus::Success));
+        state.status = RunStatus::Success;
+        let ending = Ending {
+            status: RunStatus::Success,
+            output: Some(json!({"x": 1})),
+            artifact: None,
+            error: None,
+        };
+        let (task, run, parts) = read(&state, Some(&ending));
+        assert_eq!(task.status.state, TaskState::Completed);
+        assert_eq!(run.output, Some(json!({"x": 1})));
+        assert_eq!(
+            messages::reply::output_part(&parts),
+            Some(messages::reply::Output::Inline(json!({"x": 1})))
+        );
     }
 }

@@ -1,5 +1,7 @@
 //! Requests to a workflow on `{ns}.a2a.v1.agent.request.{workflow}` (queue group: any
-//! replica takes any request): start a run, cancel one, or record an approval decision.
+//! replica takes any request): start a run, tell a run's state (`tasks/get`), cancel one,
+//! or record an approval decision. At most `Config::max_concurrent_requests` are handled
+//! at once; the rest wait unread.
 //!
 //! A start is validated here (call depth, input schema) and answered at once when invalid,
 //! creating no run. A valid one becomes a `Started` event in the workflow's stream, with a
@@ -12,16 +14,21 @@
 //! names is then found: if it has ended, the request is answered at once from its record;
 //! if it is still going, a caller from another reply address is attached to it (an
 //! `attach` event), and one from the same address waits for the reply already promised.
+//!
+//! Task ids are the caller's, so they are scoped by the caller's name (`Mesh-Caller`) when
+//! the request carries one: two callers with the same task id make two runs. A caller's
+//! `tasks/get` and `tasks/cancel` name its task id with the same header.
 
 use std::sync::Arc;
 
 use async_nats::HeaderMap;
 use futures::StreamExt;
 use messages::a2a::{Message, Part, TaskState};
-use messages::jsonrpc::{Method, Request};
+use messages::jsonrpc::{codes, ErrorObject, Method, Request, Response};
 use messages::workflow::{Decision, WorkflowApprovalDecision, WorkflowNodeRequest};
 use messages::{headers, msg_id, subjects};
 use serde_json::Value;
+use tokio::sync::Semaphore;
 
 use super::error::{Context, Result};
 use super::record::{Caller, RunRecord};
@@ -50,10 +57,16 @@ pub(super) async fn serve(
     workflow: Arc<Workflow>,
     mut sub: async_nats::Subscriber,
 ) -> Result<()> {
+    let slots = Arc::new(Semaphore::new(shared.config.max_concurrent_requests.max(1)));
     while let Some(msg) = sub.next().await {
+        // Waiting for a slot before taking the next message keeps the rest unread.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            break; // never closed
+        };
         let shared = shared.clone();
         let workflow = workflow.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             let reply_to = msg
                 .reply
                 .as_ref()
@@ -71,6 +84,15 @@ pub(super) async fn serve(
 
 fn header(h: Option<&HeaderMap>, name: &str) -> Option<String> {
     h?.get(name).map(|v| v.as_str().to_string())
+}
+
+/// The caller's name (`Mesh-Caller`), which scopes its task ids; `None` when absent or
+/// blank.
+/// The caller a request names in `Mesh-Caller`, if any.
+pub(super) fn caller_name(msg: &async_nats::Message) -> Option<String> {
+    header(msg.headers.as_ref(), headers::CALLER)
+        .map(|c| c.trim().to_string())
+        .filter(|c| !c.is_empty())
 }
 
 /// Handles one request; returns the immediate answer, if any (a started run answers at its
@@ -93,8 +115,22 @@ async fn handle(
         ))
     };
     match request.method {
+        Method::TasksGet(params) => {
+            let caller = caller_name(msg);
+            let Some((execution, record)) =
+                find_run(shared, workflow, caller.as_deref(), &params.id).await
+            else {
+                let e = ErrorObject::new(
+                    codes::TASK_NOT_FOUND,
+                    format!("no run of {} with task id '{}'", workflow.name, params.id),
+                );
+                return serde_json::to_vec(&Response::error(Some(request.id), e)).ok();
+            };
+            Some(run_state(shared, workflow, &execution, &record, &params.id, &id).await)
+        }
         Method::TasksCancel(params) => {
-            cancels::cancel(shared, workflow, request.id, &params.id).await
+            let caller = caller_name(msg);
+            cancels::cancel(shared, workflow, caller.as_deref(), request.id, &params.id).await
         }
         Method::MessageSend(params) => {
             let message = params.message;
@@ -113,23 +149,21 @@ async fn handle(
     }
 }
 
-/// Finds a run by its execution id, or by the caller's task id it was started with (for a
-/// run started by a workflow node, that is the caller's sub-task id).
+/// Finds a run by its execution id, or by the task id `caller` (its `Mesh-Caller`, if any)
+/// started it with (for a run started by a workflow node, the caller's sub-task id).
 pub(super) async fn find_run(
     shared: &Shared,
     workflow: &Workflow,
+    caller: Option<&str>,
     id: &str,
 ) -> Option<(ExecutionId, RunRecord)> {
-    let mut candidates = vec![names::execution_id(&workflow.name, id)];
+    let mut candidates = vec![names::caller_execution_id(&workflow.name, caller, id)];
     if let Ok(direct) = ExecutionId::parse(id) {
         candidates.insert(0, direct);
     }
     for execution in candidates {
-        let key = names::run_key(&workflow.name, &execution);
-        if let Ok(Some(bytes)) = shared.runs.get(key).await {
-            if let Ok(record) = serde_json::from_slice::<RunRecord>(&bytes) {
-                return Some((execution, record));
-            }
+        if let Some(record) = read_run(shared, workflow, &execution).await {
+            return Some((execution, record));
         }
     }
     None
@@ -140,7 +174,7 @@ async fn approve(
     workflow: &Workflow,
     d: WorkflowApprovalDecision,
 ) -> Result<String, String> {
-    let (execution, record) = find_run(shared, workflow, &d.execution_id)
+    let (execution, record) = find_run(shared, workflow, None, &d.execution_id)
         .await
         .ok_or_else(|| format!("no run of {} with id '{}'", workflow.name, d.execution_id))?;
     let Some(NodeKind::Approval(def)) = workflow.node(&d.node_id).map(|n| &n.kind) else {
@@ -202,7 +236,8 @@ async fn start(
         .task_id
         .clone()
         .unwrap_or_else(|| message.message_id.clone());
-    let execution = names::execution_id(&workflow.name, &task_key);
+    let execution =
+        names::caller_execution_id(&workflow.name, caller_name(msg).as_deref(), &task_key);
     let refuse = |text: String| {
         Some(wire::response(
             &id,
@@ -379,6 +414,52 @@ async fn answer_ended(
     Ok(Some(
         reply::final_reply(workflow, execution, caller, &ending).0,
     ))
+}
+
+/// The answer to `tasks/get` of run `execution`, asked for by `task_id` (see
+/// `reply::run_state`); an ended run's large output is named by its artifact.
+async fn run_state(
+    shared: &Shared,
+    workflow: &Workflow,
+    execution: &ExecutionId,
+    record: &RunRecord,
+    task_id: &str,
+    request_id: &Value,
+) -> Vec<u8> {
+    let state = &record.state;
+    let ending = if state.status.is_terminal() {
+        let ending = effects::ending(
+            shared,
+            execution,
+            state.status,
+            state.output.as_ref(),
+            state.error.as_ref(),
+        )
+        .await;
+        match ending {
+            Ok(ending) => Some(ending),
+            Err(e) => {
+                let e = ErrorObject::new(
+                    codes::INTERNAL_ERROR,
+                    format!("reading how run {execution} ended: {e}"),
+                );
+                let id = serde_json::from_value(request_id.clone()).ok();
+                return serde_json::to_vec(&Response::error(id, e)).unwrap_or_default();
+            }
+        }
+    } else {
+        None
+    };
+    let context = record.caller.context_id.as_deref().unwrap_or(&execution.0);
+    let task = reply::run_state(
+        workflow,
+        execution,
+        task_id,
+        context,
+        state,
+        ending.as_ref(),
+    );
+    wire::response(request_id, task)
 }
 
 /// The record of run `execution`, whole (with its outputs kept apart), if it has one
