@@ -16,15 +16,14 @@
 //! read again, when an outbox entry is replayed instead of the event re-applied, which
 //! outbox entries are old enough to drop) lives here and is unit-tested below.
 
+use std::collections::BTreeSet;
+
 use super::bulk::{self, Write};
 use super::outbox;
 use super::record::{Caller, OutboxEntry, RunRecord};
 use super::Envelope;
 use crate::core::{self, Command, Event, Execution, ExecutionId, Millis};
 use crate::definition::Workflow;
-
-/// Outbox entries older than this are dropped: their events cannot be redelivered any more.
-pub(super) const OUTBOX_HORIZON_MS: u64 = 10 * 60 * 1000;
 
 /// A run as the driver found it for one event.
 #[derive(Debug)]
@@ -35,6 +34,9 @@ pub(super) struct Loaded {
     pub(super) record: Option<RunRecord>,
     /// The record came from this worker's cache, so it may be behind KV.
     pub(super) from_cache: bool,
+    /// Outbox entries (by event sequence) whose events can no longer come back: their
+    /// messages are gone from the work-queue stream, acked. The next commit drops them.
+    pub(super) settled: BTreeSet<u64>,
 }
 
 /// Where the event sits in its stream.
@@ -115,6 +117,7 @@ pub(super) fn plan(
         revision,
         record,
         from_cache,
+        settled,
     } = loaded;
     if envelope.attach && record.is_none() {
         tracing::debug!("a resent request for {run_key}, which has no record, dropped");
@@ -134,9 +137,14 @@ pub(super) fn plan(
     if envelope.attach || resent {
         return attach(run_key, revision, record, envelope, delivery, now);
     }
-    apply(
-        workflow, run_key, revision, record, from_cache, envelope, delivery, now,
-    )
+    let applying = Applying {
+        revision,
+        from_cache,
+        settled: &settled,
+        delivery,
+        now,
+    };
+    apply(workflow, run_key, record, envelope, applying)
 }
 
 /// What the driver plans instead of an event it gives up on: the run's abandonment, with
@@ -263,18 +271,30 @@ fn replay(
     })
 }
 
+/// How an event is applied: to which revision, from where, at what time.
+struct Applying<'a> {
+    revision: Option<u64>,
+    from_cache: bool,
+    settled: &'a BTreeSet<u64>,
+    delivery: Delivery,
+    now: Millis,
+}
+
 /// Applies the event to the core and plans its commit.
-#[allow(clippy::too_many_arguments)]
 fn apply(
     workflow: &Workflow,
     run_key: &str,
-    revision: Option<u64>,
     mut record: RunRecord,
-    from_cache: bool,
     envelope: &Envelope,
-    delivery: Delivery,
-    now: Millis,
+    applying: Applying<'_>,
 ) -> Result<Plan, serde_json::Error> {
+    let Applying {
+        revision,
+        from_cache,
+        settled,
+        delivery,
+        now,
+    } = applying;
     // Some events change the state without any command (a fork branch that is not the
     // last to end): those must be committed too, or the next replica to load the run never
     // learns of them. Items and results are left out of the copy (an event that changes a
@@ -294,9 +314,8 @@ fn apply(
             keep: revision.map(|r| (r, Box::new(record))),
         });
     }
-    record
-        .outbox
-        .retain(|e| now.0.saturating_sub(e.at.0) < OUTBOX_HORIZON_MS);
+    // An entry stays until its event is acked, whoever committed it.
+    record.outbox.retain(|e| !settled.contains(&e.seq));
     let results = bulk::item_results(workflow, &record, &envelope.event);
     let after = bulk::result_writes(run_key, &results)?;
     record.outbox.push(OutboxEntry {
@@ -380,6 +399,7 @@ workflow:
             revision: Some(revision),
             record: Some(record),
             from_cache: false,
+            settled: BTreeSet::new(),
         }
     }
 
@@ -388,6 +408,7 @@ workflow:
             revision: None,
             record: None,
             from_cache: false,
+            settled: BTreeSet::new(),
         }
     }
 
@@ -597,25 +618,39 @@ workflow:
     }
 
     #[test]
-    fn outbox_entries_past_the_horizon_are_dropped_at_the_next_commit() {
+    fn settled_entries_are_dropped_at_the_next_commit_and_others_stay() {
         let wf = workflow();
-        let (record, d) = started(&wf);
-        let late = Millis(OUTBOX_HORIZON_MS + 1);
+        let (mut record, d) = started(&wf);
+        // Another replica's entry, its event still in hand there.
+        record.outbox.push(OutboxEntry {
+            seq: 5,
+            at: Millis(0),
+            commands: Vec::new(),
+            results: Vec::new(),
+        });
+        let loaded = Loaded {
+            settled: BTreeSet::from([1]),
+            ..fresh(1, record)
+        };
         let s = steps(
             plan(
                 &wf,
                 "k",
                 &execution(),
-                fresh(1, record),
+                loaded,
                 &succeeded(d.task),
-                first(2),
-                late,
+                first(9),
+                Millis(10),
             )
             .unwrap(),
         );
         let stored = decode(&s.commit.expect("a commit").bytes);
         let seqs: Vec<u64> = stored.outbox.iter().map(|e| e.seq).collect();
-        assert_eq!(seqs, vec![2]);
+        assert_eq!(
+            seqs,
+            vec![5, 9],
+            "the acked start's entry went, the others stay"
+        );
     }
 
     #[test]

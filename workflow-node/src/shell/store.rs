@@ -8,6 +8,8 @@
 
 use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::kv::{CreateErrorKind, UpdateErrorKind};
+use std::collections::BTreeSet;
+
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -32,6 +34,7 @@ pub(super) async fn load(shared: &Shared, key: &str) -> Result<Loaded> {
             revision: None,
             record: None,
             from_cache: false,
+            settled: Default::default(),
         });
     };
     let mut record: RunRecord = decode(&value, || format!("run {key}"))?;
@@ -63,7 +66,55 @@ pub(super) async fn load(shared: &Shared, key: &str) -> Result<Loaded> {
         revision: Some(revision),
         record: Some(record),
         from_cache: false,
+        settled: Default::default(),
     })
+}
+
+/// The outbox entries of `record`, other than `current`'s, whose events can no longer come
+/// back: their messages are gone from the workflow's work-queue stream (acked, or removed
+/// by its limits). Asked of the stream's leader, all at once; an entry whose message is
+/// still there (its replica is carrying it out, or died doing so) stays.
+pub(super) async fn settled(
+    shared: &Shared,
+    workflow: &str,
+    record: &RunRecord,
+    current: u64,
+) -> Result<BTreeSet<u64>> {
+    use async_nats::jetstream::stream::LastRawMessageErrorKind as Kind;
+    let seqs: Vec<u64> = record
+        .outbox
+        .iter()
+        .map(|e| e.seq)
+        .filter(|s| *s != current)
+        .collect();
+    if seqs.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    let name = super::names::event_stream(&shared.ns, workflow);
+    let stream = shared
+        .js
+        .get_stream_no_info(&name)
+        .await
+        .context(|| format!("opening stream {name}"))?;
+    let checks = seqs.iter().map(|&seq| {
+        let stream = &stream;
+        async move { (seq, stream.get_raw_message(seq).await) }
+    });
+    let mut gone = BTreeSet::new();
+    for (seq, got) in futures::future::join_all(checks).await {
+        match got {
+            Ok(_) => {}
+            Err(e) if e.kind() == Kind::NoMessageFound => {
+                gone.insert(seq);
+            }
+            Err(e) if matches!(e.kind(), Kind::JetStream(j) if j.error_code() == async_nats::jetstream::ErrorCode::NO_MESSAGE_FOUND) =>
+            {
+                gone.insert(seq);
+            }
+            Err(e) => return Err(e).context(|| format!("looking up event {seq} of {name}")),
+        }
+    }
+    Ok(gone)
 }
 
 /// The current revision and value of `key`, read from the stream's leader; `None` when

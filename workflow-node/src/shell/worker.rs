@@ -374,21 +374,7 @@ async fn process(
     let key = names::run_key(&workflow.name, &execution);
     let mut cached = cache.remove(&execution);
     for _ in 0..MAX_CONFLICTS {
-        let mut loaded = match cached.take() {
-            Some((revision, record)) => Loaded {
-                revision: Some(revision),
-                record: Some(record),
-                from_cache: true,
-            },
-            None => store::load(shared, &key).await?,
-        };
-        if let Some(record) = loaded
-            .record
-            .as_mut()
-            .filter(|r| !plan::replays(r, delivery))
-        {
-            store::load_results(shared, workflow, &key, record, &envelope.event).await?;
-        }
+        let loaded = load(shared, workflow, &key, cached.take(), &envelope, delivery).await?;
         match plan::plan(
             workflow,
             &key,
@@ -422,6 +408,34 @@ async fn process(
         execution,
         tries: MAX_CONFLICTS,
     })
+}
+
+/// The run of an event, from this worker's cache or KV, with what the event needs in
+/// place: the results of a map it may end, and which outbox entries are settled.
+async fn load(
+    shared: &Shared,
+    workflow: &Workflow,
+    key: &str,
+    cached: Option<(u64, RunRecord)>,
+    envelope: &Envelope,
+    delivery: Delivery,
+) -> Result<Loaded> {
+    let mut loaded = match cached {
+        Some((revision, record)) => Loaded {
+            revision: Some(revision),
+            record: Some(record),
+            from_cache: true,
+            settled: Default::default(),
+        },
+        None => store::load(shared, key).await?,
+    };
+    if let Some(record) = loaded.record.as_mut() {
+        if !plan::replays(record, delivery) {
+            store::load_results(shared, workflow, key, record, &envelope.event).await?;
+            loaded.settled = store::settled(shared, &workflow.name, record, delivery.seq).await?;
+        }
+    }
+    Ok(loaded)
 }
 
 /// Performs `steps` in order (see `plan`). `None`: the commit lost to another replica's,
