@@ -31,6 +31,18 @@ pub struct Args {
     /// Requests to one workflow handled at once; more wait their turn.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_requests: u32,
+    /// How long an ended run's record, keys, markers and artifacts are kept (`7d`, `12h`,
+    /// `30s`; a bare number is seconds).
+    #[arg(long, default_value = "7d", value_parser = retention)]
+    pub retention: Duration,
+}
+
+fn retention(text: &str) -> Result<Duration, String> {
+    match workflow_expr::duration::parse(text) {
+        Ok(d) if d.as_secs() >= 1 => Ok(d),
+        Ok(_) => Err("must be at least 1s".into()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Runs `serve`.
@@ -46,6 +58,7 @@ pub fn run(args: Args) -> ExitCode {
             ack_wait: Duration::from_secs_f64(args.ack_wait.max(0.5)),
             replicas: args.replicas,
             max_concurrent_requests: args.max_concurrent_requests as usize,
+            retention: args.retention,
             ..Config::default()
         };
         let names: Vec<String> = workflows.iter().map(|w| w.name.clone()).collect();

@@ -381,6 +381,38 @@ pub(super) fn item_results(
     }
 }
 
+/// The values a run keeps apart (its input and outputs), as they are stored.
+pub(super) fn kept_apart(record: &RunRecord, run_key: &str) -> serde_json::Result<Vec<Write>> {
+    let state = &record.state;
+    let mut writes = Vec::new();
+    if record.input_apart {
+        writes.push(Write {
+            key: input_key(run_key),
+            bytes: serde_json::to_vec(&state.input)?,
+        });
+    }
+    if let (true, Some(output)) = (record.output_apart, &state.output) {
+        writes.push(Write {
+            key: run_output_key(run_key),
+            bytes: serde_json::to_vec(output)?,
+        });
+    }
+    for id in record.outputs_apart.keys() {
+        if let Some(output) = state.nodes.get(id).and_then(|n| n.output.as_ref()) {
+            writes.push(Write {
+                key: node_output_key(run_key, id),
+                bytes: serde_json::to_vec(output)?,
+            });
+        }
+    }
+    Ok(writes)
+}
+
+/// The key patterns of the items and results of a run's maps (see the module doc).
+pub(super) fn map_key_patterns(run_key: &str) -> Vec<String> {
+    vec![format!("{run_key}.items.>"), format!("{run_key}.result.>")]
+}
+
 /// Empties every output the run holds (node outputs, map results, the run's output): what
 /// an abandoned run keeps is its control state and error.
 pub(super) fn drop_outputs(record: &mut RunRecord) {

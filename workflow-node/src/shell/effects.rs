@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use async_nats::jetstream::kv::CreateErrorKind;
+use std::time::Duration;
+
 use async_nats::HeaderMap;
 use messages::a2a::{Message, Part, Role, TaskState};
 use messages::jsonrpc::Request;
@@ -17,7 +18,7 @@ use super::error::{Context, Result};
 use super::record::Caller;
 use super::reply::{self, Ending};
 use super::timers::TimerRecord;
-use super::{names, publish_event, Envelope, Shared};
+use super::{names, now, publish_event, store, Envelope, Shared};
 use crate::core::{
     Command, Dispatch, Event, ExecutionId, Failure, FailureClass, RunError, RunStatus, Slot,
 };
@@ -139,9 +140,17 @@ impl RunContext<'_> {
     ) -> Result<async_nats::jetstream::context::PublishAckFuture> {
         let key = names::timer_key(&self.workflow.name, self.execution, timer);
         let subject = subjects::kv_key(&names::timers_bucket(&self.shared.ns), &key);
+        // A timer nobody disarms (its run's end was lost with a replica) still goes.
+        let ttl =
+            Duration::from_millis(rec.at.0.saturating_sub(now().0)) + self.shared.config.retention;
+        let mut h = HeaderMap::new();
+        h.insert(
+            async_nats::header::NATS_MESSAGE_TTL,
+            ttl.as_secs().max(1).to_string().as_str(),
+        );
         self.shared
             .js
-            .publish(subject, serde_json::to_vec(rec)?.into())
+            .publish_with_headers(subject, h, serde_json::to_vec(rec)?.into())
             .await
             .context(|| format!("arming timer {key}"))
     }
@@ -322,11 +331,10 @@ impl RunContext<'_> {
             return Ok(());
         };
         let marker = names::final_marker(&self.workflow.name, self.execution, caller);
-        let runs = &self.shared.runs;
-        let claim = match runs.create(&marker, CLAIMED.into()).await {
-            Ok(rev) => rev,
-            Err(e) if e.kind() == CreateErrorKind::AlreadyExists => return Ok(()),
-            Err(e) => return Err(e).context(|| format!("claiming the final reply {marker}")),
+        let retention = Some(self.shared.config.retention);
+        let claimed = store::put(self.shared, &marker, CLAIMED.into(), Some(0), retention);
+        let Some(claim) = claimed.await? else {
+            return Ok(()); // claimed before: sent, or lost with its claimer
         };
         let (bytes, task_id) = reply::final_reply(self.workflow, self.execution, caller, ending);
         let mut h = HeaderMap::new();
@@ -338,7 +346,8 @@ impl RunContext<'_> {
             .context(|| format!("sending the final reply of run {}", self.execution))?;
         // For inspection only: the claim alone keeps the reply single.
         let sent = format!("sent:{}", ending.status.as_str());
-        if let Err(e) = runs.update(&marker, sent.into(), claim).await {
+        let marked = store::put(self.shared, &marker, sent.into(), Some(claim), retention);
+        if let Err(e) = marked.await {
             tracing::debug!("marking the final reply {marker} sent failed: {e}");
         }
         Ok(())

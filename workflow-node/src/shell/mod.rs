@@ -85,6 +85,10 @@ pub struct Config {
     /// wait, unread, in the subscription's buffer: a burst slows, it never spawns a task
     /// per request.
     pub max_concurrent_requests: usize,
+    /// How long what an ended run leaves behind is kept: its record, the keys beside it,
+    /// its final-reply markers, its artifacts (default 7 days). Also the most an event
+    /// may wait unprocessed in a workflow's stream.
+    pub retention: Duration,
 }
 
 impl Default for Config {
@@ -100,6 +104,7 @@ impl Default for Config {
             max_deliver: 10,
             max_state_bytes: None,
             max_concurrent_requests: 256,
+            retention: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }
@@ -141,6 +146,7 @@ pub struct Shared {
     registry: Registry,
     cards: HashMap<String, AgentCard>,
     artifacts: tokio::sync::OnceCell<object_store::ObjectStore>,
+    card_objects: tokio::sync::OnceCell<object_store::ObjectStore>,
     health: Health,
 }
 
@@ -189,25 +195,28 @@ pub(crate) async fn publish_event(
 }
 
 impl Shared {
+    /// The artifact bucket: objects expire after the retention (a run's artifacts are
+    /// written while it runs, and a run never outlives it).
     async fn artifact_store(&self) -> Result<&object_store::ObjectStore> {
         self.artifacts
-            .get_or_try_init(|| async {
+            .get_or_try_init(|| {
                 let bucket = subjects::artifact_bucket(&self.ns);
-                match self.js.get_object_store(&bucket).await {
-                    Ok(s) => Ok(s),
-                    Err(_) => self
-                        .js
-                        .create_object_store(object_store::Config {
-                            bucket: bucket.clone(),
-                            num_replicas: self.config.replicas,
-                            ..Default::default()
-                        })
-                        .await
-                        .map_err(|e| Error::Setup {
-                            resource: format!("object store {bucket}"),
-                            source: e.into(),
-                        }),
-                }
+                object_bucket(
+                    &self.js,
+                    bucket,
+                    self.config.replicas,
+                    self.config.retention,
+                )
+            })
+            .await
+    }
+
+    /// The bucket of card contents too large for a card: they live as long as the card.
+    async fn card_store(&self) -> Result<&object_store::ObjectStore> {
+        self.card_objects
+            .get_or_try_init(|| {
+                let bucket = names::cards_bucket(&self.ns);
+                object_bucket(&self.js, bucket, self.config.replicas, Duration::ZERO)
             })
             .await
     }
@@ -215,14 +224,13 @@ impl Shared {
     /// Stores an artifact; returns its `nats-object://` URI.
     async fn put_artifact(&self, name: &str, bytes: Vec<u8>) -> Result<String> {
         let store = self.artifact_store().await?;
-        store
-            .put(name, &mut bytes.as_slice())
-            .await
-            .context(|| format!("storing artifact {name}"))?;
-        Ok(messages::payload::object_uri(
-            &subjects::artifact_bucket(&self.ns),
-            name,
-        ))
+        put_object(store, &subjects::artifact_bucket(&self.ns), name, bytes).await
+    }
+
+    /// Stores a card's content; returns its `nats-object://` URI.
+    async fn put_card_object(&self, name: &str, bytes: Vec<u8>) -> Result<String> {
+        let store = self.card_store().await?;
+        put_object(store, &names::cards_bucket(&self.ns), name, bytes).await
     }
 
     /// Reads a JSON artifact from our bucket.
@@ -273,6 +281,63 @@ impl Shared {
     }
 }
 
+/// Finds or creates an object store bucket; `max_age` zero keeps objects forever. A
+/// bucket made without an age limit (by an agent, or an older version) is given `max_age`.
+async fn object_bucket(
+    js: &jetstream::Context,
+    bucket: String,
+    replicas: usize,
+    max_age: Duration,
+) -> Result<object_store::ObjectStore> {
+    if let Ok(store) = js.get_object_store(&bucket).await {
+        if !max_age.is_zero() {
+            let setup = |e: async_nats::Error| Error::Setup {
+                resource: format!("object store {bucket}"),
+                source: e,
+            };
+            let mut stream = js
+                .get_stream(format!("OBJ_{bucket}"))
+                .await
+                .map_err(|e| setup(e.into()))?;
+            let info = stream.info().await.map_err(|e| setup(e.into()))?;
+            if info.config.max_age.is_zero() {
+                let mut config = info.config.clone();
+                config.max_age = max_age;
+                // The server wants the duplicate window within the age limit.
+                config.duplicate_window = config.duplicate_window.min(max_age);
+                js.update_stream(config)
+                    .await
+                    .map_err(|e| setup(e.into()))?;
+            }
+        }
+        return Ok(store);
+    }
+    js.create_object_store(object_store::Config {
+        bucket: bucket.clone(),
+        num_replicas: replicas,
+        max_age,
+        ..Default::default()
+    })
+    .await
+    .map_err(|e| Error::Setup {
+        resource: format!("object store {bucket}"),
+        source: e.into(),
+    })
+}
+
+async fn put_object(
+    store: &object_store::ObjectStore,
+    bucket: &str,
+    name: &str,
+    bytes: Vec<u8>,
+) -> Result<String> {
+    store
+        .put(name, &mut bytes.as_slice())
+        .await
+        .context(|| format!("storing object {name} in {bucket}"))?;
+    Ok(messages::payload::object_uri(bucket, name))
+}
+
 /// A running workflow node.
 pub struct WorkflowNode {
     shared: Arc<Shared>,
@@ -300,8 +365,8 @@ impl WorkflowNode {
         }
         let js = jetstream::new(client.clone());
         let ns = config.namespace.clone();
-        let runs = kv_bucket(&js, &names::runs_bucket(&ns), config.replicas, false).await?;
-        let timers = kv_bucket(&js, &names::timers_bucket(&ns), config.replicas, true).await?;
+        let runs = kv_bucket(&js, &names::runs_bucket(&ns), config.replicas).await?;
+        let timers = kv_bucket(&js, &names::timers_bucket(&ns), config.replicas).await?;
         let cards = workflows
             .iter()
             .map(|w| (w.name.clone(), crate::visual::agent_card(w, &ns)))
@@ -317,6 +382,7 @@ impl WorkflowNode {
             registry,
             cards,
             artifacts: tokio::sync::OnceCell::new(),
+            card_objects: tokio::sync::OnceCell::new(),
             health: Health::default(),
         });
         for card in shared.cards.values() {
@@ -411,30 +477,37 @@ fn log_err<E: std::fmt::Display>(what: &str, result: std::result::Result<(), E>)
     }
 }
 
-/// Finds or creates a KV bucket. `ttl_markers` lets purge markers expire (per-message
-/// TTL, nats-server 2.11+), for buckets whose keys come and go, like timers.
-async fn kv_bucket(
-    js: &jetstream::Context,
-    bucket: &str,
-    replicas: usize,
-    ttl_markers: bool,
-) -> Result<kv::Store> {
+/// Finds or creates a KV bucket whose keys may expire (per-message TTL, nats-server
+/// 2.11+): what an ended run leaves behind expires after the retention, and purge markers
+/// after a second. A bucket made by an older version is given the TTLs it lacks.
+async fn kv_bucket(js: &jetstream::Context, bucket: &str, replicas: usize) -> Result<kv::Store> {
+    let setup = |e: async_nats::Error| Error::Setup {
+        resource: format!("bucket {bucket}"),
+        source: e,
+    };
     if let Ok(store) = js.get_key_value(bucket).await {
+        let mut stream = store.stream.clone();
+        let info = stream.info().await.map_err(|e| setup(e.into()))?;
+        if !info.config.allow_message_ttl {
+            let mut config = info.config.clone();
+            config.allow_message_ttl = true;
+            config.subject_delete_marker_ttl = Some(Duration::from_secs(1));
+            js.update_stream(config)
+                .await
+                .map_err(|e| setup(e.into()))?;
+        }
         return Ok(store);
     }
     let config = kv::Config {
         bucket: bucket.to_string(),
         history: 1,
         num_replicas: replicas,
-        limit_markers: ttl_markers.then(|| Duration::from_secs(1)),
+        limit_markers: Some(Duration::from_secs(1)),
         ..Default::default()
     };
     match js.create_key_value(config).await {
         Ok(store) => Ok(store),
         // Another replica created it in between.
-        Err(_) => js.get_key_value(bucket).await.map_err(|e| Error::Setup {
-            resource: format!("bucket {bucket}"),
-            source: e.into(),
-        }),
+        Err(_) => js.get_key_value(bucket).await.map_err(|e| setup(e.into())),
     }
 }

@@ -55,6 +55,8 @@ pub(super) struct Commit {
     pub(super) revision: Option<u64>,
     /// The entry as stored.
     pub(super) bytes: Vec<u8>,
+    /// Whether the run has ended with it: the entry then expires after the retention.
+    pub(super) ends_run: bool,
 }
 
 /// The I/O to perform for an event, in the order of the module doc.
@@ -74,6 +76,23 @@ pub(super) struct Steps {
     pub(super) tidy: Option<Commit>,
     /// To cache with the revision of the last write that succeeded; `None` caches nothing.
     pub(super) keep: Option<RunRecord>,
+    /// How long `before` and `after` are needed at least: until the run's deadline. They
+    /// expire that long after the retention.
+    pub(super) apart_for: Millis,
+    /// When the run ends: what it keeps apart, written again to expire after the
+    /// retention like its record, and the key patterns of what it no longer needs (its
+    /// maps' items and results), removed. Done last; a replica that dies first leaves
+    /// them to expire a deadline later.
+    pub(super) ending: Option<Ending>,
+}
+
+/// What an ended run's keys beside its entry become.
+#[derive(Debug, PartialEq)]
+pub(super) struct Ending {
+    /// Values kept apart, to expire after the retention.
+    pub(super) expire: Vec<Write>,
+    /// Key patterns (`{run}.items.>`) to remove.
+    pub(super) remove: Vec<String>,
 }
 
 /// What to do with an event.
@@ -129,7 +148,7 @@ pub(super) fn plan(
     };
     if replays(&record, delivery) {
         return Ok(Plan::Perform(Box::new(replay(
-            workflow, run_key, revision, record, delivery,
+            workflow, run_key, revision, record, delivery, now,
         )?)));
     }
     // A start for a run that has a record is a request sent again: its caller joins.
@@ -228,14 +247,21 @@ fn attach(
     }
     let bytes = bulk::encode(&mut record)?;
     record.outbox.retain(|e| e.seq != delivery.seq);
+    let ended = record.state.status.is_terminal();
     Ok(Plan::Perform(Box::new(Steps {
         callers: vec![caller],
         before: Vec::new(),
-        commit: Some(Commit { revision, bytes }),
+        commit: Some(Commit {
+            revision,
+            bytes,
+            ends_run: ended,
+        }),
         after: Vec::new(),
         commands,
         tidy: None,
-        keep: (!record.state.status.is_terminal()).then_some(record),
+        apart_for: apart_for(&record.state, now),
+        ending: None,
+        keep: (!ended).then_some(record),
     })))
 }
 
@@ -246,6 +272,7 @@ fn replay(
     revision: Option<u64>,
     mut record: RunRecord,
     delivery: Delivery,
+    now: Millis,
 ) -> Result<Steps, serde_json::Error> {
     let pos = record
         .outbox
@@ -257,6 +284,7 @@ fn replay(
         Some(revision) => Some(Commit {
             revision: Some(revision),
             bytes: bulk::encode(&mut record)?,
+            ends_run: record.state.status.is_terminal(),
         }),
         None => None,
     };
@@ -266,6 +294,8 @@ fn replay(
         commit: None,
         after: bulk::result_writes(run_key, &entry.results)?,
         commands: outbox::thicken(workflow, &mut record.state, entry.commands),
+        apart_for: apart_for(&record.state, now),
+        ending: None,
         keep: tidy.is_some().then_some(record),
         tidy,
     })
@@ -331,15 +361,35 @@ fn apply(
     // Once carried out, this replica's copy needs the entry no more; KV keeps it until
     // the next commit, for a redelivery.
     record.outbox.pop();
+    let ended = record.state.status.is_terminal();
     Ok(Plan::Perform(Box::new(Steps {
         callers: record.callers(),
         before,
-        commit: Some(Commit { revision, bytes }),
+        commit: Some(Commit {
+            revision,
+            bytes,
+            ends_run: ended,
+        }),
         after,
         commands,
         tidy: None,
-        keep: (!record.state.status.is_terminal()).then_some(record),
+        apart_for: apart_for(&record.state, now),
+        ending: ended.then(|| ending(&record, run_key)).transpose()?,
+        keep: (!ended).then_some(record),
     })))
+}
+
+/// What happens to the keys beside an entry when its run ends.
+fn ending(record: &RunRecord, run_key: &str) -> Result<Ending, serde_json::Error> {
+    Ok(Ending {
+        expire: bulk::kept_apart(record, run_key)?,
+        remove: bulk::map_key_patterns(run_key),
+    })
+}
+
+/// How long what is written beside a run's entry is needed at least: until its deadline.
+fn apart_for(state: &Execution, now: Millis) -> Millis {
+    Millis(state.deadline.0.saturating_sub(now.0))
 }
 
 #[cfg(test)]

@@ -201,7 +201,7 @@ fn encode(card: &AgentCard) -> Result<Vec<u8>> {
     serde_json::to_vec(card).context(|| format!("encoding the card of {}", card.name))
 }
 
-/// Puts `card`'s visualization params into the artifact bucket; the card referring to them.
+/// Puts `card`'s visualization params into the card bucket; the card referring to them.
 async fn store_visualization(shared: &Shared, card: &AgentCard) -> Result<AgentCard> {
     let params = card.visualization_params().cloned().unwrap_or_default();
     let bytes = serde_json::to_vec(&params)
@@ -209,7 +209,7 @@ async fn store_visualization(shared: &Shared, card: &AgentCard) -> Result<AgentC
     let digest = hex::encode(Sha256::digest(&bytes));
     let name = format!("cards/{}/visualization-{digest}.json", card.name);
     let uri = shared
-        .put_artifact(&name, bytes)
+        .put_card_object(&name, bytes)
         .await
         .context(|| format!("storing the visualization of {} as {name}", card.name))?;
     Ok(card.clone().with_visualization_ref(uri))

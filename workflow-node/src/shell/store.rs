@@ -7,7 +7,8 @@
 //! compare-and-swap is decided by the leader, but what it is planned on must be current.
 
 use async_nats::jetstream::context::PublishAckFuture;
-use async_nats::jetstream::kv::{CreateErrorKind, UpdateErrorKind};
+use std::time::Duration;
+
 use std::collections::BTreeSet;
 
 use futures::StreamExt;
@@ -17,7 +18,7 @@ use serde_json::Value;
 use super::bulk::{self, Write};
 use super::error::{Context, Error, Result};
 use super::names::{input_key, items_key, node_output_key, result_key, run_output_key};
-use super::plan::{Commit, Loaded};
+use super::plan::{Commit, Ending, Loaded};
 use super::record::RunRecord;
 use super::Shared;
 use crate::core::{Detail, Event, ExecutionId};
@@ -216,7 +217,7 @@ pub(super) async fn load_results(
 }
 
 /// Writes `commit` over the revision it was planned on. `Ok(None)`: another replica wrote
-/// first.
+/// first. The commit that ends a run makes its record expire after the retention.
 pub(super) async fn cas(
     shared: &Shared,
     execution: &ExecutionId,
@@ -235,28 +236,85 @@ pub(super) async fn cas(
             limit,
         });
     }
-    let written = match commit.revision {
-        None => match shared.runs.create(key, commit.bytes.into()).await {
-            Ok(rev) => Some(rev),
-            Err(e) if e.kind() == CreateErrorKind::AlreadyExists => None,
-            Err(e) => return Err(e).context(|| format!("creating run {key}")),
-        },
-        Some(rev) => match shared.runs.update(key, commit.bytes.into(), rev).await {
-            Ok(rev) => Some(rev),
-            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => None,
-            Err(e) => return Err(e).context(|| format!("writing run {key}")),
-        },
-    };
-    Ok(written)
+    let ttl = commit.ends_run.then_some(shared.config.retention);
+    put(
+        shared,
+        key,
+        commit.bytes,
+        Some(commit.revision.unwrap_or(0)),
+        ttl,
+    )
+    .await
+}
+
+/// Puts `bytes` under `key` of the runs bucket, on condition that `expected` is its
+/// current revision (0: the key has no value) when given, expiring after `ttl` when given.
+/// `Ok(None)`: the condition failed.
+pub(super) async fn put(
+    shared: &Shared,
+    key: &str,
+    bytes: Vec<u8>,
+    expected: Option<u64>,
+    ttl: Option<Duration>,
+) -> Result<Option<u64>> {
+    use async_nats::jetstream::context::PublishErrorKind;
+    let mut h = async_nats::HeaderMap::new();
+    if let Some(revision) = expected {
+        h.insert(
+            async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
+            revision.to_string().as_str(),
+        );
+    }
+    if let Some(ttl) = ttl {
+        h.insert(async_nats::header::NATS_MESSAGE_TTL, ttl_secs(ttl).as_str());
+    }
+    let subject = messages::subjects::kv_key(&shared.runs.name, key);
+    let sent = shared
+        .js
+        .publish_with_headers(subject, h, bytes.into())
+        .await;
+    match async { sent?.await }.await {
+        Ok(ack) => Ok(Some(ack.sequence)),
+        Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => Ok(None),
+        Err(e) => Err(e).context(|| format!("writing {key}")),
+    }
+}
+
+/// A TTL header's value: whole seconds, at least one.
+fn ttl_secs(ttl: Duration) -> String {
+    ttl.as_secs().max(1).to_string()
+}
+
+/// Makes what an ended run keeps beside its entry expire after the retention, like its
+/// entry, and removes its maps' items and results.
+pub(super) async fn end(shared: &Shared, ending: Ending) -> Result<()> {
+    start_puts(shared, ending.expire, shared.config.retention)
+        .await?
+        .stored()
+        .await?;
+    let stream = shared.runs.stream.clone();
+    for pattern in ending.remove {
+        let subject = messages::subjects::kv_key(&shared.runs.name, &pattern);
+        stream
+            .purge()
+            .filter(subject)
+            .await
+            .context(|| format!("removing {pattern}"))?;
+    }
+    Ok(())
 }
 
 /// Writes in flight: started together, awaited together.
 pub(super) struct Pending(Vec<(String, PublishAckFuture)>);
 
-/// Starts writing `writes` beside a run's entry; [`Pending::stored`] waits for them. A
-/// value too large for one KV message goes to the object store first (under its key's
-/// name), and its key holds a small stand-in naming it.
-pub(super) async fn start_puts(shared: &Shared, writes: Vec<Write>) -> Result<Pending> {
+/// Starts writing `writes` beside a run's entry, to expire after `ttl`; [`Pending::stored`]
+/// waits for them. A value too large for one KV message goes to the object store first
+/// (under its key's name), and its key holds a small stand-in naming it.
+pub(super) async fn start_puts(
+    shared: &Shared,
+    writes: Vec<Write>,
+    ttl: Duration,
+) -> Result<Pending> {
     let bucket = super::names::runs_bucket(&shared.ns);
     let kv_limit = shared
         .client
@@ -272,9 +330,11 @@ pub(super) async fn start_puts(shared: &Shared, writes: Vec<Write>) -> Result<Pe
                 mesh_moved_to_object: name,
             })?;
         }
+        let mut h = async_nats::HeaderMap::new();
+        h.insert(async_nats::header::NATS_MESSAGE_TTL, ttl_secs(ttl).as_str());
         let ack = shared
             .js
-            .publish(messages::subjects::kv_key(&bucket, &key), bytes.into())
+            .publish_with_headers(messages::subjects::kv_key(&bucket, &key), h, bytes.into())
             .await
             .context(|| format!("writing {key}"))?;
         acks.push((key, ack));

@@ -50,7 +50,10 @@ pub(super) async fn consumer(
             retention: stream::RetentionPolicy::WorkQueue,
             storage: stream::StorageType::File,
             num_replicas: shared.config.replicas,
-            duplicate_window: Duration::from_secs(120),
+            // At most the stream's max age, which the server requires.
+            duplicate_window: Duration::from_secs(120).min(shared.config.retention),
+            // An event is acked within moments; one left this long belongs to nothing.
+            max_age: shared.config.retention,
             ..Default::default()
         })
         .await
@@ -446,7 +449,8 @@ async fn perform(
     steps: Steps,
 ) -> Result<Option<Option<(u64, RunRecord)>>> {
     let (shared, execution) = (ctx.shared, ctx.execution);
-    store::start_puts(shared, steps.before)
+    let ttl = Duration::from_millis(steps.apart_for.0) + shared.config.retention;
+    store::start_puts(shared, steps.before, ttl)
         .await?
         .stored()
         .await?;
@@ -457,7 +461,7 @@ async fn perform(
         };
         revision = Some(rev);
     }
-    let after = store::start_puts(shared, steps.after).await?;
+    let after = store::start_puts(shared, steps.after, ttl).await?;
     ctx.carry_out(&steps.commands)
         .await
         .context(|| format!("carrying out the commands of run {execution}"))?;
@@ -468,6 +472,9 @@ async fn perform(
             .await
             .ok()
             .flatten();
+    }
+    if let Some(ending) = steps.ending {
+        store::end(shared, ending).await?;
     }
     Ok(Some(revision.zip(steps.keep)))
 }
