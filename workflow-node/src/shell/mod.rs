@@ -16,6 +16,7 @@
 //! stream, its timers in KV. Any replica carries on any run.
 
 pub mod bulk;
+mod cache;
 mod cancels;
 mod effects;
 mod error;
@@ -89,6 +90,9 @@ pub struct Config {
     /// its final-reply markers, its artifacts (default 7 days). Also the most an event
     /// may wait unprocessed in a workflow's stream.
     pub retention: Duration,
+    /// Bytes of runs each workflow's workers keep in memory between events (estimated;
+    /// default 256 MiB), so that a run's next event needs no read from KV.
+    pub cache_bytes: usize,
 }
 
 impl Default for Config {
@@ -105,6 +109,7 @@ impl Default for Config {
             max_state_bytes: None,
             max_concurrent_requests: 256,
             retention: Duration::from_secs(7 * 24 * 3600),
+            cache_bytes: 256 << 20,
         }
     }
 }

@@ -246,6 +246,7 @@ fn attach(
         });
     }
     let bytes = bulk::encode(&mut record)?;
+    record.entry_bytes = bytes.len();
     record.outbox.retain(|e| e.seq != delivery.seq);
     let ended = record.state.status.is_terminal();
     Ok(Plan::Perform(Box::new(Steps {
@@ -358,6 +359,12 @@ fn apply(
     // kept apart.
     let before = bulk::externalize(&mut record, run_key)?;
     let bytes = bulk::encode(&mut record)?;
+    record.entry_bytes = bytes.len();
+    record.held_bytes += before
+        .iter()
+        .chain(&after)
+        .map(|w| w.bytes.len())
+        .sum::<usize>();
     // Once carried out, this replica's copy needs the entry no more; KV keeps it until
     // the next commit, for a redelivery.
     record.outbox.pop();

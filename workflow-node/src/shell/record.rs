@@ -81,6 +81,13 @@ pub struct RunRecord {
     /// again at every event. Not stored: a replica that loads the run measures once.
     #[serde(skip)]
     pub outputs_measured: BTreeMap<String, u32>,
+    /// The size of the entry as last stored or read (not stored): for the cache's budget.
+    #[serde(skip)]
+    pub entry_bytes: usize,
+    /// The bytes of what this copy holds beside its entry, read or written (input,
+    /// outputs, items, results; not stored): for the cache's budget. Grows only.
+    #[serde(skip)]
+    pub held_bytes: usize,
 }
 
 impl RunRecord {
@@ -96,6 +103,8 @@ impl RunRecord {
             outputs_apart: BTreeMap::new(),
             output_apart: false,
             outputs_measured: BTreeMap::new(),
+            entry_bytes: 0,
+            held_bytes: 0,
         }
     }
 

@@ -39,14 +39,16 @@ pub(super) async fn load(shared: &Shared, key: &str) -> Result<Loaded> {
         });
     };
     let mut record: RunRecord = decode(&value, || format!("run {key}"))?;
+    record.entry_bytes = value.len();
     if record.input_apart {
-        record.state.input = get(shared, &input_key(key)).await?;
+        record.state.input = get(shared, &input_key(key), &mut record.held_bytes).await?;
     }
     if record.output_apart {
-        record.state.output = Some(get(shared, &run_output_key(key)).await?);
+        let output = get(shared, &run_output_key(key), &mut record.held_bytes).await?;
+        record.state.output = Some(output);
     }
     for node in record.outputs_apart.keys().cloned().collect::<Vec<_>>() {
-        let output = get(shared, &node_output_key(key, &node)).await?;
+        let output = get(shared, &node_output_key(key, &node), &mut record.held_bytes).await?;
         if let Some(n) = record.state.nodes.get_mut(&node) {
             n.output = Some(output);
         }
@@ -54,7 +56,9 @@ pub(super) async fn load(shared: &Shared, key: &str) -> Result<Loaded> {
     for (id, r) in record.maps.clone() {
         let mut items = Vec::with_capacity(r.total as usize);
         for c in 0..r.starts.len() {
-            items.extend(get::<Vec<Value>>(shared, &items_key(key, &id, c)).await?);
+            let chunk: Vec<Value> =
+                get(shared, &items_key(key, &id, c), &mut record.held_bytes).await?;
+            items.extend(chunk);
         }
         if let Some(Some(Detail::Map(map))) =
             record.state.nodes.get_mut(&id).map(|n| n.detail.as_mut())
@@ -144,11 +148,12 @@ pub(super) async fn read(shared: &Shared, key: &str) -> Result<Option<(u64, byte
 }
 
 /// Reads and decodes a key that must exist (following it to the object store when its
-/// value was too large for KV).
-async fn get<T: DeserializeOwned>(shared: &Shared, key: &str) -> Result<T> {
+/// value was too large for KV), adding its size to `held`.
+async fn get<T: DeserializeOwned>(shared: &Shared, key: &str, held: &mut usize) -> Result<T> {
     let (_, bytes) = read(shared, key)
         .await?
         .ok_or_else(|| Error::Missing(key.to_string()))?;
+    *held += bytes.len();
     if let Some(object) = moved_to(&bytes) {
         let value = shared.get_artifact(&object).await?;
         return serde_json::from_value(value).map_err(|source| Error::Encoding {
@@ -205,11 +210,14 @@ pub(super) async fn load_results(
     let Some(map) = bulk::map_mut(record, &id) else {
         return Ok(());
     };
+    let mut held = 0;
     while let Some((i, result_key, got)) = fetched.next().await {
         if let Some((_, bytes)) = got? {
+            held += bytes.len();
             map.results[i as usize] = decode(&bytes, || result_key)?;
         }
     }
+    record.held_bytes += held;
     if let Some(r) = record.maps.get_mut(&id) {
         r.results_loaded = true;
     }

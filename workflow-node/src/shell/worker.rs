@@ -7,7 +7,6 @@
 //!
 //! Events of one run go to one worker task (by hash), so a replica never races itself.
 
-use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +17,7 @@ use futures::StreamExt;
 use messages::subjects;
 use tokio::sync::mpsc;
 
+use super::cache::RunCache;
 use super::effects::RunContext;
 use super::error::{Context, Error, Result};
 use super::lease::Leases;
@@ -223,7 +223,7 @@ fn execution_of(ns: &str, workflow: &str, subject: &str) -> Option<ExecutionId> 
 }
 
 /// A cached run: its KV revision and record.
-type Cache = HashMap<ExecutionId, (u64, RunRecord)>;
+type Cache = RunCache;
 
 async fn worker(
     shared: Arc<Shared>,
@@ -231,11 +231,9 @@ async fn worker(
     leases: Arc<Leases>,
     mut rx: mpsc::Receiver<(u64, jetstream::Message)>,
 ) {
-    let mut cache = Cache::new();
+    let budget = shared.config.cache_bytes / shared.config.workers.max(1);
+    let mut cache = Cache::new(budget);
     while let Some((lease, msg)) = rx.recv().await {
-        if cache.len() > 10_000 {
-            cache.clear();
-        }
         match process(&shared, &workflow, &mut cache, &msg, None).await {
             Ok(()) => ack(&msg).await,
             Err(e) => failed(&shared, &workflow, &mut cache, &msg, e).await,
@@ -375,7 +373,7 @@ async fn process(
         (envelope, delivery) = plan::abandoned(envelope, delivery, reason);
     }
     let key = names::run_key(&workflow.name, &execution);
-    let mut cached = cache.remove(&execution);
+    let mut cached = cache.take(&execution);
     for _ in 0..MAX_CONFLICTS {
         let loaded = load(shared, workflow, &key, cached.take(), &envelope, delivery).await?;
         match plan::plan(
@@ -388,7 +386,9 @@ async fn process(
             now(),
         )? {
             Plan::Ack { keep } => {
-                cache.extend(keep.map(|(rev, kept)| (execution.clone(), (rev, *kept))));
+                if let Some((rev, kept)) = keep {
+                    cache.keep(execution.clone(), rev, *kept);
+                }
                 return Ok(());
             }
             Plan::Reload => continue,
@@ -401,7 +401,9 @@ async fn process(
                     callers: &callers,
                 };
                 if let Some(kept) = perform(&ctx, &key, *steps).await? {
-                    cache.extend(kept.map(|kept| (execution.clone(), kept)));
+                    if let Some((rev, kept)) = kept {
+                        cache.keep(execution.clone(), rev, kept);
+                    }
                     return Ok(());
                 }
             }
