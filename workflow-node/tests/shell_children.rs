@@ -2,19 +2,20 @@
 //! the parent stops the call (the parent is cancelled, the call times out, the parent's
 //! deadline passes), the child run is cancelled too, and calls no more agents.
 
-use std::path::PathBuf;
 use std::time::Duration;
+
+mod shell_common;
 
 use futures::StreamExt;
 use messages::jsonrpc::Request;
 use messages::subjects;
 use serde_json::{json, Value};
+use shell_common::Mesh;
 use tokio::sync::mpsc;
 use workflow_node::cli::client::{invoke, RunResult};
 use workflow_node::core::{ExecutionId, RunStatus};
-use workflow_node::definition::{parse_str, Workflow};
 use workflow_node::shell::record::RunRecord;
-use workflow_node::shell::{names, Config, WorkflowNode};
+use workflow_node::shell::{names, Config};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -67,42 +68,12 @@ workflow:
   output_mapping: {sub: "{{sub.output}}"}
 "#;
 
-struct Mesh {
-    _server: mesh_tests::NatsServer,
-    client: async_nats::Client,
-    _node: WorkflowNode,
-    _stubs: Vec<agent_sdk::AgentHandle>,
-    _dir: tempfile::TempDir,
-}
-
 async fn mesh() -> Mesh {
-    let server = mesh_tests::nats();
-    let client = async_nats::connect(server.url()).await.expect("connect");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let stub_path: PathBuf = dir.path().join("stubs.yaml");
-    std::fs::write(&stub_path, STUBS).expect("write stubs");
-    let file = agent_sdk::stub::load_stub_file(&stub_path).expect("stub file");
-    let stubs = agent_sdk::stub::serve_stubs(client.clone(), "mesh", file)
-        .await
-        .expect("stubs");
-    let workflows: Vec<Workflow> = [CHILD, PARENT, IMPATIENT, LATE]
-        .iter()
-        .map(|y| parse_str(y, "test.yaml").unwrap_or_else(|p| panic!("{p:?}")))
-        .collect();
     let config = Config {
         card_wait: Duration::from_millis(500),
         ..Config::default()
     };
-    let node = WorkflowNode::start(client.clone(), workflows, config)
-        .await
-        .expect("node");
-    Mesh {
-        _server: server,
-        client,
-        _node: node,
-        _stubs: stubs,
-        _dir: dir,
-    }
+    shell_common::mesh(STUBS, &[CHILD, PARENT, IMPATIENT, LATE], config).await
 }
 
 /// What the test sees of the agents the child calls.

@@ -2,13 +2,14 @@
 //! or event stream deleted under it, and events queued behind a slow one longer than the
 //! ack wait. Real nats-server per test.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+mod shell_common;
+
+use shell_common::{settled, Mesh};
 use workflow_node::cli::client::{invoke, RunResult};
-use workflow_node::definition::parse_str;
-use workflow_node::shell::{names, Config, WorkflowNode};
+use workflow_node::shell::{names, Config};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -38,38 +39,8 @@ workflow:
   output_mapping: {n: "{{echo.output.n}}"}
 "#;
 
-struct Mesh {
-    _server: mesh_tests::NatsServer,
-    client: async_nats::Client,
-    node: WorkflowNode,
-    _stubs: Vec<agent_sdk::AgentHandle>,
-    _dir: tempfile::TempDir,
-}
-
 async fn mesh(workflows: &[&str], config: Config) -> Mesh {
-    let server = mesh_tests::nats();
-    let client = async_nats::connect(server.url()).await.expect("connect");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let stub_path: PathBuf = dir.path().join("stubs.yaml");
-    std::fs::write(&stub_path, STUBS).expect("write stubs");
-    let file = agent_sdk::stub::load_stub_file(&stub_path).expect("stub file");
-    let stubs = agent_sdk::stub::serve_stubs(client.clone(), "mesh", file)
-        .await
-        .expect("stubs");
-    let workflows = workflows
-        .iter()
-        .map(|y| parse_str(y, "test.yaml").unwrap_or_else(|p| panic!("{p:?}")))
-        .collect();
-    let node = WorkflowNode::start(client.clone(), workflows, config)
-        .await
-        .expect("node");
-    Mesh {
-        _server: server,
-        client,
-        node,
-        _stubs: stubs,
-        _dir: dir,
-    }
+    shell_common::mesh(STUBS, workflows, config).await
 }
 
 async fn run(m: &Mesh, workflow: &str, input: Value) -> RunResult {
@@ -179,26 +150,4 @@ async fn an_event_that_cannot_be_stored_fails_its_run_with_the_cause_instead_of_
     assert!(error.contains("could not be processed"), "{error}");
     // The event is done with, not tried again and again.
     settled(&m.client, "Wide").await;
-}
-
-/// Waits until every event of `workflow` has been acked (a bounded poll of the consumer);
-/// fails if they never are.
-async fn settled(client: &async_nats::Client, workflow: &str) {
-    let js = async_nats::jetstream::new(client.clone());
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
-        let mut consumer: async_nats::jetstream::consumer::PullConsumer = js
-            .get_consumer_from_stream(names::CONSUMER, names::event_stream("mesh", workflow))
-            .await
-            .expect("consumer");
-        let info = consumer.info().await.expect("info");
-        if info.num_pending == 0 && info.num_ack_pending == 0 {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "events of {workflow} were never all acked: {info:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }

@@ -3,8 +3,9 @@
 //! again is answered: from the record once the run has ended, or by joining the run
 //! while it goes on.
 
-use std::path::PathBuf;
 use std::time::Duration;
+
+mod shell_common;
 
 use futures::{FutureExt, StreamExt};
 use messages::a2a::{Message, Role, TaskState};
@@ -13,8 +14,8 @@ use messages::payload::wrap;
 use messages::reply::{decode_reply, final_task};
 use messages::{headers, subjects};
 use serde_json::{json, Value};
-use workflow_node::definition::parse_str;
-use workflow_node::shell::{names, Caller, Config, WorkflowNode};
+use shell_common::{settled, Mesh};
+use workflow_node::shell::{names, Caller, Config};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -45,38 +46,8 @@ workflow:
   output_mapping: {n: "{{slow.output.n}}"}
 "#;
 
-struct Mesh {
-    _server: mesh_tests::NatsServer,
-    client: async_nats::Client,
-    _node: WorkflowNode,
-    _stubs: Vec<agent_sdk::AgentHandle>,
-    _dir: tempfile::TempDir,
-}
-
 async fn mesh() -> Mesh {
-    let server = mesh_tests::nats();
-    let client = async_nats::connect(server.url()).await.expect("connect");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let stub_path: PathBuf = dir.path().join("stubs.yaml");
-    std::fs::write(&stub_path, STUBS).expect("write stubs");
-    let file = agent_sdk::stub::load_stub_file(&stub_path).expect("stub file");
-    let stubs = agent_sdk::stub::serve_stubs(client.clone(), "mesh", file)
-        .await
-        .expect("stubs");
-    let workflows = [ECHO, SLOW]
-        .iter()
-        .map(|y| parse_str(y, "test.yaml").unwrap_or_else(|p| panic!("{p:?}")))
-        .collect();
-    let node = WorkflowNode::start(client.clone(), workflows, Config::default())
-        .await
-        .expect("node");
-    Mesh {
-        _server: server,
-        client,
-        _node: node,
-        _stubs: stubs,
-        _dir: dir,
-    }
+    shell_common::mesh(STUBS, &[ECHO, SLOW], Config::default()).await
 }
 
 /// A caller with its own reply and status inboxes.
@@ -178,28 +149,6 @@ impl Caller_ {
         })
         .await
         .expect("the status update in time");
-    }
-}
-
-/// Waits until every event of `workflow` has been processed and acked (a bounded poll of
-/// the consumer, which the node acks only after carrying out an event's commands).
-async fn settled(client: &async_nats::Client, workflow: &str) {
-    let js = async_nats::jetstream::new(client.clone());
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let mut consumer: async_nats::jetstream::consumer::PullConsumer = js
-            .get_consumer_from_stream(names::CONSUMER, names::event_stream("mesh", workflow))
-            .await
-            .expect("consumer");
-        let info = consumer.info().await.expect("info");
-        if info.num_pending == 0 && info.num_ack_pending == 0 {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "events never settled"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -2,8 +2,9 @@
 //! execution id, task ids scoped by the caller's `Mesh-Caller`, and the limit on requests
 //! handled at once.
 
-use std::path::PathBuf;
 use std::time::Duration;
+
+mod shell_common;
 
 use futures::StreamExt;
 use messages::a2a::{Message, Part, Role};
@@ -12,9 +13,9 @@ use messages::payload::{object_uri, wrap, JSON_MIME};
 use messages::workflow::{Decision, NodePhase, RunPhase, WorkflowApprovalDecision};
 use messages::{headers, subjects, TaskState};
 use serde_json::{json, Value};
+use shell_common::Mesh;
 use workflow_node::cli::client::{get_run, invoke, GetRunError};
-use workflow_node::definition::{parse_str, Workflow};
-use workflow_node::shell::{Config, WorkflowNode};
+use workflow_node::shell::Config;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -55,38 +56,8 @@ workflow:
   output_mapping: {caller: "{{ask.output.caller}}"}
 "#;
 
-struct Mesh {
-    _server: mesh_tests::NatsServer,
-    client: async_nats::Client,
-    _node: WorkflowNode,
-    _stubs: Vec<agent_sdk::AgentHandle>,
-    _dir: tempfile::TempDir,
-}
-
 async fn mesh(workflows: &[&str], config: Config) -> Mesh {
-    let server = mesh_tests::nats();
-    let client = async_nats::connect(server.url()).await.expect("connect");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let stub_path: PathBuf = dir.path().join("stubs.yaml");
-    std::fs::write(&stub_path, STUBS).expect("write stubs");
-    let file = agent_sdk::stub::load_stub_file(&stub_path).expect("stub file");
-    let stubs = agent_sdk::stub::serve_stubs(client.clone(), "mesh", file)
-        .await
-        .expect("stubs");
-    let workflows: Vec<Workflow> = workflows
-        .iter()
-        .map(|y| parse_str(y, "test.yaml").unwrap_or_else(|p| panic!("{p:?}")))
-        .collect();
-    let node = WorkflowNode::start(client.clone(), workflows, config)
-        .await
-        .expect("node");
-    Mesh {
-        _server: server,
-        client,
-        _node: node,
-        _stubs: stubs,
-        _dir: dir,
-    }
+    shell_common::mesh(STUBS, workflows, config).await
 }
 
 /// Sends `request` to `workflow` as `caller` and returns the first answer.

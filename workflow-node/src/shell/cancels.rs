@@ -10,10 +10,10 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use messages::a2a::{Part, TaskState};
-use messages::jsonrpc::{codes, ErrorObject, Method, Request, RequestId, Response};
+use messages::jsonrpc::{codes, ErrorObject, Method, Request, RequestId};
 use messages::{msg_id, subjects};
 
-use super::error::{Context, Result};
+use super::error::Result;
 use super::{publish_event, requests, wire, Envelope, Shared};
 use crate::core::Event;
 use crate::definition::Workflow;
@@ -24,11 +24,7 @@ pub(super) async fn subscribe(
     workflow: &Workflow,
 ) -> Result<async_nats::Subscriber> {
     let subject = subjects::agent_cancel(&shared.ns, &workflow.name);
-    shared
-        .client
-        .queue_subscribe(subject.clone(), workflow.name.clone())
-        .await
-        .context(|| format!("subscribing to {subject}"))
+    shared.queue_subscribe(subject, &workflow.name).await
 }
 
 /// Serves the workflow's cancel subscription until it ends. Anything but a `tasks/cancel`
@@ -79,7 +75,7 @@ pub(super) async fn cancel(
 ) -> Option<Vec<u8>> {
     let refuse = |code, message| {
         let e = ErrorObject::new(code, message);
-        serde_json::to_vec(&Response::error(Some(request_id.clone()), e)).ok()
+        Some(wire::error_response(Some(request_id.clone()), e))
     };
     let Some((execution, record)) = requests::find_run(shared, workflow, caller, task_id).await
     else {

@@ -200,6 +200,19 @@ pub(crate) async fn publish_event(
 }
 
 impl Shared {
+    /// Subscribes to `subject` in the queue group of `workflow`'s replicas: one of them
+    /// takes each message.
+    async fn queue_subscribe(
+        &self,
+        subject: String,
+        workflow: &str,
+    ) -> Result<async_nats::Subscriber> {
+        self.client
+            .queue_subscribe(subject.clone(), workflow.to_string())
+            .await
+            .context(|| format!("subscribing to {subject}"))
+    }
+
     /// The artifact bucket: objects expire after the retention (a run's artifacts are
     /// written while it runs, and a run never outlives it).
     async fn artifact_store(&self) -> Result<&object_store::ObjectStore> {

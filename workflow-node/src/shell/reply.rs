@@ -260,30 +260,9 @@ pub(super) fn final_reply(
             retry_count: 0,
         }));
     }
-    match (&ending.output, &ending.artifact) {
-        (Some(out), _) => parts.push(wrap(out.clone())),
-        (None, Some((name, uri))) => parts.push(Part::file_uri(
-            uri.clone(),
-            Some(name.clone()),
-            Some(JSON_MIME.into()),
-        )),
-        _ => {}
-    }
-    let name = &workflow.name;
-    let (state, summary) = match ending.status {
-        RunStatus::Success => (TaskState::Completed, format!("Workflow {name} completed")),
-        RunStatus::Cancelled => (
-            TaskState::Canceled,
-            format!("Workflow {name} was cancelled"),
-        ),
-        _ => (
-            TaskState::Failed,
-            format!(
-                "Workflow {name} failed: {}",
-                error_message.as_deref().unwrap_or("no reason given")
-            ),
-        ),
-    };
+    parts.extend(output_part(Some(ending)));
+    let (state, summary) = ended(&workflow.name, ending.status, error_message.as_deref())
+        .expect("a run's final reply is sent when it has ended");
     parts.push(Part::text(summary));
     let task_id = caller
         .sub_task_id
@@ -339,45 +318,58 @@ pub(super) fn run_state(
         error_node_id: ending.and(error).and_then(|e| e.node_id.clone()),
     };
     let mut parts = vec![Part::data_part(&run)];
-    match (
-        ending.and_then(|e| e.output.as_ref()),
-        ending.and_then(|e| e.artifact.as_ref()),
-    ) {
-        (Some(out), _) => parts.push(wrap(out.clone())),
-        (None, Some((name, uri))) => parts.push(Part::file_uri(
-            uri.clone(),
-            Some(name.clone()),
-            Some(JSON_MIME.into()),
-        )),
-        _ => {}
-    }
+    parts.extend(output_part(ending));
     let name = &workflow.name;
-    let (a2a, summary) = match state.status {
-        RunStatus::Success => (TaskState::Completed, format!("Workflow {name} completed")),
-        RunStatus::Cancelled => (
-            TaskState::Canceled,
-            format!("Workflow {name} was cancelled"),
-        ),
-        RunStatus::Failure => (
-            TaskState::Failed,
-            format!(
-                "Workflow {name} failed: {}",
-                run.error_message.as_deref().unwrap_or("no reason given")
-            ),
-        ),
-        RunStatus::Running | RunStatus::Finishing if !waiting.is_empty() => (
+    let (a2a, summary) = match ended(name, state.status, run.error_message.as_deref()) {
+        Some(end) => end,
+        None if !waiting.is_empty() => (
             TaskState::InputRequired,
             format!(
                 "Workflow {name} waits for a decision on {}",
                 waiting.join(", ")
             ),
         ),
-        RunStatus::Running | RunStatus::Finishing => {
-            (TaskState::Working, format!("Workflow {name} is running"))
-        }
+        None => (TaskState::Working, format!("Workflow {name} is running")),
     };
     parts.push(Part::text(summary));
     wire::task(task_id, context_id, a2a, parts)
+}
+
+/// The part carrying an ended run's output: inline, or its artifact as a FilePart.
+fn output_part(ending: Option<&Ending>) -> Option<Part> {
+    let ending = ending?;
+    match (&ending.output, &ending.artifact) {
+        (Some(out), _) => Some(wrap(out.clone())),
+        (None, Some((name, uri))) => Some(Part::file_uri(
+            uri.clone(),
+            Some(name.clone()),
+            Some(JSON_MIME.into()),
+        )),
+        _ => None,
+    }
+}
+
+/// The A2A state and one-line summary of a run that ended with `status`; `None` while it
+/// goes on.
+fn ended(workflow: &str, status: RunStatus, error: Option<&str>) -> Option<(TaskState, String)> {
+    Some(match status {
+        RunStatus::Success => (
+            TaskState::Completed,
+            format!("Workflow {workflow} completed"),
+        ),
+        RunStatus::Cancelled => (
+            TaskState::Canceled,
+            format!("Workflow {workflow} was cancelled"),
+        ),
+        RunStatus::Failure => (
+            TaskState::Failed,
+            format!(
+                "Workflow {workflow} failed: {}",
+                error.unwrap_or("no reason given")
+            ),
+        ),
+        RunStatus::Running | RunStatus::Finishing => return None,
+    })
 }
 
 fn run_phase(status: RunStatus) -> RunPhase {

@@ -24,13 +24,13 @@ use std::sync::Arc;
 use async_nats::HeaderMap;
 use futures::StreamExt;
 use messages::a2a::{Message, Part, TaskState};
-use messages::jsonrpc::{codes, ErrorObject, Method, Request, Response};
+use messages::jsonrpc::{codes, ErrorObject, Method, Request};
 use messages::workflow::{Decision, WorkflowApprovalDecision, WorkflowNodeRequest};
 use messages::{headers, msg_id, subjects};
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
-use super::error::{Context, Result};
+use super::error::Result;
 use super::record::{Caller, RunRecord};
 use super::reply;
 use super::wire::{self, InputSource};
@@ -44,11 +44,7 @@ pub(super) async fn subscribe(
     workflow: &Workflow,
 ) -> Result<async_nats::Subscriber> {
     let subject = subjects::agent_request(&shared.ns, &workflow.name);
-    shared
-        .client
-        .queue_subscribe(subject.clone(), workflow.name.clone())
-        .await
-        .context(|| format!("subscribing to {subject}"))
+    shared.queue_subscribe(subject, &workflow.name).await
 }
 
 /// Serves the workflow's request subscription until it ends.
@@ -105,7 +101,7 @@ async fn handle(
 ) -> Option<Vec<u8>> {
     let request = match Request::from_slice(&msg.payload) {
         Ok(r) => r,
-        Err(response) => return serde_json::to_vec(&*response).ok(),
+        Err(response) => return Some(wire::encode(&response)),
     };
     let id = serde_json::to_value(&request.id).unwrap_or(Value::Null);
     let answer = |state: TaskState, task: &str, text: String| {
@@ -124,7 +120,7 @@ async fn handle(
                     codes::TASK_NOT_FOUND,
                     format!("no run of {} with task id '{}'", workflow.name, params.id),
                 );
-                return serde_json::to_vec(&Response::error(Some(request.id), e)).ok();
+                return Some(wire::error_response(Some(request.id), e));
             };
             Some(run_state(shared, workflow, &execution, &record, &params.id, &id).await)
         }
@@ -444,7 +440,7 @@ async fn run_state(
                     format!("reading how run {execution} ended: {e}"),
                 );
                 let id = serde_json::from_value(request_id.clone()).ok();
-                return serde_json::to_vec(&Response::error(id, e)).unwrap_or_default();
+                return wire::error_response(id, e);
             }
         }
     } else {

@@ -2,7 +2,7 @@
 //! of agent replies, tasks and status updates for callers. Pure functions, unit-tested.
 
 use messages::a2a::{AgentReply, Message, Part, Role, Task, TaskState, TaskStatus};
-use messages::jsonrpc::{RequestId, Response};
+use messages::jsonrpc::{ErrorObject, RequestId, Response};
 use messages::payload::{object_ref, part_value};
 use messages::reply::{decode_reply, final_task, read_task, ReplyError, TaskReading};
 use serde_json::{json, Value};
@@ -152,7 +152,18 @@ pub fn reply_event(key: TaskKey, attempt: u32, meaning: ReplyMeaning) -> Event {
 pub fn response(id: &Value, reply: AgentReply) -> Vec<u8> {
     let id: RequestId =
         serde_json::from_value(id.clone()).unwrap_or(RequestId::String(String::new()));
-    serde_json::to_vec(&Response::result(id, reply)).unwrap_or_default()
+    encode(&Response::result(id, reply))
+}
+
+/// A JSON-RPC error response (`id` null when the request's could not be read).
+pub fn error_response(id: Option<RequestId>, error: ErrorObject) -> Vec<u8> {
+    encode(&Response::error(id, error))
+}
+
+/// The bytes of a response.
+pub fn encode(response: &Response) -> Vec<u8> {
+    serde_json::to_vec(response)
+        .expect("a JSON-RPC response encodes: its maps have string keys, its values are JSON")
 }
 
 /// A Task in `state` with these parts in its status message.

@@ -1,0 +1,74 @@
+//! Shared by the `shell_*` tests: a real nats-server started for the test, stub agents from
+//! YAML and a workflow node serving the test's workflows, all in the test's process; and a
+//! wait until a workflow's events have all been processed.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use workflow_node::definition::{parse_str, Workflow};
+use workflow_node::shell::{names, Config, WorkflowNode};
+
+/// A server, the stub agents and a node; all stop when it is dropped.
+pub(crate) struct Mesh {
+    pub(crate) server: mesh_tests::NatsServer,
+    pub(crate) client: async_nats::Client,
+    pub(crate) node: WorkflowNode,
+    _stubs: Vec<agent_sdk::AgentHandle>,
+    _dir: tempfile::TempDir,
+}
+
+/// Parses workflow definitions, failing the test on any problem.
+pub(crate) fn workflows(yamls: &[&str]) -> Vec<Workflow> {
+    yamls
+        .iter()
+        .map(|y| parse_str(y, "test.yaml").unwrap_or_else(|p| panic!("{p:?}")))
+        .collect()
+}
+
+/// Starts a server, the stub agents of `stubs` (a stub file's YAML) and a node serving
+/// `yamls` with `config`.
+pub(crate) async fn mesh(stubs: &str, yamls: &[&str], config: Config) -> Mesh {
+    let server = mesh_tests::nats();
+    let client = async_nats::connect(server.url()).await.expect("connect");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stub_path = dir.path().join("stubs.yaml");
+    std::fs::write(&stub_path, stubs).expect("write stubs");
+    let file = agent_sdk::stub::load_stub_file(&stub_path).expect("stub file");
+    let stubs = agent_sdk::stub::serve_stubs(client.clone(), "mesh", file)
+        .await
+        .expect("stubs");
+    let node = WorkflowNode::start(client.clone(), workflows(yamls), config)
+        .await
+        .expect("node");
+    Mesh {
+        server,
+        client,
+        node,
+        _stubs: stubs,
+        _dir: dir,
+    }
+}
+
+/// Waits until every event of `workflow` has been processed and acked (a bounded poll of
+/// its consumer: the node acks an event only after carrying out its commands); fails the
+/// test if they never are.
+pub(crate) async fn settled(client: &async_nats::Client, workflow: &str) {
+    let js = async_nats::jetstream::new(client.clone());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut consumer: async_nats::jetstream::consumer::PullConsumer = js
+            .get_consumer_from_stream(names::CONSUMER, names::event_stream("mesh", workflow))
+            .await
+            .expect("consumer");
+        let info = consumer.info().await.expect("consumer info");
+        if info.num_pending == 0 && info.num_ack_pending == 0 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "events of {workflow} were never all acked: {info:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
