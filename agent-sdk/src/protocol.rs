@@ -221,7 +221,8 @@ fn find_input(parts: &[Part]) -> Option<InputSource> {
 pub(crate) enum Outcome {
     /// The output: inline, or stored in the object store.
     Success(Output),
-    /// A failure.
+    /// The handler failed, or the input could not be read or checked: answered as a
+    /// failed task; `kind` becomes the result's `error_kind`.
     Failure {
         message: String,
         kind: Option<String>,

@@ -25,7 +25,7 @@ pub enum ExprError {
     /// A size or depth limit was exceeded.
     #[error("{what} exceeds the limit of {limit}")]
     Limit {
-        /// Which limit.
+        /// What was measured, with its unit (e.g. "template string length in bytes").
         what: &'static str,
         /// The limit's value.
         limit: usize,

@@ -216,13 +216,13 @@ pub struct FileContent {
 pub enum TaskState {
     /// Received, not yet started.
     Submitted,
-    /// Running.
+    /// Accepted and running: not terminal, more status updates follow.
     Working,
     /// Waiting for more input from the caller (for us: an approval gate).
     InputRequired,
     /// Finished successfully.
     Completed,
-    /// Cancelled.
+    /// Stopped by a `tasks/cancel` before it finished; terminal.
     Canceled,
     /// Finished with an error.
     Failed,
@@ -247,7 +247,7 @@ impl TaskState {
 /// `status` of a task: its state, an optional message and an ISO 8601 timestamp.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskStatus {
-    /// The state.
+    /// Where the task is; once terminal (see [`TaskState::is_terminal`]) it never changes.
     pub state: TaskState,
     /// A message explaining the state (e.g. the error of a failed task).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -274,13 +274,13 @@ impl TaskStatus {
 pub struct Artifact {
     /// Unique id within the task.
     pub artifact_id: String,
-    /// A name.
+    /// A human-readable name for display; the identifier is `artifact_id`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// A description.
+    /// Human-readable text about the artifact, for display only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    /// The content.
+    /// The content; [`Task::find_data`] looks here after the status message.
     pub parts: Vec<Part>,
     /// Free-form metadata.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -291,13 +291,14 @@ pub struct Artifact {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename = "task", rename_all = "camelCase")]
 pub struct Task {
-    /// The task id.
+    /// The task's id: what `tasks/get` and `tasks/cancel` name.
     pub id: String,
     /// The context (conversation) id.
     pub context_id: String,
     /// The current status.
     pub status: TaskStatus,
-    /// Outputs.
+    /// What the task produced, searched after the status message by [`Task::find_data`];
+    /// `None` while it produced nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub artifacts: Option<Vec<Artifact>>,
     /// Free-form metadata.

@@ -335,7 +335,8 @@ pub struct Response {
 pub enum Outcome {
     /// `result`: a task (the usual answer), a message, or a status update.
     Result(Box<AgentReply>),
-    /// `error`.
+    /// `error`: the request itself could not be served (unreadable, unknown method, no
+    /// such task); a task that failed is a `result` whose state says so.
     Error(ErrorObject),
 }
 

@@ -23,7 +23,8 @@ use crate::a2a::{DataPartType, JsonObject};
 pub struct ArtifactRef {
     /// The artifact's name (object-store key).
     pub name: String,
-    /// Its version, when versioned.
+    /// The object's version, when the writer pinned one; the workflow node always writes
+    /// `None` and never reads it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<u64>,
 }
@@ -88,13 +89,14 @@ pub enum ResultStatus {
 pub struct WorkflowNodeResult {
     /// Success or failure.
     pub status: ResultStatus,
-    /// The output, inline.
+    /// The output, inline; `None` on failure or when it went to `artifact_name`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<Value>,
     /// The output's artifact, when stored instead of inline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub artifact_name: Option<String>,
-    /// The artifact's version.
+    /// The version of `artifact_name`'s object, when the agent pinned one; not read by
+    /// the workflow node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub artifact_version: Option<u64>,
     /// What went wrong, on failure.
@@ -154,7 +156,8 @@ pub struct WorkflowExecutionStart {
     /// The input's artifact, when it came by reference.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_artifact_ref: Option<ArtifactRef>,
-    /// The input, inline.
+    /// The input, inline; `None` when it is larger than a progress update may carry
+    /// (64 KiB serialised, from the workflow node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow_input: Option<Value>,
 }
@@ -259,7 +262,8 @@ pub struct WorkflowNodeExecutionResult {
     /// The output's artifact, when stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_artifact_ref: Option<ArtifactRef>,
-    /// Ours: the output, inline.
+    /// Ours: the output, inline; `None` unless it succeeded, and when larger than a
+    /// progress update may carry (then `metadata.omitted_bytes` gives its size).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<Value>,
     /// What went wrong.
@@ -299,13 +303,14 @@ pub enum MapStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename = "workflow_map_progress")]
 pub struct WorkflowMapProgress {
-    /// The map node.
+    /// The map node's id; its items are calls of its inner node.
     pub node_id: String,
-    /// Items in total.
+    /// Number of items the map's `items` resolved to when it started; fixed for its life.
     pub total_items: u64,
-    /// Items finished.
+    /// Items that succeeded so far; sent again after each one, up to `total_items`.
     pub completed_items: u64,
-    /// Overall status.
+    /// `completed` once `completed_items` reaches `total_items`, else `in-progress`; the
+    /// workflow node never sends `failed` (a failed item fails the map node instead).
     pub status: MapStatus,
 }
 data_part_type!(WorkflowMapProgress, "workflow_map_progress");
@@ -337,7 +342,7 @@ pub struct WorkflowExecutionResult {
     /// The output's artifact, when stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_artifact_ref: Option<ArtifactRef>,
-    /// The output, inline.
+    /// The output, inline, on success only; `None` when it went to `output_artifact_ref`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow_output: Option<Value>,
     /// What went wrong.
@@ -390,7 +395,8 @@ pub struct WorkflowApprovalDecision {
     pub node_id: String,
     /// `approve` lets the run go on past the gate; `reject` fails the approval node.
     pub decision: Decision,
-    /// Who decided.
+    /// The approver's name, checked against the node's `approvers` when it lists any (a
+    /// decision without one is then refused); it appears in the node's output or error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
     /// The approver's reason: free text, kept for people, never interpreted.
@@ -468,25 +474,25 @@ data_part_type!(WorkflowRunState, "workflow_run_state");
 /// Any workflow DataPart, read by its `type`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WorkflowDataPart {
-    /// `workflow_node_request`.
+    /// `workflow_node_request`: a workflow calling an agent.
     NodeRequest(WorkflowNodeRequest),
-    /// `workflow_node_result`.
+    /// `workflow_node_result`: an agent answering a workflow.
     NodeResult(WorkflowNodeResult),
-    /// `workflow_execution_start`.
+    /// `workflow_execution_start`: progress, a run began.
     ExecutionStart(WorkflowExecutionStart),
-    /// `workflow_node_execution_start`.
+    /// `workflow_node_execution_start`: progress, a node began.
     NodeExecutionStart(WorkflowNodeExecutionStart),
-    /// `workflow_node_execution_result`.
+    /// `workflow_node_execution_result`: progress, a node ended.
     NodeExecutionResult(WorkflowNodeExecutionResult),
-    /// `workflow_map_progress`.
+    /// `workflow_map_progress`: progress, an item of a map succeeded.
     MapProgress(WorkflowMapProgress),
-    /// `workflow_execution_result`.
+    /// `workflow_execution_result`: progress, a run ended.
     ExecutionResult(WorkflowExecutionResult),
-    /// `workflow_approval_request`.
+    /// `workflow_approval_request`: an approval node waits, published to its approvers.
     ApprovalRequest(WorkflowApprovalRequest),
-    /// `workflow_approval_decision`.
+    /// `workflow_approval_decision`: an approver's answer, sent to the workflow.
     ApprovalDecision(WorkflowApprovalDecision),
-    /// `workflow_run_state`.
+    /// `workflow_run_state`: a run as `tasks/get` of it answers.
     RunState(WorkflowRunState),
 }
 

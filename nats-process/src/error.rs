@@ -14,7 +14,7 @@ pub enum Error {
     /// A binary was found but it is older than [`crate::MIN_VERSION`] or its version is unreadable.
     #[error("nats-server at {path} is unusable: {reason}")]
     Unusable {
-        /// The binary.
+        /// The nats-server binary that was run with `--version` and refused.
         path: PathBuf,
         /// What is wrong with it.
         reason: String,

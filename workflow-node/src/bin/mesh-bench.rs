@@ -36,7 +36,7 @@ enum Scenario {
 #[derive(Debug, Parser)]
 #[command(name = "mesh-bench")]
 struct Args {
-    /// The scenario.
+    /// What to measure; `all` runs every scenario, one after the other.
     #[arg(value_enum)]
     scenario: Scenario,
     /// Use this server instead of starting one.

@@ -14,7 +14,8 @@ pub struct NatsArgs {
     /// (and without NATS_URL) a local server is started.
     #[arg(long, env = "NATS_URL")]
     pub nats_url: Option<String>,
-    /// Subject namespace.
+    /// First token of every subject and of the JetStream resource names: agents and nodes
+    /// see each other only within one namespace.
     #[arg(long, default_value = "mesh", env = "MESH_NAMESPACE")]
     pub namespace: String,
     /// Credentials file (.creds) for the server.
@@ -23,7 +24,7 @@ pub struct NatsArgs {
     /// NKey seed for the server.
     #[arg(long, env = "NATS_NKEY")]
     pub nkey: Option<String>,
-    /// CA certificate to trust (TLS).
+    /// CA certificate to trust; given, the connection requires TLS.
     #[arg(long, env = "NATS_CA")]
     pub tls_ca: Option<PathBuf>,
     /// Client certificate and key (mutual TLS).
@@ -33,9 +34,10 @@ pub struct NatsArgs {
 
 /// A connection, and the embedded server behind it, if one was started.
 pub struct Connection {
-    /// The client.
+    /// Connected (within 10 s) to one of `url`'s servers; fails over to the others.
     pub client: async_nats::Client,
-    /// The URL connected to.
+    /// `--nats-url` as given (maybe several comma-separated servers), or the embedded
+    /// server's; for display only.
     pub url: String,
     /// The embedded server (stopped by [`Connection::close`]).
     pub embedded: Option<NatsServer>,

@@ -19,10 +19,10 @@ pub struct Args {
     /// The examples directory (workflows/ and agents.yaml).
     #[arg(long, default_value = "examples")]
     pub examples: PathBuf,
-    /// The workflow to run.
+    /// Name of the example workflow to run (one defined in the examples' workflows/).
     #[arg(long, default_value = "ValueRouter")]
     pub workflow: String,
-    /// Its input.
+    /// The run's input, as JSON.
     #[arg(long, default_value = r#"{"value": 42, "label": "demo"}"#)]
     pub input: String,
     /// NATS connection (embedded by default).

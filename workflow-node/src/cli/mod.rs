@@ -24,12 +24,13 @@ use crate::definition::Workflow;
 #[derive(Debug, Parser)]
 #[command(name = "workflow-node", version, about)]
 pub struct Cli {
-    /// What to do.
+    /// The subcommand, parsed with its own `Args`.
     #[command(subcommand)]
     pub command: Command,
 }
 
-/// The subcommands.
+/// The subcommands; `main` hands each `Args` to the `run` of its module (`test`'s is
+/// `suite`), whose exit code is the process's.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Check workflow files and report every problem, one per line.

@@ -56,7 +56,7 @@ pub struct Suite {
     /// A stub agent file, or an inline list of stub agents.
     #[serde(default)]
     pub agents: Option<Value>,
-    /// The cases.
+    /// Run in order, one run each, against the suite's workflows; at least one.
     pub cases: Vec<Case>,
 }
 
@@ -64,12 +64,12 @@ pub struct Suite {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Case {
-    /// What it checks.
+    /// What it checks, printed beside `ok` or `FAIL`.
     pub name: String,
     /// The workflow to run (optional with one workflow).
     #[serde(default)]
     pub workflow: Option<String>,
-    /// The input.
+    /// The workflow's input (`null` when absent).
     #[serde(default)]
     pub input: Value,
     /// Decisions to give when the run asks for approval.
@@ -83,15 +83,17 @@ pub struct Case {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalStep {
-    /// The approval node.
+    /// Id of the approval node this decision answers; requests of other nodes are left
+    /// waiting.
     pub node: String,
     /// `approve` (default) or `reject`.
     #[serde(default = "approve")]
     pub decision: String,
-    /// Who decides.
+    /// The approver's name, checked against the node's `approvers` when it lists any;
+    /// `None` decides anonymously (refused by a node that lists approvers).
     #[serde(default)]
     pub by: Option<String>,
-    /// A comment.
+    /// Free text: in the node's output on approval, in its error on rejection.
     #[serde(default)]
     pub comment: Option<String>,
 }
@@ -107,13 +109,14 @@ pub struct Expect {
     /// `success`, `failure` or `cancelled`.
     #[serde(default)]
     pub status: Option<String>,
-    /// The exact output.
+    /// The run's output, compared by JSON equality; not checked when absent.
     #[serde(default)]
     pub output: Option<Value>,
-    /// A substring of the error.
+    /// Must occur in the run's error (an empty error when the run has none).
     #[serde(default)]
     pub error_contains: Option<String>,
-    /// Node statuses.
+    /// Node id → expected status (`success`, `skipped`…); a node never reported counts as
+    /// `pending`.
     #[serde(default)]
     pub nodes: BTreeMap<String, String>,
 }

@@ -13,11 +13,14 @@ use crate::definition::NodeId;
 /// [`super::apply`], and commits back with compare-and-swap.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Execution {
-    /// The run's id.
+    /// The run's id; also its A2A task id, and the last token of its KV key and of its
+    /// event subject.
     pub id: ExecutionId,
-    /// The workflow's name.
+    /// Name of the workflow it runs. The definition itself is not kept: [`super::apply`]
+    /// takes it beside the state.
     pub workflow: String,
-    /// Where the run is.
+    /// `Running`, then `Finishing` while exit handlers run, then terminal; a terminal run
+    /// absorbs every later event.
     pub status: RunStatus,
     /// Whether [`super::Event::Started`] was applied.
     pub started: bool,
@@ -40,7 +43,8 @@ pub struct Execution {
     /// Set once the run stops taking new work (a failure under fail_fast, a cancel, the
     /// deadline).
     pub stopping: bool,
-    /// Whether a cancel was requested.
+    /// Set by the first cancel (later ones do nothing); it makes the run's outcome
+    /// `Cancelled` rather than `Failure`.
     pub cancel_requested: bool,
     /// Whether the deadline passed (exit handlers then run on a grace timer).
     #[serde(default)]
@@ -49,9 +53,11 @@ pub struct Execution {
     pub error: Option<RunError>,
     /// The status the run will end with, decided when the main DAG ends.
     pub outcome: Option<RunStatus>,
-    /// Exit handlers not yet ended.
+    /// Exit handlers chosen when the main DAG ended (the `on_*` list matching the outcome,
+    /// then `always`) and not ended since; the run ends when this is empty.
     pub exit_pending: Vec<NodeId>,
-    /// The output, once mapped.
+    /// The run's output: set by `output_mapping` when the main DAG succeeds, cleared if
+    /// the run then fails or is cancelled; `None` before that.
     pub output: Option<Value>,
 }
 
@@ -104,11 +110,11 @@ impl NodeState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Detail {
-    /// A map.
+    /// A map's items, results and counts.
     Map(MapState),
-    /// A fork.
+    /// A fork's branches still out, and what the ended ones gave.
     Fork(ForkState),
-    /// A loop.
+    /// A loop, with the iteration its inner node is on.
     Loop {
         /// The iteration running or next to run (0-based).
         iteration: u32,
@@ -125,9 +131,11 @@ pub enum Detail {
 pub struct MapState {
     /// The items `items` resolved to when the map started; fixed for its life.
     pub items: Vec<Value>,
-    /// The next item to start.
+    /// Index of the next item to start: items `next..` wait for a slot under the map's
+    /// `concurrency_limit`.
     pub next: u32,
-    /// Items started and not ended.
+    /// Items started and not ended, at most the map's `concurrency_limit`; a halted map
+    /// ends as cancelled when this reaches 0.
     pub active: u32,
     /// Items ended, whatever their outcome; the map ends when this reaches the count.
     pub done: u32,
@@ -138,11 +146,14 @@ pub struct MapState {
 /// A running fork.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ForkState {
-    /// Branches not yet ended.
+    /// Branches not yet ended; the fork ends when this reaches 0 (or at the first failure
+    /// under `fail_fast`).
     pub pending: u32,
-    /// Outputs by `output_key`.
+    /// Outputs of the branches that succeeded, by their `output_key`: the fork's output
+    /// once every branch succeeded.
     pub outputs: serde_json::Map<String, Value>,
-    /// Failed branches: `id: message`.
+    /// One `branch '{id}': {message}` per failed branch, joined with `; ` into the
+    /// fork's error.
     pub failures: Vec<String>,
 }
 

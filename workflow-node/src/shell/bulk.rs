@@ -45,20 +45,20 @@ pub const CHUNK_BYTES: usize = 128 * 1024;
 /// An item's result, kept in its event's outbox entry until written to its own key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ItemResult {
-    /// The map node.
+    /// Id of the map node; with `index` it names the key `{run}.result.{map}.{index}`.
     pub map: String,
-    /// The item's index.
+    /// 0-based position of the item in the map's items, and of its result in the results.
     pub index: u32,
-    /// Its output.
+    /// The item's output, as it goes into the map's results.
     pub value: Value,
 }
 
 /// A value to put under a key of the runs bucket, beside a run's entry.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Write {
-    /// The key.
+    /// Full key, starting with the run's key (`{workflow}.{execution}.…`, see `names`).
     pub(super) key: String,
-    /// The value as stored.
+    /// The JSON-encoded value, put as is.
     pub(super) bytes: Vec<u8>,
 }
 
@@ -67,7 +67,7 @@ pub(super) struct Write {
 pub struct MapRef {
     /// First item index of each chunk (chunk `c` holds `starts[c]..starts[c+1]`).
     pub starts: Vec<u32>,
-    /// Items in all.
+    /// Number of items across all chunks: the last chunk ends here.
     pub total: u32,
     /// Whether the item results are in memory (not persisted: false after a load).
     #[serde(skip)]

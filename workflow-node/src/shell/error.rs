@@ -33,11 +33,11 @@ pub enum Error {
     /// when the node is configured so (`Config::max_state_bytes`).
     #[error("run {execution}: its state is {size} bytes, over the limit of {limit} bytes")]
     StateTooLarge {
-        /// The run.
+        /// The run whose commit was refused; it is failed at once (the error is permanent).
         execution: ExecutionId,
-        /// The entry's size.
+        /// Bytes of the encoded entry, after large values were moved to keys of their own.
         size: usize,
-        /// The most it may be.
+        /// Bytes allowed: the smaller of the server's max payload and `max_state_bytes`.
         limit: usize,
     },
     /// A workflow's agent card does not fit in one message even with its visualization
@@ -47,19 +47,19 @@ pub enum Error {
          server's limit of {limit} bytes"
     )]
     CardTooLarge {
-        /// The workflow.
+        /// Name of the workflow (and of its card).
         workflow: String,
-        /// The card's size.
+        /// Bytes of the encoded card with its visualization replaced by a reference.
         size: usize,
-        /// The most it may be.
+        /// The server's max payload in bytes (1 MiB when the server reports none).
         limit: usize,
     },
     /// Other replicas moved the run first this many times in a row.
     #[error("run {execution}: {tries} conflicting writes in a row")]
     ConflictsExhausted {
-        /// The run.
+        /// The run whose event is given back to the stream, to be tried again after a delay.
         execution: ExecutionId,
-        /// Compare-and-swap attempts made.
+        /// Compare-and-swap attempts made on the one event, all lost to other writers.
         tries: usize,
     },
     /// Another replica claimed the run's final reply a moment ago and is sending it.

@@ -118,7 +118,8 @@ impl Default for Config {
 /// asked.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Envelope {
-    /// The event.
+    /// The core event, applied to the run named by the subject the envelope was published
+    /// on (`{ns}.wf.{workflow}.events.{execution}`).
     pub event: Event,
     /// The caller (on `Started` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]

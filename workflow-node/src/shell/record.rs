@@ -18,7 +18,8 @@ pub struct Caller {
     pub status_to: Option<String>,
     /// The JSON-RPC id of the request, echoed in every answer.
     pub request_id: Value,
-    /// The A2A context id.
+    /// The request message's A2A `contextId`, echoed in status updates and replies;
+    /// `None` when the request had none, and then the execution id stands in.
     pub context_id: Option<String>,
     /// The call depth of the request (`Mesh-Call-Depth`).
     pub call_depth: u32,
@@ -39,21 +40,24 @@ pub struct Caller {
 /// here carries them out again (at-least-once), instead of re-applying the event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OutboxEntry {
-    /// The event's stream sequence.
+    /// Stream sequence of the event that produced the commands: a redelivery with this
+    /// sequence replays them, and the entry is dropped once they are carried out.
     pub seq: u64,
     /// When it was committed (entries older than the redelivery horizon are dropped).
     pub at: Millis,
-    /// The commands.
+    /// The commands, thinned (see `outbox`): dispatch inputs, outputs and the run's input
+    /// are left out and taken back from `state` when replayed.
     pub commands: Vec<Command>,
     /// Item results of large maps to write to their own keys (see `bulk`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub results: Vec<ItemResult>,
 }
 
-/// One run's KV entry.
+/// One run's entry in the runs bucket, under the run's key `{workflow}.{execution}`;
+/// committed by compare-and-swap on the revision it was read at.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
-    /// The core's state.
+    /// The core's state of the run, as `apply` left it after the last committed event.
     pub state: Execution,
     /// Who started the run: it hears of its progress and gets the final reply.
     pub caller: Caller,

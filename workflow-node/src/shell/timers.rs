@@ -24,13 +24,15 @@ use crate::core::{Event, ExecutionId, Millis, TimerId};
 /// One armed timer, as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TimerRecord {
-    /// The workflow.
+    /// Name of the workflow whose event stream the firing is published to.
     pub workflow: String,
-    /// The run.
+    /// The run that receives `TimerFired`; with `workflow` it picks the stream subject.
     pub execution: ExecutionId,
-    /// Which timer.
+    /// Carried back in `TimerFired`; the core ignores it if it no longer matches the run's
+    /// state (stale attempt, ended node).
     pub timer: TimerId,
-    /// When it fires.
+    /// Wall-clock deadline: it fires no earlier than this by the firing replica's clock.
+    /// Also part of the firing's message id, so a re-armed timer fires anew.
     pub at: Millis,
 }
 

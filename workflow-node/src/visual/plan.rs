@@ -15,11 +15,11 @@ use crate::definition::{
 /// What a workflow will do, section by section.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
-    /// The workflow's name.
+    /// The workflow's name: the agent name it is called by.
     pub name: String,
-    /// Its display name.
+    /// The file's `display_name`, shown in parentheses after the name; `None` when absent.
     pub display_name: Option<String>,
-    /// Its version.
+    /// `workflow.version` ("1.0.0" when the file gives none), printed as `v{version}`.
     pub version: String,
     /// Run-wide settings, one `key value` string each.
     pub settings: Vec<String>,

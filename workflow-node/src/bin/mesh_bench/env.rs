@@ -13,7 +13,8 @@ use workflow_node::definition::{parse_str, Workflow};
 pub(crate) struct Env {
     /// Our server, when no `--nats-url` was given.
     pub(crate) server: Option<nats_process::NatsServer>,
-    /// The URL to connect to.
+    /// `--nats-url` as given, or our server's; the bench and the node processes it starts
+    /// both connect here.
     pub(crate) url: String,
 }
 

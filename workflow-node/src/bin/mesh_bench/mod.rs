@@ -12,7 +12,8 @@ pub(crate) mod scenarios;
 
 /// What one scenario measured: its JSON object and its table rows.
 pub(crate) struct Report {
-    /// The scenario's name.
+    /// The scenario's command-line name: the table's heading and the key of its object in
+    /// the `--json` file.
     pub(crate) name: &'static str,
     /// The floor measured in the same run.
     pub(crate) floor: floor::Floor,
