@@ -12,7 +12,8 @@
 //!
 //! A node is considered when one of its dependencies ends; consideration goes through a
 //! work list, so cascades of skips never recurse. Unstarted runs absorb every event but
-//! `Started`; terminal runs absorb every event.
+//! `Started` and `CancelRequested` (kept: the run ends cancelled as it starts); terminal
+//! runs absorb every event.
 
 use std::collections::VecDeque;
 
@@ -52,6 +53,12 @@ pub fn apply(
         Event::Abandoned { reason } => {
             cx.abandon(reason);
             return cx.out;
+        }
+        // A cancel that overtook its run's start is kept: the run ends cancelled when it
+        // starts.
+        Event::CancelRequested { .. } if !cx.st.started => {
+            cx.st.cancel_requested = true;
+            return Vec::new();
         }
         // Nothing can have been dispatched or armed before the start: whatever comes
         // first is stray, and must neither change the run nor end it.
@@ -121,6 +128,16 @@ impl Cx<'_> {
         self.out.push(Command::Progress(Progress::RunStarted {
             input: self.st.input.clone(),
         }));
+        if self.st.cancel_requested {
+            self.st.error = Some(RunError {
+                node_id: None,
+                message: "cancelled before it started".into(),
+                kind: None,
+            });
+            self.st.outcome = Some(RunStatus::Cancelled);
+            self.finish_run();
+            return;
+        }
         if let Some(schema) = &self.wf.input_schema {
             let violations = schema.violations(&self.st.input);
             if !violations.is_empty() {

@@ -14,8 +14,8 @@ use messages::jsonrpc::{codes, ErrorObject, Method, Request, RequestId};
 use messages::{msg_id, subjects};
 
 use super::error::Result;
-use super::{publish_event, requests, wire, Envelope, Shared};
-use crate::core::Event;
+use super::{names, publish_event, requests, wire, Envelope, Shared};
+use crate::core::{Event, ExecutionId};
 use crate::definition::Workflow;
 
 /// Subscribes to the workflow's cancel subject (in its queue group).
@@ -64,8 +64,9 @@ pub(super) async fn serve(
 }
 
 /// Records a cancel of the run named by `task_id` (its execution id, or the task id
-/// `caller` started it with) as a `CancelRequested` event; returns the answer to the request. A run
-/// that has ended, or that cannot be found, is not cancelled.
+/// `caller` started it with) as a `CancelRequested` event; returns the answer to the
+/// request. A run that has ended is not cancelled; one not found yet gets the cancel kept
+/// for its start.
 pub(super) async fn cancel(
     shared: &Shared,
     workflow: &Workflow,
@@ -77,22 +78,34 @@ pub(super) async fn cancel(
         let e = ErrorObject::new(code, message);
         Some(wire::error_response(Some(request_id.clone()), e))
     };
-    let Some((execution, record)) = requests::find_run(shared, workflow, caller, task_id).await
-    else {
-        let message = format!("no run of {} with task id '{task_id}'", workflow.name);
-        return refuse(codes::TASK_NOT_FOUND, message);
+    let found = requests::find_run(shared, workflow, caller, task_id).await;
+    let Some((execution, record)) = found else {
+        // The run may not have started yet (its start is still in the stream, behind a
+        // busy worker): the cancel is kept for it, and ends it as it starts.
+        let execution = names::caller_execution_id(&workflow.name, caller, task_id);
+        return Some(record_cancel(shared, workflow, &execution, &request_id).await);
     };
     if record.state.status.is_terminal() {
         let status = record.state.status.as_str();
         let message = format!("run {execution} already ended ({status})");
         return refuse(codes::TASK_NOT_CANCELABLE, message);
     }
+    Some(record_cancel(shared, workflow, &execution, &request_id).await)
+}
+
+/// Publishes the cancel of run `execution` into its stream; the answer to the request.
+async fn record_cancel(
+    shared: &Shared,
+    workflow: &Workflow,
+    execution: &ExecutionId,
+    request_id: &RequestId,
+) -> Vec<u8> {
     let envelope = Envelope::event(Event::CancelRequested {
         reason: Some("requested by the caller".into()),
     });
     let msg_id = msg_id::run_cancel(&execution.0);
     let (state, text) =
-        match publish_event(shared, &workflow.name, &execution, &msg_id, &envelope).await {
+        match publish_event(shared, &workflow.name, execution, &msg_id, &envelope).await {
             Ok(_) => (
                 TaskState::Working,
                 format!("cancel of run {execution} requested"),
@@ -102,7 +115,7 @@ pub(super) async fn cancel(
                 format!("could not record the cancel: {e}"),
             ),
         };
-    let id = serde_json::to_value(&request_id).unwrap_or_default();
+    let id = serde_json::to_value(request_id).unwrap_or_default();
     let task = wire::task(&execution.0, &execution.0, state, vec![Part::text(text)]);
-    Some(wire::response(&id, task))
+    wire::response(&id, task)
 }

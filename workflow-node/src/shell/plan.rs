@@ -151,10 +151,15 @@ pub(super) fn plan(
             workflow, run_key, revision, record, delivery, now,
         )?)));
     }
-    // A start for a run that has a record is a request sent again: its caller joins.
-    let resent = matches!(envelope.event, Event::Started { .. }) && revision.is_some();
+    // A start for a run that has started is a request sent again: its caller joins. (A
+    // record that has not started holds a cancel that overtook the start.)
+    let resent = matches!(envelope.event, Event::Started { .. }) && record.state.started;
     if envelope.attach || resent {
         return attach(run_key, revision, record, envelope, delivery, now);
+    }
+    let mut record = record;
+    if let (Event::Started { .. }, Some(caller)) = (&envelope.event, &envelope.caller) {
+        record.caller = caller.clone();
     }
     let applying = Applying {
         revision,
@@ -188,14 +193,16 @@ pub(super) fn abandoned(
     )
 }
 
-/// The record of a run that a `Started` event (or the abandonment of one) creates; `None`
+/// The record of a run that a `Started` event (or the abandonment of one) creates, or a
+/// cancel that overtook its run's start (kept until the start, which it then ends); `None`
 /// for any other event.
 fn new_run(workflow: &Workflow, execution: &ExecutionId, envelope: &Envelope) -> Option<RunRecord> {
+    let state = Execution::new(execution.clone(), &workflow.name);
     match (&envelope.event, &envelope.caller) {
-        (Event::Started { .. } | Event::Abandoned { .. }, Some(caller)) => Some(RunRecord::new(
-            Execution::new(execution.clone(), &workflow.name),
-            caller.clone(),
-        )),
+        (Event::Started { .. } | Event::Abandoned { .. }, Some(caller)) => {
+            Some(RunRecord::new(state, caller.clone()))
+        }
+        (Event::CancelRequested { .. }, None) => Some(RunRecord::new(state, Caller::default())),
         _ => None,
     }
 }
@@ -375,7 +382,8 @@ fn apply(
         commit: Some(Commit {
             revision,
             bytes,
-            ends_run: ended,
+            // A cancel kept for a run that never starts goes with the retention too.
+            ends_run: ended || !record.state.started,
         }),
         after,
         commands,
@@ -885,5 +893,44 @@ workflow:
             matches!(p.unwrap(), Plan::Ack { .. }),
             "the same caller's start changes nothing"
         );
+    }
+
+    #[test]
+    fn a_cancel_that_overtakes_the_start_is_kept_and_ends_the_run_for_its_caller() {
+        let wf = workflow();
+        let cancel = Envelope::event(Event::CancelRequested { reason: None });
+        let s = steps(plan(&wf, "k", &execution(), none(), &cancel, first(1), Millis(0)).unwrap());
+        let commit = s.commit.expect("the cancel is kept in a record");
+        assert!(
+            commit.ends_run,
+            "a kept cancel expires if its run never starts"
+        );
+        let kept = decode(&commit.bytes);
+        assert!(!kept.state.started && kept.state.cancel_requested);
+        let s = steps(
+            plan(
+                &wf,
+                "k",
+                &execution(),
+                fresh(1, kept),
+                &start(),
+                first(2),
+                Millis(1),
+            )
+            .unwrap(),
+        );
+        assert_eq!(
+            s.callers[0].reply_to.as_deref(),
+            Some("inbox.first"),
+            "the start's caller is answered"
+        );
+        assert!(s.commands.iter().any(|c| matches!(
+            c,
+            Command::Finish {
+                status: crate::core::RunStatus::Cancelled,
+                ..
+            }
+        )));
+        assert!(!s.commands.iter().any(|c| matches!(c, Command::Dispatch(_))));
     }
 }

@@ -25,7 +25,7 @@ fn a_second_start_changes_nothing() {
 }
 
 #[test]
-fn an_unstarted_run_absorbs_every_event_but_started() {
+fn an_unstarted_run_absorbs_every_event_but_started_and_cancel() {
     let wf = workflow(ONE);
     let mut run = Run::unstarted(&wf);
     let before = run.st.clone();
@@ -38,7 +38,6 @@ fn an_unstarted_run_absorbs_every_event_but_started() {
         Event::TimerFired {
             timer: TimerId::Deadline,
         },
-        Event::CancelRequested { reason: None },
         Event::ApprovalDecided {
             node: "a".into(),
             approved: true,
@@ -55,6 +54,23 @@ fn an_unstarted_run_absorbs_every_event_but_started() {
         .is_empty());
     let out = run.apply(Event::Started { input: json!({}) });
     assert_eq!(dispatches(&out).len(), 1, "the start still dispatches");
+}
+
+#[test]
+fn a_cancel_that_overtakes_the_start_ends_the_run_cancelled_as_it_starts() {
+    let wf = workflow(ONE);
+    let mut run = Run::unstarted(&wf);
+    assert!(run
+        .apply(Event::CancelRequested { reason: None })
+        .is_empty());
+    assert!(run.st.cancel_requested, "the cancel is kept");
+    let out = run.apply(Event::Started { input: json!({}) });
+    assert!(dispatches(&out).is_empty(), "nothing is called");
+    assert_eq!(run.st.status, RunStatus::Cancelled);
+    assert!(out.iter().any(|c| matches!(
+        c,
+        Command::Finish { status: RunStatus::Cancelled, error: Some(e), .. } if e.message.contains("before it started")
+    )));
 }
 
 #[test]
