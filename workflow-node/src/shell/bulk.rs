@@ -148,6 +148,7 @@ pub(super) fn externalize(record: &mut RunRecord, run_key: &str) -> serde_json::
             },
         );
     }
+    record.maps_apart |= !alive.is_empty();
     record.maps = alive;
     Ok(writes)
 }

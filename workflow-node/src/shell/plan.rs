@@ -398,7 +398,11 @@ fn apply(
 fn ending(record: &RunRecord, run_key: &str) -> Result<Ending, serde_json::Error> {
     Ok(Ending {
         expire: bulk::kept_apart(record, run_key)?,
-        remove: bulk::map_key_patterns(run_key),
+        remove: if record.maps_apart {
+            bulk::map_key_patterns(run_key)
+        } else {
+            Vec::new()
+        },
     })
 }
 

@@ -78,6 +78,10 @@ pub struct RunRecord {
     /// there (see `bulk`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub outputs_apart: BTreeMap<String, u32>,
+    /// Whether any of the run's maps ever kept its items and results apart (their keys are
+    /// removed when the run ends).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub maps_apart: bool,
     /// Whether the run's output is kept under a key of its own.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub output_apart: bool,
@@ -106,6 +110,7 @@ impl RunRecord {
             input_apart: false,
             outputs_apart: BTreeMap::new(),
             output_apart: false,
+            maps_apart: false,
             outputs_measured: BTreeMap::new(),
             entry_bytes: 0,
             held_bytes: 0,
