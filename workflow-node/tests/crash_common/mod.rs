@@ -164,6 +164,7 @@ pub(crate) async fn check_records(client: &async_nats::Client, runs: usize) -> V
         .expect("runs bucket");
     let mut problems = Vec::new();
     let mut statuses: HashMap<String, usize> = HashMap::new();
+    let mut largest_outbox = 0;
     for i in 0..runs {
         let execution = names::execution_id(NAME, &request_id(i));
         let key = names::run_key(NAME, &execution);
@@ -179,6 +180,15 @@ pub(crate) async fn check_records(client: &async_nats::Client, runs: usize) -> V
                             record.state.status.as_str()
                         ));
                     }
+                    // Entries go once their events are acked, whichever replica commits:
+                    // only those in flight at the run's last commit can remain.
+                    largest_outbox = largest_outbox.max(record.outbox.len());
+                    if record.outbox.len() > MAX_OUTBOX {
+                        problems.push(format!(
+                            "run {i} ({execution}) holds {} outbox entries",
+                            record.outbox.len()
+                        ));
+                    }
                 }
                 Err(e) => problems.push(format!("run {i}: unreadable record: {e}")),
             },
@@ -186,9 +196,13 @@ pub(crate) async fn check_records(client: &async_nats::Client, runs: usize) -> V
             Err(e) => problems.push(format!("run {i}: reading its record: {e}")),
         }
     }
-    eprintln!("run records by status: {statuses:?}");
+    eprintln!("run records by status: {statuses:?}; largest outbox {largest_outbox}");
     problems
 }
+
+/// The most outbox entries a run's record may keep: its last event's, and those of events
+/// other replicas held when it was committed.
+const MAX_OUTBOX: usize = 8;
 
 /// Prints the figures of a crash test.
 pub(crate) fn report(what: &str, outcome: &Outcome, kills: usize) {
