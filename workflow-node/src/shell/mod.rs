@@ -29,6 +29,7 @@ pub mod record;
 mod registry;
 mod reply;
 mod requests;
+mod retry;
 mod store;
 pub mod timers;
 pub mod wire;
@@ -75,8 +76,8 @@ pub struct Config {
     pub card_wait: Duration,
     /// Replicas of streams and buckets (1, or 3 on a cluster).
     pub replicas: usize,
-    /// Deliveries of an event whose processing keeps failing before its run is abandoned
-    /// (failed with the cause); the delay between tries doubles, from 0.5 s up to 30 s.
+    /// Failures of an event's processing (seen by one replica) before its run is abandoned
+    /// (failed with the cause); the delay between tries doubles, from 0.5 s up to 5 s.
     pub max_deliver: u32,
     /// The largest run entry to store, in bytes (`None`: the server's max payload, the
     /// most it can take). A run whose entry would grow past it fails with "state too

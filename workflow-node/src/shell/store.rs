@@ -283,9 +283,21 @@ pub(super) async fn put(
         .await;
     match async { sent?.await }.await {
         Ok(ack) => Ok(Some(ack.sequence)),
-        Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => Ok(None),
+        Err(e) if e.kind() == PublishErrorKind::WrongLastSequence || wrong_last_sequence(&e) => {
+            Ok(None)
+        }
         Err(e) => Err(e).context(|| format!("writing {key}")),
     }
+}
+
+/// Whether a failed publish was refused for its expected last sequence: servers answer
+/// that with error code 10071, or (2.11 on, in some paths) 10164, which the client does
+/// not map to `WrongLastSequence`.
+fn wrong_last_sequence(e: &async_nats::jetstream::context::PublishError) -> bool {
+    let text = e.to_string();
+    text.contains("error code 10071")
+        || text.contains("error code 10164")
+        || text.contains("wrong last sequence")
 }
 
 /// A TTL header's value: whole seconds, at least one.

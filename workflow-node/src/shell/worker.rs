@@ -23,6 +23,7 @@ use super::error::{Context, Error, Result};
 use super::lease::Leases;
 use super::plan::{self, Delivery, Loaded, Plan, Steps};
 use super::record::RunRecord;
+use super::retry::{Failures, Next};
 use super::wire::{interpret_reply, reply_event, ReplyMeaning};
 use super::{names, now, store, Envelope, Shared};
 use crate::core::{self, ExecutionId, TaskKey};
@@ -233,10 +234,18 @@ async fn worker(
 ) {
     let budget = shared.config.cache_bytes / shared.config.workers.max(1);
     let mut cache = Cache::new(budget);
+    let mut failures = Failures::default();
     while let Some((lease, msg)) = rx.recv().await {
+        let seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
         match process(&shared, &workflow, &mut cache, &msg, None).await {
-            Ok(()) => ack(&msg).await,
-            Err(e) => failed(&shared, &workflow, &mut cache, &msg, e).await,
+            Ok(()) => {
+                failures.done(seq);
+                ack(&msg).await;
+            }
+            Err(e) => {
+                let next = failures.failed(seq, &e, shared.config.max_deliver);
+                failed(&shared, &workflow, &mut cache, &msg, e, next).await;
+            }
         }
         leases.release(lease);
     }
@@ -248,37 +257,28 @@ async fn ack(msg: &jetstream::Message) {
     }
 }
 
-/// An event whose processing failed is tried again later, after a delay that doubles with
-/// each delivery; once it has been delivered `max_deliver` times, or at once when the
-/// failure cannot pass (a state too large for the server), its run is abandoned: it ends
-/// failed with an error that names the cause, and its caller is answered. The event is
-/// never retried forever.
+/// An event whose processing failed is given back to come again later, or its run is
+/// abandoned: it ends failed with an error that names the cause, and its callers are
+/// answered (see `retry`). An event is never retried forever, and never dropped while its
+/// run could still be failed.
 async fn failed(
     shared: &Arc<Shared>,
     workflow: &Workflow,
     cache: &mut Cache,
     msg: &jetstream::Message,
     e: Error,
+    next: Next,
 ) {
-    let delivered = msg.info().map(|i| i.delivered).unwrap_or(1).max(1);
-    let max = i64::from(shared.config.max_deliver.max(1));
-    if !e.is_permanent() && delivered < max {
-        let wait = Duration::from_millis(250 << delivered.min(7)).min(Duration::from_secs(30));
-        if delivered == 1 {
+    let reason = match next {
+        Next::Retry(wait) => {
             tracing::warn!(
                 "event on {} failed, trying again in {wait:?}: {e}",
                 msg.subject
             );
-        } else {
-            tracing::debug!("event on {} failed again ({delivered}): {e}", msg.subject);
+            let _ = msg.ack_with(AckKind::Nak(Some(wait))).await;
+            return;
         }
-        let _ = msg.ack_with(AckKind::Nak(Some(wait))).await;
-        return;
-    }
-    let reason = if e.is_permanent() {
-        format!("an event of the run could not be processed: {e}")
-    } else {
-        format!("an event of the run could not be processed in {delivered} deliveries: {e}")
+        Next::Abandon(reason) => reason,
     };
     tracing::error!(
         "abandoning the run of the event on {}: {reason}",
@@ -286,12 +286,21 @@ async fn failed(
     );
     match process(shared, workflow, cache, msg, Some(reason)).await {
         Ok(()) => ack(msg).await,
-        Err(e) => {
+        Err(e) if e.is_permanent() => {
             tracing::error!(
-                "the run of the event on {} could not be failed either ({e}): dropping the event",
+                "the run of the event on {} cannot be failed either ({e}): dropping the event",
                 msg.subject
             );
             let _ = msg.ack_with(AckKind::Term).await;
+        }
+        Err(e) => {
+            tracing::warn!(
+                "failing the run of the event on {} failed ({e}): trying again",
+                msg.subject
+            );
+            let _ = msg
+                .ack_with(AckKind::Nak(Some(Duration::from_secs(5))))
+                .await;
         }
     }
 }
