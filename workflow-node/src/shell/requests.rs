@@ -398,18 +398,27 @@ async fn answer_ended(
     record: &RunRecord,
     caller: &Caller,
 ) -> Result<Option<Vec<u8>>> {
+    let ending = ended_run(shared, execution, record).await?;
+    Ok(Some(
+        reply::final_reply(workflow, execution, caller, &ending).0,
+    ))
+}
+
+/// How the ended run of `record` ended, as its callers are told.
+async fn ended_run(
+    shared: &Shared,
+    execution: &ExecutionId,
+    record: &RunRecord,
+) -> Result<reply::Ending> {
     let state = &record.state;
-    let ending = effects::ending(
+    effects::ending(
         shared,
         execution,
         state.status,
         state.output.as_ref(),
         state.error.as_ref(),
     )
-    .await?;
-    Ok(Some(
-        reply::final_reply(workflow, execution, caller, &ending).0,
-    ))
+    .await
 }
 
 /// The answer to `tasks/get` of run `execution`, asked for by `task_id` (see
@@ -424,14 +433,7 @@ async fn run_state(
 ) -> Vec<u8> {
     let state = &record.state;
     let ending = if state.status.is_terminal() {
-        let ending = effects::ending(
-            shared,
-            execution,
-            state.status,
-            state.output.as_ref(),
-            state.error.as_ref(),
-        )
-        .await;
+        let ending = ended_run(shared, execution, record).await;
         match ending {
             Ok(ending) => Some(ending),
             Err(e) => {
