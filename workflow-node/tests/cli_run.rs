@@ -267,12 +267,7 @@ fn run_and_test_against_an_unreachable_server_exit_2_at_once() {
     );
 }
 
-#[test]
-fn run_reports_a_server_lost_mid_run_within_its_timeout() {
-    use std::io::{BufRead, BufReader};
-    let mut server = mesh_tests::nats();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let yaml = r#"
+const WAITS: &str = r#"
 name: Waits
 workflow:
   description: waits for an approval that never comes
@@ -280,17 +275,34 @@ workflow:
     - {id: gate, type: approval, timeout: 1h}
   output_mapping: {done: true}
 "#;
-    let workflow = workflow_node::definition::parse_str(yaml, "waits.yaml").unwrap();
-    let _node = runtime.block_on(async {
-        let client = async_nats::connect(server.url()).await.unwrap();
-        let config = workflow_node::shell::Config::default();
-        workflow_node::shell::WorkflowNode::start(client, vec![workflow], config)
-            .await
-            .unwrap()
+
+/// `run --timeout 3s` of a workflow that waits; the server is stopped once the run is at
+/// its gate. The workflow is hosted by this test, or by `run` itself (`--workflows`).
+fn run_loses_its_server_mid_run(hosted_by_run: bool) {
+    use std::io::{BufRead, BufReader};
+    let mut server = mesh_tests::nats();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("waits.yaml");
+    std::fs::write(&file, WAITS).unwrap();
+    let _node = (!hosted_by_run).then(|| {
+        let workflow = workflow_node::definition::parse_str(WAITS, "waits.yaml").unwrap();
+        runtime.block_on(async {
+            let client = async_nats::connect(server.url()).await.unwrap();
+            let config = workflow_node::shell::Config::default();
+            workflow_node::shell::WorkflowNode::start(client, vec![workflow], config)
+                .await
+                .unwrap()
+        })
     });
-    let mut child = bin()
+    let mut command = bin();
+    command
         .args(["run", "Waits", "--input", "{}", "--timeout", "3s"])
-        .args(["--nats-url", &server.url()])
+        .args(["--nats-url", &server.url()]);
+    if hosted_by_run {
+        command.arg("--workflows").arg(&file);
+    }
+    let mut child = command
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -307,7 +319,16 @@ workflow:
         seen.contains("lost the connection to the NATS server"),
         "{seen}"
     );
-    drop(runtime);
+}
+
+#[test]
+fn run_reports_a_server_lost_mid_run_within_its_timeout() {
+    run_loses_its_server_mid_run(false);
+}
+
+#[test]
+fn run_hosting_the_workflow_reports_a_server_lost_mid_run_too() {
+    run_loses_its_server_mid_run(true);
 }
 
 #[test]

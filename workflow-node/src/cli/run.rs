@@ -110,7 +110,7 @@ async fn execute(args: Args) -> Result<ExitCode> {
     };
     let result = invoke(&conn.client, &ns, &args.name, &input, timing, show_progress).await;
     if let Some(node) = node {
-        node.shutdown().await;
+        super::stop_hosted(node).await;
     }
     drop(stubs);
     conn.close().await;
