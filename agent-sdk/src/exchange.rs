@@ -9,9 +9,14 @@
 //! sign of life. A workflow starts one run per task id and an agent runs a task id once, so
 //! resending is safe; the first final reply with the request's JSON-RPC id wins and later
 //! copies are ignored.
+//!
+//! The timeout bounds the whole exchange, sends included: with the server gone, a flush
+//! waits for a reconnect that may never come. A timeout while the client is not connected
+//! is reported as [`ConnectionError::Lost`], not as a silent callee.
 
 use std::time::Duration;
 
+use async_nats::connection::State;
 use async_nats::{Client, HeaderMap};
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
@@ -26,7 +31,7 @@ pub const DEFAULT_RESEND_INTERVAL: Duration = Duration::from_secs(3);
 /// How long to wait in all, and how long to wait for a sign of life before resending.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timing {
-    /// The time from the first send after which the caller gives up.
+    /// The time from the call after which the caller gives up, sends included.
     pub timeout: Duration,
     /// Silence after which the request is sent again (at least 1 ms).
     pub resend_interval: Duration,
@@ -74,6 +79,12 @@ pub enum ConnectionError {
     /// The request could not be flushed to the server.
     #[error("flushing the request")]
     Flush(#[source] async_nats::client::FlushError),
+    /// The timeout passed while the client was not connected to any server.
+    #[error("lost the connection to the NATS server (not back within {} s)", .timeout.as_secs_f64())]
+    Lost {
+        /// The exchange's timeout.
+        timeout: Duration,
+    },
 }
 
 /// A final reply that could not be read.
@@ -121,7 +132,27 @@ pub async fn send_until_answered(
     client: &Client,
     request: Outgoing,
     timing: Timing,
+    on_status: impl FnMut(&TaskStatusUpdateEvent),
+) -> Result<AgentReply, ExchangeError> {
+    let mut sends = 0;
+    let exchange = exchange(client, request, timing, on_status, &mut sends);
+    match tokio::time::timeout(timing.timeout, exchange).await {
+        Ok(result) => result,
+        Err(_) if client.connection_state() != State::Connected => Err(ConnectionError::Lost {
+            timeout: timing.timeout,
+        }
+        .into()),
+        Err(_) => Err(ExchangeError::TimedOut { sends }),
+    }
+}
+
+/// [`send_until_answered`] without the timeout; counts the sends in `sends`.
+async fn exchange(
+    client: &Client,
+    request: Outgoing,
+    timing: Timing,
     mut on_status: impl FnMut(&TaskStatusUpdateEvent),
+    sends: &mut u32,
 ) -> Result<AgentReply, ExchangeError> {
     let reply_inbox = client.new_inbox();
     let status_inbox = client.new_inbox();
@@ -148,14 +179,12 @@ pub async fn send_until_answered(
         client.flush().await.map_err(ConnectionError::Flush)
     };
     let interval = timing.resend_interval.max(Duration::from_millis(1));
-    let deadline = Instant::now() + timing.timeout;
+    *sends = 1;
     send().await?;
-    let mut sends = 1;
     let mut resend_at = Instant::now() + interval;
     loop {
         tokio::select! {
             biased;
-            _ = tokio::time::sleep_until(deadline) => return Err(ExchangeError::TimedOut { sends }),
             Some(msg) = statuses.next() => {
                 if let Some(update) = status_update(&msg.payload, &request.id) {
                     on_status(&update);
@@ -189,9 +218,9 @@ pub async fn send_until_answered(
                 }
             }
             _ = tokio::time::sleep_until(resend_at) => {
-                tracing::debug!(subject = %request.subject, id = %request.id, sends, "no sign of life: resending");
+                tracing::debug!(subject = %request.subject, id = %request.id, sends = *sends, "no sign of life: resending");
+                *sends += 1;
                 send().await?;
-                sends += 1;
                 resend_at = Instant::now() + interval;
             }
         }

@@ -122,3 +122,28 @@ async fn copies_resent_to_a_busy_agent_get_signs_of_life_and_one_answer() -> Res
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_call_whose_server_goes_away_ends_with_a_lost_connection_within_its_timeout() -> Result<()>
+{
+    let (mut server, client) = setup().await?;
+    let mut requests = client
+        .subscribe(subjects::agent_request("mesh", "Silent"))
+        .await?;
+    client.flush().await?;
+    let mut options = CallOptions::new(Duration::from_secs(2));
+    options.resend_interval = Duration::from_millis(200);
+    let call = tokio::spawn({
+        let client = client.clone();
+        async move { call_agent_with(&client, "mesh", "Silent", json!({}), options).await }
+    });
+    next(&mut requests).await?;
+    tokio::task::spawn_blocking(move || server.stop()).await??;
+    let error = call.await?.expect_err("no server, no answer");
+    let error = format!("{:#}", anyhow::Error::from(error));
+    assert!(
+        error.contains("lost the connection to the NATS server"),
+        "{error}"
+    );
+    Ok(())
+}

@@ -290,3 +290,25 @@ async fn without_a_url_the_binary_starts_and_stops_its_own_server() -> Result<()
     assert!(std::net::TcpStream::connect(format!("127.0.0.1:{port}")).is_err());
     Ok(())
 }
+
+#[test]
+fn the_binary_exits_2_at_once_when_no_server_listens() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("stubs.yaml");
+    std::fs::write(&path, STUBS)?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let url = format!("nats://127.0.0.1:{port}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_stub-agents"))
+        .arg(&path)
+        .args(["--nats-url", &url])
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot reach the NATS server at {url}")),
+        "{stderr}"
+    );
+    Ok(())
+}

@@ -222,3 +222,150 @@ workflow:
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// A loopback URL where nothing listens (a port just bound and released).
+fn closed_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    format!("nats://127.0.0.1:{port}")
+}
+
+/// The stderr of `command` once it exits on its own; a long `--timeout` makes sure a wait
+/// for it would hang the test rather than pass.
+fn fails_at_once(command: &mut Command, url: &str) {
+    let out = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot reach the NATS server at {url}")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn run_and_test_against_an_unreachable_server_exit_2_at_once() {
+    let url = closed_url();
+    fails_at_once(
+        bin().args([
+            "run",
+            "Hello",
+            "--input",
+            "{}",
+            "--timeout",
+            "600s",
+            "--nats-url",
+            &url,
+        ]),
+        &url,
+    );
+    fails_at_once(
+        bin()
+            .args(["test", "examples/suites/examples.yaml", "--timeout", "600s"])
+            .args(["--nats-url", &url]),
+        &url,
+    );
+}
+
+const WAITS: &str = r#"
+name: Waits
+workflow:
+  description: waits for an approval that never comes
+  nodes:
+    - {id: gate, type: approval, timeout: 1h}
+  output_mapping: {done: true}
+"#;
+
+/// `run --timeout 3s` of a workflow that waits; the server is stopped once the run is at
+/// its gate. The workflow is hosted by this test, or by `run` itself (`--workflows`).
+fn run_loses_its_server_mid_run(hosted_by_run: bool) {
+    use std::io::{BufRead, BufReader};
+    let mut server = mesh_tests::nats();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("waits.yaml");
+    std::fs::write(&file, WAITS).unwrap();
+    let _node = (!hosted_by_run).then(|| {
+        let workflow = workflow_node::definition::parse_str(WAITS, "waits.yaml").unwrap();
+        runtime.block_on(async {
+            let client = async_nats::connect(server.url()).await.unwrap();
+            let config = workflow_node::shell::Config::default();
+            workflow_node::shell::WorkflowNode::start(client, vec![workflow], config)
+                .await
+                .unwrap()
+        })
+    });
+    let mut command = bin();
+    command
+        .args(["run", "Waits", "--input", "{}", "--timeout", "3s"])
+        .args(["--nats-url", &server.url()]);
+    if hosted_by_run {
+        command.arg("--workflows").arg(&file);
+    }
+    let mut child = command
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("gate (approval)") {
+        assert!(stderr.read_line(&mut seen).unwrap() > 0, "{seen}");
+    }
+    server.stop().unwrap();
+    let status = child.wait().unwrap();
+    std::io::Read::read_to_string(&mut stderr, &mut seen).unwrap();
+    assert_eq!(status.code(), Some(2), "{seen}");
+    assert!(
+        seen.contains("lost the connection to the NATS server"),
+        "{seen}"
+    );
+}
+
+#[test]
+fn run_reports_a_server_lost_mid_run_within_its_timeout() {
+    run_loses_its_server_mid_run(false);
+}
+
+#[test]
+fn run_hosting_the_workflow_reports_a_server_lost_mid_run_too() {
+    run_loses_its_server_mid_run(true);
+}
+
+#[test]
+fn serve_exits_2_at_once_or_waits_for_the_server_when_told() {
+    use std::io::{BufRead, BufReader};
+    let url = closed_url();
+    fails_at_once(
+        bin().args(["serve", "examples/workflows/echo.json", "--nats-url", &url]),
+        &url,
+    );
+    let mut child = bin()
+        .args(["serve", "examples/workflows/echo.json", "--wait-for-server"])
+        .args(["--nats-url", &url])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    let mut waits = 0;
+    while waits < 2 {
+        let before = seen.len();
+        assert!(stderr.read_line(&mut seen).unwrap() > 0, "{seen}");
+        let line = &seen[before..];
+        if line.contains(&format!("cannot reach the NATS server at {url}"))
+            && line.contains("waiting for it")
+        {
+            waits += 1;
+        }
+    }
+    let port = url.rsplit(':').next().unwrap().parse().unwrap();
+    let _server = mesh_tests::nats_with(mesh_tests::Options {
+        port: Some(port),
+        ..Default::default()
+    });
+    while !seen.contains("serving EchoJson") {
+        assert!(stderr.read_line(&mut seen).unwrap() > 0, "{seen}");
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

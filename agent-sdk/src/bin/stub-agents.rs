@@ -1,9 +1,13 @@
 //! `stub-agents FILE [--nats-url URL] [--namespace NS]`: serves the stub agents a YAML file
 //! describes, until ctrl-c. Without a URL (flag or `NATS_URL`) it starts a local
 //! nats-server with JetStream in a data directory of its own, and stops it on exit.
+//!
+//! Exit 2 when it cannot start serving: an invalid file, or a server that does not answer
+//! (at once, naming the URL); once serving, the client reconnects on its own.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use agent_sdk::{load_stub_file, serve_stubs, DEFAULT_NAMESPACE};
 use anyhow::{Context, Result};
@@ -52,7 +56,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("stub-agents: {e:#}");
-            ExitCode::from(1)
+            ExitCode::from(2)
         }
     }
 }
@@ -88,10 +92,19 @@ async fn run(args: Args, stubs: agent_sdk::StubFile) -> Result<()> {
     result
 }
 
+/// How long connecting to a server that answers may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 async fn serve(url: &str, ns: &str, stubs: agent_sdk::StubFile) -> Result<()> {
-    let client = async_nats::connect(url)
+    let connecting = async_nats::ConnectOptions::new()
+        .connection_timeout(CONNECT_TIMEOUT)
+        .connect(url);
+    let client = tokio::time::timeout(CONNECT_TIMEOUT, connecting)
         .await
-        .with_context(|| format!("connecting to {url}"))?;
+        .map_err(|_| format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()))
+        .and_then(|r| r.map_err(|e| e.to_string()))
+        // async-nats' errors print their source too: the chain would say it twice.
+        .map_err(|why| anyhow::anyhow!("cannot reach the NATS server at {url}: {why}"))?;
     let names: Vec<String> = stubs.agents.iter().map(|a| a.name.clone()).collect();
     let handles = serve_stubs(client, ns, stubs).await?;
     eprintln!(

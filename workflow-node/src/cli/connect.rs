@@ -1,8 +1,14 @@
 //! Where the commands find NATS: the `--nats-url` (or `NATS_URL`) server with the usual
 //! connect options, or, with neither, an embedded nats-server child with JetStream and a
 //! data directory of its own, stopped on exit.
+//!
+//! A server that cannot be reached at start is an error at once (naming the URL), unless
+//! the caller asked to wait for it ([`connect_when_up`], `serve --wait-for-server`). Once
+//! connected the client reconnects on its own; callers bound every wait (a lost server makes
+//! `flush` wait for a reconnect that may never come), and so does [`Connection::close`].
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use nats_process::{NatsServer, Options};
@@ -34,7 +40,8 @@ pub struct NatsArgs {
 
 /// A connection, and the embedded server behind it, if one was started.
 pub struct Connection {
-    /// Connected (within 10 s) to one of `url`'s servers; fails over to the others.
+    /// Connected (within [`CONNECT_TIMEOUT`]) to one of `url`'s servers; fails over to the
+    /// others.
     pub client: async_nats::Client,
     /// `--nats-url` as given (maybe several comma-separated servers), or the embedded
     /// server's; for display only.
@@ -44,9 +51,10 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Flushes and stops the embedded server, if any.
+    /// Flushes (for at most [`CLOSE_TIMEOUT`]: a lost server never answers) and stops the
+    /// embedded server, if any.
     pub async fn close(self) {
-        let _ = self.client.flush().await;
+        let _ = tokio::time::timeout(CLOSE_TIMEOUT, self.client.flush()).await;
         drop(self.client);
         if let Some(mut server) = self.embedded {
             let _ = tokio::task::spawn_blocking(move || server.stop()).await;
@@ -54,9 +62,54 @@ impl Connection {
     }
 }
 
-/// Connects as `args` say, starting an embedded server when no URL is given.
+/// How long connecting to a server that answers may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long [`Connection::close`] waits for the server to take what is still buffered.
+pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How often [`connect_when_up`] says it is still waiting.
+const WAITING_NOTICE: Duration = Duration::from_secs(3);
+
+/// Connects as `args` say, starting an embedded server when no URL is given; a server that
+/// cannot be reached is an error naming the URL, at once.
 pub async fn connect(args: &NatsArgs) -> Result<Connection> {
-    let (url, embedded) = match &args.nats_url {
+    let (url, embedded) = server_url(args).await?;
+    let client = try_connect(args, &url).await?;
+    Ok(Connection {
+        client,
+        url,
+        embedded,
+    })
+}
+
+/// [`connect`], but while no server answers at the URL, tries again every second and says
+/// so on stderr every few seconds.
+pub async fn connect_when_up(args: &NatsArgs) -> Result<Connection> {
+    let (url, embedded) = server_url(args).await?;
+    let mut said = None::<Instant>;
+    let client = loop {
+        match try_connect(args, &url).await {
+            Ok(client) => break client,
+            Err(e) => {
+                if said.is_none_or(|at| at.elapsed() >= WAITING_NOTICE) {
+                    eprintln!("{e:#}; waiting for it (--wait-for-server)");
+                    said = Some(Instant::now());
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    };
+    Ok(Connection {
+        client,
+        url,
+        embedded,
+    })
+}
+
+/// The URL to connect to, and the embedded server started when none is given.
+async fn server_url(args: &NatsArgs) -> Result<(String, Option<NatsServer>)> {
+    Ok(match &args.nats_url {
         Some(url) => (url.clone(), None),
         None => {
             let server = tokio::task::spawn_blocking(|| NatsServer::start(Options::default()))
@@ -69,8 +122,12 @@ pub async fn connect(args: &NatsArgs) -> Result<Connection> {
             );
             (server.url(), Some(server))
         }
-    };
-    let mut options = async_nats::ConnectOptions::new().retry_on_initial_connect();
+    })
+}
+
+/// One attempt at each of `url`'s servers.
+async fn try_connect(args: &NatsArgs, url: &str) -> Result<async_nats::Client> {
+    let mut options = async_nats::ConnectOptions::new().connection_timeout(CONNECT_TIMEOUT);
     if let Some(creds) = &args.creds {
         options = options
             .credentials_file(creds)
@@ -93,13 +150,10 @@ pub async fn connect(args: &NatsArgs) -> Result<Connection> {
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .collect();
-    let client = tokio::time::timeout(std::time::Duration::from_secs(10), options.connect(servers))
+    tokio::time::timeout(CONNECT_TIMEOUT, options.connect(servers))
         .await
-        .with_context(|| format!("connecting to {url} timed out"))?
-        .with_context(|| format!("connecting to {url}"))?;
-    Ok(Connection {
-        client,
-        url,
-        embedded,
-    })
+        .map_err(|_| format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()))
+        .and_then(|r| r.map_err(|e| e.to_string()))
+        // async-nats' errors print their source too: the chain would say it twice.
+        .map_err(|why| anyhow::anyhow!("cannot reach the NATS server at {url}: {why}"))
 }

@@ -74,6 +74,24 @@ where
     }
 }
 
+/// How long `run` and `test` give the workflows they host to stop after the last case.
+const NODE_STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Stops a node hosted for `run` or `test` once the results are in, for at most
+/// [`NODE_STOP_TIMEOUT`]: with the server gone its last flush would wait for a reconnect
+/// that may never come, and an event cut short is delivered again to the next replica.
+async fn stop_hosted(node: crate::shell::WorkflowNode) {
+    if tokio::time::timeout(NODE_STOP_TIMEOUT, node.shutdown())
+        .await
+        .is_err()
+    {
+        eprintln!(
+            "the hosted workflows did not stop within {} s: leaving them",
+            NODE_STOP_TIMEOUT.as_secs()
+        );
+    }
+}
+
 /// Loads workflow files (directories expanded), printing every problem on stderr; `None`
 /// when any is invalid. Every subcommand that takes workflow files loads them here.
 pub fn load(paths: &[PathBuf]) -> Option<Vec<Workflow>> {

@@ -27,7 +27,8 @@ pub struct Args {
     /// A file holding the input JSON (or YAML).
     #[arg(long)]
     pub input_file: Option<PathBuf>,
-    /// How long to wait for the result, e.g. 30s, 5m.
+    /// How long the whole command may take, e.g. 30s, 5m (closing the connection may add
+    /// up to a second).
     #[arg(long, default_value = "5m")]
     pub timeout: String,
     /// Silence after which the request is resent with the same task id, e.g. 3s: no
@@ -75,10 +76,7 @@ async fn execute(args: Args) -> Result<ExitCode> {
         workflow_expr::duration::parse(&args.timeout).map_err(|e| anyhow!("--timeout: {e}"))?;
     let resend_interval = workflow_expr::duration::parse(&args.resend_interval)
         .map_err(|e| anyhow!("--resend-interval: {e}"))?;
-    let timing = Timing {
-        timeout,
-        resend_interval,
-    };
+    let deadline = tokio::time::Instant::now() + timeout;
     if args.nats.nats_url.is_none() && args.workflows.is_empty() {
         return Err(anyhow!(
             "nothing serves {} on a fresh embedded server: give --nats-url (or NATS_URL) of a mesh where it runs, or --workflows (and --agents) to host it here",
@@ -106,9 +104,13 @@ async fn execute(args: Args) -> Result<ExitCode> {
                 .map_err(anyhow::Error::msg)?,
         )
     };
+    let timing = Timing {
+        timeout: deadline.saturating_duration_since(tokio::time::Instant::now()),
+        resend_interval,
+    };
     let result = invoke(&conn.client, &ns, &args.name, &input, timing, show_progress).await;
     if let Some(node) = node {
-        node.shutdown().await;
+        super::stop_hosted(node).await;
     }
     drop(stubs);
     conn.close().await;

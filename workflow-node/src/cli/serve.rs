@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::connect::{connect, NatsArgs};
+use super::connect::{connect, connect_when_up, NatsArgs};
 use crate::shell::{Config, WorkflowNode};
 
 /// Arguments of `serve`.
@@ -19,6 +19,10 @@ pub struct Args {
     /// NATS connection.
     #[command(flatten)]
     pub nats: NatsArgs,
+    /// While no server answers at the URL, keep trying (saying so every few seconds)
+    /// instead of exiting with code 2.
+    #[arg(long)]
+    pub wait_for_server: bool,
     /// Seconds between agent card publications.
     #[arg(long, default_value_t = 10.0)]
     pub card_interval: f64,
@@ -51,7 +55,11 @@ pub fn run(args: Args) -> ExitCode {
         let Some(workflows) = super::load(&args.files) else {
             return Ok(ExitCode::from(1));
         };
-        let conn = connect(&args.nats).await?;
+        let conn = if args.wait_for_server {
+            connect_when_up(&args.nats).await?
+        } else {
+            connect(&args.nats).await?
+        };
         let config = Config {
             namespace: args.nats.namespace.clone(),
             card_interval: Duration::from_secs_f64(args.card_interval.max(0.1)),

@@ -246,7 +246,7 @@ async fn run_suite(path: &Path, nats: &NatsArgs, timing: Timing) -> Result<(usiz
             }
         }
     }
-    node.shutdown().await;
+    super::stop_hosted(node).await;
     drop(stubs);
     conn.close().await;
     Ok((passed, failed))
