@@ -460,16 +460,26 @@ async fn run_state(
     wire::response(request_id, task)
 }
 
-/// The record of run `execution`, whole (with its outputs kept apart), if it has one
-/// that can be read.
+/// The record of run `execution`, if it has one that can be read: its entry, and for an
+/// ended run the outputs it keeps apart (what answering it needs). A running run's large
+/// maps and outputs are not read: a request needs its status and callers only.
 async fn read_run(
     shared: &Shared,
     workflow: &Workflow,
     execution: &ExecutionId,
 ) -> Option<RunRecord> {
     let key = names::run_key(&workflow.name, execution);
-    match super::store::load(shared, &key).await {
-        Ok(loaded) => loaded.record,
+    let read = async {
+        let Some((_, mut record)) = super::store::read_record(shared, &key).await? else {
+            return Ok(None);
+        };
+        if record.state.status.is_terminal() {
+            super::store::load_apart(shared, &key, &mut record).await?;
+        }
+        Ok::<_, super::Error>(Some(record))
+    };
+    match read.await {
+        Ok(record) => record,
         Err(e) => {
             tracing::debug!("reading run {key} for a request failed: {e}");
             None

@@ -30,7 +30,7 @@ const PARALLEL_GETS: usize = 64;
 /// Reads a run's entry from KV, with the item chunks of its large maps and a large input;
 /// results stay null until [`load_results`].
 pub(super) async fn load(shared: &Shared, key: &str) -> Result<Loaded> {
-    let Some((revision, value)) = read(shared, key).await? else {
+    let Some((revision, mut record)) = read_record(shared, key).await? else {
         return Ok(Loaded {
             revision: None,
             record: None,
@@ -38,21 +38,7 @@ pub(super) async fn load(shared: &Shared, key: &str) -> Result<Loaded> {
             settled: Default::default(),
         });
     };
-    let mut record: RunRecord = decode(&value, || format!("run {key}"))?;
-    record.entry_bytes = value.len();
-    if record.input_apart {
-        record.state.input = get(shared, &input_key(key), &mut record.held_bytes).await?;
-    }
-    if record.output_apart {
-        let output = get(shared, &run_output_key(key), &mut record.held_bytes).await?;
-        record.state.output = Some(output);
-    }
-    for node in record.outputs_apart.keys().cloned().collect::<Vec<_>>() {
-        let output = get(shared, &node_output_key(key, &node), &mut record.held_bytes).await?;
-        if let Some(n) = record.state.nodes.get_mut(&node) {
-            n.output = Some(output);
-        }
-    }
+    load_apart(shared, key, &mut record).await?;
     for (id, r) in record.maps.clone() {
         let mut items = Vec::with_capacity(r.total as usize);
         for c in 0..r.starts.len() {
@@ -73,6 +59,35 @@ pub(super) async fn load(shared: &Shared, key: &str) -> Result<Loaded> {
         from_cache: false,
         settled: Default::default(),
     })
+}
+
+/// A run's entry alone, with its revision: what it keeps apart is not read (its input and
+/// outputs are left null, its large maps' items empty).
+pub(super) async fn read_record(shared: &Shared, key: &str) -> Result<Option<(u64, RunRecord)>> {
+    let Some((revision, value)) = read(shared, key).await? else {
+        return Ok(None);
+    };
+    let mut record: RunRecord = decode(&value, || format!("run {key}"))?;
+    record.entry_bytes = value.len();
+    Ok(Some((revision, record)))
+}
+
+/// Reads back the input and outputs `record` keeps apart.
+pub(super) async fn load_apart(shared: &Shared, key: &str, record: &mut RunRecord) -> Result<()> {
+    if record.input_apart {
+        record.state.input = get(shared, &input_key(key), &mut record.held_bytes).await?;
+    }
+    if record.output_apart {
+        let output = get(shared, &run_output_key(key), &mut record.held_bytes).await?;
+        record.state.output = Some(output);
+    }
+    for node in record.outputs_apart.keys().cloned().collect::<Vec<_>>() {
+        let output = get(shared, &node_output_key(key, &node), &mut record.held_bytes).await?;
+        if let Some(n) = record.state.nodes.get_mut(&node) {
+            n.output = Some(output);
+        }
+    }
+    Ok(())
 }
 
 /// The outbox entries of `record`, other than `current`'s, whose events can no longer come
