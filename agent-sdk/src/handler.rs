@@ -36,6 +36,27 @@ pub struct NodeRequest {
     /// The name of the agent serving the request (empty in [`NodeRequest::new`]): the
     /// `Mesh-Caller` of its onward calls.
     pub agent: String,
+    /// Where [`NodeRequest::send_status`] publishes (none in [`NodeRequest::new`], or when
+    /// the caller asked for no status updates).
+    pub(crate) status: Option<StatusSink>,
+}
+
+/// Where a running call's status updates go: the caller's `Mesh-Status-To`, with the
+/// JSON-RPC id and task the updates must name.
+#[derive(Clone)]
+pub(crate) struct StatusSink {
+    pub(crate) client: async_nats::Client,
+    pub(crate) subject: String,
+    pub(crate) request_id: messages::RequestId,
+    pub(crate) headers: HeaderMap,
+}
+
+impl std::fmt::Debug for StatusSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StatusSink")
+            .field("subject", &self.subject)
+            .finish()
+    }
 }
 
 /// The workflow side of a call: which run, node and attempt asked.
@@ -77,7 +98,57 @@ impl NodeRequest {
             message_id: String::new(),
             headers: HeaderMap::new(),
             agent: String::new(),
+            status: None,
         }
+    }
+
+    /// Tells the caller how the call is going: a `working` status update whose message
+    /// carries `text`, published to the request's `Mesh-Status-To`. A workflow node
+    /// forwards it to the run's callers (`workflow_agent_status`), and `workflow-node run`
+    /// and `runs watch` show it. Best effort, like every status update: `Ok(false)` when
+    /// the caller asked for none (or the request was made with [`NodeRequest::new`]).
+    pub async fn send_status(
+        &self,
+        text: impl Into<String>,
+    ) -> Result<bool, async_nats::PublishError> {
+        self.send_status_parts(vec![messages::Part::text(text)])
+            .await
+    }
+
+    /// [`NodeRequest::send_status`] with any parts (a DataPart with structured progress,
+    /// for instance).
+    pub async fn send_status_parts(
+        &self,
+        parts: Vec<messages::Part>,
+    ) -> Result<bool, async_nats::PublishError> {
+        let Some(sink) = &self.status else {
+            return Ok(false);
+        };
+        let mut message = messages::Message::new(
+            format!("{}-status-{}", self.task_id, uuid::Uuid::new_v4().simple()),
+            messages::Role::Agent,
+            parts,
+        );
+        message.task_id = Some(self.task_id.clone());
+        message.context_id = Some(self.context_id.clone());
+        let mut status = messages::TaskStatus::new(messages::TaskState::Working);
+        status.message = Some(message);
+        let update = messages::TaskStatusUpdateEvent {
+            task_id: self.task_id.clone(),
+            context_id: self.context_id.clone(),
+            status,
+            is_final: false,
+            metadata: None,
+        };
+        let response = messages::Response::result(
+            sink.request_id.clone(),
+            messages::AgentReply::StatusUpdate(update),
+        );
+        let bytes = serde_json::to_vec(&response).expect("a status update serialises to JSON");
+        sink.client
+            .publish_with_headers(sink.subject.clone(), sink.headers.clone(), bytes.into())
+            .await?;
+        Ok(true)
     }
 
     /// What identifies "the same call" across retries: for a workflow's call the sub-task

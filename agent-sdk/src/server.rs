@@ -23,7 +23,7 @@ use tokio::task::JoinSet;
 use crate::agent::{AgentBuilder, AgentHandle};
 use crate::dedup::{Admission, Calls};
 use crate::error::ServeError;
-use crate::handler::{DynHandler, NodeRequest};
+use crate::handler::{DynHandler, NodeRequest, StatusSink};
 use crate::payload::Artifacts;
 use crate::protocol::{
     self, Call, Decoded, InputSource, Outcome, Output, KIND_INPUT_VALIDATION,
@@ -458,6 +458,12 @@ async fn process(shared: &Arc<Shared>, call: &Call) -> Outcome {
         message_id: call.message_id.clone(),
         headers: call.headers.clone(),
         agent: shared.name.clone(),
+        status: call.status_to.clone().map(|subject| StatusSink {
+            client: shared.client.clone(),
+            subject,
+            request_id: call.id.clone(),
+            headers: protocol::reply_headers("", Some(&call.headers)),
+        }),
     };
     let handler = shared.handler.clone();
     let mut task = tokio::spawn(handler.call(request));

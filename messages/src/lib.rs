@@ -33,7 +33,7 @@ pub use jsonrpc::{ErrorObject, Method, Outcome, Request, RequestId, Response};
 pub use subjects::SubjectError;
 pub use workflow::{
     ArtifactRef, Decision, MapStatus, NodeOutcome, ResultStatus, RunOutcome, SwitchCaseInfo,
-    WorkflowApprovalDecision, WorkflowApprovalRequest, WorkflowDataPart, WorkflowExecutionResult,
+    WorkflowAgentStatus, WorkflowApprovalDecision, WorkflowApprovalRequest, WorkflowDataPart, WorkflowExecutionResult,
     WorkflowExecutionStart, WorkflowMapProgress, WorkflowNodeExecutionResult,
     WorkflowNodeExecutionStart, WorkflowNodeRequest, WorkflowNodeResult,
 };

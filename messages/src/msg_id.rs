@@ -44,6 +44,12 @@ pub fn final_reply(task_id: &str) -> String {
     format!("{task_id}.final")
 }
 
+/// The history entry of the `n`th event applied to a run (`n` counts the run's commits):
+/// a replica that carries out an outbox entry again publishes the same entry once.
+pub fn history(execution: &str, n: u64) -> String {
+    format!("history.{execution}.{n}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,5 +62,6 @@ mod tests {
         assert_eq!(timer_fired("Wf.e1.deadline", 42), "timer.Wf.e1.deadline.42");
         assert_eq!(no_card("e1_a_x_1"), "e1_a_x_1.nocard");
         assert_eq!(final_reply("t1"), "t1.final");
+        assert_eq!(history("e1", 3), "history.e1.3");
     }
 }

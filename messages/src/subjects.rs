@@ -109,6 +109,24 @@ pub fn run_events_all(ns: &str, workflow: &str) -> String {
     format!("{ns}.wf.{workflow}.events.>")
 }
 
+/// `{ns}.wf.{workflow}.history.{execution}`: the history of one run (every event applied
+/// to it), captured by the namespace's history stream, which keeps it for the retention.
+pub fn run_history(ns: &str, workflow: &str, execution: &str) -> String {
+    format!("{ns}.wf.{workflow}.history.{execution}")
+}
+
+/// `{ns}.wf.*.history.>`: the history of every run of every workflow (the history
+/// stream's subjects).
+pub fn run_history_all(ns: &str) -> String {
+    format!("{ns}.wf.*.history.>")
+}
+
+/// `{ns}.wf.*.history.{execution}`: the history of run `execution`, whatever its workflow
+/// (a filter for reading it when only the execution id is known).
+pub fn run_history_any(ns: &str, execution: &str) -> String {
+    format!("{ns}.wf.*.history.{execution}")
+}
+
 /// The object-store bucket for artifacts (large inputs and outputs): `{ns}_artifacts`, with
 /// the namespace's dots turned into `_`.
 pub fn artifact_bucket(ns: &str) -> String {
@@ -166,6 +184,9 @@ mod tests {
         assert_eq!(approvals("mesh", "Wf"), "mesh.a2a.v1.approval.Wf");
         assert_eq!(run_events("mesh", "Wf", "e1"), "mesh.wf.Wf.events.e1");
         assert_eq!(run_events_all("mesh", "Wf"), "mesh.wf.Wf.events.>");
+        assert_eq!(run_history("mesh", "Wf", "e1"), "mesh.wf.Wf.history.e1");
+        assert_eq!(run_history_all("mesh"), "mesh.wf.*.history.>");
+        assert_eq!(run_history_any("mesh", "e1"), "mesh.wf.*.history.e1");
         assert_eq!(artifact_bucket("acme.prod"), "acme_prod_artifacts");
         assert_eq!(kv_key("b", "Wf.e1.final"), "$KV.b.Wf.e1.final");
         assert_eq!(kv_all("b"), "$KV.b.>");

@@ -8,6 +8,8 @@
 //!   [`WorkflowExecutionResult`].
 //! - Approvals (ours): [`WorkflowApprovalRequest`], [`WorkflowApprovalDecision`].
 //! - State (ours): [`WorkflowRunState`], the answer to `tasks/get` of a run.
+//! - Agents' status (ours): [`WorkflowAgentStatus`], an agent's status update on one of a
+//!   run's calls, forwarded to the run's callers.
 //!
 //! [`WorkflowDataPart`] reads any of them by `type`. Status words follow the seed spec
 //! (`failure`); the reference implementation's `error` is accepted as an alias on input.
@@ -405,6 +407,32 @@ pub struct WorkflowApprovalDecision {
 }
 data_part_type!(WorkflowApprovalDecision, "workflow_approval_decision");
 
+/// `workflow_agent_status` (ours): a status update an agent sent while working on one of
+/// a run's calls, forwarded by the workflow node to the run's callers as progress.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "workflow_agent_status")]
+pub struct WorkflowAgentStatus {
+    /// The workflow's name, which is also its agent name on the mesh.
+    pub workflow_name: String,
+    /// The run's execution id.
+    pub execution_id: String,
+    /// The node whose call the agent works on (the inner node for a map item or a loop
+    /// iteration, the fork for a fork branch).
+    pub node_id: String,
+    /// The call's sub-task id (the attempt is its last token).
+    pub sub_task_id: String,
+    /// The agent's A2A task state (`working`, `input-required`, ...).
+    pub state: String,
+    /// The text parts of the agent's status message, joined by newlines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// The data of the first DataPart of the agent's status message (a called workflow's
+    /// own progress, for instance); left out when larger than a progress update may carry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+data_part_type!(WorkflowAgentStatus, "workflow_agent_status");
+
 /// Where a run is, in [`WorkflowRunState`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -494,6 +522,9 @@ pub enum WorkflowDataPart {
     ApprovalDecision(WorkflowApprovalDecision),
     /// `workflow_run_state`: a run as `tasks/get` of it answers.
     RunState(WorkflowRunState),
+    /// `workflow_agent_status`: progress, an agent's status update on one of the run's
+    /// calls.
+    AgentStatus(WorkflowAgentStatus),
 }
 
 /// Every `type` [`WorkflowDataPart`] understands.
@@ -508,6 +539,7 @@ pub const WORKFLOW_DATA_PART_TYPES: &[&str] = &[
     "workflow_approval_request",
     "workflow_approval_decision",
     "workflow_run_state",
+    "workflow_agent_status",
 ];
 
 impl WorkflowDataPart {
@@ -535,6 +567,7 @@ impl WorkflowDataPart {
             WorkflowDataPart::ApprovalRequest(_) => WorkflowApprovalRequest::TYPE,
             WorkflowDataPart::ApprovalDecision(_) => WorkflowApprovalDecision::TYPE,
             WorkflowDataPart::RunState(_) => WorkflowRunState::TYPE,
+            WorkflowDataPart::AgentStatus(_) => WorkflowAgentStatus::TYPE,
         }
     }
 }
@@ -553,6 +586,7 @@ impl Serialize for WorkflowDataPart {
             WorkflowDataPart::ApprovalRequest(p) => p.serialize(s),
             WorkflowDataPart::ApprovalDecision(p) => p.serialize(s),
             WorkflowDataPart::RunState(p) => p.serialize(s),
+            WorkflowDataPart::AgentStatus(p) => p.serialize(s),
         }
     }
 }
@@ -584,6 +618,7 @@ impl<'de> Deserialize<'de> for WorkflowDataPart {
             "workflow_approval_request" => parse(value).map(WorkflowDataPart::ApprovalRequest),
             "workflow_approval_decision" => parse(value).map(WorkflowDataPart::ApprovalDecision),
             "workflow_run_state" => parse(value).map(WorkflowDataPart::RunState),
+            "workflow_agent_status" => parse(value).map(WorkflowDataPart::AgentStatus),
             other => return Err(D::Error::unknown_variant(other, WORKFLOW_DATA_PART_TYPES)),
         };
         parsed.map_err(D::Error::custom)

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use messages::a2a::{Part, TaskState};
-use messages::jsonrpc::{codes, ErrorObject, Method, Request, RequestId};
+use messages::jsonrpc::{codes, ErrorObject, Method, Request, RequestId, TaskIdParams};
 use messages::{msg_id, subjects};
 
 use super::error::Result;
@@ -47,12 +47,14 @@ pub(super) async fn serve(
         let workflow = workflow.clone();
         tokio::spawn(async move {
             let caller = requests::caller_name(&msg);
+            let reason = reason(&params);
             let answer = cancel(
                 &shared,
                 &workflow,
                 caller.as_deref(),
                 request.id,
                 &params.id,
+                reason,
             )
             .await;
             if let (Some(to), Some(answer)) = (msg.reply, answer) {
@@ -63,16 +65,28 @@ pub(super) async fn serve(
     Ok(())
 }
 
+/// The reason a `tasks/cancel` gives in `metadata.reason`, if any.
+pub(super) fn reason(params: &TaskIdParams) -> Option<String> {
+    params
+        .metadata
+        .as_ref()
+        .and_then(|m| m.get("reason"))
+        .and_then(|r| r.as_str())
+        .map(|r| r.trim().to_string())
+        .filter(|r| !r.is_empty())
+}
+
 /// Records a cancel of the run named by `task_id` (its execution id, or the task id
-/// `caller` started it with) as a `CancelRequested` event; returns the answer to the
-/// request. A run that has ended is not cancelled; one not found yet gets the cancel kept
-/// for its start.
+/// `caller` started it with) as a `CancelRequested` event, with `reason` (else "requested
+/// by the caller"); returns the answer to the request. A run that has ended is not
+/// cancelled; one not found yet gets the cancel kept for its start.
 pub(super) async fn cancel(
     shared: &Shared,
     workflow: &Workflow,
     caller: Option<&str>,
     request_id: RequestId,
     task_id: &str,
+    reason: Option<String>,
 ) -> Option<Vec<u8>> {
     let refuse = |code, message| {
         let e = ErrorObject::new(code, message);
@@ -83,14 +97,14 @@ pub(super) async fn cancel(
         // The run may not have started yet (its start is still in the stream, behind a
         // busy worker): the cancel is kept for it, and ends it as it starts.
         let execution = names::caller_execution_id(&workflow.name, caller, task_id);
-        return Some(record_cancel(shared, workflow, &execution, &request_id).await);
+        return Some(record_cancel(shared, workflow, &execution, &request_id, reason).await);
     };
     if record.state.status.is_terminal() {
         let status = record.state.status.as_str();
         let message = format!("run {execution} already ended ({status})");
         return refuse(codes::TASK_NOT_CANCELABLE, message);
     }
-    Some(record_cancel(shared, workflow, &execution, &request_id).await)
+    Some(record_cancel(shared, workflow, &execution, &request_id, reason).await)
 }
 
 /// Publishes the cancel of run `execution` into its stream; the answer to the request.
@@ -99,9 +113,10 @@ async fn record_cancel(
     workflow: &Workflow,
     execution: &ExecutionId,
     request_id: &RequestId,
+    reason: Option<String>,
 ) -> Vec<u8> {
     let envelope = Envelope::event(Event::CancelRequested {
-        reason: Some("requested by the caller".into()),
+        reason: Some(reason.unwrap_or_else(|| "requested by the caller".into())),
     });
     let msg_id = msg_id::run_cancel(&execution.0);
     let (state, text) =

@@ -275,7 +275,7 @@ impl RunContext<'_> {
     }
 
     /// Publishes one progress update to every caller that asked for them.
-    async fn tell_callers(&self, part: Part) -> Result<()> {
+    pub(super) async fn tell_callers(&self, part: Part) -> Result<()> {
         for caller in self.callers {
             self.tell(caller, part.clone()).await?;
         }

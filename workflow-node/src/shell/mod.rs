@@ -10,7 +10,10 @@
 //! - `registry`: agent cards seen on the mesh, and publishing our own.
 //! - `record`, `names`, `wire`: what a run's KV entry holds, resource names, message
 //!   encoding.
-//! - `maps`: the items and results of large maps, kept beside the run's entry.
+//! - `bulk`: the items and results of large maps, kept beside the run's entry.
+//! - `history`: every event applied to a run, kept for the retention in a stream.
+//! - `statuses`: agents' status updates on a run's calls, forwarded to its callers.
+//! - `inspect`: reading runs and their history for the operator's CLI.
 //!
 //! Nothing about a run lives only in one process: its state is in KV, its events in a
 //! stream, its timers in KV. Any replica carries on any run.
@@ -21,6 +24,8 @@ mod cancels;
 mod effects;
 mod error;
 mod health;
+pub mod history;
+pub mod inspect;
 mod lease;
 pub mod names;
 mod outbox;
@@ -30,6 +35,7 @@ mod registry;
 mod reply;
 mod requests;
 mod retry;
+mod statuses;
 mod store;
 pub mod timers;
 pub mod wire;
@@ -94,6 +100,8 @@ pub struct Config {
     /// Bytes of runs each workflow's workers keep in memory between events (estimated;
     /// default 256 MiB), so that a run's next event needs no read from KV.
     pub cache_bytes: usize,
+    /// The name this replica gives itself in runs' histories (default: `{host}-{pid}`).
+    pub replica: Option<String>,
 }
 
 impl Default for Config {
@@ -111,6 +119,7 @@ impl Default for Config {
             max_concurrent_requests: 256,
             retention: Duration::from_secs(7 * 24 * 3600),
             cache_bytes: 256 << 20,
+            replica: None,
         }
     }
 }
@@ -155,6 +164,19 @@ pub struct Shared {
     artifacts: tokio::sync::OnceCell<object_store::ObjectStore>,
     card_objects: tokio::sync::OnceCell<object_store::ObjectStore>,
     health: Health,
+    /// This replica's name in runs' histories.
+    replica: String,
+}
+
+/// The default name of a replica: the host's name and the process id.
+fn default_replica() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "node".into());
+    format!("{host}-{}", std::process::id())
 }
 
 /// The wall clock, in the core's unit.
@@ -387,6 +409,8 @@ impl WorkflowNode {
         let ns = config.namespace.clone();
         let runs = kv_bucket(&js, &names::runs_bucket(&ns), config.replicas).await?;
         let timers = kv_bucket(&js, &names::timers_bucket(&ns), config.replicas).await?;
+        history::stream(&js, &ns, config.replicas, config.retention).await?;
+        let replica = config.replica.clone().unwrap_or_else(default_replica);
         let cards = workflows
             .iter()
             .map(|w| (w.name.clone(), crate::visual::agent_card(w, &ns)))
@@ -404,6 +428,7 @@ impl WorkflowNode {
             artifacts: tokio::sync::OnceCell::new(),
             card_objects: tokio::sync::OnceCell::new(),
             health: Health::default(),
+            replica,
         });
         for card in shared.cards.values() {
             shared.registry.insert_own(card.clone());
@@ -440,6 +465,11 @@ impl WorkflowNode {
             let cancel_sub = cancels::subscribe(&shared, &workflow)
                 .await
                 .context(|| format!("subscribing to cancels of {}", workflow.name))?;
+            let status_sub = statuses::subscribe(&shared, &workflow)
+                .await
+                .context(|| format!("subscribing to agents' status of {}", workflow.name))?;
+            let (s, w) = (shared.clone(), workflow.clone());
+            background.push(tokio::spawn(statuses::serve(s, w, status_sub)));
             let (s, w) = (shared.clone(), workflow.clone());
             background.push(tokio::spawn(async move {
                 log_err("cancels", cancels::serve(s, w, cancel_sub).await)

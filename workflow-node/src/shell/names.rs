@@ -35,6 +35,11 @@ pub fn event_stream(ns: &str, workflow: &str) -> String {
     format!("{}_WF_{workflow}", ns_token(ns))
 }
 
+/// The stream of every run's history (limits-based, kept for the retention).
+pub fn history_stream(ns: &str) -> String {
+    format!("{}_wf_history", ns_token(ns))
+}
+
 /// The durable consumer all replicas share.
 pub const CONSUMER: &str = "replicas";
 
@@ -152,6 +157,7 @@ mod tests {
     fn namespaces_with_dots_make_valid_names() {
         assert_eq!(runs_bucket("acme.prod"), "acme_prod_wf_runs");
         assert_eq!(event_stream("mesh", "Wf"), "mesh_WF_Wf");
+        assert_eq!(history_stream("acme.prod"), "acme_prod_wf_history");
     }
 
     #[test]

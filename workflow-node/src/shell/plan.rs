@@ -12,6 +12,10 @@
 //!    without its outbox entry (a conflict is harmless: the next commit drops it);
 //! 5. `keep`: what the worker caches.
 //!
+//! A commit also numbers its event in the run's history and keeps the history entry in its
+//! outbox entry (`history`): the driver publishes it with the commands, and again on a
+//! replay.
+//!
 //! Every rule of that sequence (when an event is a no-op, when a cached record must be
 //! read again, when an outbox entry is replayed instead of the event re-applied, which
 //! outbox entries are old enough to drop) lives here and is unit-tested below.
@@ -19,10 +23,11 @@
 use std::collections::BTreeSet;
 
 use super::bulk::{self, Write};
+use super::history::{self, HistoryEntry};
 use super::outbox;
-use super::record::{Caller, OutboxEntry, RunRecord};
+use super::record::{ApprovalAsk, Caller, OutboxEntry, RunRecord};
 use super::Envelope;
-use crate::core::{self, Command, Event, Execution, ExecutionId, Millis};
+use crate::core::{self, Command, Event, Execution, ExecutionId, Millis, NodeStatus};
 use crate::definition::Workflow;
 
 /// A run as the driver found it for one event.
@@ -46,6 +51,15 @@ pub(super) struct Delivery {
     pub(super) seq: u64,
     /// How many times it was delivered (1 the first time).
     pub(super) delivered: i64,
+}
+
+/// When, and by which replica, an event is planned.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Stamp<'a> {
+    /// The wall clock.
+    pub(super) now: Millis,
+    /// The replica planning it, named in the history.
+    pub(super) replica: &'a str,
 }
 
 /// One compare-and-swap write of the run's entry.
@@ -72,6 +86,8 @@ pub(super) struct Steps {
     pub(super) after: Vec<Write>,
     /// Carried out after the commit.
     pub(super) commands: Vec<Command>,
+    /// The event's history entry, published with `commands` (see `history`).
+    pub(super) history: Option<HistoryEntry>,
     /// Written last, if nothing moved the entry meanwhile.
     pub(super) tidy: Option<Commit>,
     /// To cache with the revision of the last write that succeeded; `None` caches nothing.
@@ -119,7 +135,7 @@ pub(super) fn replays(record: &RunRecord, delivery: Delivery) -> bool {
     delivery.delivered > 1 && record.outbox.iter().any(|e| e.seq == delivery.seq)
 }
 
-/// Decides what `envelope` does to the run `loaded` holds, at wall-clock `now`.
+/// Decides what `envelope` does to the run `loaded` holds, at wall-clock `stamp.now`.
 ///
 /// The record must be complete for the event: item chunks of large maps in place, and the
 /// results of a map the event may end (see [`bulk::results_wanted`]).
@@ -130,8 +146,9 @@ pub(super) fn plan(
     loaded: Loaded,
     envelope: &Envelope,
     delivery: Delivery,
-    now: Millis,
+    stamp: Stamp<'_>,
 ) -> Result<Plan, serde_json::Error> {
+    let now = stamp.now;
     let Loaded {
         revision,
         record,
@@ -155,7 +172,7 @@ pub(super) fn plan(
     // record that has not started holds a cancel that overtook the start.)
     let resent = matches!(envelope.event, Event::Started { .. }) && record.state.started;
     if envelope.attach || resent {
-        return attach(run_key, revision, record, envelope, delivery, now);
+        return attach(run_key, revision, record, envelope, delivery, stamp);
     }
     let mut record = record;
     if let (Event::Started { .. }, Some(caller)) = (&envelope.event, &envelope.caller) {
@@ -166,7 +183,7 @@ pub(super) fn plan(
         from_cache,
         settled: &settled,
         delivery,
-        now,
+        stamp,
     };
     apply(workflow, run_key, record, envelope, applying)
 }
@@ -217,8 +234,9 @@ fn attach(
     mut record: RunRecord,
     envelope: &Envelope,
     delivery: Delivery,
-    now: Millis,
+    stamp: Stamp<'_>,
 ) -> Result<Plan, serde_json::Error> {
+    let now = stamp.now;
     let Some(caller) = envelope.caller.clone() else {
         tracing::debug!("a resent request for {run_key} without a caller dropped");
         return Ok(Plan::Ack { keep: None });
@@ -244,14 +262,16 @@ fn attach(
     } else {
         Vec::new()
     };
-    if !commands.is_empty() {
-        record.outbox.push(OutboxEntry {
-            seq: delivery.seq,
-            at: now,
-            commands: outbox::thin(&commands),
-            results: Vec::new(),
-        });
-    }
+    // The entry is kept even without commands: it carries the history entry to publish
+    // again if this replica dies before the event is acked.
+    let entry = history_entry(&mut record, envelope, stamp);
+    record.outbox.push(OutboxEntry {
+        seq: delivery.seq,
+        at: now,
+        commands: outbox::thin(&commands),
+        results: Vec::new(),
+        history: Some(entry.clone()),
+    });
     let bytes = bulk::encode(&mut record)?;
     record.entry_bytes = bytes.len();
     record.outbox.retain(|e| e.seq != delivery.seq);
@@ -266,11 +286,56 @@ fn attach(
         }),
         after: Vec::new(),
         commands,
+        history: Some(entry),
         tidy: None,
         apart_for: apart_for(&record.state, now),
         ending: None,
         keep: (!ended).then_some(record),
     })))
+}
+
+/// Numbers the event that changes the run and makes its history entry.
+fn history_entry(record: &mut RunRecord, envelope: &Envelope, stamp: Stamp<'_>) -> HistoryEntry {
+    record.applied += 1;
+    history::entry(
+        envelope,
+        record.applied,
+        stamp.now,
+        stamp.replica,
+        record.state.status,
+    )
+}
+
+/// What the run's record keeps for inspection beside the core's state, after an event
+/// produced `commands` at `now`: attempts by node, what waiting approvals asked, when the
+/// run ended.
+fn note(record: &mut RunRecord, commands: &[Command], now: Millis) {
+    for command in commands {
+        match command {
+            Command::Dispatch(d) => *record.attempts.entry(d.task.node.clone()).or_default() += 1,
+            Command::RequestApproval {
+                node,
+                approvers,
+                message,
+                deadline,
+            } => {
+                let ask = ApprovalAsk {
+                    approvers: approvers.clone(),
+                    message: message.clone(),
+                    deadline: *deadline,
+                };
+                record.asks.insert(node.clone(), ask);
+            }
+            _ => {}
+        }
+    }
+    let state = &record.state;
+    record
+        .asks
+        .retain(|node, _| state.node_status(node) == NodeStatus::Waiting);
+    if state.status.is_terminal() && record.ended_at.is_none() {
+        record.ended_at = Some(now);
+    }
 }
 
 /// Carries out a committed outbox entry again (at-least-once), then removes it.
@@ -302,6 +367,7 @@ fn replay(
         commit: None,
         after: bulk::result_writes(run_key, &entry.results)?,
         commands: outbox::thicken(workflow, &mut record.state, entry.commands),
+        history: entry.history,
         apart_for: apart_for(&record.state, now),
         ending: None,
         keep: tidy.is_some().then_some(record),
@@ -315,7 +381,7 @@ struct Applying<'a> {
     from_cache: bool,
     settled: &'a BTreeSet<u64>,
     delivery: Delivery,
-    now: Millis,
+    stamp: Stamp<'a>,
 }
 
 /// Applies the event to the core and plans its commit.
@@ -331,8 +397,9 @@ fn apply(
         from_cache,
         settled,
         delivery,
-        now,
+        stamp,
     } = applying;
+    let now = stamp.now;
     // Some events change the state without any command (a fork branch that is not the
     // last to end): those must be committed too, or the next replica to load the run never
     // learns of them. Items and results are left out of the copy (an event that changes a
@@ -356,11 +423,14 @@ fn apply(
     record.outbox.retain(|e| !settled.contains(&e.seq));
     let results = bulk::item_results(workflow, &record, &envelope.event);
     let after = bulk::result_writes(run_key, &results)?;
+    note(&mut record, &commands, now);
+    let entry = history_entry(&mut record, envelope, stamp);
     record.outbox.push(OutboxEntry {
         seq: delivery.seq,
         at: now,
         commands: outbox::thin(&commands),
         results,
+        history: Some(entry.clone()),
     });
     // What the commit refers to goes first: items of a map that just started, outputs
     // kept apart.
@@ -387,6 +457,7 @@ fn apply(
         }),
         after,
         commands,
+        history: Some(entry),
         tidy: None,
         apart_for: apart_for(&record.state, now),
         ending: ended.then(|| ending(&record, run_key)).transpose()?,
@@ -459,6 +530,13 @@ workflow:
         }
     }
 
+    fn stamp(ms: u64) -> Stamp<'static> {
+        Stamp {
+            now: Millis(ms),
+            replica: "r1",
+        }
+    }
+
     fn first(seq: u64) -> Delivery {
         Delivery { seq, delivered: 1 }
     }
@@ -494,7 +572,7 @@ workflow:
 
     /// The run after `Started`, as stored (revision 1).
     fn started(wf: &Workflow) -> (RunRecord, Dispatch) {
-        let s = steps(plan(wf, "k", &execution(), none(), &start(), first(1), Millis(0)).unwrap());
+        let s = steps(plan(wf, "k", &execution(), none(), &start(), first(1), stamp(0)).unwrap());
         let record = decode(&s.commit.expect("a commit").bytes);
         let dispatch = s
             .commands
@@ -526,7 +604,7 @@ workflow:
                 none(),
                 &start(),
                 first(7),
-                Millis(5),
+                stamp(5),
             )
             .unwrap(),
         );
@@ -555,7 +633,7 @@ workflow:
             none(),
             &succeeded(d.task),
             first(2),
-            Millis(1),
+            stamp(1),
         );
         assert!(matches!(p.unwrap(), Plan::Ack { keep: None }));
     }
@@ -577,7 +655,7 @@ workflow:
             fresh(3, record.clone()),
             &stale,
             first(2),
-            Millis(1),
+            stamp(1),
         );
         match p.unwrap() {
             Plan::Ack {
@@ -589,7 +667,7 @@ workflow:
             from_cache: true,
             ..fresh(3, record)
         };
-        let p = plan(&wf, "k", &execution(), cached, &stale, first(2), Millis(1));
+        let p = plan(&wf, "k", &execution(), cached, &stale, first(2), stamp(1));
         assert!(matches!(p.unwrap(), Plan::Reload));
     }
 
@@ -605,7 +683,7 @@ workflow:
                 fresh(4, record),
                 &succeeded(d.task),
                 first(2),
-                Millis(1),
+                stamp(1),
             )
             .unwrap(),
         );
@@ -635,7 +713,7 @@ workflow:
                 none(),
                 &start(),
                 first(1),
-                Millis(0),
+                stamp(0),
             )
             .unwrap(),
         );
@@ -652,7 +730,7 @@ workflow:
                 fresh(1, record),
                 &start(),
                 again,
-                Millis(9),
+                stamp(9),
             )
             .unwrap(),
         );
@@ -679,7 +757,7 @@ workflow:
                 fresh(1, record),
                 &succeeded(d.task),
                 first(1),
-                Millis(1),
+                stamp(1),
             )
             .unwrap(),
         );
@@ -696,6 +774,7 @@ workflow:
             at: Millis(0),
             commands: Vec::new(),
             results: Vec::new(),
+            history: None,
         });
         let loaded = Loaded {
             settled: BTreeSet::from([1]),
@@ -709,7 +788,7 @@ workflow:
                 loaded,
                 &succeeded(d.task),
                 first(9),
-                Millis(10),
+                stamp(10),
             )
             .unwrap(),
         );
@@ -734,7 +813,7 @@ workflow:
                 fresh(1, record),
                 &succeeded(a.task),
                 first(2),
-                Millis(1),
+                stamp(1),
             )
             .unwrap(),
         );
@@ -755,7 +834,7 @@ workflow:
                 fresh(2, record),
                 &succeeded(b),
                 first(3),
-                Millis(2),
+                stamp(2),
             )
             .unwrap(),
         );
@@ -779,7 +858,7 @@ workflow:
             fresh(1, record),
             &resent("inbox.first"),
             first(2),
-            Millis(1),
+            stamp(1),
         );
         assert!(matches!(p.unwrap(), Plan::Ack { keep: Some(_) }));
     }
@@ -796,7 +875,7 @@ workflow:
                 fresh(1, record),
                 &resent("inbox.second"),
                 first(2),
-                Millis(1),
+                stamp(1),
             )
             .unwrap(),
         );
@@ -813,7 +892,7 @@ workflow:
                 fresh(2, stored),
                 &succeeded(a.task),
                 first(3),
-                Millis(2),
+                stamp(2),
             )
             .unwrap(),
         );
@@ -839,7 +918,7 @@ workflow:
                 fresh(5, record),
                 &resent("inbox.late"),
                 first(6),
-                Millis(1),
+                stamp(1),
             )
             .unwrap(),
         );
@@ -879,7 +958,7 @@ workflow:
                 fresh(1, record.clone()),
                 &again,
                 first(2),
-                Millis(1),
+                stamp(1),
             )
             .unwrap(),
         );
@@ -891,7 +970,7 @@ workflow:
             fresh(1, record),
             &start(),
             first(2),
-            Millis(1),
+            stamp(1),
         );
         assert!(
             matches!(p.unwrap(), Plan::Ack { .. }),
@@ -903,7 +982,7 @@ workflow:
     fn a_cancel_that_overtakes_the_start_is_kept_and_ends_the_run_for_its_caller() {
         let wf = workflow();
         let cancel = Envelope::event(Event::CancelRequested { reason: None });
-        let s = steps(plan(&wf, "k", &execution(), none(), &cancel, first(1), Millis(0)).unwrap());
+        let s = steps(plan(&wf, "k", &execution(), none(), &cancel, first(1), stamp(0)).unwrap());
         let commit = s.commit.expect("the cancel is kept in a record");
         assert!(
             commit.ends_run,
@@ -919,7 +998,7 @@ workflow:
                 fresh(1, kept),
                 &start(),
                 first(2),
-                Millis(1),
+                stamp(1),
             )
             .unwrap(),
         );

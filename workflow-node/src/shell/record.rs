@@ -7,6 +7,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 use super::bulk::{ItemResult, MapRef};
+use super::history::HistoryEntry;
 use crate::core::{Command, Execution, Millis};
 
 /// Who started a run and where its answers go.
@@ -33,6 +34,10 @@ pub struct Caller {
     /// address): it gets a final-reply claim of its own.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub attached: bool,
+    /// The caller's name (`Mesh-Caller`), when the request carried one: shown by
+    /// `workflow-node runs`, and the scope of the run's task id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// Commands produced by one event and committed with its state. An entry stays until its
@@ -51,6 +56,10 @@ pub struct OutboxEntry {
     /// Item results of large maps to write to their own keys (see `bulk`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub results: Vec<ItemResult>,
+    /// The run's history entry for the event, published after the commit (and again on a
+    /// replay: its message id makes the stream keep one copy; see `history`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<HistoryEntry>,
 }
 
 /// One run's entry in the runs bucket, under the run's key `{workflow}.{execution}`;
@@ -85,6 +94,20 @@ pub struct RunRecord {
     /// Whether the run's output is kept under a key of its own.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub output_apart: bool,
+    /// How many events changed the run (committed): numbers its history entries.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub applied: u64,
+    /// When the run ended (the commit that made it terminal); `None` while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<Millis>,
+    /// Attempts dispatched so far, by node (every call of a map's inner node, fork branch
+    /// or loop iteration counts): for inspection only.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attempts: BTreeMap<String, u32>,
+    /// Approvals waiting for a decision, by node, with what their approvers were asked:
+    /// for `workflow-node approvals`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub asks: BTreeMap<String, ApprovalAsk>,
     /// Outputs already measured, by node and `output_rev`: small ones are not measured
     /// again at every event. Not stored: a replica that loads the run measures once.
     #[serde(skip)]
@@ -111,6 +134,10 @@ impl RunRecord {
             outputs_apart: BTreeMap::new(),
             output_apart: false,
             maps_apart: false,
+            applied: 0,
+            ended_at: None,
+            attempts: BTreeMap::new(),
+            asks: BTreeMap::new(),
             outputs_measured: BTreeMap::new(),
             entry_bytes: 0,
             held_bytes: 0,
@@ -123,4 +150,22 @@ impl RunRecord {
             .chain(self.attached.iter().cloned())
             .collect()
     }
+}
+
+/// What an approval node waiting for a decision asked of its approvers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalAsk {
+    /// Who may decide (empty: anyone).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvers: Vec<String>,
+    /// The node's message, templates resolved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When it times out, if it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Millis>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -84,7 +84,6 @@ fn header(h: Option<&HeaderMap>, name: &str) -> Option<String> {
 
 /// The caller's name (`Mesh-Caller`), which scopes its task ids; `None` when absent or
 /// blank.
-/// The caller a request names in `Mesh-Caller`, if any.
 pub(super) fn caller_name(msg: &async_nats::Message) -> Option<String> {
     header(msg.headers.as_ref(), headers::CALLER)
         .map(|c| c.trim().to_string())
@@ -126,7 +125,9 @@ async fn handle(
         }
         Method::TasksCancel(params) => {
             let caller = caller_name(msg);
-            cancels::cancel(shared, workflow, caller.as_deref(), request.id, &params.id).await
+            let reason = cancels::reason(&params);
+            let id = request.id;
+            cancels::cancel(shared, workflow, caller.as_deref(), id, &params.id, reason).await
         }
         Method::MessageSend(params) => {
             let message = params.message;
@@ -270,6 +271,7 @@ async fn start(
         workflow_caller,
         sub_task_id: workflow_caller.then(|| task_key.clone()),
         attached: false,
+        name: caller_name(msg),
     };
     let outcome = match read_run(shared, workflow, &execution).await {
         Some(record) if record.state.status.is_terminal() => {

@@ -140,10 +140,17 @@ pub(super) async fn settled(
 /// The current revision and value of `key`, read from the stream's leader; `None` when
 /// the key has no value (never written, deleted or purged).
 pub(super) async fn read(shared: &Shared, key: &str) -> Result<Option<(u64, bytes::Bytes)>> {
+    read_from(&shared.runs, key).await
+}
+
+/// [`read`] from any bucket.
+pub(super) async fn read_from(
+    bucket: &async_nats::jetstream::kv::Store,
+    key: &str,
+) -> Result<Option<(u64, bytes::Bytes)>> {
     use async_nats::jetstream::stream::LastRawMessageErrorKind;
-    let subject = messages::subjects::kv_key(&shared.runs.name, key);
-    let message = match shared
-        .runs
+    let subject = messages::subjects::kv_key(&bucket.name, key);
+    let message = match bucket
         .stream
         .get_last_raw_message_by_subject(&subject)
         .await
@@ -185,7 +192,7 @@ struct Moved {
     mesh_moved_to_object: String,
 }
 
-fn moved_to(bytes: &[u8]) -> Option<String> {
+pub(super) fn moved_to(bytes: &[u8]) -> Option<String> {
     // Cheap test first: a stand-in is a small object with this one key.
     if bytes.len() > 512 || !bytes.starts_with(b"{\"mesh_moved_to_object\"") {
         return None;

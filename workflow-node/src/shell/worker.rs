@@ -18,10 +18,11 @@ use messages::subjects;
 use tokio::sync::mpsc;
 
 use super::cache::RunCache;
+use super::history;
 use super::effects::RunContext;
 use super::error::{Context, Error, Result};
 use super::lease::Leases;
-use super::plan::{self, Delivery, Loaded, Plan, Steps};
+use super::plan::{self, Delivery, Loaded, Plan, Stamp, Steps};
 use super::record::RunRecord;
 use super::retry::{Failures, Next};
 use super::wire::{interpret_reply, reply_event, ReplyMeaning};
@@ -392,7 +393,10 @@ async fn process(
             loaded,
             &envelope,
             delivery,
-            now(),
+            Stamp {
+                now: now(),
+                replica: &shared.replica,
+            },
         )? {
             Plan::Ack { keep } => {
                 if let Some((rev, kept)) = keep {
@@ -473,10 +477,17 @@ async fn perform(
         revision = Some(rev);
     }
     let after = store::start_puts(shared, steps.after, ttl).await?;
+    let history = match &steps.history {
+        Some(entry) => Some(history::publish(shared, &ctx.workflow.name, execution, entry).await?),
+        None => None,
+    };
     ctx.carry_out(&steps.commands)
         .await
         .context(|| format!("carrying out the commands of run {execution}"))?;
     after.stored().await?;
+    if let Some(history) = history {
+        history.stored(shared).await?;
+    }
     if let Some(tidy) = steps.tidy {
         // A failure is harmless: the next commit drops the entry.
         revision = store::cas(shared, execution, key, tidy)

@@ -1,0 +1,326 @@
+//! Run history: every event that changed a run, with when and by which replica, kept for
+//! the retention in a limits-based stream of its own (`{ns}_wf_history`, subjects
+//! `{ns}.wf.{workflow}.history.{execution}`). The event stream is a work queue and forgets
+//! what it delivered; this one remembers, for `workflow-node runs history`.
+//!
+//! An entry is made by `plan` with the commit that applies its event and kept in that
+//! commit's outbox entry, so it goes the way of the event's other commands: published after
+//! the commit holds, and published again when a redelivered event replays its outbox entry
+//! (a replica died between the commit and the ack). It is numbered by the run's count of
+//! commits (`RunRecord::applied`), which the compare-and-swap makes a total order, and
+//! published with `Nats-Msg-Id: history.{execution}.{n}`: the stream keeps one copy of a
+//! replay within its duplicate window, and readers drop a later copy by its number. So an
+//! entry is never lost (the event is not acked before the stream stored it) and never
+//! shown twice, and the cost per event is one publish whose ack is awaited alongside the
+//! event's other writes.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, context::PublishAckFuture, stream};
+use async_nats::HeaderMap;
+use messages::{headers, msg_id, subjects};
+use serde::{Deserialize, Serialize};
+
+use super::error::{Context, Error, Result};
+use super::{names, Envelope, Shared};
+use crate::core::{Event, ExecutionId, Millis, RunStatus, Slot};
+
+/// The longest detail an entry keeps (an agent's error message may be long).
+const DETAIL_MAX: usize = 300;
+
+/// One event applied to a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    /// Its place in the run's history (1 for the first event that changed the run).
+    pub n: u64,
+    /// When it was applied (the applying replica's clock).
+    pub at: Millis,
+    /// The replica that applied it (`Config::replica`).
+    pub replica: String,
+    /// The event's kind: `started`, `caller_joined`, `call_succeeded`, `call_failed`,
+    /// `timer_fired`, `cancel_requested`, `approval_decided`, `abandoned`.
+    pub event: String,
+    /// The node it concerns, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// Which call of the node: `item 3`, `branch 0`, `iteration 2` (none for a node's
+    /// single call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<String>,
+    /// The call's attempt, for a call's result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// What else matters: an error, a timer, a reason, a decision and its comment, the
+    /// size of an input or output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// The run's status once the event was applied.
+    pub status: RunStatus,
+}
+
+/// The history entry of `envelope`, the `n`th event to change its run, applied at `now`
+/// by `replica`, leaving the run `status`.
+pub(super) fn entry(
+    envelope: &Envelope,
+    n: u64,
+    now: Millis,
+    replica: &str,
+    status: RunStatus,
+) -> HistoryEntry {
+    let mut e = HistoryEntry {
+        n,
+        at: now,
+        replica: replica.to_string(),
+        event: String::new(),
+        node: None,
+        slot: None,
+        attempt: None,
+        detail: None,
+        status,
+    };
+    let size = |v: &serde_json::Value| serde_json::to_vec(v).map_or(0, |b| b.len());
+    match &envelope.event {
+        Event::Started { .. } if envelope.attach => {
+            e.event = "caller_joined".into();
+            e.detail = caller_name(envelope).map(|c| format!("caller {c}"));
+        }
+        Event::Started { input } => {
+            e.event = "started".into();
+            let by = caller_name(envelope).map(|c| format!(", caller {c}"));
+            e.detail = Some(format!("input {} bytes{}", size(input), by.unwrap_or_default()));
+        }
+        Event::CallSucceeded {
+            task,
+            attempt,
+            output,
+        } => {
+            e.event = "call_succeeded".into();
+            (e.node, e.slot, e.attempt) = (Some(task.node.clone()), slot(task.slot), Some(*attempt));
+            e.detail = Some(format!("output {} bytes", size(output)));
+        }
+        Event::CallFailed {
+            task,
+            attempt,
+            failure,
+        } => {
+            e.event = "call_failed".into();
+            (e.node, e.slot, e.attempt) = (Some(task.node.clone()), slot(task.slot), Some(*attempt));
+            let class = serde_json::to_value(failure.class)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default();
+            let kind = failure.kind.as_deref().map(|k| format!(" [{k}]")).unwrap_or_default();
+            e.detail = Some(format!("{class}{kind}: {}", failure.message));
+        }
+        Event::TimerFired { timer } => {
+            e.event = "timer_fired".into();
+            e.detail = Some(timer.key());
+        }
+        Event::CancelRequested { reason } => {
+            e.event = "cancel_requested".into();
+            e.detail = reason.clone();
+        }
+        Event::Abandoned { reason } => {
+            e.event = "abandoned".into();
+            e.detail = Some(reason.clone());
+        }
+        Event::ApprovalDecided {
+            node,
+            approved,
+            by,
+            comment,
+        } => {
+            e.event = "approval_decided".into();
+            e.node = Some(node.clone());
+            let word = if *approved { "approved" } else { "rejected" };
+            let by = by.as_deref().map(|b| format!(" by {b}")).unwrap_or_default();
+            let comment = comment.as_deref().map(|c| format!(": {c}")).unwrap_or_default();
+            e.detail = Some(format!("{word}{by}{comment}"));
+        }
+    }
+    e.detail = e.detail.map(|d| truncate(d, DETAIL_MAX));
+    e
+}
+
+fn caller_name(envelope: &Envelope) -> Option<&str> {
+    envelope.caller.as_ref().and_then(|c| c.name.as_deref())
+}
+
+fn slot(slot: Slot) -> Option<String> {
+    match slot {
+        Slot::Single => None,
+        Slot::Item(i) => Some(format!("item {i}")),
+        Slot::Branch(i) => Some(format!("branch {i}")),
+        Slot::Iteration(i) => Some(format!("iteration {i}")),
+    }
+}
+
+fn truncate(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut cut = max;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
+}
+
+/// Finds or creates the history stream: limits-based, entries kept for `retention` (a
+/// stream made with another age limit is given this one).
+pub(super) async fn stream(
+    js: &jetstream::Context,
+    ns: &str,
+    replicas: usize,
+    retention: Duration,
+) -> Result<stream::Stream> {
+    let name = names::history_stream(ns);
+    let setup = |e: async_nats::Error| Error::Setup {
+        resource: format!("stream {name}"),
+        source: e,
+    };
+    let config = stream::Config {
+        name: name.clone(),
+        subjects: vec![subjects::run_history_all(ns)],
+        retention: stream::RetentionPolicy::Limits,
+        storage: stream::StorageType::File,
+        num_replicas: replicas,
+        max_age: retention,
+        // At most the stream's max age, which the server requires.
+        duplicate_window: Duration::from_secs(120).min(retention),
+        ..Default::default()
+    };
+    let mut stream = js
+        .get_or_create_stream(config.clone())
+        .await
+        .map_err(|e| setup(e.into()))?;
+    let info = stream.info().await.map_err(|e| setup(e.into()))?;
+    if info.config.max_age != retention {
+        let mut updated = info.config.clone();
+        updated.max_age = retention;
+        updated.duplicate_window = config.duplicate_window;
+        js.update_stream(updated)
+            .await
+            .map_err(|e| setup(e.into()))?;
+    }
+    Ok(stream)
+}
+
+/// A history entry on its way to the stream.
+pub(super) struct Pending {
+    subject: String,
+    headers: HeaderMap,
+    bytes: bytes::Bytes,
+    ack: PublishAckFuture,
+}
+
+/// Starts publishing `entry` of run `execution`; [`Pending::stored`] waits for the stream.
+pub(super) async fn publish(
+    shared: &Shared,
+    workflow: &str,
+    execution: &ExecutionId,
+    entry: &HistoryEntry,
+) -> Result<Pending> {
+    let subject = subjects::run_history(&shared.ns, workflow, &execution.0);
+    let mut h = HeaderMap::new();
+    h.insert(headers::MSG_ID, msg_id::history(&execution.0, entry.n).as_str());
+    let bytes: bytes::Bytes = serde_json::to_vec(entry)?.into();
+    let ack = shared
+        .js
+        .publish_with_headers(subject.clone(), h.clone(), bytes.clone())
+        .await
+        .context(|| format!("publishing the history of run {execution}"))?;
+    Ok(Pending {
+        subject,
+        headers: h,
+        bytes,
+        ack,
+    })
+}
+
+impl Pending {
+    /// Waits until the stream stored the entry. A stream that was deleted is made again and
+    /// the entry published once more.
+    pub(super) async fn stored(self, shared: &Shared) -> Result<()> {
+        use async_nats::jetstream::context::PublishErrorKind;
+        let what = || format!("storing history on {}", self.subject);
+        match self.ack.await {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == PublishErrorKind::StreamNotFound => {
+                tracing::warn!("the history stream is gone: making it again");
+                let c = &shared.config;
+                stream(&shared.js, &shared.ns, c.replicas, c.retention).await?;
+                let ack = shared
+                    .js
+                    .publish_with_headers(self.subject.clone(), self.headers, self.bytes)
+                    .await
+                    .context(what)?;
+                ack.await.map(drop).context(what)
+            }
+            Err(e) => Err(e).context(what),
+        }
+    }
+}
+
+/// Orders entries read from the stream by their number and drops repeats (a replay
+/// published after the duplicate window).
+pub fn in_order(mut entries: Vec<HistoryEntry>) -> Vec<HistoryEntry> {
+    entries.sort_by_key(|e| e.n);
+    entries.dedup_by_key(|e| e.n);
+    entries
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{Failure, FailureClass, TaskKey};
+    use serde_json::json;
+
+    #[test]
+    fn entries_name_the_call_and_keep_details_short() {
+        let failed = Envelope::event(Event::CallFailed {
+            task: TaskKey {
+                node: "m_inner".into(),
+                slot: Slot::Item(3),
+            },
+            attempt: 2,
+            failure: Failure {
+                class: FailureClass::Failed,
+                message: "x".repeat(1000),
+                kind: Some("bad".into()),
+            },
+        });
+        let e = entry(&failed, 4, Millis(9), "r1", RunStatus::Running);
+        assert_eq!(e.event, "call_failed");
+        assert_eq!(e.node.as_deref(), Some("m_inner"));
+        assert_eq!(e.slot.as_deref(), Some("item 3"));
+        assert_eq!(e.attempt, Some(2));
+        let detail = e.detail.unwrap();
+        assert!(detail.starts_with("failed [bad]: xxx"), "{detail}");
+        assert!(detail.len() <= DETAIL_MAX + '…'.len_utf8());
+        let started = Envelope::event(Event::Started {
+            input: json!({"a": 1}),
+        });
+        let e = entry(&started, 1, Millis(1), "r1", RunStatus::Running);
+        assert_eq!(e.detail.as_deref(), Some("input 7 bytes"));
+    }
+
+    #[test]
+    fn reading_orders_by_number_and_drops_repeats() {
+        let at = |n| HistoryEntry {
+            n,
+            at: Millis(n),
+            replica: "r".into(),
+            event: "timer_fired".into(),
+            node: None,
+            slot: None,
+            attempt: None,
+            detail: None,
+            status: RunStatus::Running,
+        };
+        let read = in_order(vec![at(2), at(1), at(2), at(3)]);
+        let ns: Vec<u64> = read.iter().map(|e| e.n).collect();
+        assert_eq!(ns, vec![1, 2, 3]);
+    }
+}
