@@ -33,7 +33,8 @@ pub use jsonrpc::{ErrorObject, Method, Outcome, Request, RequestId, Response};
 pub use subjects::SubjectError;
 pub use workflow::{
     ArtifactRef, Decision, MapStatus, NodeOutcome, ResultStatus, RunOutcome, SwitchCaseInfo,
-    WorkflowAgentStatus, WorkflowApprovalDecision, WorkflowApprovalRequest, WorkflowDataPart, WorkflowExecutionResult,
-    WorkflowExecutionStart, WorkflowMapProgress, WorkflowNodeExecutionResult,
-    WorkflowNodeExecutionStart, WorkflowNodeRequest, WorkflowNodeResult,
+    WorkflowAgentStatus, WorkflowApprovalDecision, WorkflowApprovalRequest, WorkflowDataPart,
+    WorkflowExecutionResult, WorkflowExecutionStart, WorkflowMapProgress,
+    WorkflowNodeExecutionResult, WorkflowNodeExecutionStart, WorkflowNodeRequest,
+    WorkflowNodeResult,
 };

@@ -20,6 +20,10 @@ fn main() -> ExitCode {
         Command::Serve(args) => cli::serve::run(args),
         Command::Run(args) => cli::run::run(args),
         Command::Status(args) => cli::status::run(args),
+        Command::Runs(args) => cli::runs::run(args),
+        Command::Approvals(args) => cli::approvals::list(args),
+        Command::Approve(args) => cli::approvals::decide(args, true),
+        Command::Reject(args) => cli::approvals::decide(args, false),
         Command::Test(args) => cli::suite::run(args),
         Command::Demo(args) => cli::demo::run(args),
     }

@@ -106,21 +106,45 @@ pub async fn invoke(
     workflow: &str,
     input: &Value,
     timing: impl Into<Timing>,
-    mut progress: impl FnMut(&WorkflowDataPart),
+    progress: impl FnMut(&WorkflowDataPart),
 ) -> Result<RunResult, InvokeError> {
-    let timing = timing.into();
-    let message_id = format!("run-{}", uuid::Uuid::new_v4().simple());
-    let mut message = Message::new(message_id.clone(), Role::User, vec![wrap(input.clone())]);
-    message.task_id = Some(message_id.clone());
-    let request = Request::message_send(message_id.as_str(), message);
-    let outgoing = Outgoing {
+    let task_id = new_task_id();
+    invoke_as(client, ns, workflow, input, timing, &task_id, progress).await
+}
+
+/// A fresh task id for a run started from the command line.
+pub fn new_task_id() -> String {
+    format!("run-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// The `message/send` of a run of `workflow` with `input` and task id `task_id`.
+fn start_request(ns: &str, workflow: &str, input: &Value, task_id: &str) -> Outgoing {
+    let mut message = Message::new(task_id.to_owned(), Role::User, vec![wrap(input.clone())]);
+    message.task_id = Some(task_id.to_owned());
+    let request = Request::message_send(task_id, message);
+    Outgoing {
         subject: subjects::agent_request(ns, workflow),
-        id: message_id.as_str().into(),
+        id: task_id.into(),
         headers: async_nats::HeaderMap::new(),
         body: serde_json::to_vec(&request)
             .expect("a message/send request serialises to JSON")
             .into(),
-    };
+    }
+}
+
+/// [`invoke`] with the task id chosen by the caller (which a `tasks/cancel` of the run can
+/// then name).
+pub async fn invoke_as(
+    client: &async_nats::Client,
+    ns: &str,
+    workflow: &str,
+    input: &Value,
+    timing: impl Into<Timing>,
+    task_id: &str,
+    mut progress: impl FnMut(&WorkflowDataPart),
+) -> Result<RunResult, InvokeError> {
+    let timing = timing.into();
+    let outgoing = start_request(ns, workflow, input, task_id);
     let mut nodes = BTreeMap::new();
     let mut execution_id = None;
     let reply = send_until_answered(client, outgoing, timing, |update| {
@@ -148,6 +172,30 @@ pub async fn invoke(
         nodes,
         execution_id,
     })
+}
+
+/// Starts a run of `workflow` with task id `task_id` and returns as soon as the workflow
+/// accepted it (its first status update: the `Started` event is stored, so the run will
+/// go on without this caller), resending while it is silent. The final reply, if it
+/// comes, is not waited for.
+pub async fn submit(
+    client: &async_nats::Client,
+    ns: &str,
+    workflow: &str,
+    input: &Value,
+    timing: Timing,
+    task_id: &str,
+) -> Result<(), InvokeError> {
+    let outgoing = start_request(ns, workflow, input, task_id);
+    let accepted = std::sync::Arc::new(tokio::sync::Notify::new());
+    let told = accepted.clone();
+    let exchange = send_until_answered(client, outgoing, timing, move |_| told.notify_one());
+    tokio::select! {
+        ended = exchange => ended
+            .map(drop)
+            .map_err(|e| invoke_error(workflow, ns, timing.timeout, e)),
+        _ = accepted.notified() => Ok(()),
+    }
 }
 
 fn invoke_error(workflow: &str, ns: &str, timeout: Duration, e: ExchangeError) -> InvokeError {

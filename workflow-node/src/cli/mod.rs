@@ -1,5 +1,6 @@
 //! Command-line interface: one module per subcommand, each with its `Args` and `run`.
 
+pub mod approvals;
 pub mod card;
 pub mod client;
 pub mod connect;
@@ -7,10 +8,13 @@ pub mod demo;
 pub mod mermaid;
 pub mod plan;
 pub mod run;
+pub mod runs;
+mod runs_show;
 pub mod serve;
 pub mod status;
 pub mod stubs;
 pub mod suite;
+pub mod table;
 pub mod validate;
 
 use std::future::Future;
@@ -47,6 +51,14 @@ pub enum Command {
     Run(run::Args),
     /// Show where a run is (its state, nodes, and output or error) by task id.
     Status(status::Args),
+    /// List, show, watch, cancel runs and read their history.
+    Runs(runs::Args),
+    /// List the approval gates waiting for a decision.
+    Approvals(approvals::ListArgs),
+    /// Approve a waiting approval gate of a run.
+    Approve(approvals::DecideArgs),
+    /// Reject a waiting approval gate of a run.
+    Reject(approvals::DecideArgs),
     /// Run workflow test suites against stub agents.
     Test(suite::Args),
     /// Run the demo: a local server, stub agents, the node, one run of an example.

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use agent_sdk::exchange::Timing;
 
-use super::client::{invoke, RunResult};
+use super::client::{invoke_as, new_task_id, submit, RunResult};
 use super::connect::{connect, NatsArgs};
 use crate::shell::{Config, WorkflowNode};
 
@@ -45,6 +45,10 @@ pub struct Args {
     /// Serve these stub agents in this process too.
     #[arg(long)]
     pub agents: Option<PathBuf>,
+    /// Print the run's id once the workflow accepted the run, and return at once: the run
+    /// goes on (`runs watch ID` follows it). Without it, Ctrl-C cancels the run.
+    #[arg(long, conflicts_with_all = ["workflows", "agents"])]
+    pub detach: bool,
     /// NATS connection.
     #[command(flatten)]
     pub nats: NatsArgs,
@@ -108,7 +112,37 @@ async fn execute(args: Args) -> Result<ExitCode> {
         timeout: deadline.saturating_duration_since(tokio::time::Instant::now()),
         resend_interval,
     };
-    let result = invoke(&conn.client, &ns, &args.name, &input, timing, show_progress).await;
+    let task_id = new_task_id();
+    let execution = crate::shell::names::execution_id(&args.name, &task_id);
+    if args.detach {
+        let submitted = submit(&conn.client, &ns, &args.name, &input, timing, &task_id).await;
+        conn.close().await;
+        submitted?;
+        if args.json {
+            println!("{}", json!({"execution_id": execution.0}));
+        } else {
+            println!("{execution}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let on_ctrl_c = tokio::spawn(cancel_on_ctrl_c(
+        conn.client.clone(),
+        ns.clone(),
+        args.name.clone(),
+        task_id.clone(),
+        execution.0.clone(),
+    ));
+    let result = invoke_as(
+        &conn.client,
+        &ns,
+        &args.name,
+        &input,
+        timing,
+        &task_id,
+        show_progress,
+    )
+    .await;
+    on_ctrl_c.abort();
     if let Some(node) = node {
         super::stop_hosted(node).await;
     }
@@ -121,6 +155,39 @@ async fn execute(args: Args) -> Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// On Ctrl-C, says so and asks the workflow to cancel the run (by its task id); the run's
+/// final reply, `cancelled`, then ends the command. A second Ctrl-C leaves at once.
+async fn cancel_on_ctrl_c(
+    client: async_nats::Client,
+    ns: String,
+    workflow: String,
+    task_id: String,
+    execution: String,
+) {
+    if tokio::signal::ctrl_c().await.is_err() {
+        return;
+    }
+    eprintln!(
+        "Ctrl-C: cancelling run {execution} of {workflow} (Ctrl-C again to leave without waiting)"
+    );
+    let mut request =
+        messages::jsonrpc::Request::tasks_cancel(format!("cancel-{task_id}"), &task_id);
+    if let messages::jsonrpc::Method::TasksCancel(p) = &mut request.method {
+        let mut meta = serde_json::Map::new();
+        meta.insert("reason".into(), json!("Ctrl-C on workflow-node run"));
+        p.metadata = Some(meta);
+    }
+    let body = serde_json::to_vec(&request).expect("a tasks/cancel serialises to JSON");
+    let subject = messages::subjects::agent_request(&ns, &workflow);
+    if let Err(e) = client.publish(subject, body.into()).await {
+        eprintln!("the cancel could not be sent: {e}");
+    }
+    if tokio::signal::ctrl_c().await.is_ok() {
+        eprintln!("leaving run {execution} to go on");
+        std::process::exit(130);
+    }
 }
 
 fn print_result(result: &RunResult, as_json: bool) {
@@ -180,6 +247,19 @@ pub fn show_progress(part: &WorkflowDataPart) {
             format!(
                 "  {} waits for approval by {:?}: {}",
                 a.node_id, a.approvers, a.message
+            )
+        }
+        WorkflowDataPart::AgentStatus(u) => {
+            let what = u
+                .text
+                .clone()
+                .or_else(|| u.data.as_ref().map(Value::to_string))
+                .unwrap_or_default();
+            format!(
+                "  {} [{}]: {}",
+                u.node_id,
+                u.state,
+                super::table::short(&what, 200)
             )
         }
         WorkflowDataPart::ExecutionResult(r) => {

@@ -87,7 +87,11 @@ pub(super) fn entry(
         Event::Started { input } => {
             e.event = "started".into();
             let by = caller_name(envelope).map(|c| format!(", caller {c}"));
-            e.detail = Some(format!("input {} bytes{}", size(input), by.unwrap_or_default()));
+            e.detail = Some(format!(
+                "input {} bytes{}",
+                size(input),
+                by.unwrap_or_default()
+            ));
         }
         Event::CallSucceeded {
             task,
@@ -95,7 +99,8 @@ pub(super) fn entry(
             output,
         } => {
             e.event = "call_succeeded".into();
-            (e.node, e.slot, e.attempt) = (Some(task.node.clone()), slot(task.slot), Some(*attempt));
+            (e.node, e.slot, e.attempt) =
+                (Some(task.node.clone()), slot(task.slot), Some(*attempt));
             e.detail = Some(format!("output {} bytes", size(output)));
         }
         Event::CallFailed {
@@ -104,12 +109,17 @@ pub(super) fn entry(
             failure,
         } => {
             e.event = "call_failed".into();
-            (e.node, e.slot, e.attempt) = (Some(task.node.clone()), slot(task.slot), Some(*attempt));
+            (e.node, e.slot, e.attempt) =
+                (Some(task.node.clone()), slot(task.slot), Some(*attempt));
             let class = serde_json::to_value(failure.class)
                 .ok()
                 .and_then(|v| v.as_str().map(String::from))
                 .unwrap_or_default();
-            let kind = failure.kind.as_deref().map(|k| format!(" [{k}]")).unwrap_or_default();
+            let kind = failure
+                .kind
+                .as_deref()
+                .map(|k| format!(" [{k}]"))
+                .unwrap_or_default();
             e.detail = Some(format!("{class}{kind}: {}", failure.message));
         }
         Event::TimerFired { timer } => {
@@ -133,8 +143,14 @@ pub(super) fn entry(
             e.event = "approval_decided".into();
             e.node = Some(node.clone());
             let word = if *approved { "approved" } else { "rejected" };
-            let by = by.as_deref().map(|b| format!(" by {b}")).unwrap_or_default();
-            let comment = comment.as_deref().map(|c| format!(": {c}")).unwrap_or_default();
+            let by = by
+                .as_deref()
+                .map(|b| format!(" by {b}"))
+                .unwrap_or_default();
+            let comment = comment
+                .as_deref()
+                .map(|c| format!(": {c}"))
+                .unwrap_or_default();
             e.detail = Some(format!("{word}{by}{comment}"));
         }
     }
@@ -224,7 +240,10 @@ pub(super) async fn publish(
 ) -> Result<Pending> {
     let subject = subjects::run_history(&shared.ns, workflow, &execution.0);
     let mut h = HeaderMap::new();
-    h.insert(headers::MSG_ID, msg_id::history(&execution.0, entry.n).as_str());
+    h.insert(
+        headers::MSG_ID,
+        msg_id::history(&execution.0, entry.n).as_str(),
+    );
     let bytes: bytes::Bytes = serde_json::to_vec(entry)?.into();
     let ack = shared
         .js

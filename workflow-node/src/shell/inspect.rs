@@ -156,7 +156,8 @@ impl Inspector {
         let name = names::history_stream(&self.ns);
         let stream = match self.js.get_stream(&name).await {
             Ok(s) => s,
-            Err(e) if matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(j)
+            Err(e)
+                if matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(j)
                 if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND) =>
             {
                 return Ok(Vec::new())

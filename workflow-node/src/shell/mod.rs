@@ -35,7 +35,7 @@ mod registry;
 mod reply;
 mod requests;
 mod retry;
-mod statuses;
+pub mod statuses;
 mod store;
 pub mod timers;
 pub mod wire;

@@ -596,18 +596,7 @@ workflow:
     #[test]
     fn a_start_creates_the_entry_with_its_commands_in_the_outbox() {
         let wf = workflow();
-        let s = steps(
-            plan(
-                &wf,
-                "k",
-                &execution(),
-                none(),
-                &start(),
-                first(7),
-                stamp(5),
-            )
-            .unwrap(),
-        );
+        let s = steps(plan(&wf, "k", &execution(), none(), &start(), first(7), stamp(5)).unwrap());
         let commit = s.commit.expect("a commit");
         assert_eq!(commit.revision, None, "a new run is created, not updated");
         let stored = decode(&commit.bytes);
@@ -705,18 +694,8 @@ workflow:
     #[test]
     fn a_redelivered_event_still_in_the_outbox_is_carried_out_again_not_reapplied() {
         let wf = workflow();
-        let original = steps(
-            plan(
-                &wf,
-                "k",
-                &execution(),
-                none(),
-                &start(),
-                first(1),
-                stamp(0),
-            )
-            .unwrap(),
-        );
+        let original =
+            steps(plan(&wf, "k", &execution(), none(), &start(), first(1), stamp(0)).unwrap());
         let record = decode(&original.commit.expect("a commit").bytes);
         let again = Delivery {
             seq: 1,

@@ -64,19 +64,27 @@ pub(super) async fn serve(
 
 /// A status update worth forwarding, read from its subject and payload.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct AgentUpdate {
-    execution: ExecutionId,
-    task: TaskKey,
-    attempt: u32,
-    sub_task_id: String,
-    state: String,
-    text: Option<String>,
-    data: Option<Value>,
+pub struct AgentUpdate {
+    /// The run whose call it is about.
+    pub execution: ExecutionId,
+    /// The call.
+    pub task: TaskKey,
+    /// The call's attempt the agent works on.
+    pub attempt: u32,
+    /// The sub-task id (the last token of the subject).
+    pub sub_task_id: String,
+    /// The agent's A2A task state, as written on the wire (`working`, ...).
+    pub state: String,
+    /// The text parts of the update's message, joined by newlines.
+    pub text: Option<String>,
+    /// The first DataPart of the update's message, when small enough to pass on.
+    pub data: Option<Value>,
 }
 
-/// The update on `subject`, when it is a status update of one of our calls that carries
-/// a message; `None` for a bare sign of life, and for anything unreadable (logged).
-pub(super) fn interpret(subject: &str, payload: &[u8]) -> Option<AgentUpdate> {
+/// The update on `subject` (an agent status subject of a workflow), when it is a status
+/// update of one of a run's calls that carries a message; `None` for a bare sign of life,
+/// and for anything unreadable (logged).
+pub fn interpret(subject: &str, payload: &[u8]) -> Option<AgentUpdate> {
     let sub_task_id = subjects::last_token(subject);
     let Some((execution, task, attempt)) = TaskKey::parse_sub_task_id(sub_task_id) else {
         tracing::warn!("dropping a status update on {subject}: not a sub-task id of ours");
@@ -184,7 +192,10 @@ mod tests {
 
     #[test]
     fn an_update_with_a_message_names_its_run_and_call() {
-        let bytes = update(Some(vec![Part::text("half way"), Part::data(json!({"p": 50}).as_object().unwrap().clone())]));
+        let bytes = update(Some(vec![
+            Part::text("half way"),
+            Part::data(json!({"p": 50}).as_object().unwrap().clone()),
+        ]));
         let u = interpret(SUBJECT, &bytes).expect("forwarded");
         assert_eq!(u.execution.0, "e1");
         assert_eq!(u.task, TaskKey::single("check"));
@@ -199,7 +210,13 @@ mod tests {
         assert_eq!(interpret(SUBJECT, &update(None)), None, "a bare heartbeat");
         assert_eq!(interpret(SUBJECT, b"{\"parts\": nonsense"), None);
         let good = update(Some(vec![Part::text("x")]));
-        assert_eq!(interpret("mesh.a2a.v1.agent.status.Wf.garbage", &good), None);
-        assert_eq!(interpret("mesh.a2a.v1.agent.status.Wf.e1_a_q1_1", &good), None);
+        assert_eq!(
+            interpret("mesh.a2a.v1.agent.status.Wf.garbage", &good),
+            None
+        );
+        assert_eq!(
+            interpret("mesh.a2a.v1.agent.status.Wf.e1_a_q1_1", &good),
+            None
+        );
     }
 }

@@ -18,9 +18,9 @@ use messages::subjects;
 use tokio::sync::mpsc;
 
 use super::cache::RunCache;
-use super::history;
 use super::effects::RunContext;
 use super::error::{Context, Error, Result};
+use super::history;
 use super::lease::Leases;
 use super::plan::{self, Delivery, Loaded, Plan, Stamp, Steps};
 use super::record::RunRecord;

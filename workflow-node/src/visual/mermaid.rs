@@ -105,6 +105,43 @@ pub fn mermaid(wf: &Workflow) -> String {
     d.out
 }
 
+/// [`mermaid()`] with each node coloured by its status in a run (`classDef` per status, and
+/// a `class` line per status naming its nodes); a node missing from `status` is pending.
+pub fn mermaid_with_status(
+    wf: &Workflow,
+    status: &std::collections::BTreeMap<String, crate::core::NodeStatus>,
+) -> String {
+    use crate::core::NodeStatus as S;
+    const STYLES: &[(S, &str)] = &[
+        (S::Pending, "fill:#f4f4f4,stroke:#999,color:#666"),
+        (S::Running, "fill:#dbeafe,stroke:#2563eb,color:#1e3a8a"),
+        (S::Waiting, "fill:#fef3c7,stroke:#d97706,color:#78350f"),
+        (S::Success, "fill:#dcfce7,stroke:#16a34a,color:#14532d"),
+        (S::Failure, "fill:#fee2e2,stroke:#dc2626,color:#7f1d1d"),
+        (
+            S::Skipped,
+            "fill:#f4f4f4,stroke:#bbb,color:#999,stroke-dasharray:4 3",
+        ),
+        (S::Cancelled, "fill:#e5e7eb,stroke:#4b5563,color:#374151"),
+    ];
+    let ids = Ids::new(wf);
+    let mut out = mermaid(wf);
+    for (s, style) in STYLES {
+        let members: Vec<&str> = wf
+            .nodes
+            .iter()
+            .filter(|n| status.get(&n.id).copied().unwrap_or(S::Pending) == *s)
+            .map(|n| ids.node(&n.id))
+            .collect();
+        if members.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "    classDef {} {style}", s.as_str());
+        let _ = writeln!(out, "    class {} {}", members.join(","), s.as_str());
+    }
+    out
+}
+
 /// The labels of the branch edges from `from` to `to` (`True`, `False`, `Case i`,
 /// `Default`); empty when `to` is not one of `from`'s branch targets.
 fn branch_labels(from: &Node, to: &str) -> Vec<String> {

@@ -11,5 +11,5 @@ pub mod mermaid;
 pub mod plan;
 
 pub use card::agent_card;
-pub use mermaid::mermaid;
+pub use mermaid::{mermaid, mermaid_with_status};
 pub use plan::{plan, Plan};
