@@ -410,9 +410,10 @@ fn render(run: &FoundRun, apart: &Apart, def: Option<&Workflow>, now: Millis) ->
         } else {
             ask.approvers.join(", ")
         };
+        let message = ask.message.as_deref().map(|m| format!(": {m}"));
         out.push_str(&format!(
-            "waiting: {node} for a decision by {who}: {}\n",
-            ask.message.as_deref().unwrap_or("")
+            "waiting: {node} for a decision by {who}{}\n",
+            message.unwrap_or_default()
         ));
     }
     for (map, m) in &r.maps {

@@ -679,6 +679,14 @@ workflow:
         let commit = s.commit.expect("a commit");
         assert_eq!(commit.revision, Some(4));
         let stored = decode(&commit.bytes);
+        assert_eq!(stored.applied, 2, "the second event to change the run");
+        assert_eq!(s.history.as_ref().map(|h| h.n), Some(2));
+        assert_eq!(
+            stored.outbox.last().and_then(|e| e.history.clone()),
+            s.history,
+            "kept for a replay"
+        );
+        assert_eq!(stored.attempts.get("b"), Some(&1));
         let seqs: Vec<u64> = stored.outbox.iter().map(|e| e.seq).collect();
         assert_eq!(
             seqs,
@@ -714,6 +722,13 @@ workflow:
             .unwrap(),
         );
         assert!(s.commit.is_none(), "a replay commits nothing new");
+        let entry = original.history.clone().expect("a history entry");
+        assert_eq!((entry.n, entry.event.as_str()), (1, "started"));
+        assert_eq!(
+            s.history,
+            Some(entry),
+            "the same history entry is published again, with the same number"
+        );
         assert_eq!(
             s.commands, original.commands,
             "the same commands, payloads from the state"

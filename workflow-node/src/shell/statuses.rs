@@ -7,8 +7,11 @@
 //! sign of life (the `working` heartbeat agents send while a handler runs) is dropped
 //! before any read, and so is an update of a call that is no longer running (a late one of
 //! an earlier attempt), of a run that has ended or is gone, or one that cannot be read
-//! (logged). Forwarding is best effort, like every status update: nothing is stored.
+//! (logged). Forwarding is best effort, like every status update: nothing is stored, and
+//! the updates of one run keep their order on one replica (not across replicas, which
+//! share the updates of one call as they come).
 
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -17,7 +20,7 @@ use messages::jsonrpc::{Outcome, Response};
 use messages::subjects;
 use messages::workflow::WorkflowAgentStatus;
 use serde_json::Value;
-use tokio::sync::Semaphore;
+use tokio::sync::mpsc;
 
 use super::effects::RunContext;
 use super::error::Result;
@@ -26,8 +29,9 @@ use super::{names, store, Shared};
 use crate::core::{ExecutionId, TaskKey};
 use crate::definition::Workflow;
 
-/// Updates handled at once by one replica for one workflow (each reads a run's record).
-const IN_FLIGHT: usize = 64;
+/// Tasks forwarding updates, per workflow and replica: a run's updates all go to one of
+/// them, so they reach its callers in the order this replica got them.
+const LANES: usize = 8;
 
 /// Subscribes to the status updates of the workflow's calls (in its queue group).
 pub(super) async fn subscribe(
@@ -44,21 +48,30 @@ pub(super) async fn serve(
     workflow: Arc<Workflow>,
     mut sub: async_nats::Subscriber,
 ) {
-    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+    let lanes: Vec<mpsc::Sender<AgentUpdate>> = (0..LANES)
+        .map(|_| {
+            let (tx, mut rx) = mpsc::channel::<AgentUpdate>(256);
+            let (shared, workflow) = (shared.clone(), workflow.clone());
+            tokio::spawn(async move {
+                while let Some(update) = rx.recv().await {
+                    if let Err(e) = forward(&shared, &workflow, update).await {
+                        tracing::debug!("forwarding an agent's status update failed: {e}");
+                    }
+                }
+            });
+            tx
+        })
+        .collect();
     while let Some(msg) = sub.next().await {
         let Some(update) = interpret(&msg.subject, &msg.payload) else {
             continue;
         };
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            break; // never closed
-        };
-        let (shared, workflow) = (shared.clone(), workflow.clone());
-        tokio::spawn(async move {
-            let _slot = slot;
-            if let Err(e) = forward(&shared, &workflow, update).await {
-                tracing::debug!("forwarding an agent's status update failed: {e}");
-            }
-        });
+        let mut h = DefaultHasher::new();
+        update.execution.hash(&mut h);
+        let lane = &lanes[(h.finish() % LANES as u64) as usize];
+        if lane.send(update).await.is_err() {
+            break;
+        }
     }
 }
 
@@ -111,7 +124,7 @@ pub fn interpret(subject: &str, payload: &[u8]) -> Option<AgentUpdate> {
         .iter()
         .find_map(Part::as_data)
         .map(|d| Value::Object(d.clone()))
-        .filter(|d| serde_json::to_vec(d).map_or(false, |b| b.len() <= PROGRESS_VALUE_MAX));
+        .filter(|d| serde_json::to_vec(d).is_ok_and(|b| b.len() <= PROGRESS_VALUE_MAX));
     if text.is_empty() && data.is_none() {
         return None;
     }
