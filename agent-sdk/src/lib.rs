@@ -17,7 +17,9 @@
 //!   one whose task finished recently (the last `dedup_capacity` calls within
 //!   `dedup_window`) gets the same answer again, without running the handler;
 //! - sends a running call's caller a `working` update every heartbeat interval, so a
-//!   caller that resends after silence (see [`exchange`]) does not;
+//!   caller that resends after silence (see [`exchange`]) does not; a handler tells the
+//!   caller how it is going with [`NodeRequest::send_status`] (a workflow node forwards
+//!   that to its run's callers);
 //! - aborts a running call on a `tasks/cancel` broadcast and answers `canceled`;
 //! - answers `tasks/get` of a task running here or remembered as ended (else "task not
 //!   found", -32001);

@@ -1,0 +1,528 @@
+//! Unit tests of `plan`: every rule of an event's handling, without I/O.
+
+use super::*;
+use crate::core::{Dispatch, TaskKey};
+use serde_json::json;
+
+const WORKFLOW: &str = r#"
+name: Chain
+workflow:
+  description: two agents in a row
+  nodes:
+    - {id: a, type: agent, agent_name: A}
+    - {id: b, type: agent, agent_name: B, depends_on: [a]}
+  output_mapping: {b: "{{b.output}}"}
+"#;
+
+fn workflow() -> Workflow {
+    crate::definition::parse_str(WORKFLOW, "chain.yaml").expect("valid workflow")
+}
+
+fn execution() -> ExecutionId {
+    ExecutionId("0123456789abcdef0123456789abcdef".into())
+}
+
+fn start() -> Envelope {
+    Envelope {
+        event: Event::Started {
+            input: json!({"x": 1}),
+        },
+        caller: Some(Caller {
+            reply_to: Some("inbox.first".into()),
+            ..Caller::default()
+        }),
+        attach: false,
+    }
+}
+
+fn resent(reply_to: &str) -> Envelope {
+    Envelope {
+        attach: true,
+        caller: Some(Caller {
+            reply_to: Some(reply_to.into()),
+            ..Caller::default()
+        }),
+        ..start()
+    }
+}
+
+fn stamp(ms: u64) -> Stamp<'static> {
+    Stamp {
+        now: Millis(ms),
+        replica: "r1",
+    }
+}
+
+fn first(seq: u64) -> Delivery {
+    Delivery { seq, delivered: 1 }
+}
+
+fn fresh(revision: u64, record: RunRecord) -> Loaded {
+    Loaded {
+        revision: Some(revision),
+        record: Some(record),
+        from_cache: false,
+        settled: BTreeSet::new(),
+    }
+}
+
+fn none() -> Loaded {
+    Loaded {
+        revision: None,
+        record: None,
+        from_cache: false,
+        settled: BTreeSet::new(),
+    }
+}
+
+fn steps(plan: Plan) -> Steps {
+    match plan {
+        Plan::Perform(steps) => *steps,
+        other => panic!("expected steps, got {other:?}"),
+    }
+}
+
+fn decode(bytes: &[u8]) -> RunRecord {
+    serde_json::from_slice(bytes).expect("a stored record")
+}
+
+/// The run after `Started`, as stored (revision 1).
+fn started(wf: &Workflow) -> (RunRecord, Dispatch) {
+    let s = steps(plan(wf, "k", &execution(), none(), &start(), first(1), stamp(0)).unwrap());
+    let record = decode(&s.commit.expect("a commit").bytes);
+    let dispatch = s
+        .commands
+        .iter()
+        .find_map(|c| match c {
+            Command::Dispatch(d) => Some(d.clone()),
+            _ => None,
+        })
+        .expect("a dispatch of the first node");
+    (record, dispatch)
+}
+
+fn succeeded(task: TaskKey) -> Envelope {
+    Envelope::event(Event::CallSucceeded {
+        task,
+        attempt: 1,
+        output: json!({"ok": true}),
+    })
+}
+
+#[test]
+fn a_start_creates_the_entry_with_its_commands_in_the_outbox() {
+    let wf = workflow();
+    let s = steps(plan(&wf, "k", &execution(), none(), &start(), first(7), stamp(5)).unwrap());
+    let commit = s.commit.expect("a commit");
+    assert_eq!(commit.revision, None, "a new run is created, not updated");
+    let stored = decode(&commit.bytes);
+    assert_eq!(stored.outbox.len(), 1);
+    assert_eq!(stored.outbox[0].seq, 7);
+    assert_eq!(stored.outbox[0].commands, outbox::thin(&s.commands));
+    let kept = s.keep.expect("a running run is cached");
+    assert!(
+        kept.outbox.is_empty(),
+        "the cached copy drops the carried-out entry"
+    );
+    assert!(s.tidy.is_none() && s.before.is_empty() && s.after.is_empty());
+}
+
+#[test]
+fn an_event_for_no_run_is_acked_and_nothing_is_written() {
+    let wf = workflow();
+    let (_, d) = started(&wf);
+    let p = plan(
+        &wf,
+        "k",
+        &execution(),
+        none(),
+        &succeeded(d.task),
+        first(2),
+        stamp(1),
+    );
+    assert!(matches!(p.unwrap(), Plan::Ack { keep: None }));
+}
+
+#[test]
+fn a_no_op_on_a_fresh_record_is_acked_and_cached_but_on_a_cached_one_reloads() {
+    let wf = workflow();
+    let (record, d) = started(&wf);
+    // A result of an attempt that was never made changes nothing.
+    let stale = Envelope::event(Event::CallSucceeded {
+        task: d.task.clone(),
+        attempt: 9,
+        output: json!({}),
+    });
+    let p = plan(
+        &wf,
+        "k",
+        &execution(),
+        fresh(3, record.clone()),
+        &stale,
+        first(2),
+        stamp(1),
+    );
+    match p.unwrap() {
+        Plan::Ack {
+            keep: Some((3, kept)),
+        } => assert_eq!(*kept, record),
+        other => panic!("expected an ack that caches revision 3, got {other:?}"),
+    }
+    let cached = Loaded {
+        from_cache: true,
+        ..fresh(3, record)
+    };
+    let p = plan(&wf, "k", &execution(), cached, &stale, first(2), stamp(1));
+    assert!(matches!(p.unwrap(), Plan::Reload));
+}
+
+#[test]
+fn a_result_is_committed_on_the_revision_read() {
+    let wf = workflow();
+    let (record, d) = started(&wf);
+    let s = steps(
+        plan(
+            &wf,
+            "k",
+            &execution(),
+            fresh(4, record),
+            &succeeded(d.task),
+            first(2),
+            stamp(1),
+        )
+        .unwrap(),
+    );
+    let commit = s.commit.expect("a commit");
+    assert_eq!(commit.revision, Some(4));
+    let stored = decode(&commit.bytes);
+    assert_eq!(stored.applied, 2, "the second event to change the run");
+    assert_eq!(s.history.as_ref().map(|h| h.n), Some(2));
+    assert_eq!(
+        stored.outbox.last().and_then(|e| e.history.clone()),
+        s.history,
+        "kept for a replay"
+    );
+    assert_eq!(stored.attempts.get("b"), Some(&1));
+    let seqs: Vec<u64> = stored.outbox.iter().map(|e| e.seq).collect();
+    assert_eq!(
+        seqs,
+        vec![1, 2],
+        "the start's entry stays until a later commit"
+    );
+    assert!(s
+        .commands
+        .iter()
+        .any(|c| matches!(c, Command::Dispatch(n) if n.node_id == "b")));
+}
+
+#[test]
+fn a_redelivered_event_still_in_the_outbox_is_carried_out_again_not_reapplied() {
+    let wf = workflow();
+    let original =
+        steps(plan(&wf, "k", &execution(), none(), &start(), first(1), stamp(0)).unwrap());
+    let record = decode(&original.commit.expect("a commit").bytes);
+    let again = Delivery {
+        seq: 1,
+        delivered: 2,
+    };
+    let s = steps(
+        plan(
+            &wf,
+            "k",
+            &execution(),
+            fresh(1, record),
+            &start(),
+            again,
+            stamp(9),
+        )
+        .unwrap(),
+    );
+    assert!(s.commit.is_none(), "a replay commits nothing new");
+    let entry = original.history.clone().expect("a history entry");
+    assert_eq!((entry.n, entry.event.as_str()), (1, "started"));
+    assert_eq!(
+        s.history,
+        Some(entry),
+        "the same history entry is published again, with the same number"
+    );
+    assert_eq!(
+        s.commands, original.commands,
+        "the same commands, payloads from the state"
+    );
+    let tidy = s.tidy.expect("the entry is removed afterwards");
+    assert_eq!(tidy.revision, Some(1));
+    assert!(decode(&tidy.bytes).outbox.is_empty());
+    assert!(s.keep.is_some());
+}
+
+#[test]
+fn a_first_delivery_is_applied_even_if_its_sequence_is_in_the_outbox() {
+    let wf = workflow();
+    let (record, d) = started(&wf);
+    let s = steps(
+        plan(
+            &wf,
+            "k",
+            &execution(),
+            fresh(1, record),
+            &succeeded(d.task),
+            first(1),
+            stamp(1),
+        )
+        .unwrap(),
+    );
+    assert!(s.commit.is_some());
+}
+
+#[test]
+fn settled_entries_are_dropped_at_the_next_commit_and_others_stay() {
+    let wf = workflow();
+    let (mut record, d) = started(&wf);
+    // Another replica's entry, its event still in hand there.
+    record.outbox.push(OutboxEntry {
+        seq: 5,
+        at: Millis(0),
+        commands: Vec::new(),
+        results: Vec::new(),
+        history: None,
+    });
+    let loaded = Loaded {
+        settled: BTreeSet::from([1]),
+        ..fresh(1, record)
+    };
+    let s = steps(
+        plan(
+            &wf,
+            "k",
+            &execution(),
+            loaded,
+            &succeeded(d.task),
+            first(9),
+            stamp(10),
+        )
+        .unwrap(),
+    );
+    let stored = decode(&s.commit.expect("a commit").bytes);
+    let seqs: Vec<u64> = stored.outbox.iter().map(|e| e.seq).collect();
+    assert_eq!(
+        seqs,
+        vec![5, 9],
+        "the acked start's entry went, the others stay"
+    );
+}
+
+#[test]
+fn a_run_that_ends_is_not_cached() {
+    let wf = workflow();
+    let (record, a) = started(&wf);
+    let s = steps(
+        plan(
+            &wf,
+            "k",
+            &execution(),
+            fresh(1, record),
+            &succeeded(a.task),
+            first(2),
+            stamp(1),
+        )
+        .unwrap(),
+    );
+    let b = s
+        .commands
+        .iter()
+        .find_map(|c| match c {
+            Command::Dispatch(d) => Some(d.task.clone()),
+            _ => None,
+        })
+        .expect("b is dispatched");
+    let record = s.keep.expect("still running: cached");
+    let s = steps(
+        plan(
+            &wf,
+            "k",
+            &execution(),
+            fresh(2, record),
+            &succeeded(b),
+            first(3),
+            stamp(2),
+        )
+        .unwrap(),
+    );
+    let stored = decode(&s.commit.expect("a commit").bytes);
+    assert!(stored.state.status.is_terminal());
+    assert!(s
+        .commands
+        .iter()
+        .any(|c| matches!(c, Command::Finish { .. })));
+    assert!(s.keep.is_none());
+}
+
+#[test]
+fn a_request_resent_from_the_same_address_changes_nothing() {
+    let wf = workflow();
+    let (record, _) = started(&wf);
+    let p = plan(
+        &wf,
+        "k",
+        &execution(),
+        fresh(1, record),
+        &resent("inbox.first"),
+        first(2),
+        stamp(1),
+    );
+    assert!(matches!(p.unwrap(), Plan::Ack { keep: Some(_) }));
+}
+
+#[test]
+fn a_caller_from_another_address_joins_a_running_run_and_hears_of_it() {
+    let wf = workflow();
+    let (record, a) = started(&wf);
+    let s = steps(
+        plan(
+            &wf,
+            "k",
+            &execution(),
+            fresh(1, record),
+            &resent("inbox.second"),
+            first(2),
+            stamp(1),
+        )
+        .unwrap(),
+    );
+    assert!(s.commands.is_empty(), "nothing to tell it yet");
+    let stored = decode(&s.commit.expect("a commit").bytes);
+    assert_eq!(stored.attached.len(), 1);
+    assert!(stored.attached[0].attached);
+    // From now on every command goes to both callers.
+    let s = steps(
+        plan(
+            &wf,
+            "k",
+            &execution(),
+            fresh(2, stored),
+            &succeeded(a.task),
+            first(3),
+            stamp(2),
+        )
+        .unwrap(),
+    );
+    let callers: Vec<_> = s
+        .callers
+        .iter()
+        .map(|c| c.reply_to.clone().unwrap())
+        .collect();
+    assert_eq!(callers, vec!["inbox.first", "inbox.second"]);
+}
+
+#[test]
+fn a_caller_joining_an_ended_run_gets_its_final_reply_alone() {
+    let wf = workflow();
+    let (mut record, _) = started(&wf);
+    record.state.status = crate::core::RunStatus::Success;
+    record.state.output = Some(json!({"b": 1}));
+    let s = steps(
+        plan(
+            &wf,
+            "k",
+            &execution(),
+            fresh(5, record),
+            &resent("inbox.late"),
+            first(6),
+            stamp(1),
+        )
+        .unwrap(),
+    );
+    assert_eq!(s.callers.len(), 1);
+    assert_eq!(s.callers[0].reply_to.as_deref(), Some("inbox.late"));
+    assert_eq!(
+        s.commands,
+        vec![Command::Finish {
+            status: crate::core::RunStatus::Success,
+            output: Some(json!({"b": 1})),
+            error: None,
+        }]
+    );
+    let stored = decode(&s.commit.expect("a commit").bytes);
+    assert!(
+        stored.outbox.iter().any(|e| e.seq == 6),
+        "kept for a redelivery"
+    );
+}
+
+#[test]
+fn a_second_start_from_another_address_joins_like_an_attach() {
+    let wf = workflow();
+    let (record, _) = started(&wf);
+    let again = Envelope {
+        caller: Some(Caller {
+            reply_to: Some("inbox.other".into()),
+            ..Caller::default()
+        }),
+        ..start()
+    };
+    let s = steps(
+        plan(
+            &wf,
+            "k",
+            &execution(),
+            fresh(1, record.clone()),
+            &again,
+            first(2),
+            stamp(1),
+        )
+        .unwrap(),
+    );
+    assert_eq!(decode(&s.commit.expect("a commit").bytes).attached.len(), 1);
+    let p = plan(
+        &wf,
+        "k",
+        &execution(),
+        fresh(1, record),
+        &start(),
+        first(2),
+        stamp(1),
+    );
+    assert!(
+        matches!(p.unwrap(), Plan::Ack { .. }),
+        "the same caller's start changes nothing"
+    );
+}
+
+#[test]
+fn a_cancel_that_overtakes_the_start_is_kept_and_ends_the_run_for_its_caller() {
+    let wf = workflow();
+    let cancel = Envelope::event(Event::CancelRequested { reason: None });
+    let s = steps(plan(&wf, "k", &execution(), none(), &cancel, first(1), stamp(0)).unwrap());
+    let commit = s.commit.expect("the cancel is kept in a record");
+    assert!(
+        commit.ends_run,
+        "a kept cancel expires if its run never starts"
+    );
+    let kept = decode(&commit.bytes);
+    assert!(!kept.state.started && kept.state.cancel_requested);
+    let s = steps(
+        plan(
+            &wf,
+            "k",
+            &execution(),
+            fresh(1, kept),
+            &start(),
+            first(2),
+            stamp(1),
+        )
+        .unwrap(),
+    );
+    assert_eq!(
+        s.callers[0].reply_to.as_deref(),
+        Some("inbox.first"),
+        "the start's caller is answered"
+    );
+    assert!(s.commands.iter().any(|c| matches!(
+        c,
+        Command::Finish {
+            status: crate::core::RunStatus::Cancelled,
+            ..
+        }
+    )));
+    assert!(!s.commands.iter().any(|c| matches!(c, Command::Dispatch(_))));
+}
