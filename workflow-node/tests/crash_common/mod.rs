@@ -162,9 +162,13 @@ pub(crate) async fn check_records(client: &async_nats::Client, runs: usize) -> V
         .get_key_value(names::runs_bucket("mesh"))
         .await
         .expect("runs bucket");
+    let inspector = workflow_node::shell::inspect::Inspector::open(client.clone(), "mesh")
+        .await
+        .expect("runs bucket");
     let mut problems = Vec::new();
     let mut statuses: HashMap<String, usize> = HashMap::new();
     let mut largest_outbox = 0;
+    let mut history_entries = 0;
     for i in 0..runs {
         let execution = names::execution_id(NAME, &request_id(i));
         let key = names::run_key(NAME, &execution);
@@ -183,6 +187,21 @@ pub(crate) async fn check_records(client: &async_nats::Client, runs: usize) -> V
                     // Entries go once their events are acked, whichever replica commits:
                     // only those in flight at the run's last commit can remain.
                     largest_outbox = largest_outbox.max(record.outbox.len());
+                    // Every event that changed the run is in its history, once, in order,
+                    // whichever replica applied it and whatever was killed in between.
+                    match inspector.history(NAME, &execution).await {
+                        Ok(history) => {
+                            history_entries += history.len();
+                            let ns: Vec<u64> = history.iter().map(|e| e.n).collect();
+                            if ns != (1..=record.applied).collect::<Vec<_>>() {
+                                problems.push(format!(
+                                    "run {i} ({execution}) applied {} events, its history has {ns:?}",
+                                    record.applied
+                                ));
+                            }
+                        }
+                        Err(e) => problems.push(format!("run {i}: reading its history: {e}")),
+                    }
                     if record.outbox.len() > MAX_OUTBOX {
                         problems.push(format!(
                             "run {i} ({execution}) holds {} outbox entries",
@@ -196,7 +215,10 @@ pub(crate) async fn check_records(client: &async_nats::Client, runs: usize) -> V
             Err(e) => problems.push(format!("run {i}: reading its record: {e}")),
         }
     }
-    eprintln!("run records by status: {statuses:?}; largest outbox {largest_outbox}");
+    eprintln!(
+        "run records by status: {statuses:?}; largest outbox {largest_outbox}; \
+         {history_entries} history entries"
+    );
     problems
 }
 
