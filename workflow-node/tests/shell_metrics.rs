@@ -216,15 +216,17 @@ async fn a_scrape_counts_the_runs_nodes_and_agent_calls_of_a_few_runs() {
         assert!(!s.text.contains(id.as_str()), "run id {id} is on a label");
     }
 
-    // The pending counts come from a periodic read of each workflow's consumer.
-    let s = scrape_until(addr, |s| {
-        ["Chain", "Broken", "Retried"]
-            .iter()
-            .all(|w| s.has("workflow_events_pending", &[("workflow", w)]))
+    // The pending counts come from a periodic read of each workflow's consumer: once
+    // every event is acked, a read shows none pending and none unacked.
+    scrape_until(addr, |s| {
+        ["Chain", "Broken", "Retried"].iter().all(|w| {
+            let wf = [("workflow", *w)];
+            s.has("workflow_events_pending", &wf)
+                && s.sum("workflow_events_pending", &wf) == 0.0
+                && s.sum("workflow_events_unacked", &wf) == 0.0
+        })
     })
     .await;
-    assert_eq!(s.sum("workflow_events_pending", &[]), 0.0, "all processed");
-    assert_eq!(s.sum("workflow_events_unacked", &[]), 0.0, "all acked");
 }
 
 #[tokio::test]
@@ -306,4 +308,99 @@ async fn two_replicas_racing_on_the_same_runs_count_each_run_node_and_call_once(
             .collect::<Vec<_>>()
     );
     replica.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_event_delivered_again_is_counted_as_a_redelivery_and_its_run_once() {
+    use async_nats::jetstream::consumer::PullConsumer;
+    use async_nats::jetstream::AckKind;
+    use futures::StreamExt;
+    use workflow_node::core::{Event, ExecutionId};
+    use workflow_node::shell::{names, Caller, Envelope};
+
+    // The consumer is made with a short ack wait by a first node, which then stops.
+    let short = Config {
+        ack_wait: Duration::from_secs(1),
+        ..config()
+    };
+    let m = mesh(STUBS, &[CHAIN], short.clone()).await;
+    let client = m.client.clone();
+    m.node.shutdown().await;
+
+    // A start, taken by the test and not acked: the stream delivers it again.
+    let execution = ExecutionId("0123456789abcdef0123456789abcdef".into());
+    let envelope = Envelope {
+        event: Event::Started {
+            input: json!({"value": 2}),
+        },
+        caller: Some(Caller::default()),
+        attach: false,
+    };
+    let js = async_nats::jetstream::new(client.clone());
+    let subject = messages::subjects::run_events("mesh", "Chain", &execution.0);
+    let payload = serde_json::to_vec(&envelope).expect("json");
+    js.publish(subject, payload.into())
+        .await
+        .expect("publish")
+        .await
+        .expect("stored");
+    let consumer: PullConsumer = js
+        .get_consumer_from_stream(names::CONSUMER, names::event_stream("mesh", "Chain"))
+        .await
+        .expect("consumer");
+    let mut batch = consumer
+        .fetch()
+        .max_messages(1)
+        .messages()
+        .await
+        .expect("fetch");
+    let held = batch.next().await.expect("an event").expect("a message");
+    assert_eq!(held.info().expect("info").delivered, 1);
+
+    let node = WorkflowNode::start(client.clone(), workflows(&[CHAIN]), short)
+        .await
+        .expect("node");
+    let addr = node.metrics_addr().expect("served");
+
+    // Held (its lease renewed), it shows as delivered and not acked ...
+    let held = std::sync::Arc::new(held);
+    let renew = {
+        let held = held.clone();
+        tokio::spawn(async move {
+            loop {
+                let _ = held.ack_with(AckKind::Progress).await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    scrape_until(addr, |s| {
+        s.sum("workflow_events_unacked", &[("workflow", "Chain")]) == 1.0
+    })
+    .await;
+    renew.abort();
+    // ... until it is given back, and the node has it delivered again.
+    held.ack_with(AckKind::Nak(None)).await.expect("nak");
+    let s = scrape_until(addr, |s| {
+        s.sum("workflow_runs_ended_total", &[("workflow", "Chain")]) == 1.0
+    })
+    .await;
+    assert_eq!(
+        s.sum(
+            "workflow_events_redelivered_total",
+            &[("workflow", "Chain")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        s.sum("workflow_runs_started_total", &[("workflow", "Chain")]),
+        1.0
+    );
+    assert_eq!(
+        s.sum(
+            "workflow_runs_ended_total",
+            &[("workflow", "Chain"), ("status", "success")]
+        ),
+        1.0
+    );
+    node.shutdown().await;
 }

@@ -251,8 +251,10 @@ impl Metrics {
         let provider = provider.clone();
         match tokio::task::spawn_blocking(move || provider.shutdown()).await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!("flushing the metrics: {e}"),
-            Err(e) => tracing::warn!("flushing the metrics: {e}"),
+            // The SDK says little more (e.g. "Failed to shutdown"): an exporter that could
+            // not reach its endpoint.
+            Ok(Err(e)) => tracing::warn!("the last metrics may not have been exported: {e}"),
+            Err(e) => tracing::warn!("the last metrics were not exported: {e}"),
         }
     }
 }

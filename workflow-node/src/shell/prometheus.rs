@@ -15,14 +15,16 @@ use opentelemetry_sdk::metrics::data::{AggregatedMetrics, Metric, MetricData, Re
 /// The media type of [`render`]'s text.
 pub(super) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// One metric family: its help, type and sample lines.
+/// One metric family: its help, type, and the sample lines of each series.
 struct Family {
     help: String,
     kind: &'static str,
-    samples: Vec<String>,
+    /// Per series (data point), its labels as written and its lines in order (a
+    /// histogram's buckets by increasing `le`, then `_sum` and `_count`).
+    series: Vec<(String, Vec<String>)>,
 }
 
-/// Renders every metric of `metrics`, families sorted by name, samples by their labels.
+/// Renders every metric of `metrics`: families sorted by name, series by their labels.
 pub(super) fn render(metrics: &ResourceMetrics) -> String {
     let mut families: BTreeMap<String, Family> = BTreeMap::new();
     for scope in metrics.scope_metrics() {
@@ -36,13 +38,13 @@ pub(super) fn render(metrics: &ResourceMetrics) -> String {
     }
     let mut out = String::new();
     for (name, mut family) in families {
-        family.samples.sort();
+        family.series.sort_by(|a, b| a.0.cmp(&b.0));
         if !family.help.is_empty() {
             let _ = writeln!(out, "# HELP {name} {}", escape_help(&family.help));
         }
         let _ = writeln!(out, "# TYPE {name} {}", family.kind);
-        for sample in family.samples {
-            out.push_str(&sample);
+        for line in family.series.iter().flat_map(|(_, lines)| lines) {
+            out.push_str(line);
             out.push('\n');
         }
     }
@@ -72,17 +74,17 @@ impl Number for f64 {
     }
 }
 
-/// Adds `metric`'s samples to its family; a second metric of one name and another type
+/// Adds `metric`'s series to its family; a second metric of one name and another type
 /// (two instrumentation scopes disagreeing) is left out rather than mixed in.
 fn add<T: Number>(families: &mut BTreeMap<String, Family>, metric: &Metric, data: &MetricData<T>) {
     let base = base_name(metric.name(), metric.unit());
-    let (name, kind, samples) = match data {
+    let (name, kind, series) = match data {
         MetricData::Gauge(g) => {
-            let samples = g
+            let series: Vec<_> = g
                 .data_points()
-                .map(|p| sample(&base, p.attributes(), None, p.value().text()))
+                .map(|p| single(&base, labels(p.attributes()), p.value().text()))
                 .collect();
-            (base, "gauge", samples)
+            (base, "gauge", series)
         }
         MetricData::Sum(s) => {
             let (name, kind) = if s.is_monotonic() {
@@ -90,67 +92,92 @@ fn add<T: Number>(families: &mut BTreeMap<String, Family>, metric: &Metric, data
             } else {
                 (base, "gauge")
             };
-            let samples = s
+            let series = s
                 .data_points()
-                .map(|p| sample(&name, p.attributes(), None, p.value().text()))
+                .map(|p| single(&name, labels(p.attributes()), p.value().text()))
                 .collect();
-            (name, kind, samples)
+            (name, kind, series)
         }
         MetricData::Histogram(h) => {
-            let mut samples = Vec::new();
-            for p in h.data_points() {
-                let mut cumulative = 0;
-                let bucket = format!("{base}_bucket");
-                for (bound, count) in p.bounds().zip(p.bucket_counts()) {
-                    cumulative += count;
-                    let le = Some(float(bound));
-                    samples.push(sample(&bucket, p.attributes(), le, cumulative.to_string()));
-                }
-                let le = Some("+Inf".to_string());
-                samples.push(sample(&bucket, p.attributes(), le, p.count().to_string()));
-                let sum = format!("{base}_sum");
-                samples.push(sample(&sum, p.attributes(), None, p.sum().text()));
-                let count = format!("{base}_count");
-                samples.push(sample(&count, p.attributes(), None, p.count().to_string()));
-            }
-            (base, "histogram", samples)
+            let series = h
+                .data_points()
+                .map(|p| {
+                    let labels = labels(p.attributes());
+                    let bucket = format!("{base}_bucket");
+                    let mut lines = Vec::new();
+                    let mut cumulative = 0;
+                    for (bound, count) in p.bounds().zip(p.bucket_counts()) {
+                        cumulative += count;
+                        let le = ("le".to_string(), float(bound));
+                        lines.push(sample(&bucket, &labels, Some(le), cumulative.to_string()));
+                    }
+                    let le = ("le".to_string(), "+Inf".to_string());
+                    lines.push(sample(&bucket, &labels, Some(le), p.count().to_string()));
+                    let sum = format!("{base}_sum");
+                    lines.push(sample(&sum, &labels, None, p.sum().text()));
+                    let count = format!("{base}_count");
+                    lines.push(sample(&count, &labels, None, p.count().to_string()));
+                    (key(&labels), lines)
+                })
+                .collect();
+            (base, "histogram", series)
         }
         MetricData::ExponentialHistogram(_) => return,
     };
     let family = families.entry(name).or_insert_with(|| Family {
         help: metric.description().to_string(),
         kind,
-        samples: Vec::new(),
+        series: Vec::new(),
     });
     if family.kind == kind {
-        family.samples.extend(samples);
+        family.series.extend(series);
     }
 }
 
-/// One sample line (without its newline): `name{labels} value`.
-fn sample<'a>(
-    name: &str,
-    attributes: impl Iterator<Item = &'a KeyValue>,
-    le: Option<String>,
-    value: String,
-) -> String {
-    let mut labels: Vec<String> = attributes
+/// A series of one sample.
+fn single(name: &str, labels: Vec<(String, String)>, value: String) -> (String, Vec<String>) {
+    (key(&labels), vec![sample(name, &labels, None, value)])
+}
+
+/// A data point's labels, valid and escaped, sorted by name: a series always reads the
+/// same.
+fn labels<'a>(attributes: impl Iterator<Item = &'a KeyValue>) -> Vec<(String, String)> {
+    let mut pairs: Vec<(String, String)> = attributes
         .map(|kv| {
-            let value = kv.value.as_str();
-            format!(
-                "{}=\"{}\"",
+            (
                 label_name(kv.key.as_str()),
-                escape_value(&value)
+                escape_value(&kv.value.as_str()),
             )
         })
         .collect();
-    if let Some(le) = le {
-        labels.push(format!("le=\"{le}\""));
+    pairs.sort();
+    pairs
+}
+
+/// What series are sorted by: their labels as written.
+fn key(labels: &[(String, String)]) -> String {
+    let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+    pairs.join(",")
+}
+
+/// One sample line (without its newline): `name{labels,le} value`.
+fn sample(
+    name: &str,
+    labels: &[(String, String)],
+    le: Option<(String, String)>,
+    value: String,
+) -> String {
+    let mut all = key(labels);
+    if let Some((k, v)) = le {
+        if !all.is_empty() {
+            all.push(',');
+        }
+        all.push_str(&format!("{k}=\"{v}\""));
     }
-    if labels.is_empty() {
+    if all.is_empty() {
         format!("{name} {value}")
     } else {
-        format!("{name}{{{}}} {value}", labels.join(","))
+        format!("{name}{{{all}}} {value}")
     }
 }
 
@@ -306,38 +333,44 @@ mod tests {
             for v in [0.05, 0.5, 0.75, 5.0] {
                 h.record(v, &attrs);
             }
+            h.record(20.0, &[KeyValue::new("status", "failure")]);
         });
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], "# TYPE workflow_run_duration_seconds histogram");
-        let mut samples = lines[1..].to_vec();
-        samples.sort();
+        // Buckets in increasing `le`, then the sum and the count, one series after another.
         assert_eq!(
-            samples,
-            vec![
-                "workflow_run_duration_seconds_bucket{status=\"success\",le=\"+Inf\"} 4",
-                "workflow_run_duration_seconds_bucket{status=\"success\",le=\"0.1\"} 1",
-                "workflow_run_duration_seconds_bucket{status=\"success\",le=\"1\"} 3",
-                "workflow_run_duration_seconds_count{status=\"success\"} 4",
-                "workflow_run_duration_seconds_sum{status=\"success\"} 6.3",
-            ]
+            text,
+            "# TYPE workflow_run_duration_seconds histogram\n\
+             workflow_run_duration_seconds_bucket{status=\"failure\",le=\"0.1\"} 0\n\
+             workflow_run_duration_seconds_bucket{status=\"failure\",le=\"1\"} 0\n\
+             workflow_run_duration_seconds_bucket{status=\"failure\",le=\"+Inf\"} 1\n\
+             workflow_run_duration_seconds_sum{status=\"failure\"} 20\n\
+             workflow_run_duration_seconds_count{status=\"failure\"} 1\n\
+             workflow_run_duration_seconds_bucket{status=\"success\",le=\"0.1\"} 1\n\
+             workflow_run_duration_seconds_bucket{status=\"success\",le=\"1\"} 3\n\
+             workflow_run_duration_seconds_bucket{status=\"success\",le=\"+Inf\"} 4\n\
+             workflow_run_duration_seconds_sum{status=\"success\"} 6.3\n\
+             workflow_run_duration_seconds_count{status=\"success\"} 4\n"
         );
     }
 
     #[test]
-    fn label_values_and_help_are_escaped_and_names_made_valid() {
+    fn labels_are_sorted_values_and_help_escaped_and_names_made_valid() {
         let text = rendered(|m| {
             let c = m
                 .u64_counter("odd-name./x")
                 .with_description("line one\nback\\slash")
                 .with_unit("By")
                 .build();
-            c.add(1, &[KeyValue::new("a.b", "q\"uo\\te\nnl")]);
+            let labels = [
+                KeyValue::new("z", "last"),
+                KeyValue::new("a.b", "q\"uo\\te\nnl"),
+            ];
+            c.add(1, &labels);
         });
         assert_eq!(
             text,
             "# HELP odd_name_x_bytes_total line one\\nback\\\\slash\n\
              # TYPE odd_name_x_bytes_total counter\n\
-             odd_name_x_bytes_total{a_b=\"q\\\"uo\\\\te\\nnl\"} 1\n"
+             odd_name_x_bytes_total{a_b=\"q\\\"uo\\\\te\\nnl\",z=\"last\"} 1\n"
         );
     }
 
