@@ -10,16 +10,8 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::routing::post;
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
-use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point};
-use prost::Message as _;
 use serde_json::json;
 use workflow_node::cli::client::invoke;
 
@@ -286,77 +278,10 @@ async fn serve_prints_its_metrics_address_and_a_scrape_counts_its_runs() {
     assert!(serve.terminate().await.success());
 }
 
-/// What an OTLP/HTTP receiver got: every decoded export request.
-type Received = Arc<Mutex<Vec<ExportMetricsServiceRequest>>>;
-
-/// An OTLP/HTTP metrics receiver on a free loopback port: `POST /v1/metrics`, protobuf.
-async fn receiver() -> (SocketAddr, Received) {
-    let received = Received::default();
-    let app = axum::Router::new()
-        .route(
-            "/v1/metrics",
-            post(|State(r): State<Received>, body: Bytes| async move {
-                let request = ExportMetricsServiceRequest::decode(body).expect("OTLP protobuf");
-                r.lock().expect("lock").push(request);
-                axum::http::StatusCode::OK
-            }),
-        )
-        .with_state(received.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (addr, received)
-}
-
-fn string_attr(attrs: &[KeyValue], key: &str) -> Option<String> {
-    attrs.iter().find(|kv| kv.key == key).and_then(|kv| {
-        match kv.value.as_ref()?.value.as_ref()? {
-            any_value::Value::StringValue(s) => Some(s.clone()),
-            _ => None,
-        }
-    })
-}
-
-/// The last value of the cumulative sum `name` for `workflow`, with the service name of
-/// the resource it came from.
-fn last_sum(
-    received: &[ExportMetricsServiceRequest],
-    name: &str,
-    workflow: &str,
-) -> Option<(i64, String)> {
-    let mut last = None;
-    for request in received {
-        for rm in &request.resource_metrics {
-            let service = rm
-                .resource
-                .as_ref()
-                .and_then(|r| string_attr(&r.attributes, "service.name"))
-                .unwrap_or_default();
-            let metrics = rm.scope_metrics.iter().flat_map(|s| &s.metrics);
-            for m in metrics.filter(|m| m.name == name) {
-                let Some(metric::Data::Sum(sum)) = &m.data else {
-                    continue;
-                };
-                for p in &sum.data_points {
-                    if string_attr(&p.attributes, "workflow").as_deref() != Some(workflow) {
-                        continue;
-                    }
-                    if let Some(number_data_point::Value::AsInt(v)) = p.value {
-                        last = Some((v, service.clone()));
-                    }
-                }
-            }
-        }
-    }
-    last
-}
-
 #[tokio::test]
 async fn serve_exports_over_otlp_http_and_its_sigterm_drain_flushes_the_last_counts() {
     let s = setup().await;
-    let (otlp, received) = receiver().await;
+    let (otlp, received) = metrics_common::otlp_receiver().await;
     let endpoint = format!("http://{otlp}");
     // An interval far beyond the test: only the drain's flush can export the counts.
     let env = [
@@ -376,11 +301,11 @@ async fn serve_exports_over_otlp_http_and_its_sigterm_drain_flushes_the_last_cou
     assert!(serve.terminate().await.success());
     let received = received.lock().expect("lock");
     assert_eq!(
-        last_sum(&received, "workflow.runs.started", "Chain"),
+        metrics_common::last_sum(&received, "workflow.runs.started", "Chain"),
         Some((3, "metrics-test".to_string()))
     );
     assert_eq!(
-        last_sum(&received, "workflow.runs.started", "Broken").map(|s| s.0),
+        metrics_common::last_sum(&received, "workflow.runs.started", "Broken").map(|s| s.0),
         Some(1)
     );
     let names: std::collections::BTreeSet<&str> = received

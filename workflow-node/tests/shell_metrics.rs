@@ -404,3 +404,35 @@ async fn an_event_delivered_again_is_counted_as_a_redelivery_and_its_run_once() 
     );
     node.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_node_pushes_its_metrics_to_a_configured_otlp_endpoint_when_it_shuts_down() {
+    let (otlp, received) = metrics_common::otlp_receiver().await;
+    let config = Config {
+        metrics: MetricsConfig {
+            addr: None,
+            otlp: Otlp::Http(format!("http://{otlp}/v1/metrics")),
+            ..MetricsConfig::default()
+        },
+        ..config()
+    };
+    let m = mesh(STUBS, &[CHAIN], config).await;
+    assert_eq!(m.node.metrics_addr(), None, "no address asked for");
+    for i in 0..2 {
+        let r = run(&m.client, "Chain", json!({"value": i})).await;
+        assert_eq!(r.status, "success", "{:?}", r.error);
+    }
+    settled(&m.client, "Chain").await;
+    // The export interval (60 s unless OTEL_METRIC_EXPORT_INTERVAL says otherwise) has
+    // not passed: the counts arrive with the shutdown's flush.
+    m.node.shutdown().await;
+    let received = received.lock().expect("lock");
+    assert_eq!(
+        metrics_common::last_sum(&received, "workflow.runs.started", "Chain").map(|s| s.0),
+        Some(2)
+    );
+    assert_eq!(
+        metrics_common::last_sum(&received, "workflow.runs.ended", "Chain").map(|s| s.0),
+        Some(2)
+    );
+}

@@ -1,12 +1,22 @@
 //! Shared by the metrics tests: a scrape of `/metrics` over real HTTP/1.1 (a plain GET on
 //! a TCP connection, read to its end), and the Prometheus text it answers, parsed into
-//! samples that tests sum by name and labels.
+//! samples that tests sum by name and labels; an OTLP/HTTP receiver that decodes the
+//! protobuf export requests it is sent.
 
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::routing::post;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
+use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point};
+use prost::Message as _;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -178,4 +188,71 @@ fn parse_line(line: &str) -> Option<Sample> {
         labels,
         value,
     })
+}
+
+/// What an OTLP/HTTP receiver got: every decoded export request.
+pub(crate) type Received = Arc<Mutex<Vec<ExportMetricsServiceRequest>>>;
+
+/// An OTLP/HTTP metrics receiver on a free loopback port: `POST /v1/metrics`, protobuf.
+pub(crate) async fn otlp_receiver() -> (SocketAddr, Received) {
+    let received = Received::default();
+    let app = axum::Router::new()
+        .route(
+            "/v1/metrics",
+            post(|State(r): State<Received>, body: Bytes| async move {
+                let request = ExportMetricsServiceRequest::decode(body).expect("OTLP protobuf");
+                r.lock().expect("lock").push(request);
+                axum::http::StatusCode::OK
+            }),
+        )
+        .with_state(received.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, received)
+}
+
+fn string_attr(attrs: &[KeyValue], key: &str) -> Option<String> {
+    attrs.iter().find(|kv| kv.key == key).and_then(|kv| {
+        match kv.value.as_ref()?.value.as_ref()? {
+            any_value::Value::StringValue(s) => Some(s.clone()),
+            _ => None,
+        }
+    })
+}
+
+/// The last value of the cumulative sum `name` for `workflow`, with the service name of
+/// the resource it came from.
+pub(crate) fn last_sum(
+    received: &[ExportMetricsServiceRequest],
+    name: &str,
+    workflow: &str,
+) -> Option<(i64, String)> {
+    let mut last = None;
+    for request in received {
+        for rm in &request.resource_metrics {
+            let service = rm
+                .resource
+                .as_ref()
+                .and_then(|r| string_attr(&r.attributes, "service.name"))
+                .unwrap_or_default();
+            let metrics = rm.scope_metrics.iter().flat_map(|s| &s.metrics);
+            for m in metrics.filter(|m| m.name == name) {
+                let Some(metric::Data::Sum(sum)) = &m.data else {
+                    continue;
+                };
+                for p in &sum.data_points {
+                    if string_attr(&p.attributes, "workflow").as_deref() != Some(workflow) {
+                        continue;
+                    }
+                    if let Some(number_data_point::Value::AsInt(v)) = p.value {
+                        last = Some((v, service.clone()));
+                    }
+                }
+            }
+        }
+    }
+    last
 }
