@@ -1,6 +1,7 @@
 //! `workflow-node serve FILE_OR_DIR...`: host workflows on the mesh until SIGINT/SIGTERM,
 //! then drain (stop taking events, finish the one in hand, exit).
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::connect::{connect, connect_when_up, NatsArgs};
-use crate::shell::{Config, WorkflowNode};
+use crate::shell::{Config, MetricsConfig, WorkflowNode};
 
 /// Arguments of `serve`.
 #[derive(Debug, clap::Args)]
@@ -39,6 +40,11 @@ pub struct Args {
     /// `30s`; a bare number is seconds).
     #[arg(long, default_value = "7d", value_parser = retention)]
     pub retention: Duration,
+    /// Serve metrics in the Prometheus text format at `http://ADDR/metrics` (for example
+    /// `0.0.0.0:9464`; port 0 picks a free one, printed at start). Metrics also go over
+    /// OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 fn retention(text: &str) -> Result<Duration, String> {
@@ -67,6 +73,10 @@ pub fn run(args: Args) -> ExitCode {
             replicas: args.replicas,
             max_concurrent_requests: args.max_concurrent_requests as usize,
             retention: args.retention,
+            metrics: MetricsConfig {
+                addr: args.metrics_addr,
+                ..MetricsConfig::default()
+            },
             ..Config::default()
         };
         let names: Vec<String> = workflows.iter().map(|w| w.name.clone()).collect();
@@ -79,6 +89,9 @@ pub fn run(args: Args) -> ExitCode {
             conn.url,
             args.nats.namespace
         );
+        if let Some(addr) = node.metrics_addr() {
+            eprintln!("metrics at http://{addr}/metrics");
+        }
         let code = tokio::select! {
             signal = wait_for_signal() => {
                 signal?;

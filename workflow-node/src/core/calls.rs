@@ -50,17 +50,23 @@ pub fn call_request(
     Cx::reading(workflow, state).call_request(task).ok()
 }
 
+/// The definition of the call a task makes (a fork branch's, or its node's); `None` for a
+/// task of no call of `workflow`.
+pub fn call_of<'w>(workflow: &'w Workflow, task: &TaskKey) -> Option<&'w Call> {
+    let node = workflow.node(&task.node)?;
+    match (&node.kind, task.slot) {
+        (NodeKind::Fork { branches, .. }, Slot::Branch(i)) => {
+            branches.get(i as usize).map(|b| &b.call)
+        }
+        (NodeKind::Call(call), _) => Some(call),
+        _ => None,
+    }
+}
+
 impl Cx<'_> {
     /// The definition of the call a task makes.
     pub(super) fn call_def(&self, key: &TaskKey) -> Option<&Call> {
-        let node = self.wf.node(&key.node)?;
-        match (&node.kind, key.slot) {
-            (NodeKind::Fork { branches, .. }, Slot::Branch(i)) => {
-                branches.get(i as usize).map(|b| &b.call)
-            }
-            (NodeKind::Call(call), _) => Some(call),
-            _ => None,
-        }
+        call_of(self.wf, key)
     }
 
     /// Creates a call (its input already resolved once by the caller, so a template that
@@ -70,6 +76,7 @@ impl Cx<'_> {
         let state = CallState {
             attempt: 1,
             phase: CallPhase::Queued,
+            dispatched_at: None,
         };
         self.st.calls.insert(key.clone(), state);
         self.queue_or_dispatch(key);
@@ -102,6 +109,7 @@ impl Cx<'_> {
             return;
         };
         call.phase = CallPhase::Running { deadline };
+        call.dispatched_at = Some(self.now);
         let attempt = call.attempt;
         let dispatch = Dispatch {
             task: key.clone(),

@@ -22,7 +22,7 @@ mod state;
 mod testkit;
 mod types;
 
-pub use calls::call_request;
+pub use calls::{call_of, call_request};
 pub use engine::apply;
 pub use state::{CallPhase, CallState, Detail, Execution, ForkState, MapState, NodeState};
 pub use types::{

@@ -166,6 +166,10 @@ pub struct CallState {
     pub attempt: u32,
     /// Queued, running or backing off.
     pub phase: CallPhase,
+    /// When the attempt was last dispatched: the start of its latency. `None` until the
+    /// first dispatch (and in records written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatched_at: Option<Millis>,
 }
 
 /// Where a call is.

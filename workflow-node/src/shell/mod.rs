@@ -14,6 +14,8 @@
 //! - `history`: every event applied to a run, kept for the retention in a stream.
 //! - `statuses`: agents' status updates on a run's calls, forwarded to its callers.
 //! - `inspect`: reading runs and their history for the operator's CLI.
+//! - `metrics`, `observe`, `prometheus`, `scrape`: OpenTelemetry metrics (what a committed
+//!   event did, recorded once), exported over OTLP and served at `/metrics`.
 //!
 //! Nothing about a run lives only in one process: its state is in KV, its events in a
 //! stream, its timers in KV. Any replica carries on any run.
@@ -27,21 +29,26 @@ mod health;
 pub mod history;
 pub mod inspect;
 mod lease;
+mod metrics;
 pub mod names;
+mod observe;
 mod outbox;
 mod plan;
+mod prometheus;
 pub mod record;
 mod registry;
 mod reply;
 mod requests;
 mod retry;
 pub mod statuses;
+mod scrape;
 mod store;
 pub mod timers;
 pub mod wire;
 mod worker;
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -60,6 +67,7 @@ use crate::core::{Event, ExecutionId, Millis};
 use crate::definition::Workflow;
 pub use error::{Error, Result};
 pub use health::Health;
+pub use metrics::{MetricsConfig, Otlp};
 pub use record::{Caller, RunRecord};
 pub use registry::{full_card, Registry, CARD_EXPIRY_INTERVALS};
 
@@ -102,6 +110,9 @@ pub struct Config {
     pub cache_bytes: usize,
     /// The name this replica gives itself in runs' histories (default: `{host}-{pid}`).
     pub replica: Option<String>,
+    /// Metrics: served at an address, exported over OTLP, or neither (the default unless
+    /// the `OTEL_EXPORTER_OTLP_*ENDPOINT` variables are set).
+    pub metrics: MetricsConfig,
 }
 
 impl Default for Config {
@@ -120,6 +131,7 @@ impl Default for Config {
             retention: Duration::from_secs(7 * 24 * 3600),
             cache_bytes: 256 << 20,
             replica: None,
+            metrics: MetricsConfig::default(),
         }
     }
 }
@@ -166,6 +178,7 @@ pub struct Shared {
     health: Health,
     /// This replica's name in runs' histories.
     replica: String,
+    metrics: metrics::Metrics,
 }
 
 /// The default name of a replica: the host's name and the process id.
@@ -386,6 +399,7 @@ pub struct WorkflowNode {
     stop: tokio::sync::watch::Sender<bool>,
     consumers: Vec<JoinHandle<Result<()>>>,
     background: Vec<JoinHandle<()>>,
+    metrics_addr: Option<SocketAddr>,
 }
 
 impl WorkflowNode {
@@ -416,6 +430,11 @@ impl WorkflowNode {
             .map(|w| (w.name.clone(), crate::visual::agent_card(w, &ns)))
             .collect();
         let registry = Registry::new(config.card_interval * CARD_EXPIRY_INTERVALS);
+        let metrics = metrics::Metrics::new(&config.metrics)?;
+        let metrics_listener = match config.metrics.addr {
+            Some(addr) => Some(scrape::bind(addr).await?),
+            None => None,
+        };
         let shared = Arc::new(Shared {
             client,
             js,
@@ -429,6 +448,7 @@ impl WorkflowNode {
             card_objects: tokio::sync::OnceCell::new(),
             health: Health::default(),
             replica,
+            metrics,
         });
         for card in shared.cards.values() {
             shared.registry.insert_own(card.clone());
@@ -449,6 +469,11 @@ impl WorkflowNode {
             ping_sub,
         )));
         background.push(tokio::spawn(timers::run(shared.clone())));
+        let mut metrics_addr = None;
+        if let (Some(listener), Some(reader)) = (metrics_listener, shared.metrics.scrape_reader()) {
+            metrics_addr = listener.local_addr().ok();
+            background.push(tokio::spawn(scrape::serve(listener, reader)));
+        }
         let mut consumers = Vec::new();
         for workflow in workflows {
             let workflow = Arc::new(workflow);
@@ -474,6 +499,11 @@ impl WorkflowNode {
             background.push(tokio::spawn(async move {
                 log_err("cancels", cancels::serve(s, w, cancel_sub).await)
             }));
+            if shared.metrics.enabled() {
+                let s = shared.clone();
+                let name = workflow.name.clone();
+                background.push(tokio::spawn(metrics::poll_pending(s, name)));
+            }
             let s = shared.clone();
             background.push(tokio::spawn(async move {
                 log_err("requests", requests::serve(s, workflow, sub).await)
@@ -489,6 +519,7 @@ impl WorkflowNode {
             stop,
             consumers,
             background,
+            metrics_addr,
         })
     }
 
@@ -503,12 +534,19 @@ impl WorkflowNode {
         &self.shared.health
     }
 
+    /// Where `/metrics` is served (the port bound, when `Config::metrics` asked for 0);
+    /// `None` when it is not.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
     /// The registry of cards seen on the mesh.
     pub fn registry(&self) -> &Registry {
         &self.shared.registry
     }
 
-    /// Drains: stops taking requests and events, finishes the events in hand, returns.
+    /// Drains: stops taking requests and events, finishes the events in hand, exports the
+    /// last metrics, returns.
     pub async fn shutdown(self) {
         for task in &self.background {
             task.abort();
@@ -518,6 +556,7 @@ impl WorkflowNode {
             let _ = c.await;
         }
         let _ = self.shared.client.flush().await;
+        self.shared.metrics.shutdown().await;
     }
 }
 

@@ -16,6 +16,8 @@
 //! outbox entry (`history`): the driver publishes it with the commands, and again on a
 //! replay.
 //!
+//! `observed` is what the commit does to the run for the metrics, recorded once it holds.
+//!
 //! Every rule of that sequence (when an event is a no-op, when a cached record must be
 //! read again, when an outbox entry is replayed instead of the event re-applied, which
 //! outbox entries are old enough to drop) lives here and is unit-tested below.
@@ -24,6 +26,7 @@ use std::collections::BTreeSet;
 
 use super::bulk::{self, Write};
 use super::history::{self, HistoryEntry};
+use super::observe::{observe, Observed};
 use super::outbox;
 use super::record::{ApprovalAsk, Caller, OutboxEntry, RunRecord};
 use super::Envelope;
@@ -100,6 +103,9 @@ pub(super) struct Steps {
     /// maps' items and results), removed. Done last; a replica that dies first leaves
     /// them to expire a deadline later.
     pub(super) ending: Option<Ending>,
+    /// What `commit` does to the run (started, ended, nodes and attempts ended), to
+    /// record once it holds; nothing for a replay or a caller joining.
+    pub(super) observed: Observed,
 }
 
 /// What an ended run's keys beside its entry become.
@@ -291,6 +297,7 @@ fn attach(
         apart_for: apart_for(&record.state, now),
         ending: None,
         keep: (!ended).then_some(record),
+        observed: Observed::default(),
     })))
 }
 
@@ -372,6 +379,7 @@ fn replay(
         ending: None,
         keep: tidy.is_some().then_some(record),
         tidy,
+        observed: Observed::default(),
     })
 }
 
@@ -419,6 +427,7 @@ fn apply(
             keep: revision.map(|r| (r, Box::new(record))),
         });
     }
+    let observed = observe(workflow, &before, &record.state, &envelope.event, now);
     // An entry stays until its event is acked, whoever committed it.
     record.outbox.retain(|e| !settled.contains(&e.seq));
     let results = bulk::item_results(workflow, &record, &envelope.event);
@@ -462,6 +471,7 @@ fn apply(
         apart_for: apart_for(&record.state, now),
         ending: ended.then(|| ending(&record, run_key)).transpose()?,
         keep: (!ended).then_some(record),
+        observed,
     })))
 }
 

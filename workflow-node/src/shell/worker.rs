@@ -237,8 +237,18 @@ async fn worker(
     let mut cache = Cache::new(budget);
     let mut failures = Failures::default();
     while let Some((lease, msg)) = rx.recv().await {
-        let seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
-        match process(&shared, &workflow, &mut cache, &msg, None).await {
+        let (seq, delivered) = msg
+            .info()
+            .map(|i| (i.stream_sequence, i.delivered))
+            .unwrap_or((0, 1));
+        if delivered > 1 {
+            shared.metrics.redelivered(&workflow.name);
+        }
+        let processed = process(&shared, &workflow, &mut cache, &msg, None).await;
+        shared
+            .metrics
+            .event_processed(&workflow.name, processed.is_ok());
+        match processed {
             Ok(()) => {
                 failures.done(seq);
                 ack(&msg).await;
@@ -472,9 +482,12 @@ async fn perform(
     let mut revision = None;
     if let Some(commit) = steps.commit {
         let Some(rev) = store::cas(shared, execution, key, commit).await? else {
+            shared.metrics.cas_conflict(&ctx.workflow.name);
             return Ok(None);
         };
         revision = Some(rev);
+        // Counted once: only the commit that holds records what it did.
+        shared.metrics.observed(&ctx.workflow.name, &steps.observed);
     }
     let after = store::start_puts(shared, steps.after, ttl).await?;
     let history = match &steps.history {

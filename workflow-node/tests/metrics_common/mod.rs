@@ -1,0 +1,258 @@
+//! Shared by the metrics tests: a scrape of `/metrics` over real HTTP/1.1 (a plain GET on
+//! a TCP connection, read to its end), and the Prometheus text it answers, parsed into
+//! samples that tests sum by name and labels; an OTLP/HTTP receiver that decodes the
+//! protobuf export requests it is sent.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::routing::post;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
+use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point};
+use prost::Message as _;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// One sample line: `name{labels} value`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Sample {
+    pub(crate) name: String,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) value: f64,
+}
+
+/// A scrape: its content type, its text and the samples in it.
+#[derive(Debug)]
+pub(crate) struct Scrape {
+    pub(crate) content_type: String,
+    pub(crate) text: String,
+    pub(crate) samples: Vec<Sample>,
+}
+
+impl Scrape {
+    /// The sum of the samples of `name` whose labels include `labels`.
+    pub(crate) fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.matching(name, labels).map(|s| s.value).sum()
+    }
+
+    /// Whether some sample of `name` has `labels`.
+    pub(crate) fn has(&self, name: &str, labels: &[(&str, &str)]) -> bool {
+        self.matching(name, labels).next().is_some()
+    }
+
+    fn matching<'a>(
+        &'a self,
+        name: &'a str,
+        labels: &'a [(&'a str, &'a str)],
+    ) -> impl Iterator<Item = &'a Sample> + 'a {
+        self.samples.iter().filter(move |s| {
+            s.name == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+        })
+    }
+}
+
+/// `GET /metrics` at `addr`; fails the test on anything but a 200.
+pub(crate) async fn scrape(addr: SocketAddr) -> Scrape {
+    let (status, headers, body) = get(addr, "/metrics").await;
+    assert_eq!(status, 200, "GET /metrics answered {status}: {body}");
+    let content_type = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    Scrape {
+        content_type,
+        samples: parse(&body),
+        text: body,
+    }
+}
+
+/// Scrapes until `done` holds for a scrape (returned), for at most 30 s.
+pub(crate) async fn scrape_until(addr: SocketAddr, done: impl Fn(&Scrape) -> bool) -> Scrape {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = scrape(addr).await;
+        if done(&s) {
+            return s;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the metrics never got there; the last scrape:\n{}",
+            s.text
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// An HTTP/1.1 GET with `Connection: close`: status, headers and body.
+pub(crate) async fn get(addr: SocketAddr, path: &str) -> (u16, Vec<(String, String)>, String) {
+    let mut conn = tokio::net::TcpStream::connect(addr)
+        .await
+        .unwrap_or_else(|e| panic!("connecting to {addr}: {e}"));
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    conn.write_all(request.as_bytes()).await.expect("request");
+    let mut raw = Vec::new();
+    conn.read_to_end(&mut raw).await.expect("response");
+    let raw = String::from_utf8(raw).expect("a UTF-8 response");
+    let (head, body) = raw.split_once("\r\n\r\n").expect("a header block");
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .expect("a status line");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let chunked = headers.iter().any(|(k, v)| {
+        k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked")
+    });
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    (status, headers, body)
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).expect("a chunk size");
+        if size == 0 {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = &rest[size + 2..];
+    }
+    out
+}
+
+/// The samples of a text exposition (comments skipped); fails on a malformed line.
+pub(crate) fn parse(text: &str) -> Vec<Sample> {
+    text.lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|line| parse_line(line).unwrap_or_else(|| panic!("a malformed sample: {line}")))
+        .collect()
+}
+
+fn parse_line(line: &str) -> Option<Sample> {
+    let (name, rest) = match line.find(['{', ' ']) {
+        Some(i) => line.split_at(i),
+        None => return None,
+    };
+    let mut labels = BTreeMap::new();
+    let mut rest = rest;
+    if let Some(mut inner) = rest.strip_prefix('{') {
+        loop {
+            if let Some(after) = inner.strip_prefix('}') {
+                rest = after;
+                break;
+            }
+            let (key, after) = inner.split_once("=\"")?;
+            let mut value = String::new();
+            let mut chars = after.char_indices();
+            let end = loop {
+                match chars.next()? {
+                    (i, '"') => break i,
+                    (_, '\\') => match chars.next()?.1 {
+                        'n' => value.push('\n'),
+                        c => value.push(c),
+                    },
+                    (_, c) => value.push(c),
+                }
+            };
+            labels.insert(key.to_string(), value);
+            inner = after[end + 1..].trim_start_matches(',');
+        }
+    }
+    let value = rest.trim();
+    let value = match value {
+        "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        v => v.parse().ok()?,
+    };
+    Some(Sample {
+        name: name.to_string(),
+        labels,
+        value,
+    })
+}
+
+/// What an OTLP/HTTP receiver got: every decoded export request.
+pub(crate) type Received = Arc<Mutex<Vec<ExportMetricsServiceRequest>>>;
+
+/// An OTLP/HTTP metrics receiver on a free loopback port: `POST /v1/metrics`, protobuf.
+pub(crate) async fn otlp_receiver() -> (SocketAddr, Received) {
+    let received = Received::default();
+    let app = axum::Router::new()
+        .route(
+            "/v1/metrics",
+            post(|State(r): State<Received>, body: Bytes| async move {
+                let request = ExportMetricsServiceRequest::decode(body).expect("OTLP protobuf");
+                r.lock().expect("lock").push(request);
+                axum::http::StatusCode::OK
+            }),
+        )
+        .with_state(received.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, received)
+}
+
+fn string_attr(attrs: &[KeyValue], key: &str) -> Option<String> {
+    attrs.iter().find(|kv| kv.key == key).and_then(|kv| {
+        match kv.value.as_ref()?.value.as_ref()? {
+            any_value::Value::StringValue(s) => Some(s.clone()),
+            _ => None,
+        }
+    })
+}
+
+/// The last value of the cumulative sum `name` for `workflow`, with the service name of
+/// the resource it came from.
+pub(crate) fn last_sum(
+    received: &[ExportMetricsServiceRequest],
+    name: &str,
+    workflow: &str,
+) -> Option<(i64, String)> {
+    let mut last = None;
+    for request in received {
+        for rm in &request.resource_metrics {
+            let service = rm
+                .resource
+                .as_ref()
+                .and_then(|r| string_attr(&r.attributes, "service.name"))
+                .unwrap_or_default();
+            let metrics = rm.scope_metrics.iter().flat_map(|s| &s.metrics);
+            for m in metrics.filter(|m| m.name == name) {
+                let Some(metric::Data::Sum(sum)) = &m.data else {
+                    continue;
+                };
+                for p in &sum.data_points {
+                    if string_attr(&p.attributes, "workflow").as_deref() != Some(workflow) {
+                        continue;
+                    }
+                    if let Some(number_data_point::Value::AsInt(v)) = p.value {
+                        last = Some((v, service.clone()));
+                    }
+                }
+            }
+        }
+    }
+    last
+}
