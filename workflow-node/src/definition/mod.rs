@@ -51,10 +51,19 @@ pub fn parse_str(text: &str, origin: &str) -> Result<Workflow, Vec<Problem>> {
     graph::check(&mut workflow, &ghosts, &mut sink);
     refs::check(&workflow, &ghosts, &mut sink);
     if sink.is_empty() {
+        workflow.hash = hash_of(&value);
+        workflow.document = value;
         Ok(workflow)
     } else {
         Err(sink.into_problems())
     }
+}
+
+/// The content hash of a workflow document (its canonical JSON: keys in file order).
+pub fn hash_of(document: &Value) -> String {
+    use sha2::{Digest, Sha256};
+    let bytes = serde_json::to_vec(document).expect("a JSON value always encodes");
+    hex::encode(&Sha256::digest(&bytes)[..16])
 }
 
 /// The file's text as a JSON value.

@@ -55,6 +55,11 @@ pub struct Workflow {
     /// The `workflow` block exactly as written (snake_case or camelCase), for the agent
     /// card's `workflow_config`.
     pub source: Value,
+    /// The whole file as parsed: what is stored for runs to keep their definition by.
+    pub document: Value,
+    /// The content hash of `document` (32 hex digits): the definition a run names, so that
+    /// its events are always applied with the definition it started with.
+    pub hash: String,
     /// Derived graph facts, computed once at load.
     pub graph: Graph,
 }

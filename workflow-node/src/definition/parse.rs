@@ -157,6 +157,8 @@ fn parse_block(block: &Value, top: TopLevel, sink: &mut Sink) -> Option<Draft> {
         retry_strategy,
         concurrency,
         source: block.clone(),
+        document: Value::Null,
+        hash: String::new(),
         graph: Graph::default(),
     };
     Some(Draft { workflow, ghosts })

@@ -23,6 +23,7 @@
 pub mod bulk;
 mod cache;
 mod cancels;
+mod definitions;
 mod effects;
 mod error;
 mod health;
@@ -179,6 +180,7 @@ pub struct Shared {
     /// This replica's name in runs' histories.
     replica: String,
     metrics: metrics::Metrics,
+    definitions: definitions::Definitions,
 }
 
 /// The default name of a replica: the host's name and the process id.
@@ -425,6 +427,7 @@ impl WorkflowNode {
         let timers = kv_bucket(&js, &names::timers_bucket(&ns), config.replicas).await?;
         history::stream(&js, &ns, config.replicas, config.retention).await?;
         let replica = config.replica.clone().unwrap_or_else(default_replica);
+        let definitions = kv_bucket(&js, &names::definitions_bucket(&ns), config.replicas).await?;
         let cards = workflows
             .iter()
             .map(|w| (w.name.clone(), crate::visual::agent_card(w, &ns)))
@@ -449,6 +452,7 @@ impl WorkflowNode {
             health: Health::default(),
             replica,
             metrics,
+            definitions: definitions::Definitions::new(definitions),
         });
         for card in shared.cards.values() {
             shared.registry.insert_own(card.clone());
@@ -477,6 +481,9 @@ impl WorkflowNode {
         let mut consumers = Vec::new();
         for workflow in workflows {
             let workflow = Arc::new(workflow);
+            // Stored before any run of it starts: a replica serving another version
+            // applies this one's runs with it.
+            shared.definitions.store(&workflow).await?;
             // The consumer exists before requests are taken, so no start is lost.
             worker::consumer(&shared, &workflow.name).await?;
             consumers.push(tokio::spawn(worker::run(

@@ -24,6 +24,11 @@ pub fn timers_bucket(ns: &str) -> String {
     format!("{}_wf_timers", ns_token(ns))
 }
 
+/// The KV bucket of workflow definitions, by content hash (`{workflow}.{hash}`).
+pub fn definitions_bucket(ns: &str) -> String {
+    format!("{}_wf_defs", ns_token(ns))
+}
+
 /// The object store bucket of card contents too large for a card (kept as long as the
 /// cards that refer to them).
 pub fn cards_bucket(ns: &str) -> String {

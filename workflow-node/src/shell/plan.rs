@@ -221,13 +221,15 @@ pub(super) fn abandoned(
 /// for any other event.
 fn new_run(workflow: &Workflow, execution: &ExecutionId, envelope: &Envelope) -> Option<RunRecord> {
     let state = Execution::new(execution.clone(), &workflow.name);
-    match (&envelope.event, &envelope.caller) {
+    let mut record = match (&envelope.event, &envelope.caller) {
         (Event::Started { .. } | Event::Abandoned { .. }, Some(caller)) => {
-            Some(RunRecord::new(state, caller.clone()))
+            RunRecord::new(state, caller.clone())
         }
-        (Event::CancelRequested { .. }, None) => Some(RunRecord::new(state, Caller::default())),
-        _ => None,
-    }
+        (Event::CancelRequested { .. }, None) => RunRecord::new(state, Caller::default()),
+        _ => return None,
+    };
+    record.definition = Some(workflow.hash.clone());
+    Some(record)
 }
 
 /// A caller that sent its request again (an `attach` event, or a second `Started` that the

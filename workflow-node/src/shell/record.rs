@@ -70,6 +70,10 @@ pub struct RunRecord {
     pub state: Execution,
     /// Who started the run: it hears of its progress and gets the final reply.
     pub caller: Caller,
+    /// The content hash of the definition the run started with: its events are applied
+    /// with that one only. `None` for runs started before definitions were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition: Option<String>,
     /// Callers that resent the request from other reply addresses while the run went on:
     /// they hear of it too.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -127,6 +131,7 @@ impl RunRecord {
         RunRecord {
             state,
             caller,
+            definition: None,
             attached: Vec::new(),
             outbox: Vec::new(),
             maps: BTreeMap::new(),

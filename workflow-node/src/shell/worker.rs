@@ -27,7 +27,7 @@ use super::record::RunRecord;
 use super::retry::{Failures, Next};
 use super::wire::{interpret_reply, reply_event, ReplyMeaning};
 use super::{names, now, store, Envelope, Shared};
-use crate::core::{self, ExecutionId, TaskKey};
+use crate::core::{self, Event, ExecutionId, TaskKey};
 use crate::definition::Workflow;
 
 /// Compare-and-swap attempts on one event before it is given back to the stream.
@@ -274,7 +274,7 @@ async fn ack(msg: &jetstream::Message) {
 /// run could still be failed.
 async fn failed(
     shared: &Arc<Shared>,
-    workflow: &Workflow,
+    workflow: &Arc<Workflow>,
     cache: &mut Cache,
     msg: &jetstream::Message,
     e: Error,
@@ -374,7 +374,7 @@ fn artifact_output(name: &str, read: Result<serde_json::Value>) -> Result<ReplyM
 /// until a commit holds (or the plan needs none).
 async fn process(
     shared: &Arc<Shared>,
-    workflow: &Workflow,
+    workflow: &Arc<Workflow>,
     cache: &mut Cache,
     msg: &jetstream::Message,
     abandon: Option<String>,
@@ -395,7 +395,9 @@ async fn process(
     let key = names::run_key(&workflow.name, &execution);
     let mut cached = cache.take(&execution);
     for _ in 0..MAX_CONFLICTS {
-        let loaded = load(shared, workflow, &key, cached.take(), &envelope, delivery).await?;
+        let (loaded, run_workflow) =
+            load(shared, workflow, &key, cached.take(), &envelope, delivery).await?;
+        let workflow = &*run_workflow;
         match plan::plan(
             workflow,
             &key,
@@ -439,15 +441,17 @@ async fn process(
 }
 
 /// The run of an event, from this worker's cache or KV, with what the event needs in
-/// place: the results of a map it may end, and which outbox entries are settled.
+/// place: the definition the run started with (the one this replica serves, or the one the
+/// run names), the results of a map it may end, and which outbox entries are settled. An
+/// event naming a node that definition does not have is an error that fails the run.
 async fn load(
     shared: &Shared,
-    workflow: &Workflow,
+    current: &Arc<Workflow>,
     key: &str,
     cached: Option<(u64, RunRecord)>,
     envelope: &Envelope,
     delivery: Delivery,
-) -> Result<Loaded> {
+) -> Result<(Loaded, Arc<Workflow>)> {
     let mut loaded = match cached {
         Some((revision, record)) => Loaded {
             revision: Some(revision),
@@ -457,13 +461,39 @@ async fn load(
         },
         None => store::load(shared, key).await?,
     };
+    let named = loaded.record.as_ref().and_then(|r| r.definition.as_deref());
+    let workflow = match shared.definitions.for_run(current, named).await {
+        Ok(workflow) => workflow,
+        // A run abandoned for want of its definition still ends, with the one served here.
+        Err(e) if matches!(envelope.event, Event::Abandoned { .. }) => {
+            tracing::warn!("{key}: {e}; failing the run with the definition served here");
+            current.clone()
+        }
+        Err(e) => return Err(e),
+    };
+    if let Some(node) = unknown_node(&workflow, &envelope.event) {
+        return Err(Error::Definition(format!(
+            "{key}: an event names node '{node}', which the run's definition ({} version {}, {}) does not have",
+            workflow.name, workflow.version, workflow.hash
+        )));
+    }
     if let Some(record) = loaded.record.as_mut() {
         if !plan::replays(record, delivery) {
-            store::load_results(shared, workflow, key, record, &envelope.event).await?;
+            store::load_results(shared, &workflow, key, record, &envelope.event).await?;
             loaded.settled = store::settled(shared, &workflow.name, record, delivery.seq).await?;
         }
     }
-    Ok(loaded)
+    Ok((loaded, workflow))
+}
+
+/// The node an agent's answer or a decision names, when `workflow` has no such node.
+fn unknown_node<'e>(workflow: &Workflow, event: &'e Event) -> Option<&'e str> {
+    let node = match event {
+        Event::CallSucceeded { task, .. } | Event::CallFailed { task, .. } => &task.node,
+        Event::ApprovalDecided { node, .. } => node,
+        _ => return None,
+    };
+    workflow.node(node).is_none().then_some(node.as_str())
 }
 
 /// Performs `steps` in order (see `plan`). `None`: the commit lost to another replica's,

@@ -1,0 +1,147 @@
+//! Rolling upgrades over a real nats-server: a run keeps the definition it started with
+//! when its replica is replaced by one serving another version of the workflow, and a run
+//! whose definition cannot be found fails with an error that says so.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_sdk::{handler_fn, AgentBuilder, NodeRequest};
+use serde_json::json;
+use tokio::sync::{mpsc, Notify};
+use workflow_node::cli::client::{invoke, RunResult};
+use workflow_node::definition::parse_str;
+use workflow_node::shell::{names, Config, WorkflowNode};
+
+const V1: &str = r#"
+name: Flow
+workflow:
+  description: version 1, a then b
+  version: "1"
+  nodes:
+    - {id: a, type: agent, agent_name: Echo, input: {n: "{{workflow.input.n}}"}}
+    - {id: b, type: agent, agent_name: Gate, depends_on: [a], input: {n: "{{a.output.n}}"}}
+  output_mapping: {version: "one", n: "{{b.output.n}}"}
+"#;
+
+const V2: &str = r#"
+name: Flow
+workflow:
+  description: version 2, b renamed c, and d added
+  version: "2"
+  nodes:
+    - {id: a, type: agent, agent_name: Echo, input: {n: "{{workflow.input.n}}"}}
+    - {id: c, type: agent, agent_name: Gate, depends_on: [a], input: {n: "{{a.output.n}}"}}
+    - {id: d, type: agent, agent_name: Echo, depends_on: [c], input: {n: "{{c.output.n}}"}}
+  output_mapping: {version: "two", n: "{{d.output.n}}"}
+"#;
+
+/// Agents: `Echo`, and `Gate`, which tells the test of each call and answers once the
+/// test lets it.
+async fn agents(
+    client: &async_nats::Client,
+) -> (
+    Vec<agent_sdk::AgentHandle>,
+    mpsc::UnboundedReceiver<()>,
+    Arc<Notify>,
+) {
+    let echo = AgentBuilder::new("Echo")
+        .handler(handler_fn(|req: NodeRequest| async move { Ok(req.input) }))
+        .serve(client.clone())
+        .await
+        .expect("echo");
+    let (called, calls) = mpsc::unbounded_channel();
+    let open = Arc::new(Notify::new());
+    let gate_open = open.clone();
+    let gate = AgentBuilder::new("Gate")
+        .handler(handler_fn(move |req: NodeRequest| {
+            let (called, open) = (called.clone(), gate_open.clone());
+            async move {
+                let _ = called.send(());
+                open.notified().await;
+                Ok(req.input)
+            }
+        }))
+        .serve(client.clone())
+        .await
+        .expect("gate");
+    (vec![echo, gate], calls, open)
+}
+
+async fn node(server: &mesh_tests::NatsServer, yaml: &str) -> WorkflowNode {
+    let client = async_nats::connect(server.url()).await.expect("connect");
+    let wf = parse_str(yaml, "flow.yaml").unwrap_or_else(|p| panic!("{p:?}"));
+    WorkflowNode::start(client, vec![wf], Config::default())
+        .await
+        .expect("node")
+}
+
+/// Starts a run under version 1, waits until it waits on `Gate` in node `b`, and replaces
+/// the only replica by one serving version 2; `between` runs before the gate opens.
+async fn upgrade_mid_run<F, Fut>(between: F) -> RunResult
+where
+    F: FnOnce(async_nats::Client) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let server = mesh_tests::nats();
+    let client = async_nats::connect(server.url()).await.expect("connect");
+    let (_agents, mut calls, open) = agents(&client).await;
+    let v1 = node(&server, V1).await;
+    let caller = client.clone();
+    let run = tokio::spawn(async move {
+        invoke(
+            &caller,
+            "mesh",
+            "Flow",
+            &json!({"n": 7}),
+            Duration::from_secs(60),
+            |_| {},
+        )
+        .await
+        .expect("a result")
+    });
+    calls.recv().await.expect("b calls Gate");
+    eprintln!("CHECK gate called");
+    v1.shutdown().await;
+    eprintln!("CHECK v1 down");
+    let _v2 = node(&server, V2).await;
+    eprintln!("CHECK v2 up");
+    between(client.clone()).await;
+    eprintln!("CHECK between done");
+    open.notify_waiters();
+    open.notify_one();
+    run.await.expect("the caller")
+}
+
+#[tokio::test]
+async fn a_run_finishes_with_the_definition_it_started_with_after_an_upgrade() {
+    let r = upgrade_mid_run(|_| async {}).await;
+    assert_eq!(r.status, "success", "{:?}", r.error);
+    assert_eq!(r.output, Some(json!({"version": "one", "n": 7})));
+}
+
+#[tokio::test]
+async fn a_run_whose_definition_is_gone_fails_and_says_so() {
+    let r = upgrade_mid_run(|client| async move {
+        // The stored version 1 is lost: the new replica cannot apply the run's events.
+        let js = async_nats::jetstream::new(client);
+        let defs = js
+            .get_key_value(names::definitions_bucket("mesh"))
+            .await
+            .expect("definitions bucket");
+        let v1 = parse_str(V1, "flow.yaml").expect("v1");
+        let key = format!("Flow.{}", v1.hash);
+        assert!(
+            defs.get(&key).await.expect("get").is_some(),
+            "version 1 was stored"
+        );
+        defs.purge(&key).await.expect("purge");
+    })
+    .await;
+    assert_eq!(r.status, "failure");
+    let error = r.error.unwrap_or_default();
+    assert!(error.contains("is not stored"), "{error}");
+    assert!(
+        error.contains(&parse_str(V1, "flow.yaml").expect("v1").hash),
+        "{error}"
+    );
+}
