@@ -10,6 +10,11 @@
 //! resending is safe; the first final reply with the request's JSON-RPC id wins and later
 //! copies are ignored.
 //!
+//! "No responders" ends the exchange only while the callee has never shown a sign of life:
+//! once it has (a status update, such as a workflow's `submitted`), the request is known to
+//! be taken, and no responders means every replica is restarting (a rolling upgrade, a
+//! crash), so the caller goes on resending until the timeout.
+//!
 //! The timeout bounds the whole exchange, sends included: with the server gone, a flush
 //! waits for a reconnect that may never come. A timeout while the client is not connected
 //! is reported as [`ConnectionError::Lost`], not as a silent callee.
@@ -182,17 +187,24 @@ async fn exchange(
     *sends = 1;
     send().await?;
     let mut resend_at = Instant::now() + interval;
+    // Whether the callee has answered anything yet: see the module doc.
+    let mut heard = false;
     loop {
         tokio::select! {
             biased;
             Some(msg) = statuses.next() => {
                 if let Some(update) = status_update(&msg.payload, &request.id) {
                     on_status(&update);
+                    heard = true;
                     resend_at = Instant::now() + interval;
                 }
             }
             Some(msg) = replies.next() => {
                 if msg.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
+                    if heard {
+                        tracing::debug!(subject = %request.subject, id = %request.id, "no responders after the request was taken: resending later");
+                        continue;
+                    }
                     return Err(ExchangeError::NoResponders);
                 }
                 // Updates published before the reply are already queued: take them first.
@@ -211,6 +223,7 @@ async fn exchange(
                     Outcome::Result(reply) => match *reply {
                         AgentReply::StatusUpdate(update) => {
                             on_status(&update);
+                            heard = true;
                             resend_at = Instant::now() + interval;
                         }
                         reply => return Ok(reply),

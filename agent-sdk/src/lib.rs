@@ -39,6 +39,7 @@ pub mod exchange;
 pub mod handler;
 pub mod payload;
 mod protocol;
+pub mod roundtrip;
 pub mod schema;
 mod server;
 pub mod stub;

@@ -101,8 +101,8 @@ pub(crate) async fn start(
         .subscribe(ping_subject.clone())
         .await
         .map_err(|e| sub_err(&ping_subject, &e))?;
-    client
-        .flush()
+    // Serving starts once the server knows the subscriptions, not once they are written.
+    crate::roundtrip::roundtrip(&client)
         .await
         .map_err(|e| sub_err(&request_subject, &e))?;
 

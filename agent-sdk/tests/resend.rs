@@ -147,3 +147,63 @@ async fn a_call_whose_server_goes_away_ends_with_a_lost_connection_within_its_ti
     );
     Ok(())
 }
+
+/// A callee that takes the request, says it is working, and goes away for good (every
+/// replica of it restarting, say).
+async fn callee_that_answers_once_then_vanishes(
+    client: &async_nats::Client,
+    agent: &str,
+) -> Result<tokio::task::JoinHandle<Result<()>>> {
+    let mut requests = client
+        .subscribe(subjects::agent_request("mesh", agent))
+        .await?;
+    client.flush().await?;
+    let client = client.clone();
+    Ok(tokio::spawn(async move {
+        let msg = next(&mut requests).await?;
+        let request = Request::from_slice(&msg.payload).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let Method::MessageSend(params) = request.method else {
+            anyhow::bail!("not a message/send");
+        };
+        let task_id = params.message.task_id.clone().context("no task id")?;
+        let status_to = msg
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(messages::headers::STATUS_TO))
+            .context("no status inbox")?
+            .to_string();
+        let update = messages::TaskStatusUpdateEvent {
+            task_id: task_id.clone(),
+            context_id: task_id,
+            status: TaskStatus::new(TaskState::Working),
+            is_final: false,
+            metadata: None,
+        };
+        let response = Response::result(request.id.clone(), AgentReply::StatusUpdate(update));
+        client
+            .publish(status_to, serde_json::to_vec(&response)?.into())
+            .await?;
+        requests.unsubscribe().await?;
+        client.flush().await?;
+        Ok(())
+    }))
+}
+
+#[tokio::test]
+async fn no_responders_after_the_callee_took_the_request_is_waited_out_not_fatal() -> Result<()> {
+    let (_server, client) = setup().await?;
+    let callee = callee_that_answers_once_then_vanishes(&client, "Restarting").await?;
+    let mut options = CallOptions::new(Duration::from_secs(2));
+    options.resend_interval = Duration::from_millis(20);
+    let err = call_agent_with(&client, "mesh", "Restarting", json!({}), options)
+        .await
+        .expect_err("nobody ever answers");
+    callee.await??;
+    // Before the callee showed a sign of life, no responders would end the call at once;
+    // after it, the caller resends (meeting no responders) until its timeout.
+    match err {
+        agent_sdk::CallError::TimedOut { sends, .. } => assert!(sends >= 2, "sent {sends} times"),
+        other => panic!("expected a timeout after resends, got {other:?}"),
+    }
+    Ok(())
+}

@@ -308,7 +308,7 @@ async fn spawn_approver(
     let mut requests = client
         .subscribe(messages::subjects::approvals(ns, workflow))
         .await?;
-    client.flush().await?;
+    agent_sdk::roundtrip::roundtrip(client).await?;
     let (client, subject) = (
         client.clone(),
         messages::subjects::agent_request(ns, workflow),

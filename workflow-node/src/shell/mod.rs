@@ -516,11 +516,11 @@ impl WorkflowNode {
                 log_err("requests", requests::serve(s, workflow, sub).await)
             }));
         }
-        shared
-            .client
-            .flush()
+        // Requests are taken once the server knows the subscriptions (a flush only
+        // writes them out).
+        agent_sdk::roundtrip::roundtrip(&shared.client)
             .await
-            .context(|| "flushing the subscriptions".into())?;
+            .context(|| "making the subscriptions known to the server".into())?;
         Ok(WorkflowNode {
             shared,
             stop,
