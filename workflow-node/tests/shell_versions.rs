@@ -2,12 +2,11 @@
 //! when its replica is replaced by one serving another version of the workflow, and a run
 //! whose definition cannot be found fails with an error that says so.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sdk::{handler_fn, AgentBuilder, NodeRequest};
 use serde_json::json;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, watch};
 use workflow_node::cli::client::{invoke, RunResult};
 use workflow_node::definition::parse_str;
 use workflow_node::shell::{names, Config, WorkflowNode};
@@ -36,13 +35,13 @@ workflow:
 "#;
 
 /// Agents: `Echo`, and `Gate`, which tells the test of each call and answers once the
-/// test lets it.
+/// test opens it (`true` on the returned sender).
 async fn agents(
     client: &async_nats::Client,
 ) -> (
     Vec<agent_sdk::AgentHandle>,
     mpsc::UnboundedReceiver<()>,
-    Arc<Notify>,
+    watch::Sender<bool>,
 ) {
     let echo = AgentBuilder::new("Echo")
         .handler(handler_fn(|req: NodeRequest| async move { Ok(req.input) }))
@@ -50,14 +49,13 @@ async fn agents(
         .await
         .expect("echo");
     let (called, calls) = mpsc::unbounded_channel();
-    let open = Arc::new(Notify::new());
-    let gate_open = open.clone();
+    let (open, gate_open) = watch::channel(false);
     let gate = AgentBuilder::new("Gate")
         .handler(handler_fn(move |req: NodeRequest| {
-            let (called, open) = (called.clone(), gate_open.clone());
+            let (called, mut open) = (called.clone(), gate_open.clone());
             async move {
                 let _ = called.send(());
-                open.notified().await;
+                let _ = open.wait_for(|open| *open).await;
                 Ok(req.input)
             }
         }))
@@ -100,15 +98,10 @@ where
         .expect("a result")
     });
     calls.recv().await.expect("b calls Gate");
-    eprintln!("CHECK gate called");
     v1.shutdown().await;
-    eprintln!("CHECK v1 down");
     let _v2 = node(&server, V2).await;
-    eprintln!("CHECK v2 up");
     between(client.clone()).await;
-    eprintln!("CHECK between done");
-    open.notify_waiters();
-    open.notify_one();
+    open.send_replace(true);
     run.await.expect("the caller")
 }
 
