@@ -14,6 +14,11 @@
 //! [`WorkflowDataPart`] reads any of them by `type`. Status words follow the seed spec
 //! (`failure`); the reference implementation's `error` is accepted as an alias on input.
 
+/// The key, in a start request's message `metadata`, of the workflow version a caller pins
+/// for the new run (the file's `version`, as stored by a replica that served it); without
+/// it, the run uses the version of the replica that takes the request.
+pub const PIN_VERSION: &str = "workflow_version";
+
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;

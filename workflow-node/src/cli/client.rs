@@ -117,10 +117,47 @@ pub fn new_task_id() -> String {
     format!("run-{}", uuid::Uuid::new_v4().simple())
 }
 
-/// The `message/send` of a run of `workflow` with `input` and task id `task_id`.
-fn start_request(ns: &str, workflow: &str, input: &Value, task_id: &str) -> Outgoing {
+/// How a start request names its run: its task id, and the workflow version it pins for
+/// the run, if any (see [`messages::workflow::PIN_VERSION`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartAs {
+    /// The task id (the same on every resend).
+    pub task_id: String,
+    /// The stored version of the workflow the run is to use; `None`: the version of the
+    /// replica that takes the request.
+    pub version: Option<String>,
+}
+
+impl From<&str> for StartAs {
+    /// A task id, pinning no version.
+    fn from(task_id: &str) -> StartAs {
+        StartAs {
+            task_id: task_id.to_owned(),
+            version: None,
+        }
+    }
+}
+
+impl From<&String> for StartAs {
+    /// A task id, pinning no version.
+    fn from(task_id: &String) -> StartAs {
+        StartAs::from(task_id.as_str())
+    }
+}
+
+/// The `message/send` of a run of `workflow` with `input`, named as `start` says.
+fn start_request(ns: &str, workflow: &str, input: &Value, start: &StartAs) -> Outgoing {
+    let task_id = start.task_id.as_str();
     let mut message = Message::new(task_id.to_owned(), Role::User, vec![wrap(input.clone())]);
     message.task_id = Some(task_id.to_owned());
+    if let Some(version) = &start.version {
+        let mut metadata = serde_json::Map::new();
+        metadata.insert(
+            messages::workflow::PIN_VERSION.into(),
+            Value::String(version.clone()),
+        );
+        message.metadata = Some(metadata);
+    }
     let request = Request::message_send(task_id, message);
     Outgoing {
         subject: subjects::agent_request(ns, workflow),
@@ -140,11 +177,11 @@ pub async fn invoke_as(
     workflow: &str,
     input: &Value,
     timing: impl Into<Timing>,
-    task_id: &str,
+    task: impl Into<StartAs>,
     mut progress: impl FnMut(&WorkflowDataPart),
 ) -> Result<RunResult, InvokeError> {
     let timing = timing.into();
-    let outgoing = start_request(ns, workflow, input, task_id);
+    let outgoing = start_request(ns, workflow, input, &task.into());
     let mut nodes = BTreeMap::new();
     let mut execution_id = None;
     let reply = send_until_answered(client, outgoing, timing, |update| {
@@ -184,9 +221,9 @@ pub async fn submit(
     workflow: &str,
     input: &Value,
     timing: Timing,
-    task_id: &str,
+    task: impl Into<StartAs>,
 ) -> Result<(), InvokeError> {
-    let outgoing = start_request(ns, workflow, input, task_id);
+    let outgoing = start_request(ns, workflow, input, &task.into());
     let accepted = std::sync::Arc::new(tokio::sync::Notify::new());
     let told = accepted.clone();
     let exchange = send_until_answered(client, outgoing, timing, move |_| told.notify_one());

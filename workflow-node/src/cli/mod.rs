@@ -4,6 +4,7 @@ pub mod approvals;
 pub mod card;
 pub mod client;
 pub mod connect;
+pub mod definitions;
 pub mod demo;
 pub mod mermaid;
 pub mod plan;
@@ -53,6 +54,8 @@ pub enum Command {
     Status(status::Args),
     /// List, show, watch, cancel runs and read their history.
     Runs(runs::Args),
+    /// List the stored workflow definitions and the runs using each; delete one.
+    Definitions(definitions::Args),
     /// List the approval gates waiting for a decision.
     Approvals(approvals::ListArgs),
     /// Approve a waiting approval gate of a run.

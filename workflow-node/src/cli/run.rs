@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use agent_sdk::exchange::Timing;
 
-use super::client::{invoke_as, new_task_id, submit, RunResult};
+use super::client::{invoke_as, new_task_id, submit, RunResult, StartAs};
 use super::connect::{connect, NatsArgs};
 use crate::shell::{Config, WorkflowNode};
 
@@ -49,6 +49,10 @@ pub struct Args {
     /// goes on (`runs watch ID` follows it). Without it, Ctrl-C cancels the run.
     #[arg(long, conflicts_with_all = ["workflows", "agents"])]
     pub detach: bool,
+    /// Run this stored version of the workflow (its file's `version`), whatever version
+    /// the replica that takes the request serves (`definitions list` shows those stored).
+    #[arg(long = "workflow-version", value_name = "VERSION")]
+    pub workflow_version: Option<String>,
     /// NATS connection.
     #[command(flatten)]
     pub nats: NatsArgs,
@@ -113,9 +117,13 @@ async fn execute(args: Args) -> Result<ExitCode> {
         resend_interval,
     };
     let task_id = new_task_id();
+    let start = StartAs {
+        task_id: task_id.clone(),
+        version: args.workflow_version.clone(),
+    };
     let execution = crate::shell::names::execution_id(&args.name, &task_id);
     if args.detach {
-        let submitted = submit(&conn.client, &ns, &args.name, &input, timing, &task_id).await;
+        let submitted = submit(&conn.client, &ns, &args.name, &input, timing, start.clone()).await;
         conn.close().await;
         submitted?;
         if args.json {
@@ -138,7 +146,7 @@ async fn execute(args: Args) -> Result<ExitCode> {
         &args.name,
         &input,
         timing,
-        &task_id,
+        start,
         show_progress,
     )
     .await;

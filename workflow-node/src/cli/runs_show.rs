@@ -229,18 +229,20 @@ fn print_changes(before: &FoundRun, after: &FoundRun) {
     }
 }
 
-/// The definition `run` was made with, if it can be had: the one the run names (not yet
-/// recorded on this branch: see below), `file`, or the card of a node serving the workflow.
+/// The definition `run` was made with, if it can be had: the one the run names (from the
+/// definitions bucket), `file`, or the card of a node serving the workflow.
 async fn definition(
     client: &async_nats::Client,
     ns: &str,
     run: &FoundRun,
     file: Option<&PathBuf>,
 ) -> Option<Workflow> {
-    // DEFINITION BY HASH: once run records name their definition
-    // (`RunRecord::definition: Option<String>`, the content hash, from the definitions
-    // branch), read it here first, from the definitions bucket (`{workflow}.{hash}`), so
-    // that a run made with an older version of the file is drawn as it ran.
+    if let Some(hash) = &run.record.definition {
+        match stored_definition(client, ns, &run.workflow, hash).await {
+            Ok(wf) => return Some(wf),
+            Err(e) => eprintln!("the definition the run names: {e}"),
+        }
+    }
     if let Some(path) = file {
         return match crate::definition::load_file(path) {
             Ok(wf) if wf.name == run.workflow => Some(wf),
@@ -267,6 +269,26 @@ async fn definition(
         .ok()?;
     let doc = json!({"name": run.workflow, "workflow": card.workflow_config()?});
     crate::definition::parse_str(&doc.to_string(), "card.json").ok()
+}
+
+/// The stored definition `hash` of `workflow`, parsed.
+async fn stored_definition(
+    client: &async_nats::Client,
+    ns: &str,
+    workflow: &str,
+    hash: &str,
+) -> anyhow::Result<Workflow> {
+    let js = async_nats::jetstream::new(client.clone());
+    let bucket = js
+        .get_key_value(crate::shell::names::definitions_bucket(ns))
+        .await?;
+    let key = crate::shell::definitions::key(workflow, hash);
+    let bytes = bucket
+        .get(&key)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("{key} is not stored (deleted?)"))?;
+    let stored: crate::shell::definitions::StoredDefinition = serde_json::from_slice(&bytes)?;
+    Ok(stored.parse()?)
 }
 
 /// The card of agent `name`, asked for with a discovery ping; `None` when none comes
@@ -380,8 +402,12 @@ fn render(run: &FoundRun, apart: &Apart, def: Option<&Workflow>, now: Millis) ->
         table::span(Some(s.started_at), r.ended_at, now),
         runs::caller(run).unwrap_or("-"),
     );
-    // DEFINITION BY HASH: print `  definition {hash}` here from `r.definition` once run
-    // records carry it.
+    if let Some(hash) = &r.definition {
+        match def.filter(|d| d.hash == *hash) {
+            Some(d) => out.push_str(&format!("  definition version {} ({hash})\n", d.version)),
+            None => out.push_str(&format!("  definition {hash}\n")),
+        }
+    }
     if def.is_none() {
         out.push_str("  (no definition at hand: only the nodes the run reached are listed)\n");
     }
@@ -480,7 +506,9 @@ fn view(run: &FoundRun, apart: &Apart, def: Option<&Workflow>, now: Millis) -> V
         .iter()
         .map(|(id, m)| (id.clone(), m.total))
         .collect::<BTreeMap<_, _>>());
-    // DEFINITION BY HASH: add `"definition": r.definition` once run records carry it.
-    v["definition"] = Value::Null;
+    v["definition"] = json!(r.definition);
+    v["version"] = json!(def
+        .filter(|d| r.definition.as_ref() == Some(&d.hash))
+        .map(|d| &d.version));
     v
 }

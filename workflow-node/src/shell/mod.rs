@@ -23,7 +23,7 @@
 pub mod bulk;
 mod cache;
 mod cancels;
-mod definitions;
+pub mod definitions;
 mod effects;
 mod error;
 mod health;
@@ -41,8 +41,8 @@ mod registry;
 mod reply;
 mod requests;
 mod retry;
-pub mod statuses;
 mod scrape;
+pub mod statuses;
 mod store;
 pub mod timers;
 pub mod wire;
@@ -151,6 +151,10 @@ pub struct Envelope {
     /// answered from its record) instead of starting one.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub attach: bool,
+    /// On a start: the content hash of the definition the run is to use (the one the
+    /// replica that took the request serves, or the version the caller pinned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition: Option<String>,
 }
 
 impl Envelope {
@@ -160,6 +164,7 @@ impl Envelope {
             event,
             caller: None,
             attach: false,
+            definition: None,
         }
     }
 }
@@ -192,6 +197,16 @@ fn default_replica() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "node".into());
     format!("{host}-{}", std::process::id())
+}
+
+/// Every [`definitions::SERVED_REFRESH`]: [`definitions::sweep`].
+async fn sweep_definitions(shared: Arc<Shared>, served: Vec<Arc<Workflow>>) {
+    loop {
+        tokio::time::sleep(definitions::SERVED_REFRESH).await;
+        if let Err(e) = definitions::sweep(&shared, &served).await {
+            tracing::warn!("sweeping stored definitions: {e}");
+        }
+    }
 }
 
 /// The wall clock, in the core's unit.
@@ -402,6 +417,7 @@ pub struct WorkflowNode {
     consumers: Vec<JoinHandle<Result<()>>>,
     background: Vec<JoinHandle<()>>,
     metrics_addr: Option<SocketAddr>,
+    served: Vec<Arc<Workflow>>,
 }
 
 impl WorkflowNode {
@@ -479,8 +495,8 @@ impl WorkflowNode {
             background.push(tokio::spawn(scrape::serve(listener, reader)));
         }
         let mut consumers = Vec::new();
-        for workflow in workflows {
-            let workflow = Arc::new(workflow);
+        let served: Vec<Arc<Workflow>> = workflows.into_iter().map(Arc::new).collect();
+        for workflow in served.iter().cloned() {
             // Stored before any run of it starts: a replica serving another version
             // applies this one's runs with it.
             shared.definitions.store(&workflow).await?;
@@ -516,6 +532,10 @@ impl WorkflowNode {
                 log_err("requests", requests::serve(s, workflow, sub).await)
             }));
         }
+        background.push(tokio::spawn(sweep_definitions(
+            shared.clone(),
+            served.clone(),
+        )));
         // Requests are taken once the server knows the subscriptions (a flush only
         // writes them out).
         agent_sdk::roundtrip::roundtrip(&shared.client)
@@ -527,7 +547,16 @@ impl WorkflowNode {
             consumers,
             background,
             metrics_addr,
+            served,
         })
+    }
+
+    /// Marks the definitions this node serves as served, and deletes the stored
+    /// definitions of its workflows that no replica served for the retention and no kept
+    /// run names (done every [`definitions::SERVED_REFRESH`] anyway); returns how many were
+    /// deleted.
+    pub async fn sweep_definitions(&self) -> Result<usize> {
+        definitions::sweep(&self.shared, &self.served).await
     }
 
     /// The agent cards of the workflows this node serves, in full. (One too large for a

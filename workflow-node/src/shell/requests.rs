@@ -25,7 +25,7 @@ use async_nats::HeaderMap;
 use futures::StreamExt;
 use messages::a2a::{Message, Part, TaskState};
 use messages::jsonrpc::{codes, ErrorObject, Method, Request};
-use messages::workflow::{Decision, WorkflowApprovalDecision, WorkflowNodeRequest};
+use messages::workflow::{Decision, WorkflowApprovalDecision, WorkflowNodeRequest, PIN_VERSION};
 use messages::{headers, msg_id, subjects};
 use serde_json::Value;
 use tokio::sync::Semaphore;
@@ -256,6 +256,28 @@ async fn start(
             workflow.max_call_depth, workflow.name
         ));
     }
+    // The definition the run is to use: a version the caller pins, or the one served here.
+    let pinned = message
+        .metadata
+        .as_ref()
+        .and_then(|m| m.get(PIN_VERSION))
+        .map(|v| {
+            v.as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| v.to_string())
+        });
+    let pinned_workflow;
+    let workflow = match pinned {
+        Some(version) => match shared.definitions.pinned(workflow, &version).await {
+            Ok(Some(found)) => {
+                pinned_workflow = found;
+                &*pinned_workflow
+            }
+            Ok(None) => workflow,
+            Err(e) => return refuse(e.to_string()),
+        },
+        None => workflow,
+    };
     let input = match input_of(shared, workflow, &message).await {
         Ok(input) => input,
         Err(text) => return refuse(text),
@@ -327,6 +349,7 @@ async fn begin(
         event: Event::Started { input },
         caller: Some(caller.clone()),
         attach: false,
+        definition: Some(workflow.hash.clone()),
     };
     let msg_id = msg_id::run_start(&execution.0);
     let stored = publish_event(shared, &workflow.name, execution, &msg_id, &envelope).await?;
@@ -359,6 +382,7 @@ async fn join(
         event: Event::Started { input },
         caller: Some(caller),
         attach: true,
+        definition: None,
     };
     attach(shared, workflow, execution, envelope).await
 }

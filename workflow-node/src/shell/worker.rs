@@ -461,7 +461,11 @@ async fn load(
         },
         None => store::load(shared, key).await?,
     };
-    let named = loaded.record.as_ref().and_then(|r| r.definition.as_deref());
+    // A run names its definition; a start names the one its request resolved.
+    let named = match loaded.record.as_ref() {
+        Some(record) => record.definition.as_deref(),
+        None => envelope.definition.as_deref(),
+    };
     let workflow = match shared.definitions.for_run(current, named).await {
         Ok(workflow) => workflow,
         // A run abandoned for want of its definition still ends, with the one served here.
