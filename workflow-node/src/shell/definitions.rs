@@ -24,6 +24,9 @@ use super::{now, store, Shared};
 use crate::core::Millis;
 use crate::definition::{self, Workflow};
 
+/// How long storing a definition is retried (see [`Definitions::store`]), about.
+const STORE_PATIENCE: Duration = Duration::from_secs(5);
+
 /// How often a replica marks the definitions it serves as still served.
 pub const SERVED_REFRESH: Duration = Duration::from_secs(3600);
 
@@ -94,12 +97,22 @@ impl Definitions {
     /// Stores a definition this replica serves, or marks it served again (the same
     /// content always has the same key).
     pub(super) async fn store(&self, workflow: &Arc<Workflow>) -> Result<()> {
-        let bytes = serde_json::to_vec(&StoredDefinition::of(workflow))?;
+        let bytes: bytes::Bytes = serde_json::to_vec(&StoredDefinition::of(workflow))?.into();
         let key = key(&workflow.name, &workflow.hash);
-        self.bucket
-            .put(&key, bytes.into())
-            .await
-            .context(|| format!("storing definition {key}"))?;
+        // The first write to a bucket just made on a cluster can come before the servers
+        // know its stream ("no stream found"): it is tried again for a few seconds.
+        let mut wait = Duration::from_millis(50);
+        loop {
+            match self.bucket.put(&key, bytes.clone()).await {
+                Ok(_) => break,
+                Err(e) if wait < STORE_PATIENCE => {
+                    tracing::debug!("storing definition {key}: {e}; trying again");
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                }
+                Err(e) => return Err(e).context(|| format!("storing definition {key}")),
+            }
+        }
         self.lock().insert(workflow.hash.clone(), workflow.clone());
         Ok(())
     }

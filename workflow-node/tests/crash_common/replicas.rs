@@ -51,6 +51,8 @@ pub(crate) struct Replica {
     pub(crate) id: usize,
     child: Child,
     ready: tokio::sync::watch::Receiver<bool>,
+    /// Every replica's log lines (told apart by `[r{id}]`).
+    logs: Logs,
 }
 
 impl Spawner {
@@ -80,7 +82,12 @@ impl Spawner {
                 logs.push(format!("[r{id}] {line}"));
             }
         });
-        Replica { id, child, ready }
+        Replica {
+            id,
+            child,
+            ready,
+            logs: self.logs.clone(),
+        }
     }
 }
 
@@ -90,8 +97,9 @@ impl Replica {
         let ready = tokio::time::timeout(timeout, self.ready.wait_for(|r| *r)).await;
         assert!(
             matches!(ready, Ok(Ok(_))),
-            "replica {} did not start serving within {timeout:?}",
-            self.id
+            "replica {} did not start serving within {timeout:?}; logs:\n{}",
+            self.id,
+            self.logs.tail()
         );
     }
 
