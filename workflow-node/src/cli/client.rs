@@ -34,6 +34,9 @@ pub struct RunResult {
     pub nodes: BTreeMap<String, String>,
     /// The run's execution id (from its start update).
     pub execution_id: Option<String>,
+    /// The trace the run is part of, when this process exports traces (the request
+    /// carried the context of a `workflow.invoke` span of its own).
+    pub trace_id: Option<String>,
 }
 
 /// Why [`invoke`] has no result to show.
@@ -100,15 +103,62 @@ pub enum InvokeError {
 /// Invokes `workflow` with `input`, calling `progress` with each update's DataPart; waits
 /// up to the timeout and resends after the resend interval of silence (see
 /// `agent_sdk::exchange`). A bare `Duration` is the timeout with the default interval (3 s).
+///
+/// When the process exports traces, the call is a `workflow.invoke` span whose context
+/// the request carries: the run's spans nest under it.
 pub async fn invoke(
     client: &async_nats::Client,
     ns: &str,
     workflow: &str,
     input: &Value,
     timing: impl Into<Timing>,
+    progress: impl FnMut(&WorkflowDataPart),
+) -> Result<RunResult, InvokeError> {
+    use agent_sdk::telemetry;
+    use tracing::Instrument;
+    if !telemetry::active() {
+        return invoke_in(client, ns, workflow, input, timing, progress, None).await;
+    }
+    let span = tracing::info_span!(
+        "workflow.invoke",
+        otel.kind = "client",
+        otel.status_code = tracing::field::Empty,
+        workflow.name = workflow,
+        workflow.status = tracing::field::Empty,
+    );
+    let mut headers = async_nats::HeaderMap::new();
+    span.in_scope(|| telemetry::inject_current(&mut headers));
+    let result = invoke_in(client, ns, workflow, input, timing, progress, Some(headers))
+        .instrument(span.clone())
+        .await;
+    match &result {
+        Ok(r) => {
+            span.record("workflow.status", r.status.as_str());
+            if r.status != "success" {
+                span.record("otel.status_code", "ERROR");
+            }
+        }
+        Err(_) => {
+            span.record("otel.status_code", "ERROR");
+        }
+    }
+    result
+}
+
+async fn invoke_in(
+    client: &async_nats::Client,
+    ns: &str,
+    workflow: &str,
+    input: &Value,
+    timing: impl Into<Timing>,
     mut progress: impl FnMut(&WorkflowDataPart),
+    trace: Option<async_nats::HeaderMap>,
 ) -> Result<RunResult, InvokeError> {
     let timing = timing.into();
+    let trace_id = trace
+        .as_ref()
+        .and_then(|h| h.get(headers::TRACEPARENT))
+        .and_then(|tp| tp.as_str().split('-').nth(1).map(String::from));
     let message_id = format!("run-{}", uuid::Uuid::new_v4().simple());
     let mut message = Message::new(message_id.clone(), Role::User, vec![wrap(input.clone())]);
     message.task_id = Some(message_id.clone());
@@ -116,7 +166,7 @@ pub async fn invoke(
     let outgoing = Outgoing {
         subject: subjects::agent_request(ns, workflow),
         id: message_id.as_str().into(),
-        headers: async_nats::HeaderMap::new(),
+        headers: trace.unwrap_or_default(),
         body: serde_json::to_vec(&request)
             .expect("a message/send request serialises to JSON")
             .into(),
@@ -147,6 +197,7 @@ pub async fn invoke(
         error,
         nodes,
         execution_id,
+        trace_id,
     })
 }
 

@@ -11,6 +11,8 @@
 //! - `record`, `names`, `wire`: what a run's KV entry holds, resource names, message
 //!   encoding.
 //! - `maps`: the items and results of large maps, kept beside the run's entry.
+//! - `spans`, `traces`: the run's OpenTelemetry spans, derived from the core's states
+//!   and emitted once a commit holds, with ids every replica derives alike.
 //!
 //! Nothing about a run lives only in one process: its state is in KV, its events in a
 //! stream, its timers in KV. Any replica carries on any run.
@@ -30,8 +32,10 @@ mod registry;
 mod reply;
 mod requests;
 mod retry;
+pub mod spans;
 mod store;
 pub mod timers;
+mod traces;
 pub mod wire;
 mod worker;
 

@@ -12,6 +12,11 @@
 //!    without its outbox entry (a conflict is harmless: the next commit drops it);
 //! 5. `keep`: what the worker caches.
 //!
+//! With traces exported (`traced`), a plan also says which spans the event ended
+//! (`spans`, from the core's state before and after it): the driver emits them once the
+//! commit holds and the commands are carried out, and they ride in the event's outbox
+//! entry, so that a redelivery emits them again as it carries the commands out again.
+//!
 //! Every rule of that sequence (when an event is a no-op, when a cached record must be
 //! read again, when an outbox entry is replayed instead of the event re-applied, which
 //! outbox entries are old enough to drop) lives here and is unit-tested below.
@@ -21,6 +26,7 @@ use std::collections::BTreeSet;
 use super::bulk::{self, Write};
 use super::outbox;
 use super::record::{Caller, OutboxEntry, RunRecord};
+use super::spans::{self, EndedSpan};
 use super::Envelope;
 use crate::core::{self, Command, Event, Execution, ExecutionId, Millis};
 use crate::definition::Workflow;
@@ -84,6 +90,8 @@ pub(super) struct Steps {
     /// maps' items and results), removed. Done last; a replica that dies first leaves
     /// them to expire a deadline later.
     pub(super) ending: Option<Ending>,
+    /// Spans the event ended, to emit once everything above is done (see `spans`).
+    pub(super) spans: Vec<EndedSpan>,
 }
 
 /// What an ended run's keys beside its entry become.
@@ -119,10 +127,12 @@ pub(super) fn replays(record: &RunRecord, delivery: Delivery) -> bool {
     delivery.delivered > 1 && record.outbox.iter().any(|e| e.seq == delivery.seq)
 }
 
-/// Decides what `envelope` does to the run `loaded` holds, at wall-clock `now`.
+/// Decides what `envelope` does to the run `loaded` holds, at wall-clock `now`; with
+/// `traced`, which spans it ends too.
 ///
 /// The record must be complete for the event: item chunks of large maps in place, and the
 /// results of a map the event may end (see [`bulk::results_wanted`]).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn plan(
     workflow: &Workflow,
     run_key: &str,
@@ -131,6 +141,7 @@ pub(super) fn plan(
     envelope: &Envelope,
     delivery: Delivery,
     now: Millis,
+    traced: bool,
 ) -> Result<Plan, serde_json::Error> {
     let Loaded {
         revision,
@@ -167,6 +178,7 @@ pub(super) fn plan(
         settled: &settled,
         delivery,
         now,
+        traced,
     };
     apply(workflow, run_key, record, envelope, applying)
 }
@@ -250,6 +262,7 @@ fn attach(
             at: now,
             commands: outbox::thin(&commands),
             results: Vec::new(),
+            spans: Vec::new(),
         });
     }
     let bytes = bulk::encode(&mut record)?;
@@ -270,6 +283,7 @@ fn attach(
         apart_for: apart_for(&record.state, now),
         ending: None,
         keep: (!ended).then_some(record),
+        spans: Vec::new(),
     })))
 }
 
@@ -306,6 +320,7 @@ fn replay(
         ending: None,
         keep: tidy.is_some().then_some(record),
         tidy,
+        spans: entry.spans,
     })
 }
 
@@ -316,6 +331,7 @@ struct Applying<'a> {
     settled: &'a BTreeSet<u64>,
     delivery: Delivery,
     now: Millis,
+    traced: bool,
 }
 
 /// Applies the event to the core and plans its commit.
@@ -332,6 +348,7 @@ fn apply(
         settled,
         delivery,
         now,
+        traced,
     } = applying;
     // Some events change the state without any command (a fork branch that is not the
     // last to end): those must be committed too, or the next replica to load the run never
@@ -344,6 +361,15 @@ fn apply(
         // control state, drop its outputs (the callers' answer carries the error only).
         bulk::drop_outputs(&mut record);
     }
+    let spans = if traced {
+        let event = &envelope.event;
+        let times = &mut record.call_times;
+        spans::ended(workflow, &before, &record.state, event, times, now)
+    } else {
+        // A replica that exports nothing keeps no times: the record stays as it was.
+        record.call_times.clear();
+        Vec::new()
+    };
     if commands.is_empty() && bulk::without_bulk(&mut record, |s| *s == before) {
         if from_cache {
             return Ok(Plan::Reload);
@@ -361,6 +387,7 @@ fn apply(
         at: now,
         commands: outbox::thin(&commands),
         results,
+        spans: spans.clone(),
     });
     // What the commit refers to goes first: items of a map that just started, outputs
     // kept apart.
@@ -391,6 +418,7 @@ fn apply(
         apart_for: apart_for(&record.state, now),
         ending: ended.then(|| ending(&record, run_key)).transpose()?,
         keep: (!ended).then_some(record),
+        spans,
     })))
 }
 
@@ -429,6 +457,21 @@ workflow:
 
     fn workflow() -> Workflow {
         crate::definition::parse_str(WORKFLOW, "chain.yaml").expect("valid workflow")
+    }
+
+    /// [`super::plan`] without traces.
+    fn plan(
+        workflow: &Workflow,
+        run_key: &str,
+        execution: &ExecutionId,
+        loaded: Loaded,
+        envelope: &Envelope,
+        delivery: Delivery,
+        now: Millis,
+    ) -> Result<Plan, serde_json::Error> {
+        super::plan(
+            workflow, run_key, execution, loaded, envelope, delivery, now, false,
+        )
     }
 
     fn execution() -> ExecutionId {
@@ -696,6 +739,7 @@ workflow:
             at: Millis(0),
             commands: Vec::new(),
             results: Vec::new(),
+            spans: Vec::new(),
         });
         let loaded = Loaded {
             settled: BTreeSet::from([1]),
@@ -936,5 +980,71 @@ workflow:
             }
         )));
         assert!(!s.commands.iter().any(|c| matches!(c, Command::Dispatch(_))));
+    }
+
+    #[test]
+    fn traced_the_attempts_start_is_stored_and_its_end_planned_kept_and_replayed() {
+        let wf = workflow();
+        let traced = |loaded, env: &Envelope, d, t| {
+            steps(super::plan(&wf, "k", &execution(), loaded, env, d, Millis(t), true).unwrap())
+        };
+        let s = traced(none(), &start(), first(1), 5);
+        assert!(s.spans.is_empty(), "nothing ended yet");
+        let record = decode(&s.commit.expect("a commit").bytes);
+        let a = TaskKey::single("a");
+        assert_eq!(record.call_times[&a].started, Millis(5));
+        let s = traced(fresh(1, record), &succeeded(a.clone()), first(2), 9);
+        let keys: Vec<_> = s.spans.iter().map(|sp| sp.key.clone()).collect();
+        assert_eq!(
+            keys,
+            vec![
+                spans::SpanKey::Attempt {
+                    task: a.clone(),
+                    attempt: 1
+                },
+                spans::SpanKey::Node { node: "a".into() }
+            ]
+        );
+        assert_eq!((s.spans[0].start, s.spans[0].end), (Millis(5), Millis(9)));
+        let stored = decode(&s.commit.expect("a commit").bytes);
+        let entry = stored
+            .outbox
+            .iter()
+            .find(|e| e.seq == 2)
+            .expect("its entry");
+        assert_eq!(entry.spans, s.spans, "kept for a redelivery");
+        assert!(!stored.call_times.contains_key(&a));
+        assert!(stored.call_times.contains_key(&TaskKey::single("b")));
+        // A redelivery before the ack emits them again, with the commands.
+        let again = Delivery {
+            seq: 2,
+            delivered: 2,
+        };
+        let replayed = traced(fresh(2, stored), &succeeded(a), again, 20);
+        assert!(replayed.commit.is_none());
+        assert_eq!(replayed.spans, s.spans);
+    }
+
+    #[test]
+    fn untraced_nothing_is_kept_for_spans() {
+        let wf = workflow();
+        let (record, a) = started(&wf);
+        assert!(record.call_times.is_empty());
+        let s = steps(
+            plan(
+                &wf,
+                "k",
+                &execution(),
+                fresh(1, record),
+                &succeeded(a.task),
+                first(2),
+                Millis(1),
+            )
+            .unwrap(),
+        );
+        assert!(s.spans.is_empty());
+        let stored = decode(&s.commit.expect("a commit").bytes);
+        assert!(stored.call_times.is_empty());
+        assert!(stored.outbox.iter().all(|e| e.spans.is_empty()));
     }
 }

@@ -7,7 +7,8 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 use super::bulk::{ItemResult, MapRef};
-use crate::core::{Command, Execution, Millis};
+use super::spans::{CallTimes, EndedSpan};
+use crate::core::{Command, Execution, Millis, TaskKey};
 
 /// Who started a run and where its answers go.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -51,6 +52,10 @@ pub struct OutboxEntry {
     /// Item results of large maps to write to their own keys (see `bulk`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub results: Vec<ItemResult>,
+    /// Spans the event ended (when traces are exported): emitted again if the event comes
+    /// back before it was acked, as its commands are carried out again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spans: Vec<EndedSpan>,
 }
 
 /// One run's entry in the runs bucket, under the run's key `{workflow}.{execution}`;
@@ -85,6 +90,12 @@ pub struct RunRecord {
     /// Whether the run's output is kept under a key of its own.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub output_apart: bool,
+    /// When each call in flight, and its current attempt, started (kept while traces are
+    /// exported): the start of their spans, which are emitted when they end, maybe by
+    /// another replica (see `spans`). The run's and its nodes' starts are in `state`, the
+    /// caller's trace context in `caller.traceparent`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub call_times: BTreeMap<TaskKey, CallTimes>,
     /// Outputs already measured, by node and `output_rev`: small ones are not measured
     /// again at every event. Not stored: a replica that loads the run measures once.
     #[serde(skip)]
@@ -110,6 +121,7 @@ impl RunRecord {
             input_apart: false,
             outputs_apart: BTreeMap::new(),
             output_apart: false,
+            call_times: BTreeMap::new(),
             maps_apart: false,
             outputs_measured: BTreeMap::new(),
             entry_bytes: 0,
