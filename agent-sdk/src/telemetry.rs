@@ -554,6 +554,16 @@ pub fn traceparent(sc: &SpanContext) -> String {
     )
 }
 
+/// The OpenTelemetry context of a `tracing` span (starting it); `None` when it has none
+/// (not [`active`], or a disabled span).
+pub fn span_context(span: &tracing::Span) -> Option<SpanContext> {
+    if !active() {
+        return None;
+    }
+    let sc = span.context().span().span_context().clone();
+    sc.is_valid().then_some(sc)
+}
+
 /// Makes `span` a child of the trace context in `headers` (when they carry one); must be
 /// called before the span is entered.
 pub fn set_parent_from(span: &tracing::Span, headers: &HeaderMap) {
