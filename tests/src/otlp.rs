@@ -1,6 +1,8 @@
-//! A real OTLP/HTTP receiver for tests: `POST /v1/traces` and `POST /v1/metrics` with
-//! protobuf bodies (`application/x-protobuf`, as `opentelemetry-otlp`'s `http/protobuf`
-//! sends them), decoded with `opentelemetry-proto` and kept.
+//! A real OTLP receiver for tests: over HTTP, `POST /v1/traces` and `POST /v1/metrics`
+//! with protobuf bodies (`application/x-protobuf`, as `opentelemetry-otlp`'s
+//! `http/protobuf` sends them), and over gRPC the trace and metrics services on a port
+//! of their own ([`Receiver::grpc_endpoint`]); decoded with `opentelemetry-proto` and
+//! kept.
 //!
 //! ```no_run
 //! # async fn f() {
@@ -29,8 +31,18 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::Router;
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
+    MetricsService, MetricsServiceServer,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use prost::Message as _;
 use tokio::sync::watch;
@@ -99,11 +111,13 @@ impl Shared {
     }
 }
 
-/// A running receiver on an ephemeral loopback port; stops when dropped.
+/// A running receiver on ephemeral loopback ports (HTTP, gRPC); stops when dropped.
 pub struct Receiver {
     addr: SocketAddr,
+    grpc_addr: SocketAddr,
     shared: Arc<Shared>,
     server: tokio::task::JoinHandle<()>,
+    grpc: tokio::task::JoinHandle<()>,
 }
 
 impl Receiver {
@@ -114,7 +128,7 @@ impl Receiver {
             .unwrap_or_else(|e| panic!("starting the OTLP receiver: {e}"))
     }
 
-    /// Starts a receiver on `addr`.
+    /// Starts a receiver on `addr` (HTTP; gRPC on an ephemeral port of the same host).
     pub async fn start_on(addr: &str) -> std::io::Result<Receiver> {
         let (changed, _) = watch::channel(0);
         let shared = Arc::new(Shared {
@@ -130,10 +144,21 @@ impl Receiver {
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
+        let grpc_listener = tokio::net::TcpListener::bind((addr.ip(), 0)).await?;
+        let grpc_addr = grpc_listener.local_addr()?;
+        let services = tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(Grpc(shared.clone())))
+            .add_service(MetricsServiceServer::new(Grpc(shared.clone())));
+        let grpc = tokio::spawn(async move {
+            let incoming = tonic::transport::server::TcpIncoming::from(grpc_listener);
+            let _ = services.serve_with_incoming(incoming).await;
+        });
         Ok(Receiver {
             addr,
+            grpc_addr,
             shared,
             server,
+            grpc,
         })
     }
 
@@ -146,6 +171,12 @@ impl Receiver {
     /// The address it listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// `http://127.0.0.1:PORT` of the gRPC services: the value of
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` with `OTEL_EXPORTER_OTLP_PROTOCOL=grpc`.
+    pub fn grpc_endpoint(&self) -> String {
+        format!("http://{}", self.grpc_addr)
     }
 
     /// Every span received so far.
@@ -178,7 +209,8 @@ impl Receiver {
             .is_ok()
     }
 
-    /// How many export requests came to `path` (`/v1/traces`, `/v1/metrics`).
+    /// How many export requests came to `path` (`/v1/traces`, `/v1/metrics`, and for gRPC
+    /// `grpc:traces`, `grpc:metrics`).
     pub fn requests(&self, path: &str) -> usize {
         self.shared
             .received()
@@ -234,6 +266,32 @@ impl Receiver {
 impl Drop for Receiver {
     fn drop(&mut self) {
         self.server.abort();
+        self.grpc.abort();
+    }
+}
+
+/// The gRPC services.
+struct Grpc(Arc<Shared>);
+
+#[tonic::async_trait]
+impl TraceService for Grpc {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        keep_spans(&self.0, request.into_inner(), "grpc:traces").await;
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+#[tonic::async_trait]
+impl MetricsService for Grpc {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportMetricsServiceRequest>,
+    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        keep_metrics(&self.0, request.into_inner(), "grpc:metrics");
+        Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
     }
 }
 
@@ -275,6 +333,28 @@ async fn traces(
     protobuf(&headers)?;
     let request = ExportTraceServiceRequest::decode(body)
         .map_err(|e| (StatusCode::BAD_REQUEST, format!("not a trace export: {e}")))?;
+    keep_spans(&shared, request, "/v1/traces").await;
+    Ok(ok())
+}
+
+async fn metrics(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<impl axum::response::IntoResponse, (StatusCode, String)> {
+    protobuf(&headers)?;
+    let request = ExportMetricsServiceRequest::decode(body).map_err(|e| {
+        (
+            StatusCode::BAD_REQUEST,
+            format!("not a metrics export: {e}"),
+        )
+    })?;
+    keep_metrics(&shared, request, "/v1/metrics");
+    Ok(ok())
+}
+
+/// Keeps the spans of a trace export (or, from a swallowed instance, never returns).
+async fn keep_spans(shared: &Shared, request: ExportTraceServiceRequest, path: &str) {
     let spans = flatten(request);
     let swallow = {
         let mut r = shared.received();
@@ -293,31 +373,18 @@ async fn traces(
     {
         let mut r = shared.received();
         r.spans.extend(spans);
-        *r.requests.entry("/v1/traces".into()).or_default() += 1;
+        *r.requests.entry(path.into()).or_default() += 1;
     }
     shared.bump();
-    Ok(ok())
 }
 
-async fn metrics(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<impl axum::response::IntoResponse, (StatusCode, String)> {
-    protobuf(&headers)?;
-    let request = ExportMetricsServiceRequest::decode(body).map_err(|e| {
-        (
-            StatusCode::BAD_REQUEST,
-            format!("not a metrics export: {e}"),
-        )
-    })?;
+fn keep_metrics(shared: &Shared, request: ExportMetricsServiceRequest, path: &str) {
     {
         let mut r = shared.received();
         r.metrics.push(request);
-        *r.requests.entry("/v1/metrics".into()).or_default() += 1;
+        *r.requests.entry(path.into()).or_default() += 1;
     }
     shared.bump();
-    Ok(ok())
 }
 
 /// The spans of an export request, each with its resource.
