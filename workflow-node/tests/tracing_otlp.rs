@@ -79,6 +79,9 @@ impl Replica {
                 format!("service.instance.id=r{id}"),
             )
             .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+            // A swallowed export (replica 0's) holds its flush, and so its acks, until the
+            // kill, however slow the machine.
+            .env("OTEL_EXPORTER_OTLP_TIMEOUT", "120000")
             .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -387,7 +387,7 @@ fn apply(
         at: now,
         commands: outbox::thin(&commands),
         results,
-        spans: spans.clone(),
+        spans: spans::for_outbox(&spans),
     });
     // What the commit refers to goes first: items of a map that just started, outputs
     // kept apart.

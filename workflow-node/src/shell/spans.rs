@@ -217,9 +217,9 @@ pub(crate) fn ended(
             attributes.insert("error.kind".into(), json!(kind));
         }
         let error = (node.status == NodeStatus::Failure)
-            .then(|| node.error.clone().unwrap_or_else(|| "failed".into()));
+            .then(|| node.error.as_deref().map_or_else(|| "failed".into(), clip));
         if let (Some(e), false) = (&node.error, node.status == NodeStatus::Failure) {
-            attributes.insert("node.reason".into(), json!(e));
+            attributes.insert("node.reason".into(), json!(clip(e)));
         }
         spans.push(EndedSpan {
             key: SpanKey::Node { node: id.clone() },
@@ -248,7 +248,7 @@ pub(crate) fn ended(
             after
                 .error
                 .as_ref()
-                .map_or_else(|| "failed".into(), |e| e.message.clone())
+                .map_or_else(|| "failed".into(), |e| clip(&e.message))
         });
         spans.push(EndedSpan {
             key: SpanKey::Run,
@@ -260,6 +260,41 @@ pub(crate) fn ended(
         });
     }
     spans
+}
+
+/// Spans an outbox entry keeps, to emit again on a redelivery: at most this many (an
+/// event that ends a large map's calls at once ends many), parents first, so that what is
+/// lost in a crash then is leaves, never the parent of spans that were exported.
+pub(crate) const OUTBOX_SPANS: usize = 64;
+
+/// The spans of `spans` that an outbox entry keeps (see [`OUTBOX_SPANS`]).
+pub(crate) fn for_outbox(spans: &[EndedSpan]) -> Vec<EndedSpan> {
+    if spans.len() <= OUTBOX_SPANS {
+        return spans.to_vec();
+    }
+    let rank = |s: &EndedSpan| match s.key {
+        SpanKey::Run => 0,
+        SpanKey::Node { .. } => 1,
+        SpanKey::Slot { .. } => 2,
+        SpanKey::Attempt { .. } => 3,
+    };
+    let mut kept: Vec<&EndedSpan> = spans.iter().collect();
+    kept.sort_by_key(|s| rank(s));
+    kept.into_iter().take(OUTBOX_SPANS).cloned().collect()
+}
+
+/// Texts from agents and the run (error messages) go on spans at most this long.
+const MAX_TEXT: usize = 1024;
+
+fn clip(text: &str) -> String {
+    if text.len() <= MAX_TEXT {
+        return text.to_owned();
+    }
+    let mut end = MAX_TEXT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 fn attrs<const N: usize>(pairs: [(&str, Value); N]) -> BTreeMap<String, Value> {
@@ -319,10 +354,10 @@ fn attempt_end(workflow: &Workflow, key: &TaskKey, attempt: u32, event: &Event) 
                 AttemptEnd {
                     outcome: "failure",
                     kind: None,
-                    message: Some(format!(
+                    message: Some(clip(&format!(
                         "output does not match output_schema_override: {}",
                         violations.join("; ")
-                    )),
+                    ))),
                 }
             }
         }
@@ -337,7 +372,7 @@ fn attempt_end(workflow: &Workflow, key: &TaskKey, attempt: u32, event: &Event) 
                 crate::core::FailureClass::TimedOut => "timeout",
             },
             kind: failure.kind.clone(),
-            message: Some(failure.message.clone()),
+            message: Some(clip(&failure.message)),
         },
         Event::TimerFired {
             timer: TimerId::CallTimeout { task, attempt: a },
@@ -605,6 +640,34 @@ workflow:
         }));
         assert_eq!(n, 2 + 1 + 2 * 2 + 1 + 1, "{:#?}", r.spans);
         assert!(r.times.is_empty());
+    }
+
+    #[test]
+    fn an_outbox_entry_keeps_parents_first_and_a_bounded_number() {
+        let leaf = |i: u32| EndedSpan {
+            key: SpanKey::Attempt {
+                task: TaskKey {
+                    node: "n".into(),
+                    slot: Slot::Item(i),
+                },
+                attempt: 1,
+            },
+            parent: None,
+            start: Millis(0),
+            end: Millis(1),
+            attributes: BTreeMap::new(),
+            error: None,
+        };
+        let mut spans: Vec<EndedSpan> = (0..200).map(leaf).collect();
+        spans.push(EndedSpan {
+            key: SpanKey::Run,
+            ..leaf(0)
+        });
+        let kept = for_outbox(&spans);
+        assert_eq!(kept.len(), OUTBOX_SPANS);
+        assert_eq!(kept[0].key, SpanKey::Run);
+        assert_eq!(for_outbox(&spans[..3]), spans[..3].to_vec());
+        assert_eq!(clip(&"é".repeat(1000)).chars().count(), 513);
     }
 
     #[test]
