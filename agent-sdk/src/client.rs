@@ -28,7 +28,8 @@ pub struct CallOptions {
     /// An instruction sent as a TextPart before the input.
     pub instruction: Option<String>,
     /// Extra headers (trace context, call depth: see
-    /// [`crate::NodeRequest::onward_headers`]).
+    /// [`crate::NodeRequest::onward_headers`]). When traces are exported, the current
+    /// span's context replaces a `traceparent` here (see [`crate::telemetry`]).
     pub headers: HeaderMap,
     /// Inputs whose JSON is larger go through the object store.
     pub artifact_threshold: usize,
@@ -99,6 +100,8 @@ pub async fn call_agent_with(
     message.context_id = Some(id.clone());
     let request = Request::message_send(id.clone(), message);
     let mut headers = options.headers;
+    // The caller's current span (a handler's, a CLI's) becomes the callee's parent.
+    crate::telemetry::inject_current(&mut headers);
     if let Some(caller) = options.caller.filter(|c| !c.is_empty()) {
         headers.insert(messages::headers::CALLER, caller.as_str());
     }

@@ -162,7 +162,9 @@ impl NodeRequest {
     }
 
     /// Headers for a call this handler makes onward (an agent calling a workflow as a
-    /// tool): the trace context passed through, `Mesh-Call-Depth` one higher, and this
+    /// tool): the trace context (the current span's, when traces are exported: called
+    /// from the handler, its `agent.handle` span; else the request's, passed through),
+    /// `Mesh-Call-Depth` one higher, and this
     /// agent's name as `Mesh-Caller` (so the workflow keeps its task ids apart from other
     /// callers').
     pub fn onward_headers(&self) -> HeaderMap {
@@ -175,6 +177,7 @@ impl NodeRequest {
                 out.insert(name, v.as_str());
             }
         }
+        crate::telemetry::inject_current(&mut out);
         let depth = self
             .headers
             .get(messages::headers::CALL_DEPTH)

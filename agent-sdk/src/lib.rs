@@ -28,7 +28,7 @@
 //! Modules: [`agent`] (builder and handle), [`handler`] (what agents implement),
 //! [`client`] ([`call_agent`]), [`exchange`] (a request resent while the callee is silent), [`payload`] (the object store; the wrapping conventions are in `messages::payload`), [`schema`]
 //! (JSON Schema checks), [`stub`] (YAML-described stub agents for testing workflows),
-//! [`error`]. Inside: `protocol` decodes requests and builds replies without I/O, `server`
+//! [`error`], [`telemetry`] (logs and OpenTelemetry traces in one call). Inside: `protocol` decodes requests and builds replies without I/O, `server`
 //! runs the loop.
 
 pub mod agent;
@@ -43,6 +43,7 @@ pub mod roundtrip;
 pub mod schema;
 mod server;
 pub mod stub;
+pub mod telemetry;
 
 pub use agent::{
     skill, AgentBuilder, AgentHandle, DEFAULT_DEDUP_CAPACITY, DEFAULT_DEDUP_WINDOW,

@@ -19,6 +19,7 @@ use messages::{AgentReply, ErrorObject, Response, Task, TaskState, TaskStatus};
 use serde_json::Value;
 use tokio::sync::{oneshot, Semaphore};
 use tokio::task::JoinSet;
+use tracing::Instrument;
 
 use crate::agent::{AgentBuilder, AgentHandle};
 use crate::dedup::{Admission, Calls};
@@ -253,7 +254,8 @@ impl Serving {
         let admission = self.shared.calls().admit(&call, Instant::now());
         let started = match admission {
             Admission::Run { seq, canceled } => {
-                calls.spawn(run_call(self.shared.clone(), call, seq, canceled));
+                let span = handler_span(&self.shared.name, &call);
+                calls.spawn(run_call(self.shared.clone(), call, seq, canceled).instrument(span));
                 return;
             }
             Admission::Answered(outcome) => {
@@ -321,6 +323,57 @@ fn cancel_answer(id: messages::RequestId, task_id: &str, found: bool) -> Respons
     }
 }
 
+/// The span of one handled request (`agent.handle`), a child of the request's
+/// `traceparent`; a disabled span when this process exports no traces, so that nothing
+/// costs and the logs read as before.
+fn handler_span(agent: &str, call: &Call) -> tracing::Span {
+    if !crate::telemetry::active() {
+        return tracing::Span::none();
+    }
+    let w = call.workflow.as_ref();
+    let span = tracing::info_span!(
+        "agent.handle",
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        otel.status_message = tracing::field::Empty,
+        agent.name = agent,
+        task.id = call.task_id.as_str(),
+        context.id = call.context_id.as_str(),
+        workflow.name = w.map(|w| w.workflow_name.as_str()),
+        workflow.execution_id = w.map(|w| w.execution_id.as_str()),
+        node.id = w.map(|w| w.node_id.as_str()),
+        sub_task.id = w.map(|w| w.sub_task_id.as_str()),
+        attempt = w.and_then(|w| w.attempt),
+        map.index = w.and_then(|w| w.map_index),
+        loop.iteration = w.and_then(|w| w.loop_iteration),
+        outcome = tracing::field::Empty,
+        error.kind = tracing::field::Empty,
+    );
+    crate::telemetry::set_parent_from(&span, &call.headers);
+    span
+}
+
+/// Records how a call ended on its handler span.
+fn record_outcome(outcome: &Outcome) {
+    let span = tracing::Span::current();
+    match outcome {
+        Outcome::Success(_) => {
+            span.record("outcome", "success");
+        }
+        Outcome::Failure { message, kind, .. } => {
+            span.record("outcome", "failure");
+            span.record("otel.status_code", "ERROR");
+            span.record("otel.status_message", message.as_str());
+            if let Some(kind) = kind {
+                span.record("error.kind", kind.as_str());
+            }
+        }
+        Outcome::Canceled => {
+            span.record("outcome", "canceled");
+        }
+    }
+}
+
 /// Forgets a call whose task ended without an outcome (aborted, or panicked).
 struct Registration {
     shared: Arc<Shared>,
@@ -373,6 +426,7 @@ async fn run_call(shared: Arc<Shared>, call: Call, seq: u64, canceled: oneshot::
             }
         }
     };
+    record_outcome(&outcome);
     // Copies that arrive from here on are answered from memory.
     let waiters = shared
         .calls()
@@ -466,7 +520,9 @@ async fn process(shared: &Arc<Shared>, call: &Call) -> Outcome {
         }),
     };
     let handler = shared.handler.clone();
-    let mut task = tokio::spawn(handler.call(request));
+    // The handler runs in the call's span: its own spans, and the calls it makes, nest
+    // under it.
+    let mut task = tokio::spawn(handler.call(request).in_current_span());
     // Aborts the handler when this future is dropped (a cancel won the race).
     struct AbortOnDrop(tokio::task::AbortHandle);
     impl Drop for AbortOnDrop {

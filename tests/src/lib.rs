@@ -1,4 +1,5 @@
-//! Test harness: starts real nats-server processes for integration tests.
+//! Test harness: starts real nats-server processes for integration tests, and a real
+//! OTLP receiver ([`otlp`]) for tests of exported traces and metrics.
 //!
 //! Every test gets its own server on an ephemeral loopback port, with JetStream and a
 //! store directory of its own; the server is killed and its directory removed when the
@@ -11,6 +12,8 @@
 //! ```
 
 pub use nats_process::{Cluster, Error, NatsServer, Options};
+
+pub mod otlp;
 
 /// A started single JetStream server with default options.
 ///

@@ -6,13 +6,12 @@ use clap::Parser;
 use workflow_node::cli::{self, Cli, Command};
 
 fn main() -> ExitCode {
-    if std::env::var_os("RUST_LOG").is_some() {
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_writer(std::io::stderr)
-            .init();
-    }
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    // Logs on stderr only with RUST_LOG; traces when OTEL_EXPORTER_OTLP_ENDPOINT is set.
+    let telemetry = agent_sdk::telemetry::Telemetry::builder("workflow-node")
+        .log_default(None)
+        .init();
+    let code = match cli.command {
         Command::Validate(args) => cli::validate::run(args),
         Command::Plan(args) => cli::plan::run(args),
         Command::Mermaid(args) => cli::mermaid::run(args),
@@ -27,5 +26,8 @@ fn main() -> ExitCode {
         Command::Reject(args) => cli::approvals::decide(args, false),
         Command::Test(args) => cli::suite::run(args),
         Command::Demo(args) => cli::demo::run(args),
-    }
+    };
+    // Every command's runtime has ended: the last spans go out before the exit.
+    telemetry.shutdown_blocking();
+    code
 }

@@ -1,5 +1,5 @@
 //! `stub-agents FILE [--nats-url URL] [--namespace NS]`: serves the stub agents a YAML file
-//! describes, until ctrl-c. Without a URL (flag or `NATS_URL`) it starts a local
+//! describes, until ctrl-c or SIGTERM. Without a URL (flag or `NATS_URL`) it starts a local
 //! nats-server with JetStream in a data directory of its own, and stops it on exit.
 //!
 //! Exit 2 when it cannot start serving: an invalid file, or a server that does not answer
@@ -29,12 +29,9 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
+    // Logs on stderr (RUST_LOG, default warn); traces when OTEL_EXPORTER_OTLP_ENDPOINT is set.
+    let telemetry = agent_sdk::telemetry::Telemetry::builder("stub-agents")
+        .log_default(Some("warn"))
         .init();
     let stubs = match load_stub_file(&args.file) {
         Ok(s) => s,
@@ -52,13 +49,16 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(args, stubs)) {
+    let code = match runtime.block_on(run(args, stubs)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("stub-agents: {e:#}");
             ExitCode::from(2)
         }
-    }
+    };
+    // The last spans go out before the exit.
+    runtime.block_on(telemetry.shutdown());
+    code
 }
 
 async fn run(args: Args, stubs: agent_sdk::StubFile) -> Result<()> {
@@ -111,9 +111,12 @@ async fn serve(url: &str, ns: &str, stubs: agent_sdk::StubFile) -> Result<()> {
         "stub-agents: serving {} in namespace {ns} on {url}; ctrl-c to stop",
         names.join(", ")
     );
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for ctrl-c")?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("waiting for SIGTERM")?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.context("waiting for ctrl-c")?,
+        _ = term.recv() => {}
+    }
     eprintln!("stub-agents: stopping");
     for h in handles {
         h.stop().await;

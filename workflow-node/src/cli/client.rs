@@ -34,6 +34,9 @@ pub struct RunResult {
     pub nodes: BTreeMap<String, String>,
     /// The run's execution id (from its start update).
     pub execution_id: Option<String>,
+    /// The trace the run is part of, when this process exports traces (the request
+    /// carried the context of a `workflow.invoke` span of its own).
+    pub trace_id: Option<String>,
 }
 
 /// Why [`invoke`] has no result to show.
@@ -100,6 +103,9 @@ pub enum InvokeError {
 /// Invokes `workflow` with `input`, calling `progress` with each update's DataPart; waits
 /// up to the timeout and resends after the resend interval of silence (see
 /// `agent_sdk::exchange`). A bare `Duration` is the timeout with the default interval (3 s).
+///
+/// When the process exports traces, the call is a `workflow.invoke` span whose context
+/// the request carries: the run's spans nest under it.
 pub async fn invoke(
     client: &async_nats::Client,
     ns: &str,
@@ -178,10 +184,70 @@ pub async fn invoke_as(
     input: &Value,
     timing: impl Into<Timing>,
     task: impl Into<StartAs>,
-    mut progress: impl FnMut(&WorkflowDataPart),
+    progress: impl FnMut(&WorkflowDataPart),
 ) -> Result<RunResult, InvokeError> {
-    let timing = timing.into();
-    let outgoing = start_request(ns, workflow, input, &task.into());
+    use agent_sdk::telemetry;
+    use tracing::Instrument;
+    let (timing, task) = (timing.into(), task.into());
+    if !telemetry::active() {
+        return invoke_in(client, ns, workflow, input, timing, &task, progress, None).await;
+    }
+    let span = tracing::info_span!(
+        "workflow.invoke",
+        otel.kind = "client",
+        otel.status_code = tracing::field::Empty,
+        workflow.name = workflow,
+        workflow.status = tracing::field::Empty,
+    );
+    let mut headers = async_nats::HeaderMap::new();
+    span.in_scope(|| telemetry::inject_current(&mut headers));
+    let result = invoke_in(
+        client,
+        ns,
+        workflow,
+        input,
+        timing,
+        &task,
+        progress,
+        Some(headers),
+    )
+    .instrument(span.clone())
+    .await;
+    match &result {
+        Ok(r) => {
+            span.record("workflow.status", r.status.as_str());
+            if r.status != "success" {
+                span.record("otel.status_code", "ERROR");
+            }
+        }
+        Err(_) => {
+            span.record("otel.status_code", "ERROR");
+        }
+    }
+    result
+}
+
+/// [`invoke_as`], with the trace context of its `workflow.invoke` span when traces are
+/// exported.
+#[allow(clippy::too_many_arguments)]
+async fn invoke_in(
+    client: &async_nats::Client,
+    ns: &str,
+    workflow: &str,
+    input: &Value,
+    timing: Timing,
+    task: &StartAs,
+    mut progress: impl FnMut(&WorkflowDataPart),
+    trace: Option<async_nats::HeaderMap>,
+) -> Result<RunResult, InvokeError> {
+    let trace_id = trace
+        .as_ref()
+        .and_then(|h| h.get(headers::TRACEPARENT))
+        .and_then(|tp| tp.as_str().split('-').nth(1).map(String::from));
+    let mut outgoing = start_request(ns, workflow, input, task);
+    if let Some(trace) = trace {
+        outgoing.headers = trace;
+    }
     let mut nodes = BTreeMap::new();
     let mut execution_id = None;
     let reply = send_until_answered(client, outgoing, timing, |update| {
@@ -208,6 +274,7 @@ pub async fn invoke_as(
         error,
         nodes,
         execution_id,
+        trace_id,
     })
 }
 

@@ -67,6 +67,9 @@ pub fn run(args: Args) -> ExitCode {
         drop(stubs);
         conn.close().await;
         let result = result?;
+        if let Some(trace) = &result.trace_id {
+            eprintln!("trace {trace}");
+        }
         match result.status.as_str() {
             "success" => {
                 println!(

@@ -157,6 +157,9 @@ async fn execute(args: Args) -> Result<ExitCode> {
     drop(stubs);
     conn.close().await;
     let result = result?;
+    if let Some(trace) = &result.trace_id {
+        eprintln!("trace {trace}");
+    }
     print_result(&result, args.json);
     Ok(if result.status == "success" {
         ExitCode::SUCCESS

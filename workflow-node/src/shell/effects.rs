@@ -18,6 +18,7 @@ use super::error::{Context, Result};
 use super::record::Caller;
 use super::reply::{self, Ending};
 use super::timers::TimerRecord;
+use super::traces::RunTrace;
 use super::{names, now, publish_event, store, Envelope, Shared};
 use crate::core::{
     Command, Dispatch, Event, ExecutionId, Failure, FailureClass, RunError, RunStatus, Slot,
@@ -262,8 +263,15 @@ impl RunContext<'_> {
             headers::CALL_DEPTH,
             (self.primary().call_depth + 1).to_string().as_str(),
         );
-        if let Some(tp) = &self.primary().traceparent {
+        // The attempt's span (emitted when it ends) is the agent's parent; without traces,
+        // the caller's context passes through.
+        let caller_tp = self.primary().traceparent.as_deref();
+        if agent_sdk::telemetry::active() {
+            let tp =
+                RunTrace::new(self.execution, caller_tp).attempt_traceparent(&d.task, d.attempt);
             h.insert(headers::TRACEPARENT, tp.as_str());
+        } else if let Some(tp) = caller_tp {
+            h.insert(headers::TRACEPARENT, tp);
         }
         let reply = subjects::agent_response(&shared.ns, &self.workflow.name, &d.sub_task_id);
         let subject = subjects::agent_request(&shared.ns, agent);

@@ -16,6 +16,8 @@
 //! - `inspect`: reading runs and their history for the operator's CLI.
 //! - `metrics`, `observe`, `prometheus`, `scrape`: OpenTelemetry metrics (what a committed
 //!   event did, recorded once), exported over OTLP and served at `/metrics`.
+//! - `spans`, `traces`: the run's OpenTelemetry spans, derived from the core's states
+//!   and emitted once a commit holds, with ids every replica derives alike.
 //!
 //! Nothing about a run lives only in one process: its state is in KV, its events in a
 //! stream, its timers in KV. Any replica carries on any run.
@@ -42,9 +44,11 @@ mod reply;
 mod requests;
 mod retry;
 mod scrape;
+pub mod spans;
 pub mod statuses;
 mod store;
 pub mod timers;
+mod traces;
 pub mod wire;
 mod worker;
 

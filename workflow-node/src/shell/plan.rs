@@ -18,6 +18,11 @@
 //!
 //! `observed` is what the commit does to the run for the metrics, recorded once it holds.
 //!
+//! With traces exported (`traced`), a plan also says which spans the event ended
+//! (`spans`, from the core's state before and after it): the driver emits them once the
+//! commit holds and the commands are carried out, and they ride in the event's outbox
+//! entry, so that a redelivery emits them again as it carries the commands out again.
+//!
 //! Every rule of that sequence (when an event is a no-op, when a cached record must be
 //! read again, when an outbox entry is replayed instead of the event re-applied, which
 //! outbox entries are old enough to drop) lives here and is unit-tested below.
@@ -29,6 +34,7 @@ use super::history::{self, HistoryEntry};
 use super::observe::{observe, Observed};
 use super::outbox;
 use super::record::{ApprovalAsk, Caller, OutboxEntry, RunRecord};
+use super::spans::{self, EndedSpan};
 use super::Envelope;
 use crate::core::{self, Command, Event, Execution, ExecutionId, Millis, NodeStatus};
 use crate::definition::Workflow;
@@ -106,6 +112,8 @@ pub(super) struct Steps {
     /// What `commit` does to the run (started, ended, nodes and attempts ended), to
     /// record once it holds; nothing for a replay or a caller joining.
     pub(super) observed: Observed,
+    /// Spans the event ended, to emit once everything above is done (see `spans`).
+    pub(super) spans: Vec<EndedSpan>,
 }
 
 /// What an ended run's keys beside its entry become.
@@ -141,10 +149,12 @@ pub(super) fn replays(record: &RunRecord, delivery: Delivery) -> bool {
     delivery.delivered > 1 && record.outbox.iter().any(|e| e.seq == delivery.seq)
 }
 
-/// Decides what `envelope` does to the run `loaded` holds, at wall-clock `stamp.now`.
+/// Decides what `envelope` does to the run `loaded` holds, at wall-clock `stamp.now`;
+/// with `traced`, which spans it ends too.
 ///
 /// The record must be complete for the event: item chunks of large maps in place, and the
 /// results of a map the event may end (see [`bulk::results_wanted`]).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn plan(
     workflow: &Workflow,
     run_key: &str,
@@ -153,6 +163,7 @@ pub(super) fn plan(
     envelope: &Envelope,
     delivery: Delivery,
     stamp: Stamp<'_>,
+    traced: bool,
 ) -> Result<Plan, serde_json::Error> {
     let now = stamp.now;
     let Loaded {
@@ -190,6 +201,7 @@ pub(super) fn plan(
         settled: &settled,
         delivery,
         stamp,
+        traced,
     };
     apply(workflow, run_key, record, envelope, applying)
 }
@@ -280,6 +292,7 @@ fn attach(
         commands: outbox::thin(&commands),
         results: Vec::new(),
         history: Some(entry.clone()),
+        spans: Vec::new(),
     });
     let bytes = bulk::encode(&mut record)?;
     record.entry_bytes = bytes.len();
@@ -301,6 +314,7 @@ fn attach(
         ending: None,
         keep: (!ended).then_some(record),
         observed: Observed::default(),
+        spans: Vec::new(),
     })))
 }
 
@@ -383,6 +397,7 @@ fn replay(
         keep: tidy.is_some().then_some(record),
         tidy,
         observed: Observed::default(),
+        spans: entry.spans,
     })
 }
 
@@ -393,6 +408,7 @@ struct Applying<'a> {
     settled: &'a BTreeSet<u64>,
     delivery: Delivery,
     stamp: Stamp<'a>,
+    traced: bool,
 }
 
 /// Applies the event to the core and plans its commit.
@@ -409,6 +425,7 @@ fn apply(
         settled,
         delivery,
         stamp,
+        traced,
     } = applying;
     let now = stamp.now;
     // Some events change the state without any command (a fork branch that is not the
@@ -422,6 +439,15 @@ fn apply(
         // control state, drop its outputs (the callers' answer carries the error only).
         bulk::drop_outputs(&mut record);
     }
+    let spans = if traced {
+        let event = &envelope.event;
+        let times = &mut record.call_times;
+        spans::ended(workflow, &before, &record.state, event, times, now)
+    } else {
+        // A replica that exports nothing keeps no times: the record stays as it was.
+        record.call_times.clear();
+        Vec::new()
+    };
     if commands.is_empty() && bulk::without_bulk(&mut record, |s| *s == before) {
         if from_cache {
             return Ok(Plan::Reload);
@@ -443,6 +469,7 @@ fn apply(
         commands: outbox::thin(&commands),
         results,
         history: Some(entry.clone()),
+        spans: spans::for_outbox(&spans),
     });
     // What the commit refers to goes first: items of a map that just started, outputs
     // kept apart.
@@ -475,6 +502,7 @@ fn apply(
         ending: ended.then(|| ending(&record, run_key)).transpose()?,
         keep: (!ended).then_some(record),
         observed,
+        spans,
     })))
 }
 

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 
 use super::bulk::{ItemResult, MapRef};
 use super::history::HistoryEntry;
-use crate::core::{Command, Execution, Millis};
+use super::spans::{CallTimes, EndedSpan};
+use crate::core::{Command, Execution, Millis, TaskKey};
 
 /// Who started a run and where its answers go.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -60,6 +61,10 @@ pub struct OutboxEntry {
     /// replay: its message id makes the stream keep one copy; see `history`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history: Option<HistoryEntry>,
+    /// Spans the event ended (when traces are exported): emitted again if the event comes
+    /// back before it was acked, as its commands are carried out again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spans: Vec<EndedSpan>,
 }
 
 /// One run's entry in the runs bucket, under the run's key `{workflow}.{execution}`;
@@ -112,6 +117,12 @@ pub struct RunRecord {
     /// for `workflow-node approvals`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub asks: BTreeMap<String, ApprovalAsk>,
+    /// When each call in flight, and its current attempt, started (kept while traces are
+    /// exported): the start of their spans, which are emitted when they end, maybe by
+    /// another replica (see `spans`). The run's and its nodes' starts are in `state`, the
+    /// caller's trace context in `caller.traceparent`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub call_times: BTreeMap<TaskKey, CallTimes>,
     /// Outputs already measured, by node and `output_rev`: small ones are not measured
     /// again at every event. Not stored: a replica that loads the run measures once.
     #[serde(skip)]
@@ -138,6 +149,7 @@ impl RunRecord {
             input_apart: false,
             outputs_apart: BTreeMap::new(),
             output_apart: false,
+            call_times: BTreeMap::new(),
             maps_apart: false,
             applied: 0,
             ended_at: None,

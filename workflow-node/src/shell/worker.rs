@@ -6,6 +6,11 @@
 //! again. [`process`] is the whole path of one event; the decisions are in `plan`.
 //!
 //! Events of one run go to one worker task (by hash), so a replica never races itself.
+//!
+//! When the process exports traces, an event that ended spans is acked only once they
+//! are exported (a flush shared by every event in hand meanwhile, see [`acker`]): a
+//! replica killed before that leaves the event to be delivered again, and the next one
+//! emits its spans again from the outbox, so a kill loses none.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
@@ -25,6 +30,7 @@ use super::lease::Leases;
 use super::plan::{self, Delivery, Loaded, Plan, Stamp, Steps};
 use super::record::RunRecord;
 use super::retry::{Failures, Next};
+use super::traces::RunTrace;
 use super::wire::{interpret_reply, reply_event, ReplyMeaning};
 use super::{names, now, store, Envelope, Shared};
 use crate::core::{self, Event, ExecutionId, TaskKey};
@@ -95,6 +101,8 @@ pub(super) async fn run(
     let n = shared.config.workers.max(1);
     let mut senders = Vec::with_capacity(n);
     let mut workers = Vec::with_capacity(n);
+    let (to_ack, acks) = mpsc::unbounded_channel();
+    let acker = tokio::spawn(acker(leases.clone(), acks));
     for _ in 0..n {
         let (tx, rx) = mpsc::channel::<(u64, jetstream::Message)>(256);
         senders.push(tx);
@@ -103,8 +111,10 @@ pub(super) async fn run(
             workflow.clone(),
             leases.clone(),
             rx,
+            to_ack.clone(),
         )));
     }
+    drop(to_ack);
     let mut backoff = Backoff::default();
     while !*stop.borrow() {
         let pulled = pull(&shared, &workflow.name).await;
@@ -134,6 +144,8 @@ pub(super) async fn run(
     for w in workers {
         let _ = w.await;
     }
+    // The events whose spans wait for their export are acked last.
+    let _ = acker.await;
     renewer.abort();
     Ok(())
 }
@@ -232,6 +244,7 @@ async fn worker(
     workflow: Arc<Workflow>,
     leases: Arc<Leases>,
     mut rx: mpsc::Receiver<(u64, jetstream::Message)>,
+    to_ack: mpsc::UnboundedSender<(u64, jetstream::Message)>,
 ) {
     let budget = shared.config.cache_bytes / shared.config.workers.max(1);
     let mut cache = Cache::new(budget);
@@ -249,8 +262,16 @@ async fn worker(
             .metrics
             .event_processed(&workflow.name, processed.is_ok());
         match processed {
-            Ok(()) => {
+            Ok(emitted) => {
                 failures.done(seq);
+                if emitted {
+                    // Acked (and its lease released) once its spans are exported.
+                    if let Err(mpsc::error::SendError((lease, msg))) = to_ack.send((lease, msg)) {
+                        ack(&msg).await;
+                        leases.release(lease);
+                    }
+                    continue;
+                }
                 ack(&msg).await;
             }
             Err(e) => {
@@ -259,6 +280,23 @@ async fn worker(
             }
         }
         leases.release(lease);
+    }
+}
+
+/// Acks events whose spans were emitted once the spans are exported: one flush for every
+/// event that came in while the previous flush ran. The events keep their leases until
+/// then, so a slow collector delays acks, never the events' processing.
+async fn acker(leases: Arc<Leases>, mut rx: mpsc::UnboundedReceiver<(u64, jetstream::Message)>) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while let Ok(more) = rx.try_recv() {
+            batch.push(more);
+        }
+        agent_sdk::telemetry::flush().await;
+        for (lease, msg) in batch {
+            ack(&msg).await;
+            leases.release(lease);
+        }
     }
 }
 
@@ -296,7 +334,12 @@ async fn failed(
         msg.subject
     );
     match process(shared, workflow, cache, msg, Some(reason)).await {
-        Ok(()) => ack(msg).await,
+        Ok(emitted) => {
+            if emitted {
+                agent_sdk::telemetry::flush().await;
+            }
+            ack(msg).await
+        }
         Err(e) if e.is_permanent() => {
             tracing::error!(
                 "the run of the event on {} cannot be failed either ({e}): dropping the event",
@@ -371,16 +414,16 @@ fn artifact_output(name: &str, read: Result<serde_json::Value>) -> Result<ReplyM
 }
 
 /// The whole path of one event: decode it, then load its run, plan, and perform the plan,
-/// until a commit holds (or the plan needs none).
+/// until a commit holds (or the plan needs none). Whether it emitted spans.
 async fn process(
     shared: &Arc<Shared>,
     workflow: &Arc<Workflow>,
     cache: &mut Cache,
     msg: &jetstream::Message,
     abandon: Option<String>,
-) -> Result<()> {
+) -> Result<bool> {
     let Some((execution, mut envelope)) = decode(shared, workflow, msg).await? else {
-        return Ok(());
+        return Ok(false);
     };
     let info = msg
         .info()
@@ -394,6 +437,7 @@ async fn process(
     }
     let key = names::run_key(&workflow.name, &execution);
     let mut cached = cache.take(&execution);
+    let traced = agent_sdk::telemetry::active();
     for _ in 0..MAX_CONFLICTS {
         let (loaded, run_workflow) =
             load(shared, workflow, &key, cached.take(), &envelope, delivery).await?;
@@ -409,15 +453,17 @@ async fn process(
                 now: now(),
                 replica: &shared.replica,
             },
+            traced,
         )? {
             Plan::Ack { keep } => {
                 if let Some((rev, kept)) = keep {
                     cache.keep(execution.clone(), rev, *kept);
                 }
-                return Ok(());
+                return Ok(false);
             }
             Plan::Reload => continue,
             Plan::Perform(mut steps) => {
+                let emits = !steps.spans.is_empty();
                 let callers = std::mem::take(&mut steps.callers);
                 let ctx = RunContext {
                     shared,
@@ -429,7 +475,7 @@ async fn process(
                     if let Some((rev, kept)) = kept {
                         cache.keep(execution.clone(), rev, kept);
                     }
-                    return Ok(());
+                    return Ok(emits);
                 }
             }
         }
@@ -544,6 +590,12 @@ async fn perform(
     }
     if let Some(ending) = steps.ending {
         store::end(shared, ending).await?;
+    }
+    // Last: the commit held and the commands are carried out. A replica that dies before
+    // this leaves the event to come back, and the spans are emitted with its replay.
+    if !steps.spans.is_empty() {
+        let traceparent = ctx.callers.first().and_then(|c| c.traceparent.as_deref());
+        RunTrace::new(execution, traceparent).emit(&steps.spans);
     }
     Ok(Some(revision.zip(steps.keep)))
 }

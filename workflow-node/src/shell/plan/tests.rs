@@ -18,6 +18,21 @@ fn workflow() -> Workflow {
     crate::definition::parse_str(WORKFLOW, "chain.yaml").expect("valid workflow")
 }
 
+/// [`super::plan`] without traces.
+fn plan(
+    workflow: &Workflow,
+    run_key: &str,
+    execution: &ExecutionId,
+    loaded: Loaded,
+    envelope: &Envelope,
+    delivery: Delivery,
+    stamp: Stamp<'_>,
+) -> Result<Plan, serde_json::Error> {
+    super::plan(
+        workflow, run_key, execution, loaded, envelope, delivery, stamp, false,
+    )
+}
+
 fn execution() -> ExecutionId {
     ExecutionId("0123456789abcdef0123456789abcdef".into())
 }
@@ -286,6 +301,7 @@ fn settled_entries_are_dropped_at_the_next_commit_and_others_stay() {
         commands: Vec::new(),
         results: Vec::new(),
         history: None,
+        spans: Vec::new(),
     });
     let loaded = Loaded {
         settled: BTreeSet::from([1]),
@@ -526,4 +542,70 @@ fn a_cancel_that_overtakes_the_start_is_kept_and_ends_the_run_for_its_caller() {
         }
     )));
     assert!(!s.commands.iter().any(|c| matches!(c, Command::Dispatch(_))));
+}
+
+#[test]
+fn traced_the_attempts_start_is_stored_and_its_end_planned_kept_and_replayed() {
+    let wf = workflow();
+    let traced = |loaded, env: &Envelope, d, t| {
+        steps(super::plan(&wf, "k", &execution(), loaded, env, d, stamp(t), true).unwrap())
+    };
+    let s = traced(none(), &start(), first(1), 5);
+    assert!(s.spans.is_empty(), "nothing ended yet");
+    let record = decode(&s.commit.expect("a commit").bytes);
+    let a = TaskKey::single("a");
+    assert_eq!(record.call_times[&a].started, Millis(5));
+    let s = traced(fresh(1, record), &succeeded(a.clone()), first(2), 9);
+    let keys: Vec<_> = s.spans.iter().map(|sp| sp.key.clone()).collect();
+    assert_eq!(
+        keys,
+        vec![
+            spans::SpanKey::Attempt {
+                task: a.clone(),
+                attempt: 1
+            },
+            spans::SpanKey::Node { node: "a".into() }
+        ]
+    );
+    assert_eq!((s.spans[0].start, s.spans[0].end), (Millis(5), Millis(9)));
+    let stored = decode(&s.commit.expect("a commit").bytes);
+    let entry = stored
+        .outbox
+        .iter()
+        .find(|e| e.seq == 2)
+        .expect("its entry");
+    assert_eq!(entry.spans, s.spans, "kept for a redelivery");
+    assert!(!stored.call_times.contains_key(&a));
+    assert!(stored.call_times.contains_key(&TaskKey::single("b")));
+    // A redelivery before the ack emits them again, with the commands.
+    let again = Delivery {
+        seq: 2,
+        delivered: 2,
+    };
+    let replayed = traced(fresh(2, stored), &succeeded(a), again, 20);
+    assert!(replayed.commit.is_none());
+    assert_eq!(replayed.spans, s.spans);
+}
+
+#[test]
+fn untraced_nothing_is_kept_for_spans() {
+    let wf = workflow();
+    let (record, a) = started(&wf);
+    assert!(record.call_times.is_empty());
+    let s = steps(
+        plan(
+            &wf,
+            "k",
+            &execution(),
+            fresh(1, record),
+            &succeeded(a.task),
+            first(2),
+            stamp(1),
+        )
+        .unwrap(),
+    );
+    assert!(s.spans.is_empty());
+    let stored = decode(&s.commit.expect("a commit").bytes);
+    assert!(stored.call_times.is_empty());
+    assert!(stored.outbox.iter().all(|e| e.spans.is_empty()));
 }
