@@ -281,8 +281,8 @@ async fn serve_prints_its_metrics_address_and_a_scrape_counts_its_runs() {
 #[tokio::test]
 async fn serve_exports_over_otlp_http_and_its_sigterm_drain_flushes_the_last_counts() {
     let s = setup().await;
-    let (otlp, received) = metrics_common::otlp_receiver().await;
-    let endpoint = format!("http://{otlp}");
+    let otlp = mesh_tests::otlp::Receiver::start().await;
+    let endpoint = format!("http://{}", otlp.addr());
     // An interval far beyond the test: only the drain's flush can export the counts.
     let env = [
         ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
@@ -293,13 +293,10 @@ async fn serve_exports_over_otlp_http_and_its_sigterm_drain_flushes_the_last_cou
     serve.line("serving ").await;
     s.served().await;
     runs(&s.client, 3, 1).await;
-    assert!(
-        received.lock().expect("lock").is_empty(),
-        "nothing before the drain"
-    );
+    assert!(otlp.metrics().is_empty(), "nothing before the drain");
 
     assert!(serve.terminate().await.success());
-    let received = received.lock().expect("lock");
+    let received = otlp.metrics();
     assert_eq!(
         metrics_common::last_sum(&received, "workflow.runs.started", "Chain"),
         Some((3, "metrics-test".to_string()))

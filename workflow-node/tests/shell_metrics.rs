@@ -408,11 +408,11 @@ async fn an_event_delivered_again_is_counted_as_a_redelivery_and_its_run_once() 
 
 #[tokio::test]
 async fn a_node_pushes_its_metrics_to_a_configured_otlp_endpoint_when_it_shuts_down() {
-    let (otlp, received) = metrics_common::otlp_receiver().await;
+    let otlp = mesh_tests::otlp::Receiver::start().await;
     let config = Config {
         metrics: MetricsConfig {
             addr: None,
-            otlp: Otlp::Http(format!("http://{otlp}/v1/metrics")),
+            otlp: Otlp::Http(format!("http://{}/v1/metrics", otlp.addr())),
             ..MetricsConfig::default()
         },
         ..config()
@@ -427,7 +427,7 @@ async fn a_node_pushes_its_metrics_to_a_configured_otlp_endpoint_when_it_shuts_d
     // The export interval (60 s unless OTEL_METRIC_EXPORT_INTERVAL says otherwise) has
     // not passed: the counts arrive with the shutdown's flush.
     m.node.shutdown().await;
-    let received = received.lock().expect("lock");
+    let received = otlp.metrics();
     assert_eq!(
         metrics_common::last_sum(&received, "workflow.runs.started", "Chain").map(|s| s.0),
         Some(2)

@@ -7,16 +7,11 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::routing::post;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point};
-use prost::Message as _;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -188,30 +183,6 @@ fn parse_line(line: &str) -> Option<Sample> {
         labels,
         value,
     })
-}
-
-/// What an OTLP/HTTP receiver got: every decoded export request.
-pub(crate) type Received = Arc<Mutex<Vec<ExportMetricsServiceRequest>>>;
-
-/// An OTLP/HTTP metrics receiver on a free loopback port: `POST /v1/metrics`, protobuf.
-pub(crate) async fn otlp_receiver() -> (SocketAddr, Received) {
-    let received = Received::default();
-    let app = axum::Router::new()
-        .route(
-            "/v1/metrics",
-            post(|State(r): State<Received>, body: Bytes| async move {
-                let request = ExportMetricsServiceRequest::decode(body).expect("OTLP protobuf");
-                r.lock().expect("lock").push(request);
-                axum::http::StatusCode::OK
-            }),
-        )
-        .with_state(received.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (addr, received)
 }
 
 fn string_attr(attrs: &[KeyValue], key: &str) -> Option<String> {
