@@ -154,7 +154,12 @@ impl Caller_ {
 
 #[tokio::test]
 async fn a_claimed_final_reply_is_never_sent_by_another_replica_and_a_resend_is_answered() {
-    let m = mesh().await;
+    // A claim counts as old at once (the reply it promised is not in flight any more).
+    let config = Config {
+        reply_in_flight: std::time::Duration::ZERO,
+        ..Config::default()
+    };
+    let m = shell_common::mesh(STUBS, &[ECHO, SLOW], config).await;
     let task = "claimed-elsewhere";
     // A replica claimed this run's final reply long ago and died before sending it.
     let execution = names::execution_id("Echo1", task);
@@ -217,9 +222,27 @@ async fn a_caller_resending_from_another_address_joins_the_running_run() {
         second.reply().await,
         (TaskState::Completed, json!({"n": 5}))
     );
-    // The same caller again from its own address: nothing new.
+    // The same caller again from its own address, right after its reply (a resend that
+    // crossed it): told that the reply was just sent, not answered a second time.
     first.send(&m.client, "Slow1", "joined", 5).await;
-    assert_eq!(first.reply().await, (TaskState::Completed, json!({"n": 5})));
+    first.wait_status("working").await;
     settled(&m.client, "Slow1").await;
     assert_eq!(first.pending_replies() + second.pending_replies(), 0);
+}
+
+#[tokio::test]
+async fn a_resend_from_the_same_address_after_the_reply_was_lost_is_answered_from_the_record() {
+    // No grace: every resend after the reply counts as one whose reply was lost.
+    let config = Config {
+        reply_in_flight: std::time::Duration::ZERO,
+        ..Config::default()
+    };
+    let m = shell_common::mesh(STUBS, &[ECHO, SLOW], config).await;
+    let mut first = caller(&m.client).await;
+    first.send(&m.client, "Echo1", "lost", 4).await;
+    assert_eq!(first.reply().await, (TaskState::Completed, json!({"n": 4})));
+    first.send(&m.client, "Echo1", "lost", 4).await;
+    assert_eq!(first.reply().await, (TaskState::Completed, json!({"n": 4})));
+    settled(&m.client, "Echo1").await;
+    assert_eq!(first.pending_replies(), 0);
 }

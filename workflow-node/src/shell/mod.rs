@@ -113,6 +113,10 @@ pub struct Config {
     /// Bytes of runs each workflow's workers keep in memory between events (estimated;
     /// default 256 MiB), so that a run's next event needs no read from KV.
     pub cache_bytes: usize,
+    /// How long after a final reply was sent to an address a request resent from that
+    /// address is told so (a status update) instead of answered again: the resend crossed
+    /// the reply (default 5 s). Later resends are answered from the record.
+    pub reply_in_flight: Duration,
     /// The name this replica gives itself in runs' histories (default: `{host}-{pid}`).
     pub replica: Option<String>,
     /// Metrics: served at an address, exported over OTLP, or neither (the default unless
@@ -135,6 +139,7 @@ impl Default for Config {
             max_concurrent_requests: 256,
             retention: Duration::from_secs(7 * 24 * 3600),
             cache_bytes: 256 << 20,
+            reply_in_flight: Duration::from_secs(5),
             replica: None,
             metrics: MetricsConfig::default(),
         }

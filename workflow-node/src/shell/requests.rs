@@ -20,6 +20,7 @@
 //! `tasks/get` and `tasks/cancel` name its task id with the same header.
 
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use async_nats::HeaderMap;
 use futures::StreamExt;
@@ -34,7 +35,7 @@ use super::error::Result;
 use super::record::{Caller, RunRecord};
 use super::reply;
 use super::wire::{self, InputSource};
-use super::{cancels, effects, names, publish_event, Envelope, Shared};
+use super::{cancels, effects, names, publish_event, store, Envelope, Shared};
 use crate::core::{Event, ExecutionId, NodeStatus};
 use crate::definition::{NodeKind, Workflow};
 
@@ -424,10 +425,52 @@ async fn answer_ended(
     record: &RunRecord,
     caller: &Caller,
 ) -> Result<Option<Vec<u8>>> {
+    if reply_in_flight(shared, workflow, execution, record, caller).await? {
+        // A sign of life, so that the caller waits for the reply on its way.
+        if let Some(status_to) = &caller.status_to {
+            let text = Part::text(format!(
+                "run {execution} has ended: its final reply was just sent to this address"
+            ));
+            let bytes = reply::status_update(caller, execution, TaskState::Working, text);
+            let _ = shared.client.publish(status_to.clone(), bytes.into()).await;
+        }
+        return Ok(None);
+    }
     let ending = ended_run(shared, execution, record).await?;
     Ok(Some(
         reply::final_reply(workflow, execution, caller, &ending).0,
     ))
+}
+
+/// Whether a final reply to `caller`'s address was claimed (or marked sent) less than
+/// `Config::reply_in_flight` ago: the reply is on its way there (a resend crossed it), and
+/// answering would make two. A caller that lost the reply resends again after its resend
+/// interval and is answered then.
+async fn reply_in_flight(
+    shared: &Shared,
+    workflow: &Workflow,
+    execution: &ExecutionId,
+    record: &RunRecord,
+    caller: &Caller,
+) -> Result<bool> {
+    let Some(address) = &caller.reply_to else {
+        return Ok(false);
+    };
+    // The starting caller's reply is claimed once per run; another address's per address.
+    let marker = if record.caller.reply_to.as_ref() == Some(address) {
+        names::final_marker(&workflow.name, execution, &record.caller)
+    } else {
+        let attached = Caller {
+            attached: true,
+            ..caller.clone()
+        };
+        names::final_marker(&workflow.name, execution, &attached)
+    };
+    let Some(at) = store::written_at(shared, &marker).await? else {
+        return Ok(false);
+    };
+    let age = SystemTime::now().duration_since(at).unwrap_or_default();
+    Ok(age < shared.config.reply_in_flight)
 }
 
 /// How the ended run of `record` ended, as its callers are told.

@@ -7,7 +7,7 @@
 //! compare-and-swap is decided by the leader, but what it is planned on must be current.
 
 use async_nats::jetstream::context::PublishAckFuture;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use std::collections::BTreeSet;
 
@@ -141,6 +141,24 @@ pub(super) async fn settled(
 /// the key has no value (never written, deleted or purged).
 pub(super) async fn read(shared: &Shared, key: &str) -> Result<Option<(u64, bytes::Bytes)>> {
     read_from(&shared.runs, key).await
+}
+
+/// When `key` was last written (its current value's time on the server); `None` when it
+/// has no value.
+pub(super) async fn written_at(shared: &Shared, key: &str) -> Result<Option<SystemTime>> {
+    use async_nats::jetstream::stream::LastRawMessageErrorKind;
+    let subject = messages::subjects::kv_key(&shared.runs.name, key);
+    match shared
+        .runs
+        .stream
+        .get_last_raw_message_by_subject(&subject)
+        .await
+    {
+        Ok(m) if m.payload.is_empty() => Ok(None),
+        Ok(m) => Ok(Some(m.time.into())),
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
+        Err(e) => Err(e).context(|| format!("reading {key}")),
+    }
 }
 
 /// [`read`] from any bucket.
