@@ -151,6 +151,12 @@ pub struct Envelope {
     /// answered from its record) instead of starting one.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub attach: bool,
+    /// On `Started`: the content hash of the definition served by the replica that took
+    /// the request (and checked its input against it). The run is created with that one,
+    /// whichever replica pulls the start from the stream. `None` (a start published before
+    /// starts named their definition) means the definition of the replica that pulls it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition: Option<String>,
 }
 
 impl Envelope {
@@ -160,6 +166,7 @@ impl Envelope {
             event,
             caller: None,
             attach: false,
+            definition: None,
         }
     }
 }

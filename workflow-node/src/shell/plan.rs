@@ -206,6 +206,7 @@ pub(super) fn abandoned(
         event: Event::Abandoned { reason },
         caller: envelope.caller,
         attach: false,
+        definition: envelope.definition,
     };
     (
         envelope,

@@ -327,6 +327,7 @@ async fn begin(
         event: Event::Started { input },
         caller: Some(caller.clone()),
         attach: false,
+        definition: Some(workflow.hash.clone()),
     };
     let msg_id = msg_id::run_start(&execution.0);
     let stored = publish_event(shared, &workflow.name, execution, &msg_id, &envelope).await?;
@@ -359,6 +360,7 @@ async fn join(
         event: Event::Started { input },
         caller: Some(caller),
         attach: true,
+        definition: Some(workflow.hash.clone()),
     };
     attach(shared, workflow, execution, envelope).await
 }

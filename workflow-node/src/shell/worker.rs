@@ -441,8 +441,8 @@ async fn process(
 }
 
 /// The run of an event, from this worker's cache or KV, with what the event needs in
-/// place: the definition the run started with (the one this replica serves, or the one the
-/// run names), the results of a map it may end, and which outbox entries are settled. An
+/// place: the definition the run started with (the one its record names; for a start, the
+/// one its request was taken with; else the one this replica serves), the results of a map it may end, and which outbox entries are settled. An
 /// event naming a node that definition does not have is an error that fails the run.
 async fn load(
     shared: &Shared,
@@ -461,7 +461,12 @@ async fn load(
         },
         None => store::load(shared, key).await?,
     };
-    let named = loaded.record.as_ref().and_then(|r| r.definition.as_deref());
+    // A run's own record names its definition; a start names the one its request was
+    // taken with (a new run's record is created with whatever is returned here).
+    let named = match loaded.record.as_ref() {
+        Some(record) => record.definition.as_deref(),
+        None => envelope.definition.as_deref(),
+    };
     let workflow = match shared.definitions.for_run(current, named).await {
         Ok(workflow) => workflow,
         // A run abandoned for want of its definition still ends, with the one served here.

@@ -32,6 +32,7 @@ fn start() -> Envelope {
             ..Caller::default()
         }),
         attach: false,
+        definition: None,
     }
 }
 
