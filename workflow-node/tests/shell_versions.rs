@@ -1,6 +1,7 @@
 //! Rolling upgrades over a real nats-server: a run keeps the definition it started with
-//! when its replica is replaced by one serving another version of the workflow, and a run
-//! whose definition cannot be found fails with an error that says so.
+//! when its replica is replaced by one serving another version of the workflow, a new run
+//! uses the version of the replica that took its request, and a run whose definition
+//! cannot be found fails with an error that says so.
 
 use std::time::Duration;
 
