@@ -1,10 +1,12 @@
 //! Rolling upgrades over a real nats-server: a run keeps the definition it started with
-//! when its replica is replaced by one serving another version of the workflow, and a run
-//! whose definition cannot be found fails with an error that says so.
+//! when its replica is replaced by one serving another version of the workflow, a new run
+//! uses the version of the replica that took its request, and a run whose definition
+//! cannot be found fails with an error that says so.
 
 use std::time::Duration;
 
 use agent_sdk::{handler_fn, AgentBuilder, NodeRequest};
+use futures::StreamExt;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use workflow_node::cli::client::{invoke, invoke_as, new_task_id, RunResult, StartAs};
@@ -306,4 +308,65 @@ async fn versions_are_pinned_listed_and_retired_only_when_no_run_uses_them() {
     let (code, out, err) = cli(&server, &["definitions", "delete", "Flow", "0"]).await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("deleted version 0"), "{out}");
+}
+
+/// A run uses the version of the replica that took its request (and checked its input),
+/// not that of the replica that happens to pull its start from the stream: the version 1
+/// replica takes the request while the shared consumer is paused, and is replaced by a
+/// version 2 replica before the start is pulled.
+#[tokio::test]
+async fn a_run_uses_the_version_of_the_replica_that_took_its_request() {
+    let server = mesh_tests::nats();
+    let client = async_nats::connect(server.url()).await.expect("connect");
+    let (_agents, _calls, open) = agents(&client).await;
+    open.send_replace(true);
+    let v1 = node(&server, V1).await;
+    let js = async_nats::jetstream::new(client.clone());
+    let stream = js
+        .get_stream(names::event_stream("mesh", "Flow"))
+        .await
+        .expect("the event stream");
+    let in_an_hour = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        + Duration::from_secs(3600);
+    let far = async_nats::datetime::from_nanos(in_an_hour.as_nanos() as i128).expect("a date");
+    stream
+        .pause_consumer(names::CONSUMER, far)
+        .await
+        .expect("pause the consumer");
+    let mut events = client
+        .subscribe(messages::subjects::run_events_all("mesh", "Flow"))
+        .await
+        .expect("subscribe");
+    agent_sdk::roundtrip::roundtrip(&client)
+        .await
+        .expect("the server took the subscription");
+    let caller = client.clone();
+    let run = tokio::spawn(async move {
+        invoke(
+            &caller,
+            "mesh",
+            "Flow",
+            &json!({"n": 7}),
+            Duration::from_secs(60),
+            |_| {},
+        )
+        .await
+        .expect("a result")
+    });
+    let started = tokio::time::timeout(Duration::from_secs(10), events.next()).await;
+    assert!(
+        matches!(started, Ok(Some(_))),
+        "version 1 published no start"
+    );
+    v1.shutdown().await;
+    let _v2 = node(&server, V2).await;
+    stream
+        .resume_consumer(names::CONSUMER)
+        .await
+        .expect("resume the consumer");
+    let r = run.await.expect("the caller");
+    assert_eq!(r.status, "success", "{:?}", r.error);
+    assert_eq!(r.output, Some(json!({"version": "one", "n": 7})));
 }

@@ -61,6 +61,8 @@ pub(crate) fn request_id(i: usize) -> String {
 struct Run {
     sent: Instant,
     last_send: Instant,
+    /// No replica took its last request ("no responders"): send it again at the next tick.
+    unheard: bool,
     last_sign: Instant,
     longest: Duration,
     done: Option<Instant>,
@@ -142,6 +144,7 @@ pub(crate) async fn drive(
                 Run {
                     sent: now,
                     last_send: now,
+                    unheard: false,
                     last_sign: now,
                     longest: Duration::ZERO,
                     done: None,
@@ -156,6 +159,13 @@ pub(crate) async fn drive(
             _ = tokio::time::sleep_until(deadline) => break,
             Some(msg) = replies_sub.next() => {
                 let Some(i) = index(&msg.subject) else { continue };
+                if no_responders(&msg) {
+                    // Not a reply: no replica was subscribed (all of them being replaced).
+                    if let Some(run) = runs.get_mut(&i) {
+                        run.unheard = true;
+                    }
+                    continue;
+                }
                 let v: Value = serde_json::from_slice(&msg.payload).unwrap_or(Value::Null);
                 replies.entry(i).or_default().push(v);
                 if let Some(run) = runs.get_mut(&i) {
@@ -181,7 +191,10 @@ pub(crate) async fn drive(
                 let now = Instant::now();
                 let stale: Vec<usize> = runs
                     .iter()
-                    .filter(|(_, r)| r.done.is_none() && now - r.last_send.max(r.last_sign) >= plan.resend_after)
+                    .filter(|(_, r)| {
+                        r.done.is_none()
+                            && (r.unheard || now - r.last_send.max(r.last_sign) >= plan.resend_after)
+                    })
                     .map(|(i, _)| *i)
                     .collect();
                 for i in stale {
@@ -189,6 +202,7 @@ pub(crate) async fn drive(
                     resends += 1;
                     if let Some(r) = runs.get_mut(&i) {
                         r.last_send = now;
+                        r.unheard = false;
                     }
                 }
             }
@@ -203,6 +217,9 @@ pub(crate) async fn drive(
             _ = tokio::time::sleep_until(quiet_end) => break,
             Some(msg) = replies_sub.next() => {
                 let Some(i) = index(&msg.subject) else { continue };
+                if no_responders(&msg) {
+                    continue;
+                }
                 let v: Value = serde_json::from_slice(&msg.payload).unwrap_or(Value::Null);
                 replies.entry(i).or_default().push(v);
             }
@@ -229,6 +246,12 @@ pub(crate) async fn drive(
         durations,
         elapsed,
     }
+}
+
+/// Whether `msg` is the server's "no responders" status for a request nobody was
+/// subscribed to (not a reply of the workflow).
+fn no_responders(msg: &async_nats::Message) -> bool {
+    msg.status == Some(async_nats::StatusCode::NO_RESPONDERS)
 }
 
 /// Approves (as `alice`) every approval request seen, once per run and node; a decision
