@@ -32,6 +32,7 @@
 //! runs the loop.
 
 pub mod agent;
+pub mod artifacts;
 pub mod client;
 mod dedup;
 pub mod error;
@@ -49,6 +50,7 @@ pub use agent::{
     skill, AgentBuilder, AgentHandle, DEFAULT_DEDUP_CAPACITY, DEFAULT_DEDUP_WINDOW,
     DEFAULT_NAMESPACE,
 };
+pub use artifacts::{Artifact, ArtifactInfo, ArtifactStore};
 pub use client::{call_agent, call_agent_with, CallOptions};
 pub use error::{AgentError, ArtifactError, CallError, ServeError};
 pub use handler::{handler_fn, FnHandler, Handler, HandlerResult, NodeRequest, WorkflowCallInfo};

@@ -48,6 +48,9 @@ pub(crate) struct Call {
     pub(crate) workflow: Option<WorkflowCallInfo>,
     pub(crate) instruction: Option<String>,
     pub(crate) input: InputSource,
+    /// The words the caller used for the node request (`structured_invocation_request`
+    /// is the reference's): the result is sent in the same words.
+    pub(crate) dialect: messages::workflow::Dialect,
 }
 
 /// What a request message turned out to be.
@@ -160,6 +163,13 @@ pub(crate) fn decode(payload: &[u8], headers: Option<&HeaderMap>, reply: Option<
         .or_else(|| workflow.as_ref().map(|w| w.execution_id.clone()))
         .filter(|c| !c.is_empty())
         .unwrap_or_else(|| task_id.clone());
+    let dialect = message
+        .parts
+        .iter()
+        .filter_map(Part::as_data)
+        .filter_map(|d| d.get("type").and_then(Value::as_str))
+        .find(|t| WorkflowNodeRequest::is_type(t))
+        .map_or(Default::default(), messages::workflow::Dialect::of_type);
     let text = message.text();
     let input = find_input(&message.parts);
     let (input, instruction) = match input {
@@ -185,6 +195,7 @@ pub(crate) fn decode(payload: &[u8], headers: Option<&HeaderMap>, reply: Option<
         workflow,
         instruction,
         input,
+        dialect,
     }))
 }
 
@@ -192,7 +203,10 @@ pub(crate) fn decode(payload: &[u8], headers: Option<&HeaderMap>, reply: Option<
 fn find_input(parts: &[Part]) -> Option<InputSource> {
     let data = parts.iter().find_map(|p| match p {
         Part::Data { data, metadata }
-            if data.get("type").and_then(Value::as_str) != Some(WorkflowNodeRequest::TYPE) =>
+            if !data
+                .get("type")
+                .and_then(Value::as_str)
+                .is_some_and(WorkflowNodeRequest::is_type) =>
         {
             Some(InputSource::Inline(unwrap_data(data, metadata.as_ref())))
         }
@@ -257,7 +271,14 @@ impl Outcome {
 /// The JSON-RPC response answering `call` with `outcome`.
 pub(crate) fn reply(call: &Call, outcome: &Outcome) -> Response {
     let (state, parts) = match &call.workflow {
-        Some(w) => workflow_parts(w, outcome),
+        Some(w) => {
+            let (state, parts) = workflow_parts(w, outcome);
+            let parts = parts
+                .into_iter()
+                .map(|p| call.dialect.rewrite_part(p))
+                .collect();
+            (state, parts)
+        }
         None => plain_parts(outcome),
     };
     let mut message = Message::new(format!("{}-reply", call.task_id), Role::Agent, parts);

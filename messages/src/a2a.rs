@@ -71,14 +71,27 @@ impl Message {
 pub trait DataPartType {
     /// The value of the payload's `type` field.
     const TYPE: &'static str;
+    /// Other `type` values read as this payload (the reference implementation's names).
+    const ALIASES: &'static [&'static str] = &[];
+
+    /// Whether `t` names this payload: its [`TYPE`](Self::TYPE) or one of its aliases.
+    fn is_type(t: &str) -> bool {
+        t == Self::TYPE || Self::ALIASES.contains(&t)
+    }
 }
 
-/// The first DataPart of `parts` whose `type` is `T::TYPE`, parsed as `T`.
+/// The first DataPart of `parts` whose `type` is `T::TYPE` (or one of `T::ALIASES`),
+/// parsed as `T`.
 pub fn find_data<T: DataPartType + DeserializeOwned>(
     parts: &[Part],
 ) -> Option<Result<T, serde_json::Error>> {
     parts.iter().find_map(|p| match p {
-        Part::Data { data, .. } if data.get("type").and_then(Value::as_str) == Some(T::TYPE) => {
+        Part::Data { data, .. }
+            if data
+                .get("type")
+                .and_then(Value::as_str)
+                .is_some_and(T::is_type) =>
+        {
             Some(serde_json::from_value(Value::Object(data.clone())))
         }
         _ => None,

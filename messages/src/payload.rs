@@ -63,6 +63,21 @@ pub fn part_value(part: &Part) -> Option<Value> {
     }
 }
 
+/// The object-store key of version `version` of artifact `name`: `{name}@v{version}`.
+pub fn version_key(name: &str, version: u64) -> String {
+    format!("{name}@v{version}")
+}
+
+/// `(name, version)` of a key made by [`version_key`]; `None` for any other key.
+pub fn split_version_key(key: &str) -> Option<(&str, u64)> {
+    let (name, v) = key.rsplit_once("@v")?;
+    let version = v
+        .parse()
+        .ok()
+        .filter(|_| v.bytes().all(|b| b.is_ascii_digit()))?;
+    (!name.is_empty()).then_some((name, version))
+}
+
 /// `nats-object://{bucket}/{name}`.
 pub fn object_uri(bucket: &str, name: &str) -> String {
     format!("{OBJECT_SCHEME}{bucket}/{name}")

@@ -66,12 +66,12 @@ pub enum Output {
     Object(String),
 }
 
-/// Whether a DataPart is one of the workflow protocol's (`type` starting `workflow_`),
-/// which never carries a payload.
+/// Whether a DataPart is one of the workflow protocol's (`type` starting `workflow_`, or
+/// the reference's `structured_invocation_`), which never carries a payload.
 pub fn is_protocol_data(data: &JsonObject) -> bool {
     data.get("type")
         .and_then(Value::as_str)
-        .is_some_and(|t| t.starts_with("workflow_"))
+        .is_some_and(|t| t.starts_with("workflow_") || t.starts_with("structured_invocation_"))
 }
 
 /// The output carried by `parts`: the first DataPart that is not a protocol DataPart
@@ -97,7 +97,8 @@ pub enum TaskReading {
     Output(Value),
     /// Success; the output is the artifact a `workflow_node_result` names in its
     /// `artifact_name`: a bare object name in the caller's artifact bucket or a
-    /// `nats-object://` URI (see [`crate::payload::object_ref`]).
+    /// `nats-object://` URI (see [`crate::payload::object_ref`]); or, from its
+    /// `output_artifact_ref`, the versioned object's key ([`crate::workflow::ArtifactRef::object_key`]).
     Artifact(String),
     /// Success; the output is stored where this FilePart URI says.
     Object(String),
@@ -168,10 +169,12 @@ fn reported(state: TaskState, r: WorkflowNodeResult) -> TaskReading {
             validation_errors: r.validation_errors.unwrap_or_default(),
         });
     }
-    match (r.output, r.artifact_name) {
-        (Some(output), _) => TaskReading::Output(output),
-        (None, Some(name)) => TaskReading::Artifact(name),
-        (None, None) => TaskReading::Output(Value::Null),
+    match (r.output, r.artifact_name, r.output_artifact_ref) {
+        (Some(output), _, _) => TaskReading::Output(output),
+        (None, Some(name), _) => TaskReading::Artifact(name),
+        // The reference's field: the versioned object's key.
+        (None, None, Some(reference)) => TaskReading::Artifact(reference.object_key()),
+        (None, None, None) => TaskReading::Output(Value::Null),
     }
 }
 

@@ -13,6 +13,12 @@
 //!
 //! [`WorkflowDataPart`] reads any of them by `type`. Status words follow the seed spec
 //! (`failure`); the reference implementation's `error` is accepted as an alias on input.
+//!
+//! The reference implementation's dialect ([`Dialect::Reference`]): its node-call DataParts
+//! are named `structured_invocation_request` / `structured_invocation_result`
+//! ([`REFERENCE_NODE_REQUEST`], [`REFERENCE_NODE_RESULT`]) and its failure status word is
+//! `error`. Both names are always read; [`Dialect::rewrite`] turns a DataPart we send into
+//! the reference's words when a node or agent is configured to speak them.
 
 /// The key, in a start request's message `metadata`, of the workflow version a caller pins
 /// for the new run (the file's `version`, as stored by a replica that served it); without
@@ -25,21 +31,125 @@ use serde_json::Value;
 
 use crate::a2a::{DataPartType, JsonObject};
 
-/// A reference to a stored artifact (object-store entry): `{name, version?}`.
+/// A reference to a stored artifact: `{name, version?}`. Version `v` of artifact `name`
+/// is the object `{name}@v{v}` of the namespace's artifact bucket, and the object `name`
+/// is the latest version (a link to it) or an unversioned artifact (see
+/// [`crate::payload::version_key`] and `docs/protocol.md`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArtifactRef {
-    /// The artifact's name (object-store key).
+    /// The artifact's name.
     pub name: String,
-    /// The object's version, when the writer pinned one; the workflow node always writes
-    /// `None` and never reads it.
+    /// The version (from 1); `None` means the latest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<u64>,
+}
+
+impl ArtifactRef {
+    /// The object-store key this reference reads: `{name}@v{version}`, or `name` for the
+    /// latest.
+    pub fn object_key(&self) -> String {
+        match self.version {
+            Some(v) => crate::payload::version_key(&self.name, v),
+            None => self.name.clone(),
+        }
+    }
+}
+
+/// The reference implementation's name of [`WorkflowNodeRequest`].
+pub const REFERENCE_NODE_REQUEST: &str = "structured_invocation_request";
+/// The reference implementation's name of [`WorkflowNodeResult`].
+pub const REFERENCE_NODE_RESULT: &str = "structured_invocation_result";
+
+/// Which words a node or agent sends: ours, or the reference implementation's. Both are
+/// always understood on input.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dialect {
+    /// `workflow_node_request` / `workflow_node_result`, status `failure`.
+    #[default]
+    Mesh,
+    /// `structured_invocation_request` / `structured_invocation_result`, status `error`.
+    Reference,
+}
+
+impl Dialect {
+    /// The dialect's name, as `--dialect` takes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dialect::Mesh => "mesh",
+            Dialect::Reference => "reference",
+        }
+    }
+
+    /// The dialect of a received node-call DataPart's `type`: `Reference` for the
+    /// reference's names, else `Mesh`.
+    pub fn of_type(t: &str) -> Dialect {
+        if t == REFERENCE_NODE_REQUEST || t == REFERENCE_NODE_RESULT {
+            Dialect::Reference
+        } else {
+            Dialect::Mesh
+        }
+    }
+
+    /// Rewrites a workflow DataPart's `data` we are about to send into this dialect's
+    /// words: for `Reference`, the node-call names become the reference's and a `status`
+    /// of `failure` becomes `error`. Other data, and everything in `Mesh`, is left as is.
+    pub fn rewrite(self, data: &mut JsonObject) {
+        if self == Dialect::Mesh {
+            return;
+        }
+        let Some(t) = data.get("type").and_then(Value::as_str) else {
+            return;
+        };
+        let renamed = match t {
+            WorkflowNodeRequest::TYPE => Some(REFERENCE_NODE_REQUEST),
+            WorkflowNodeResult::TYPE => Some(REFERENCE_NODE_RESULT),
+            _ => None,
+        };
+        if !t.starts_with("workflow_") && renamed.is_none() {
+            return;
+        }
+        if let Some(name) = renamed {
+            data.insert("type".into(), Value::from(name));
+        }
+        if data.get("status").and_then(Value::as_str) == Some("failure") {
+            data.insert("status".into(), Value::from("error"));
+        }
+    }
+
+    /// [`rewrite`](Self::rewrite) of a part, when it is a DataPart.
+    pub fn rewrite_part(self, mut part: crate::a2a::Part) -> crate::a2a::Part {
+        if let crate::a2a::Part::Data { data, .. } = &mut part {
+            self.rewrite(data);
+        }
+        part
+    }
+}
+
+impl std::str::FromStr for Dialect {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "mesh" => Ok(Dialect::Mesh),
+            "reference" => Ok(Dialect::Reference),
+            other => Err(format!(
+                "unknown dialect '{other}' (expected 'mesh' or 'reference')"
+            )),
+        }
+    }
 }
 
 macro_rules! data_part_type {
     ($ty:ident, $name:literal) => {
         impl DataPartType for $ty {
             const TYPE: &'static str = $name;
+        }
+    };
+    ($ty:ident, $name:literal, $alias:expr) => {
+        impl DataPartType for $ty {
+            const TYPE: &'static str = $name;
+            const ALIASES: &'static [&'static str] = &[$alias];
         }
     };
 }
@@ -77,7 +187,11 @@ pub struct WorkflowNodeRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt: Option<u32>,
 }
-data_part_type!(WorkflowNodeRequest, "workflow_node_request");
+data_part_type!(
+    WorkflowNodeRequest,
+    "workflow_node_request",
+    REFERENCE_NODE_REQUEST
+);
 
 /// Outcome of a node call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,6 +220,10 @@ pub struct WorkflowNodeResult {
     /// the workflow node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub artifact_version: Option<u64>,
+    /// The output's artifact with its version, when stored (the reference's field; read
+    /// when neither `output` nor `artifact_name` is given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_artifact_ref: Option<ArtifactRef>,
     /// What went wrong, on failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_message: Option<String>,
@@ -119,7 +237,11 @@ pub struct WorkflowNodeResult {
     #[serde(default)]
     pub retry_count: u32,
 }
-data_part_type!(WorkflowNodeResult, "workflow_node_result");
+data_part_type!(
+    WorkflowNodeResult,
+    "workflow_node_result",
+    REFERENCE_NODE_RESULT
+);
 
 impl WorkflowNodeResult {
     /// A success with an inline output.
@@ -129,6 +251,7 @@ impl WorkflowNodeResult {
             output: Some(output),
             artifact_name: None,
             artifact_version: None,
+            output_artifact_ref: None,
             error_message: None,
             error_kind: None,
             validation_errors: None,
@@ -143,6 +266,7 @@ impl WorkflowNodeResult {
             output: None,
             artifact_name: None,
             artifact_version: None,
+            output_artifact_ref: None,
             error_message: Some(message.into()),
             error_kind: None,
             validation_errors: None,
@@ -545,6 +669,8 @@ pub const WORKFLOW_DATA_PART_TYPES: &[&str] = &[
     "workflow_approval_decision",
     "workflow_run_state",
     "workflow_agent_status",
+    REFERENCE_NODE_REQUEST,
+    REFERENCE_NODE_RESULT,
 ];
 
 impl WorkflowDataPart {
@@ -609,8 +735,12 @@ impl<'de> Deserialize<'de> for WorkflowDataPart {
             serde_json::from_value(v)
         }
         let parsed = match t.as_str() {
-            "workflow_node_request" => parse(value).map(WorkflowDataPart::NodeRequest),
-            "workflow_node_result" => parse(value).map(WorkflowDataPart::NodeResult),
+            "workflow_node_request" | REFERENCE_NODE_REQUEST => {
+                parse(value).map(WorkflowDataPart::NodeRequest)
+            }
+            "workflow_node_result" | REFERENCE_NODE_RESULT => {
+                parse(value).map(WorkflowDataPart::NodeResult)
+            }
             "workflow_execution_start" => parse(value).map(WorkflowDataPart::ExecutionStart),
             "workflow_node_execution_start" => {
                 parse(value).map(WorkflowDataPart::NodeExecutionStart)

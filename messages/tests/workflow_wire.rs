@@ -238,7 +238,7 @@ fn run_state() {
 fn data_part_enum_rejects_and_ignores() {
     assert!(serde_json::from_value::<WorkflowDataPart>(json!({"type": "other"})).is_err());
     assert!(serde_json::from_value::<WorkflowDataPart>(json!({"x": 1})).is_err());
-    let other = json!({"type": "structured_invocation_request"});
+    let other = json!({"type": "agent_progress"});
     assert_eq!(
         WorkflowDataPart::from_data(other.as_object().unwrap()).unwrap(),
         None
@@ -366,4 +366,76 @@ fn reference_card_parses() {
     assert!(card.is_workflow());
     assert_eq!(card.schemas(), (Some(json!({"type": "object"})), None));
     assert_eq!(card.display_name(), None);
+}
+
+#[test]
+fn the_reference_dialect_is_read_and_written() {
+    use messages::workflow::{ArtifactRef, Dialect, ResultStatus, WorkflowNodeResult};
+    // The reference's names are read as ours, with its `error` and `output_artifact_ref`.
+    let request = json!({"type": "structured_invocation_request", "workflow_name": "W",
+                         "node_id": "n", "input_schema": null, "output_schema": null,
+                         "suggested_output_filename": "W_n_12345678.json"});
+    match WorkflowDataPart::from_data(request.as_object().unwrap()).unwrap() {
+        Some(WorkflowDataPart::NodeRequest(r)) => assert_eq!(r.node_id, "n"),
+        other => panic!("{other:?}"),
+    }
+    let result = json!({"type": "structured_invocation_result", "status": "error",
+                        "error_message": "boom", "validation_errors": [], "retry_count": 1});
+    match WorkflowDataPart::from_data(result.as_object().unwrap()).unwrap() {
+        Some(WorkflowDataPart::NodeResult(r)) => {
+            assert_eq!(r.status, ResultStatus::Failure);
+            assert_eq!(r.error_message.as_deref(), Some("boom"));
+        }
+        other => panic!("{other:?}"),
+    }
+    let stored = json!({"type": "structured_invocation_result", "status": "success",
+                        "output_artifact_ref": {"name": "out.json", "version": 2}});
+    let r: WorkflowNodeResult = serde_json::from_value(stored).unwrap();
+    let reference = r.output_artifact_ref.unwrap();
+    assert_eq!(
+        reference,
+        ArtifactRef {
+            name: "out.json".into(),
+            version: Some(2)
+        }
+    );
+    assert_eq!(reference.object_key(), "out.json@v2");
+
+    // Written in the reference's words only when asked.
+    let failed = WorkflowNodeResult::failure("x");
+    let mut data = serde_json::to_value(&failed).unwrap();
+    let obj = data.as_object_mut().unwrap();
+    Dialect::Mesh.rewrite(obj);
+    assert_eq!(
+        (obj["type"].as_str(), obj["status"].as_str()),
+        (Some("workflow_node_result"), Some("failure"))
+    );
+    Dialect::Reference.rewrite(obj);
+    assert_eq!(
+        (obj["type"].as_str(), obj["status"].as_str()),
+        (Some("structured_invocation_result"), Some("error"))
+    );
+    let mut progress = json!({"type": "workflow_execution_result", "status": "failure"});
+    Dialect::Reference.rewrite(progress.as_object_mut().unwrap());
+    assert_eq!(progress["status"], "error");
+    assert_eq!(progress["type"], "workflow_execution_result");
+    // Payloads that are not workflow DataParts keep their `status`.
+    let mut payload = json!({"status": "failure"});
+    Dialect::Reference.rewrite(payload.as_object_mut().unwrap());
+    assert_eq!(payload["status"], "failure");
+    assert_eq!("reference".parse::<Dialect>(), Ok(Dialect::Reference));
+    assert!("sam"
+        .parse::<Dialect>()
+        .unwrap_err()
+        .contains("expected 'mesh' or 'reference'"));
+}
+
+#[test]
+fn version_keys_round_trip() {
+    use messages::payload::{split_version_key, version_key};
+    assert_eq!(version_key("a.json", 3), "a.json@v3");
+    assert_eq!(split_version_key("a.json@v3"), Some(("a.json", 3)));
+    assert_eq!(split_version_key("a.json"), None);
+    assert_eq!(split_version_key("a@vx"), None);
+    assert_eq!(split_version_key("@v1"), None);
 }

@@ -45,6 +45,10 @@ pub struct Args {
     /// OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<SocketAddr>,
+    /// The words sent to agents and callers: `mesh` (ours) or `reference`
+    /// (`structured_invocation_request`/`_result`, status `error`). Both are always read.
+    #[arg(long, default_value = "mesh", env = "MESH_DIALECT")]
+    pub dialect: messages::workflow::Dialect,
 }
 
 fn retention(text: &str) -> Result<Duration, String> {
@@ -73,6 +77,7 @@ pub fn run(args: Args) -> ExitCode {
             replicas: args.replicas,
             max_concurrent_requests: args.max_concurrent_requests as usize,
             retention: args.retention,
+            dialect: args.dialect,
             metrics: MetricsConfig {
                 addr: args.metrics_addr,
                 ..MetricsConfig::default()

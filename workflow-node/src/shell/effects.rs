@@ -227,7 +227,10 @@ impl RunContext<'_> {
             loop_iteration,
             attempt: Some(d.attempt),
         };
-        let mut parts = vec![Part::data_part(&request)];
+        let mut parts = vec![shared
+            .config
+            .dialect
+            .rewrite_part(Part::data_part(&request))];
         if let Some(text) = d.instruction.as_ref().filter(|t| !t.is_empty()) {
             parts.push(Part::text(text.clone()));
         }
@@ -294,6 +297,7 @@ impl RunContext<'_> {
         let Some(status_to) = &caller.status_to else {
             return Ok(());
         };
+        let part = self.shared.config.dialect.rewrite_part(part);
         let bytes = reply::status_update(caller, self.execution, TaskState::Working, part);
         self.shared
             .client
@@ -344,7 +348,9 @@ impl RunContext<'_> {
         let Some(claim) = claimed.await? else {
             return Ok(()); // claimed before: sent, or lost with its claimer
         };
-        let (bytes, task_id) = reply::final_reply(self.workflow, self.execution, caller, ending);
+        let dialect = self.shared.config.dialect;
+        let (bytes, task_id) =
+            reply::final_reply(self.workflow, self.execution, caller, ending, dialect);
         let mut h = HeaderMap::new();
         h.insert(headers::MSG_ID, msg_id::final_reply(&task_id).as_str());
         self.shared
@@ -386,7 +392,7 @@ pub(super) async fn ending(
         if bytes.len() > shared.config.inline_limit {
             let name = format!("{execution}.output.json");
             let uri = shared
-                .put_artifact(&name, bytes)
+                .put_run_artifact(&name, &execution.0, bytes)
                 .await
                 .context(|| format!("storing the output of run {execution}"))?;
             ending.output = None;

@@ -122,6 +122,10 @@ pub struct Config {
     /// Metrics: served at an address, exported over OTLP, or neither (the default unless
     /// the `OTEL_EXPORTER_OTLP_*ENDPOINT` variables are set).
     pub metrics: MetricsConfig,
+    /// The words the node sends to agents and callers (default ours): `Reference` sends
+    /// `structured_invocation_request`/`_result` and the status `error`. Both dialects are
+    /// always read.
+    pub dialect: messages::workflow::Dialect,
 }
 
 impl Default for Config {
@@ -142,6 +146,7 @@ impl Default for Config {
             reply_in_flight: Duration::from_secs(5),
             replica: None,
             metrics: MetricsConfig::default(),
+            dialect: messages::workflow::Dialect::Mesh,
         }
     }
 }
@@ -308,6 +313,20 @@ impl Shared {
         put_object(store, &subjects::artifact_bucket(&self.ns), name, bytes).await
     }
 
+    /// Stores version 1 of a run's artifact (see [`put_versioned`]); returns its
+    /// `nats-object://` URI.
+    async fn put_run_artifact(&self, name: &str, run: &str, bytes: Vec<u8>) -> Result<String> {
+        let store = self.artifact_store().await?;
+        put_versioned(
+            store,
+            &subjects::artifact_bucket(&self.ns),
+            name,
+            run,
+            bytes,
+        )
+        .await
+    }
+
     /// Stores a card's content; returns its `nats-object://` URI.
     async fn put_card_object(&self, name: &str, bytes: Vec<u8>) -> Result<String> {
         let store = self.card_store().await?;
@@ -318,7 +337,18 @@ impl Shared {
     async fn get_artifact(&self, name: &str) -> Result<Value> {
         let bucket = subjects::artifact_bucket(&self.ns);
         match messages::payload::object_ref(name, &bucket) {
-            Some((bucket, name)) => self.get_artifact_in(bucket, name).await,
+            Some((bucket, name)) => match self.get_artifact_in(bucket, name).await {
+                // An agent's `output_artifact_ref {name, version}` whose object was stored
+                // plainly under `name` (not as `{name}@v{version}`): read that.
+                Err(Error::Missing(why)) => match messages::payload::split_version_key(name) {
+                    Some((plain, _)) => self
+                        .get_artifact_in(bucket, plain)
+                        .await
+                        .map_err(|_| Error::Missing(why)),
+                    None => Err(Error::Missing(why)),
+                },
+                other => other,
+            },
             None => Err(Error::Missing(format!(
                 "artifact '{name}' (not an artifact name)"
             ))),
@@ -417,6 +447,40 @@ async fn put_object(
         .await
         .context(|| format!("storing object {name} in {bucket}"))?;
     Ok(messages::payload::object_uri(bucket, name))
+}
+
+/// Stores `bytes` as version 1 of artifact `name` of run `run`: the object `{name}@v1`
+/// (see `messages::payload::version_key`), with the link `name` pointing at it, as the
+/// SDK's artifact API stores versions. The node's artifact names are fixed by their run,
+/// so storing one again writes the same objects. Returns the versioned object's URI.
+async fn put_versioned(
+    store: &object_store::ObjectStore,
+    bucket: &str,
+    name: &str,
+    run: &str,
+    bytes: Vec<u8>,
+) -> Result<String> {
+    let key = messages::payload::version_key(name, 1);
+    let meta = object_store::ObjectMetadata {
+        name: key.clone(),
+        metadata: [
+            ("artifact".to_string(), name.to_string()),
+            ("version".to_string(), "1".to_string()),
+            ("run".to_string(), run.to_string()),
+            ("mime".to_string(), messages::payload::JSON_MIME.to_string()),
+        ]
+        .into(),
+        ..Default::default()
+    };
+    let info = store
+        .put(meta, &mut bytes.as_slice())
+        .await
+        .context(|| format!("storing object {key} in {bucket}"))?;
+    store
+        .add_link(name, &info)
+        .await
+        .context(|| format!("linking {name} to {key} in {bucket}"))?;
+    Ok(messages::payload::object_uri(bucket, &key))
 }
 
 /// A running workflow node.

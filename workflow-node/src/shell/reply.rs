@@ -222,22 +222,36 @@ pub(super) fn execution_result_part(
             RunStatus::Cancelled => RunOutcome::Cancelled,
             _ => RunOutcome::Failure,
         },
-        output_artifact_ref: None,
+        output_artifact_ref: artifact_ref(Some(ending)),
         workflow_output: ending.output.clone(),
         error_message: ending.error.as_ref().map(|e| e.message.clone()),
         error_node_id: ending.error.as_ref().and_then(|e| e.node_id.clone()),
     })
 }
 
+/// The reference to a run's stored output: its name and the version the URI names.
+fn artifact_ref(ending: Option<&Ending>) -> Option<ArtifactRef> {
+    let (name, uri) = ending?.artifact.as_ref()?;
+    let version = messages::payload::parse_object_uri(uri)
+        .and_then(|(_, key)| messages::payload::split_version_key(key))
+        .map(|(_, v)| v);
+    Some(ArtifactRef {
+        name: name.clone(),
+        version,
+    })
+}
+
 /// The final reply to `caller`: the A2A task (completed, failed or canceled) whose parts
 /// carry the output (inline or as an artifact), a `workflow_node_result` for callers that
-/// are workflows, and a one-line summary. Returns the bytes and the task id that names the
-/// reply for de-duplication.
+/// are workflows (a `structured_invocation_result`, status `error` on failure, in the
+/// reference's `dialect`), and a one-line summary. Returns the bytes and the task id that
+/// names the reply for de-duplication.
 pub(super) fn final_reply(
     workflow: &Workflow,
     execution: &ExecutionId,
     caller: &Caller,
     ending: &Ending,
+    dialect: messages::workflow::Dialect,
 ) -> (Vec<u8>, String) {
     let error_message = ending.error.as_ref().map(|e| e.message.clone());
     let mut parts = Vec::new();
@@ -251,6 +265,7 @@ pub(super) fn final_reply(
             output: ending.output.clone(),
             artifact_name: ending.artifact.as_ref().map(|(n, _)| n.clone()),
             artifact_version: None,
+            output_artifact_ref: artifact_ref(Some(ending)),
             error_message: error_message.clone(),
             error_kind: match ending.status {
                 RunStatus::Cancelled => Some("cancelled".to_string()),
@@ -261,8 +276,12 @@ pub(super) fn final_reply(
         }));
     }
     parts.extend(output_part(Some(ending)));
-    let (state, summary) = ended(&workflow.name, ending.status, error_message.as_deref())
+    let (state, mut summary) = ended(&workflow.name, ending.status, error_message.as_deref())
         .expect("a run's final reply is sent when it has ended");
+    if let Some(r) = artifact_ref(Some(ending)) {
+        summary.push_str(&format!(". Output artifact: {}", r.object_key()));
+    }
+    let mut parts: Vec<Part> = parts.into_iter().map(|p| dialect.rewrite_part(p)).collect();
     parts.push(Part::text(summary));
     let task_id = caller
         .sub_task_id
@@ -308,12 +327,7 @@ pub(super) fn run_state(
         status: run_phase(state.status),
         nodes,
         output: ending.and_then(|e| e.output.clone()),
-        output_artifact_ref: ending.and_then(|e| e.artifact.as_ref()).map(|(name, _)| {
-            ArtifactRef {
-                name: name.clone(),
-                version: None,
-            }
-        }),
+        output_artifact_ref: artifact_ref(ending),
         error_message: ending.and(error).map(|e| e.message.clone()),
         error_node_id: ending.and(error).and_then(|e| e.node_id.clone()),
     };
@@ -431,7 +445,8 @@ workflow:
             error: None,
         };
         let exec = ExecutionId("e".into());
-        let (bytes, task_id) = final_reply(&workflow(), &exec, &caller, &ending);
+        let (bytes, task_id) =
+            final_reply(&workflow(), &exec, &caller, &ending, Default::default());
         assert_eq!(task_id, "parent_x_1");
         let task = task_of(&bytes);
         assert_eq!(task.status.state, TaskState::Completed);
@@ -458,9 +473,13 @@ workflow:
         };
         let exec = ExecutionId("e".into());
         let caller = Caller::default();
-        let (bytes, task_id) = final_reply(&workflow(), &exec, &caller, &ending);
+        let (bytes, task_id) =
+            final_reply(&workflow(), &exec, &caller, &ending, Default::default());
         assert_eq!(task_id, "e");
-        assert_eq!(bytes, final_reply(&workflow(), &exec, &caller, &ending).0);
+        assert_eq!(
+            bytes,
+            final_reply(&workflow(), &exec, &caller, &ending, Default::default()).0
+        );
         let task = task_of(&bytes);
         assert_eq!(task.status.state, TaskState::Failed);
         let text: String = task.status.message.expect("message").text();

@@ -438,7 +438,7 @@ async fn answer_ended(
     }
     let ending = ended_run(shared, execution, record).await?;
     Ok(Some(
-        reply::final_reply(workflow, execution, caller, &ending).0,
+        reply::final_reply(workflow, execution, caller, &ending, shared.config.dialect).0,
     ))
 }
 
