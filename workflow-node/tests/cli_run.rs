@@ -369,3 +369,42 @@ fn serve_exits_2_at_once_or_waits_for_the_server_when_told() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+#[test]
+fn serve_drain_ends_within_its_timeout_when_the_server_is_gone() {
+    use std::io::{BufRead, BufReader};
+    let mut server = mesh_tests::nats();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("waits.yaml");
+    std::fs::write(&file, WAITS).unwrap();
+    let mut child = bin()
+        .arg("serve")
+        .arg(&file)
+        .args(["--drain-timeout", "2s", "--nats-url", &server.url()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("serving Waits") {
+        assert!(stderr.read_line(&mut seen).unwrap() > 0, "{seen}");
+    }
+    server.stop().unwrap();
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    // stderr closes when the process exits: reading to the end waits for that.
+    std::io::Read::read_to_string(&mut stderr, &mut seen).unwrap();
+    let status = child.wait().unwrap();
+    assert!(seen.contains("draining"), "{seen}");
+    match status.code() {
+        Some(0) => {}
+        Some(4) => assert!(
+            seen.contains("the drain did not finish within 2 s"),
+            "{seen}"
+        ),
+        other => panic!("exit {other:?}: {seen}"),
+    }
+}

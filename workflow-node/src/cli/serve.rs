@@ -49,6 +49,11 @@ pub struct Args {
     /// (`structured_invocation_request`/`_result`, status `error`). Both are always read.
     #[arg(long, default_value = "mesh", env = "MESH_DIALECT")]
     pub dialect: messages::workflow::Dialect,
+    /// How long the drain on SIGINT/SIGTERM may take (`25s`): after it (a NATS server gone
+    /// for good, say) `serve` exits with code 4; the events it held come back to another
+    /// replica after their ack wait.
+    #[arg(long, default_value = "25s", value_parser = retention)]
+    pub drain_timeout: Duration,
 }
 
 fn retention(text: &str) -> Result<Duration, String> {
@@ -112,7 +117,20 @@ pub fn run(args: Args) -> ExitCode {
                 ExitCode::from(3)
             }
         };
-        node.shutdown().await;
+        let drain_timeout = args.drain_timeout;
+        if tokio::time::timeout(drain_timeout, node.shutdown())
+            .await
+            .is_err()
+        {
+            eprintln!(
+                "the drain did not finish within {} s (is the NATS server at {} reachable?): \
+                 exiting; the events in hand return to the stream after their ack wait",
+                drain_timeout.as_secs(),
+                conn.url
+            );
+            conn.close().await;
+            return Ok(ExitCode::from(4));
+        }
         conn.close().await;
         Ok::<_, anyhow::Error>(code)
     })
