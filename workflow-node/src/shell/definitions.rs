@@ -24,9 +24,6 @@ use super::{now, store, Shared};
 use crate::core::Millis;
 use crate::definition::{self, Workflow};
 
-/// How long storing a definition is retried (see [`Definitions::store`]), about.
-const STORE_PATIENCE: Duration = Duration::from_secs(5);
-
 /// How often a replica marks the definitions it serves as still served.
 pub const SERVED_REFRESH: Duration = Duration::from_secs(3600);
 
@@ -99,20 +96,12 @@ impl Definitions {
     pub(super) async fn store(&self, workflow: &Arc<Workflow>) -> Result<()> {
         let bytes: bytes::Bytes = serde_json::to_vec(&StoredDefinition::of(workflow))?.into();
         let key = key(&workflow.name, &workflow.hash);
-        // The first write to a bucket just made on a cluster can come before the servers
-        // know its stream ("no stream found"): it is tried again for a few seconds.
-        let mut wait = Duration::from_millis(50);
-        loop {
-            match self.bucket.put(&key, bytes.clone()).await {
-                Ok(_) => break,
-                Err(e) if wait < STORE_PATIENCE => {
-                    tracing::debug!("storing definition {key}: {e}; trying again");
-                    tokio::time::sleep(wait).await;
-                    wait *= 2;
-                }
-                Err(e) => return Err(e).context(|| format!("storing definition {key}")),
-            }
-        }
+        // (On a cluster the first write to a bucket just made can come before the servers
+        // know its stream: `start` tries again.)
+        self.bucket
+            .put(&key, bytes)
+            .await
+            .context(|| format!("storing definition {key}"))?;
         self.lock().insert(workflow.hash.clone(), workflow.clone());
         Ok(())
     }

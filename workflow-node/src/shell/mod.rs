@@ -213,6 +213,34 @@ fn default_replica() -> String {
     format!("{host}-{}", std::process::id())
 }
 
+/// How long a setup step (a stream, bucket or consumer to find or make, a definition to
+/// store) is tried again before `start` gives up: a cluster electing leaders or busy
+/// servers time JetStream requests out, and a new bucket's stream may not be known to
+/// every server yet.
+const SETUP_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Runs the setup step `step` until it succeeds or [`SETUP_PATIENCE`] has passed (then its
+/// last error), waiting 100 ms, then twice as long each time, up to 2 s, between tries.
+async fn patiently<T, F, Fut>(mut step: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let deadline = tokio::time::Instant::now() + SETUP_PATIENCE;
+    let mut wait = Duration::from_millis(100);
+    loop {
+        match step().await {
+            Ok(value) => return Ok(value),
+            Err(e) if tokio::time::Instant::now() + wait < deadline => {
+                tracing::warn!("{e}; trying again in {} ms", wait.as_millis());
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(2));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Every [`definitions::SERVED_REFRESH`]: [`definitions::sweep`].
 async fn sweep_definitions(shared: Arc<Shared>, served: Vec<Arc<Workflow>>) {
     loop {
@@ -512,11 +540,14 @@ impl WorkflowNode {
         }
         let js = jetstream::new(client.clone());
         let ns = config.namespace.clone();
-        let runs = kv_bucket(&js, &names::runs_bucket(&ns), config.replicas).await?;
-        let timers = kv_bucket(&js, &names::timers_bucket(&ns), config.replicas).await?;
-        history::stream(&js, &ns, config.replicas, config.retention).await?;
+        let replicas = config.replicas;
+        let (runs_name, timers_name) = (names::runs_bucket(&ns), names::timers_bucket(&ns));
+        let runs = patiently(|| kv_bucket(&js, &runs_name, replicas)).await?;
+        let timers = patiently(|| kv_bucket(&js, &timers_name, replicas)).await?;
+        patiently(|| history::stream(&js, &ns, replicas, config.retention)).await?;
         let replica = config.replica.clone().unwrap_or_else(default_replica);
-        let definitions = kv_bucket(&js, &names::definitions_bucket(&ns), config.replicas).await?;
+        let definitions_name = names::definitions_bucket(&ns);
+        let definitions = patiently(|| kv_bucket(&js, &definitions_name, replicas)).await?;
         let cards = workflows
             .iter()
             .map(|w| (w.name.clone(), crate::visual::agent_card(w, &ns)))
@@ -572,9 +603,9 @@ impl WorkflowNode {
         for workflow in served.iter().cloned() {
             // Stored before any run of it starts: a replica serving another version
             // applies this one's runs with it.
-            shared.definitions.store(&workflow).await?;
+            patiently(|| shared.definitions.store(&workflow)).await?;
             // The consumer exists before requests are taken, so no start is lost.
-            worker::consumer(&shared, &workflow.name).await?;
+            patiently(|| worker::consumer(&shared, &workflow.name)).await?;
             consumers.push(tokio::spawn(worker::run(
                 shared.clone(),
                 workflow.clone(),
