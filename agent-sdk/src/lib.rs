@@ -32,11 +32,14 @@
 //! runs the loop.
 
 pub mod agent;
+pub mod catalog;
 pub mod client;
 mod dedup;
 pub mod error;
 pub mod exchange;
 pub mod handler;
+pub mod declare;
+pub mod mesh;
 pub mod payload;
 mod protocol;
 pub mod roundtrip;
@@ -44,12 +47,16 @@ pub mod schema;
 mod server;
 pub mod stub;
 pub mod telemetry;
+pub mod tools;
 
 pub use agent::{
     skill, AgentBuilder, AgentHandle, DEFAULT_DEDUP_CAPACITY, DEFAULT_DEDUP_WINDOW,
     DEFAULT_NAMESPACE,
 };
+pub use catalog::{Catalog, CatalogError};
 pub use client::{call_agent, call_agent_with, CallOptions};
+pub use mesh::{AgentCall, Call, Mesh, Output, Progress, ProgressStream};
+pub use tools::{GeminiDeclaration, Tool, ToolCall, ToolError};
 pub use error::{AgentError, ArtifactError, CallError, ServeError};
 pub use handler::{handler_fn, FnHandler, Handler, HandlerResult, NodeRequest, WorkflowCallInfo};
 pub use protocol::{KIND_CANCELED, KIND_INPUT_VALIDATION, KIND_OUTPUT_VALIDATION};
