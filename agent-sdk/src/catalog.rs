@@ -161,7 +161,10 @@ impl Catalog {
 
     /// The live cards of workflows.
     pub fn workflows(&self) -> Vec<AgentCard> {
-        self.cards().into_iter().filter(|c| c.is_workflow()).collect()
+        self.cards()
+            .into_iter()
+            .filter(|c| c.is_workflow())
+            .collect()
     }
 
     /// The live cards of agents that are not workflows.

@@ -301,7 +301,9 @@ pub fn check_openai(tool: &Value) -> Vec<String> {
         check_json_schema_root(p, "function.parameters", &mut problems);
         for k in ["anyOf", "oneOf", "allOf", "enum", "not"] {
             if p.get(k).is_some() {
-                problems.push(format!("function.parameters: {k} is not allowed at the root"));
+                problems.push(format!(
+                    "function.parameters: {k} is not allowed at the root"
+                ));
             }
         }
     }
@@ -384,7 +386,11 @@ fn check_gemini_schema(schema: &Value, path: &str, problems: &mut Vec<String>) {
             "type" if !value.as_str().is_some_and(|t| GEMINI_TYPES.contains(&t)) => {
                 problems.push(format!("{here}: {value} is not a Gemini type"));
             }
-            "enum" if !value.as_array().is_some_and(|v| v.iter().all(Value::is_string)) => {
+            "enum"
+                if !value
+                    .as_array()
+                    .is_some_and(|v| v.iter().all(Value::is_string)) =>
+            {
                 problems.push(format!("{here}: enum values must be strings"));
             }
             "format" => {
@@ -484,10 +490,19 @@ mod tests {
             "required": ["items"]
         });
         let (g, dropped) = gemini_schema(&schema);
-        assert!(check_gemini(&json!({"name": "t", "parameters": g})).is_empty(), "{g:#}");
+        assert!(
+            check_gemini(&json!({"name": "t", "parameters": g})).is_empty(),
+            "{g:#}"
+        );
         assert!(!g.to_string().contains("$ref"), "{g}");
-        assert_eq!(g["properties"]["items"]["items"]["properties"]["sku"]["type"], "STRING");
-        assert_eq!(g["properties"]["items"]["items"]["required"], json!(["sku"]));
+        assert_eq!(
+            g["properties"]["items"]["items"]["properties"]["sku"]["type"],
+            "STRING"
+        );
+        assert_eq!(
+            g["properties"]["items"]["items"]["required"],
+            json!(["sku"])
+        );
         assert_eq!(g["properties"]["note"]["nullable"], true);
         assert_eq!(g["properties"]["note"]["type"], "STRING");
         assert_eq!(g["properties"]["mode"]["enum"], json!(["fast"]));
@@ -524,7 +539,12 @@ mod tests {
         assert!(p.iter().any(|l| l.contains("$ref")), "{p:#?}");
         let bad_openai = json!({"type": "function", "function": {"name": "a b",
             "parameters": {"anyOf": [{"type": "object"}]}}});
-        assert_eq!(check_openai(&bad_openai).len(), 3, "{:?}", check_openai(&bad_openai));
+        assert_eq!(
+            check_openai(&bad_openai).len(),
+            3,
+            "{:?}",
+            check_openai(&bad_openai)
+        );
         let bad_anthropic = json!({"name": "x", "parameters": {}});
         assert_eq!(check_anthropic(&bad_anthropic).len(), 2);
     }

@@ -67,11 +67,11 @@
 pub mod agent;
 pub mod catalog;
 pub mod client;
+pub mod declare;
 mod dedup;
 pub mod error;
 pub mod exchange;
 pub mod handler;
-pub mod declare;
 pub mod mesh;
 pub mod payload;
 mod protocol;
@@ -88,9 +88,9 @@ pub use agent::{
 };
 pub use catalog::{Catalog, CatalogError};
 pub use client::{call_agent, call_agent_with, CallOptions};
-pub use mesh::{AgentCall, Call, Mesh, Output, Progress, ProgressStream};
-pub use tools::{GeminiDeclaration, Tool, ToolCall, ToolError};
 pub use error::{AgentError, ArtifactError, CallError, ServeError};
 pub use handler::{handler_fn, FnHandler, Handler, HandlerResult, NodeRequest, WorkflowCallInfo};
+pub use mesh::{AgentCall, Call, Mesh, Output, Progress, ProgressStream};
 pub use protocol::{KIND_CANCELED, KIND_INPUT_VALIDATION, KIND_OUTPUT_VALIDATION};
 pub use stub::{load_stub_file, serve_stubs, StubFile};
+pub use tools::{GeminiDeclaration, Tool, ToolCall, ToolError};

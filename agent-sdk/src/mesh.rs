@@ -124,7 +124,10 @@ impl Mesh {
 
     /// Serves `agent` in this mesh's namespace (see [`AgentBuilder::serve`]).
     pub async fn serve(&self, agent: AgentBuilder) -> Result<AgentHandle, ServeError> {
-        agent.namespace(self.ns.clone()).serve(self.client.clone()).await
+        agent
+            .namespace(self.ns.clone())
+            .serve(self.client.clone())
+            .await
     }
 
     /// A live catalog of the cards on the mesh (see [`Catalog`]); cards expire after
@@ -592,10 +595,12 @@ fn failure(
         .unwrap_or_default();
     CallError::Failed {
         agent,
-        message: run_message.or(f.message).unwrap_or_else(|| match f.reported {
-            true => "failed".into(),
-            false => format!("task {:?}", f.state),
-        }),
+        message: run_message
+            .or(f.message)
+            .unwrap_or_else(|| match f.reported {
+                true => "failed".into(),
+                false => format!("task {:?}", f.state),
+            }),
         kind: f.kind,
         validation_errors: f.validation_errors,
         node,

@@ -192,9 +192,17 @@ impl Tool {
             false => Value::Object(args),
         };
         if let Some(schema) = &self.input_schema {
-            let schema = Schema::compile(schema)
-                .map_err(|e| vec![format!("the input schema of {} is invalid: {e}", self.agent)])?;
-            let at = if self.wrapped { "arguments/input" } else { "arguments" };
+            let schema = Schema::compile(schema).map_err(|e| {
+                vec![format!(
+                    "the input schema of {} is invalid: {e}",
+                    self.agent
+                )]
+            })?;
+            let at = if self.wrapped {
+                "arguments/input"
+            } else {
+                "arguments"
+            };
             let violations = schema.violations(at, &input);
             if !violations.is_empty() {
                 return Err(violations);
@@ -266,7 +274,7 @@ pub enum ToolError {
         tool: String,
         /// What went wrong.
         #[source]
-        source: CallError,
+        source: Box<CallError>,
     },
 }
 
@@ -314,7 +322,10 @@ impl ToolError {
                     violations: Vec::new(),
                 }
             }
-            source => ToolError::Call { tool, source },
+            source => ToolError::Call {
+                tool,
+                source: Box::new(source),
+            },
         }
     }
 }
@@ -368,12 +379,12 @@ impl ToolCall {
                 known: self.catalog.tools().into_iter().map(|t| t.name).collect(),
             });
         };
-        let input = tool
-            .input(self.arguments)
-            .map_err(|violations| ToolError::InvalidArguments {
-                tool: tool.name.clone(),
-                violations,
-            })?;
+        let input =
+            tool.input(self.arguments)
+                .map_err(|violations| ToolError::InvalidArguments {
+                    tool: tool.name.clone(),
+                    violations,
+                })?;
         let mut call = self.catalog.mesh().agent(&tool.agent);
         if let Some(t) = self.timeout {
             call = call.timeout(t);

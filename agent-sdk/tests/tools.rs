@@ -82,8 +82,13 @@ async fn the_catalog_sees_cards_by_name_tag_and_kind_and_forgets_stopped_agents(
         )
         .await?;
     // A workflow's card, by hand (a real one is in workflow-node/tests/tools.rs).
-    let wf = AgentCard::new("Flow", "A workflow", "nats:mesh.a2a.v1.agent.request.Flow", "1")
-        .with_agent_type(messages::card::AGENT_TYPE_WORKFLOW);
+    let wf = AgentCard::new(
+        "Flow",
+        "A workflow",
+        "nats:mesh.a2a.v1.agent.request.Flow",
+        "1",
+    )
+    .with_agent_type(messages::card::AGENT_TYPE_WORKFLOW);
     client
         .publish(
             messages::subjects::agent_cards("mesh"),
@@ -103,14 +108,19 @@ async fn the_catalog_sees_cards_by_name_tag_and_kind_and_forgets_stopped_agents(
     assert_eq!(names(&catalog.with_tag("weather")), ["Weather"]);
     assert_eq!(names(&catalog.with_tag("shop")), ["Orders"]);
     assert!(catalog.with_tag("nothing").is_empty());
-    assert_eq!(catalog.get("Orders").map(|c| c.description), Some("Places an order".into()));
+    assert_eq!(
+        catalog.get("Orders").map(|c| c.description),
+        Some("Places an order".into())
+    );
 
     // Flow never publishes again, and Weather stops: both expire; Orders (card interval
     // 10 s, longer than the expiry) too, unless pinged, so ping while waiting.
     late.stop().await;
     let gone = catalog
         .wait_until(WAIT, |cards| {
-            !cards.iter().any(|c| c.name == "Weather" || c.name == "Flow")
+            !cards
+                .iter()
+                .any(|c| c.name == "Weather" || c.name == "Flow")
         })
         .await;
     assert!(gone, "still there: {:?}", names(&catalog.cards()));
@@ -133,12 +143,19 @@ async fn a_card_with_a_stored_visualization_is_read_back_whole() -> Result<()> {
     mesh.artifacts()
         .put_json("cards/Big/visualization.json", &params)
         .await?;
-    let uri = messages::payload::object_uri(mesh.artifacts().bucket(), "cards/Big/visualization.json");
+    let uri =
+        messages::payload::object_uri(mesh.artifacts().bucket(), "cards/Big/visualization.json");
     let card = AgentCard::new("Big", "big", "nats:x", "1").with_visualization_ref(uri);
     client
-        .publish(messages::subjects::agent_cards("mesh"), serde_json::to_vec(&card)?.into())
+        .publish(
+            messages::subjects::agent_cards("mesh"),
+            serde_json::to_vec(&card)?.into(),
+        )
         .await?;
-    catalog.wait_for("Big", WAIT).await.context("the card never came")?;
+    catalog
+        .wait_for("Big", WAIT)
+        .await
+        .context("the card never came")?;
     let full = catalog.full_card("Big").await?.context("no card")?;
     assert_eq!(full.mermaid_source(), Some("graph TD; a-->b"));
     assert_eq!(full.visualization_ref(), None);
@@ -156,19 +173,45 @@ async fn declarations_from_a_served_card_fit_each_api_and_calls_are_checked_firs
     catalog.wait_for("Orders", WAIT).await.context("no card")?;
     let tool = catalog.tool("Orders").context("no tool")?;
     assert!(is_portable_name(&tool.name));
-    assert!(tool.description.contains("Places an order"), "{}", tool.description);
-    assert!(tool.description.contains("tags: order, shop"), "{}", tool.description);
-    assert_eq!(check_openai(&tool.openai()), Vec::<String>::new(), "{:#}", tool.openai());
+    assert!(
+        tool.description.contains("Places an order"),
+        "{}",
+        tool.description
+    );
+    assert!(
+        tool.description.contains("tags: order, shop"),
+        "{}",
+        tool.description
+    );
+    assert_eq!(
+        check_openai(&tool.openai()),
+        Vec::<String>::new(),
+        "{:#}",
+        tool.openai()
+    );
     assert_eq!(check_anthropic(&tool.anthropic()), Vec::<String>::new());
     assert!(tool.parameters.get("$schema").is_none());
     let gemini = tool.gemini();
-    assert_eq!(check_gemini(&gemini.declaration), Vec::<String>::new(), "{:#}", gemini.declaration);
+    assert_eq!(
+        check_gemini(&gemini.declaration),
+        Vec::<String>::new(),
+        "{:#}",
+        gemini.declaration
+    );
     let text = gemini.declaration.to_string();
     assert!(!text.contains("$ref") && !text.contains("$defs"), "{text}");
     let line = &gemini.declaration["parameters"]["properties"]["lines"]["items"];
-    assert_eq!(line["required"], json!(["sku", "qty"]), "the $ref was inlined");
+    assert_eq!(
+        line["required"],
+        json!(["sku", "qty"]),
+        "the $ref was inlined"
+    );
     for lost in ["additionalProperties", "format \"email\""] {
-        assert!(gemini.dropped.iter().any(|d| d.contains(lost)), "{lost}: {:?}", gemini.dropped);
+        assert!(
+            gemini.dropped.iter().any(|d| d.contains(lost)),
+            "{lost}: {:?}",
+            gemini.dropped
+        );
     }
 
     // Good arguments: the output.
@@ -183,8 +226,12 @@ async fn declarations_from_a_served_card_fit_each_api_and_calls_are_checked_firs
         Err(ToolError::InvalidArguments { tool, violations }) => {
             assert_eq!(tool, "Orders");
             assert_eq!(violations.len(), 2, "{violations:#?}");
-            assert!(violations.iter().any(|v| v.starts_with("arguments/lines/0/qty")));
-            assert!(violations.iter().any(|v| v.starts_with("arguments/channel")));
+            assert!(violations
+                .iter()
+                .any(|v| v.starts_with("arguments/lines/0/qty")));
+            assert!(violations
+                .iter()
+                .any(|v| v.starts_with("arguments/channel")));
         }
         other => panic!("expected invalid arguments, got {other:?}"),
     }
@@ -193,7 +240,12 @@ async fn declarations_from_a_served_card_fit_each_api_and_calls_are_checked_firs
     // A failure of the agent, and a tool nobody offers.
     let failing = json!({"lines": [{"sku": "a", "qty": 1}], "email": "fail@x.org"});
     match catalog.call_tool("Orders", failing).await {
-        Err(ToolError::Failed { message, kind, node, .. }) => {
+        Err(ToolError::Failed {
+            message,
+            kind,
+            node,
+            ..
+        }) => {
             assert_eq!(message, "card declined");
             assert_eq!(kind.as_deref(), Some("declined"));
             assert_eq!(node, None);
@@ -219,16 +271,15 @@ fn slow(dropped: tokio::sync::mpsc::UnboundedSender<String>) -> AgentBuilder {
             let _ = self.0.send(self.1.clone());
         }
     }
-    AgentBuilder::new("Slow")
-        .handler(handler_fn(move |req: NodeRequest| {
-            let guard = Guard(dropped.clone(), req.task_id.clone());
-            async move {
-                let _guard = guard;
-                req.send_status("started").await.ok();
-                std::future::pending::<()>().await;
-                Ok(Value::Null)
-            }
-        }))
+    AgentBuilder::new("Slow").handler(handler_fn(move |req: NodeRequest| {
+        let guard = Guard(dropped.clone(), req.task_id.clone());
+        async move {
+            let _guard = guard;
+            req.send_status("started").await.ok();
+            std::future::pending::<()>().await;
+            Ok(Value::Null)
+        }
+    }))
 }
 
 #[tokio::test]
@@ -265,7 +316,9 @@ async fn a_call_streams_progress_and_is_canceled_explicitly_or_by_drop() -> Resu
     // Dropping a running call cancels it at the agent.
     let mut call = mesh.agent("Slow").task_id("t-dropped").call(json!({}));
     let mut progress = call.progress();
-    tokio::time::timeout(WAIT, progress.next()).await?.context("no progress")?;
+    tokio::time::timeout(WAIT, progress.next())
+        .await?
+        .context("no progress")?;
     drop(call);
     let ended = tokio::time::timeout(WAIT, dropped.recv()).await?;
     assert_eq!(ended.as_deref(), Some("t-dropped"));

@@ -25,7 +25,13 @@ async fn the_tool_agent_chooses_a_workflow_by_its_tags_and_answers_with_its_resu
         answers[0],
         json!({"tool": "Doubling", "result": {"doubled": [{"value": 2}, {"value": 4}, {"value": 6}]}})
     );
-    assert_eq!(answers[1], json!({"tool": "Shouting", "result": {"text": "hello!"}}));
+    assert_eq!(
+        answers[1],
+        json!({"tool": "Shouting", "result": {"text": "hello!"}})
+    );
     let error = answers[2]["error"].as_str().expect("an error");
-    assert!(error.contains("no workflow fits \"sing a song\""), "{error}");
+    assert!(
+        error.contains("no workflow fits \"sing a song\""),
+        "{error}"
+    );
 }

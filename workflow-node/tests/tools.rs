@@ -107,15 +107,27 @@ async fn a_workflow_is_a_tool_in_parameter_and_artifact_mode() {
 
     let tool = catalog.tool("Pricer").expect("tool");
     assert!(tool.workflow);
-    assert!(check_openai(&tool.openai()).is_empty(), "{:?}", check_openai(&tool.openai()));
+    assert!(
+        check_openai(&tool.openai()).is_empty(),
+        "{:?}",
+        check_openai(&tool.openai())
+    );
     assert!(check_anthropic(&tool.anthropic()).is_empty());
     let gemini = tool.gemini();
-    assert!(check_gemini(&gemini.declaration).is_empty(), "{:#}", gemini.declaration);
+    assert!(
+        check_gemini(&gemini.declaration).is_empty(),
+        "{:#}",
+        gemini.declaration
+    );
     let props = &tool.parameters["properties"];
     assert_eq!(props["input_artifact"]["type"], "string");
     assert_eq!(props["numbers"]["minItems"], 1);
     assert!(tool.parameters.get("required").is_none());
-    assert!(tool.description.contains("required: numbers"), "{}", tool.description);
+    assert!(
+        tool.description.contains("required: numbers"),
+        "{}",
+        tool.description
+    );
 
     // Parameter mode.
     let out = catalog
@@ -150,7 +162,10 @@ async fn a_workflow_is_a_tool_in_parameter_and_artifact_mode() {
     match catalog.call_tool("Pricer", json!({"numbers": []})).await {
         Err(ToolError::InvalidArguments { violations, .. }) => {
             assert_eq!(violations.len(), 1, "{violations:?}");
-            assert!(violations[0].starts_with("arguments/numbers"), "{violations:?}");
+            assert!(
+                violations[0].starts_with("arguments/numbers"),
+                "{violations:?}"
+            );
         }
         other => panic!("expected invalid arguments, got {other:?}"),
     }
@@ -170,8 +185,16 @@ async fn a_workflow_is_a_tool_in_parameter_and_artifact_mode() {
     }
 
     // A failing run names its failing node.
-    match catalog.call_tool("Breaker", json!({"what": "purpose"})).await {
-        Err(ToolError::Failed { tool, message, node, .. }) => {
+    match catalog
+        .call_tool("Breaker", json!({"what": "purpose"}))
+        .await
+    {
+        Err(ToolError::Failed {
+            tool,
+            message,
+            node,
+            ..
+        }) => {
             assert_eq!(tool, "Breaker");
             assert_eq!(node.as_deref(), Some("explode"));
             assert!(message.contains("boom on purpose"), "{message}");
@@ -193,7 +216,12 @@ async fn a_stored_output_comes_back_fetched_or_as_a_reference() {
     match catalog.call_tool("Pricer", args.clone()).output().await {
         Ok(Output::Stored(uri)) => {
             assert!(uri.starts_with("nats-object://"), "{uri}");
-            let stored = catalog.mesh().artifacts().get_uri(&uri).await.expect("read");
+            let stored = catalog
+                .mesh()
+                .artifacts()
+                .get_uri(&uri)
+                .await
+                .expect("read");
             assert_eq!(stored["doubled"], json!(expected));
         }
         other => panic!("expected a stored output, got {other:?}"),
@@ -215,8 +243,13 @@ async fn progress_streams_as_typed_events_and_a_run_is_canceled_or_dropped() {
     let out = call.await.expect("output");
     assert_eq!(out["doubled"].as_array().map(Vec::len), Some(3));
     let events: Vec<Progress> = progress.collect().await;
-    let first = events.iter().find(|e| !matches!(e, Progress::Status { .. }));
-    assert!(matches!(first, Some(Progress::RunStarted(s)) if s.workflow_name == "Pricer"), "{events:#?}");
+    let first = events
+        .iter()
+        .find(|e| !matches!(e, Progress::Status { .. }));
+    assert!(
+        matches!(first, Some(Progress::RunStarted(s)) if s.workflow_name == "Pricer"),
+        "{events:#?}"
+    );
     let started = events
         .iter()
         .filter(|e| matches!(e, Progress::NodeStarted(s) if s.node_id == "one"))
@@ -226,7 +259,10 @@ async fn progress_streams_as_typed_events_and_a_run_is_canceled_or_dropped() {
         Progress::MapProgress(p) if p.node_id == "each" && p.completed_items == 3 && p.total_items == 3)));
     assert!(events.iter().any(|e| matches!(e,
         Progress::NodeFinished(r) if r.node_id == "each" && r.status == NodeOutcome::Success)));
-    assert!(matches!(events.last(), Some(Progress::RunFinished(_))), "{events:#?}");
+    assert!(
+        matches!(events.last(), Some(Progress::RunFinished(_))),
+        "{events:#?}"
+    );
 
     // Explicit cancel once the approval is asked for.
     let mut call = catalog.call_tool("Gate", json!({})).start().expect("start");
@@ -248,9 +284,10 @@ async fn progress_streams_as_typed_events_and_a_run_is_canceled_or_dropped() {
     drop(call);
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let state = workflow_node::cli::client::get_run(&m.client, "mesh", "Gate", "dropped-run", None)
-            .await
-            .expect("tasks/get");
+        let state =
+            workflow_node::cli::client::get_run(&m.client, "mesh", "Gate", "dropped-run", None)
+                .await
+                .expect("tasks/get");
         if state.run.status == RunPhase::Cancelled {
             break;
         }
