@@ -422,9 +422,13 @@ impl Call {
     }
 
     /// The final reply; the call no longer needs cancelling once it is in.
+    /// (The task stays in `self` while awaited: a caller that drops the awaiting future
+    /// drops the call, which then cancels it.)
     async fn ended(&mut self) -> Result<Ended, CallError> {
-        let task = self.task.take().expect("a call's result is taken once");
-        let ended = match task.await {
+        let task = self.task.as_mut().expect("a call's result is taken once");
+        let joined = task.await;
+        self.task = None;
+        let ended = match joined {
             Ok(ended) => ended,
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
             Err(_) => Err(CallError::Canceled {

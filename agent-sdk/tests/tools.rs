@@ -6,6 +6,7 @@
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -324,6 +325,17 @@ async fn a_call_streams_progress_and_is_canceled_explicitly_or_by_drop() -> Resu
     assert_eq!(ended.as_deref(), Some("t-dropped"));
     // The stream ends with the call.
     assert_eq!(tokio::time::timeout(WAIT, progress.next()).await?, None);
+
+    // So does dropping the future that awaits a call (a caller's own timeout, a select).
+    let mut call = mesh.agent("Slow").task_id("t-awaited").call(json!({}));
+    let mut progress = call.progress();
+    let awaited = call.into_future();
+    tokio::select! {
+        ended = awaited => panic!("the call ended: {ended:?}"),
+        event = progress.next() => assert!(event.is_some()),
+    }
+    let ended = tokio::time::timeout(WAIT, dropped.recv()).await?;
+    assert_eq!(ended.as_deref(), Some("t-awaited"));
     Ok(())
 }
 
