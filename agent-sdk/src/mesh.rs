@@ -172,6 +172,17 @@ impl AgentCall {
         self
     }
 
+    /// Adds `headers` to the request (for a handler calling onward:
+    /// [`crate::NodeRequest::onward_headers`], which carry the call depth).
+    pub fn headers(mut self, headers: HeaderMap) -> Self {
+        for (name, values) in headers.iter() {
+            for value in values {
+                self.options.headers.append(name.clone(), value.clone());
+            }
+        }
+        self
+    }
+
     /// The task id (default: a fresh one). The same task id from the same caller reaches
     /// the same run, so a caller that restarts can pick its call up again.
     pub fn task_id(mut self, id: impl Into<String>) -> Self {
