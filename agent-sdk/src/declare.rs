@@ -55,6 +55,15 @@ fn gemini_format_ok(ty: &str, format: &str) -> bool {
     )
 }
 
+/// Whether Gemini accepts `name` as a property name: a letter or `_`, then at most 63 of
+/// `[A-Za-z0-9_]`.
+pub fn is_gemini_property_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && name.len() <= 64
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 /// Meta keywords no tool API needs.
 const META: &[&str] = &["$schema", "$id", "$comment"];
 
@@ -208,6 +217,12 @@ fn convert(
                     .flatten()
                     .map(|(name, s)| {
                         let at = format!("{here}/{name}");
+                        if !is_gemini_property_name(name) {
+                            // Renaming would need the arguments mapped back: kept, and said.
+                            dropped.push(format!(
+                                "{at}: the property name is not one Gemini accepts (kept)"
+                            ));
+                        }
                         (name.clone(), convert(s, root, &at, stack, dropped))
                     })
                     .collect();
@@ -402,6 +417,10 @@ fn check_gemini_schema(schema: &Value, path: &str, problems: &mut Vec<String>) {
             "properties" => match value.as_object() {
                 Some(props) => {
                     for (name, s) in props {
+                        if !is_gemini_property_name(name) {
+                            problems
+                                .push(format!("{here}: {name:?} is not a Gemini property name"));
+                        }
                         check_gemini_schema(s, &format!("{here}.{name}"), problems);
                     }
                 }
@@ -531,11 +550,16 @@ mod tests {
     fn the_checks_catch_what_each_api_refuses() {
         let bad_gemini = json!({"name": "9x", "parameters": {"type": "object",
             "properties": {"a": {"type": "STRING", "format": "email", "$ref": "#/x"},
-                           "b": {"type": "NUMBER", "enum": [1, 2]}}}});
+                           "b-c": {"type": "NUMBER", "enum": [1, 2]}}}});
         let p = check_gemini(&bad_gemini);
         // The name, the root's type (twice: not OBJECT, not a Gemini type), the format,
-        // the $ref, the number enum.
-        assert_eq!(p.len(), 6, "{p:#?}");
+        // the $ref, the property name b-c, the number enum.
+        assert_eq!(p.len(), 7, "{p:#?}");
+        assert!(
+            p.iter()
+                .any(|l| l.contains("\"b-c\" is not a Gemini property name")),
+            "{p:#?}"
+        );
         assert!(p.iter().any(|l| l.contains("$ref")), "{p:#?}");
         let bad_openai = json!({"type": "function", "function": {"name": "a b",
             "parameters": {"anyOf": [{"type": "object"}]}}});
