@@ -177,6 +177,16 @@ pub enum CallError {
         kind: Option<String>,
         /// Schema violations, when the failure was a validation failure.
         validation_errors: Vec<String>,
+        /// For a workflow, the node whose failure failed the run (from its last progress
+        /// update, when the caller received it).
+        node: Option<String>,
+    },
+    /// The agent answered that the call was canceled (after a `tasks/cancel`, ours or
+    /// anyone's).
+    #[error("the call to {agent} was canceled")]
+    Canceled {
+        /// The agent called.
+        agent: String,
     },
     /// The agent answered with a JSON-RPC error: it refused the request or could not
     /// parse it.

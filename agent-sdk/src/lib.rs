@@ -1,4 +1,35 @@
-//! Write agents for the mesh in Rust, and call agents and workflows.
+//! Write agents for the mesh in Rust, and call agents and workflows: as tools, too.
+//!
+//! Calling a workflow as a tool, in ten lines:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use agent_sdk::Mesh;
+//! use serde_json::json;
+//!
+//! let mesh = Mesh::connect("nats://127.0.0.1:4222").await?;
+//! let catalog = mesh.catalog().await?; // the cards on the mesh, kept up to date
+//! catalog.wait_for("MapDouble", std::time::Duration::from_secs(5)).await;
+//! let tool = catalog.tool("MapDouble").ok_or("no such workflow")?;
+//! let declaration = tool.openai(); // or .anthropic(), .gemini(): hand it to the LLM
+//! # let _ = declaration;
+//! let arguments = json!({"numbers": [1, 2, 3]}); // what the LLM chose
+//! let output = catalog.call_tool(&tool.name, arguments).await?; // checked, then called
+//! println!("{output}");
+//! # Ok(()) }
+//! ```
+//!
+//! [`Mesh`] is the caller's handle: `mesh.agent("Name").timeout(..).call(input)` starts a
+//! [`Call`], whose [`Call::progress`] streams a run's progress as typed [`Progress`]
+//! events, and which [`Call::cancel`] (or dropping it) cancels. [`Catalog`] keeps the
+//! cards ([`Catalog::workflows`], [`Catalog::agents`], [`Catalog::with_tag`]); [`Tool`]
+//! declares a card to OpenAI-, Anthropic- and Gemini-style APIs ([`declare`] has the
+//! schema conversion and each API's rules as checks); [`Catalog::call_tool`] validates an
+//! LLM's arguments before sending and reports a [`ToolError`]. Workflows are tools in two
+//! modes: parameter mode (the arguments are the input) and artifact mode (only
+//! `input_artifact`, a stored artifact holding the input).
+//!
+//! ## Serving
 //!
 //! An agent declares a name, description, skills and JSON Schemas with an
 //! [`AgentBuilder`], gives it a [`Handler`] (or a closure through [`handler_fn`]) and calls
@@ -25,19 +56,24 @@
 //!   found", -32001);
 //! - answers malformed requests with a JSON-RPC error and keeps serving.
 //!
-//! Modules: [`agent`] (builder and handle), [`handler`] (what agents implement),
-//! [`client`] ([`call_agent`]), [`exchange`] (a request resent while the callee is silent), [`payload`] (the object store; the wrapping conventions are in `messages::payload`), [`schema`]
+//! Modules: [`mesh`] (the caller's handle, calls, progress, cancel), [`catalog`] (the cards
+//! on the mesh), [`tools`] and [`declare`] (tools for LLMs), [`agent`] (builder and
+//! handle), [`handler`] (what agents implement), [`client`] ([`call_agent`], the
+//! positional form of [`Mesh::agent`]), [`exchange`] (a request resent while the callee is silent), [`payload`] (the object store; the wrapping conventions are in `messages::payload`), [`schema`]
 //! (JSON Schema checks), [`stub`] (YAML-described stub agents for testing workflows),
 //! [`error`], [`telemetry`] (logs and OpenTelemetry traces in one call). Inside: `protocol` decodes requests and builds replies without I/O, `server`
 //! runs the loop.
 
 pub mod agent;
 pub mod artifacts;
+pub mod catalog;
 pub mod client;
+pub mod declare;
 mod dedup;
 pub mod error;
 pub mod exchange;
 pub mod handler;
+pub mod mesh;
 pub mod payload;
 mod protocol;
 pub mod roundtrip;
@@ -45,14 +81,18 @@ pub mod schema;
 mod server;
 pub mod stub;
 pub mod telemetry;
+pub mod tools;
 
 pub use agent::{
     skill, AgentBuilder, AgentHandle, DEFAULT_DEDUP_CAPACITY, DEFAULT_DEDUP_WINDOW,
     DEFAULT_NAMESPACE,
 };
 pub use artifacts::{Artifact, ArtifactInfo, ArtifactStore};
+pub use catalog::{Catalog, CatalogError};
 pub use client::{call_agent, call_agent_with, CallOptions};
 pub use error::{AgentError, ArtifactError, CallError, ServeError};
 pub use handler::{handler_fn, FnHandler, Handler, HandlerResult, NodeRequest, WorkflowCallInfo};
+pub use mesh::{AgentCall, Call, Mesh, Output, Progress, ProgressStream};
 pub use protocol::{KIND_CANCELED, KIND_INPUT_VALIDATION, KIND_OUTPUT_VALIDATION};
 pub use stub::{load_stub_file, serve_stubs, StubFile};
+pub use tools::{GeminiDeclaration, Tool, ToolCall, ToolError};

@@ -1,6 +1,6 @@
 //! Traces of agents built with the SDK, exported over OTLP/HTTP to a real receiver: a
 //! handled request is an `agent.handle` span, a child of the request's `traceparent`, and
-//! a call the handler makes onward nests under it.
+//! a call the handler makes onward (through `Mesh::agent`) nests under it.
 //!
 //! One test per process: `telemetry::init` installs the process's global subscriber.
 
@@ -38,9 +38,13 @@ fn a_handled_request_and_the_call_it_makes_nest_under_the_callers_span() {
             .handler(handler_fn(move |req: NodeRequest| {
                 let c = c.clone();
                 async move {
-                    let mut options = CallOptions::new(Duration::from_secs(10));
-                    options.headers = req.onward_headers();
-                    let out = call_agent_with(&c, "mesh", "Inner", json!({"x": 1}), options)
+                    // Onward through the Mesh handle (the call runs in a task of its
+                    // own): the context is taken where the call starts.
+                    let out = agent_sdk::Mesh::new(c)
+                        .agent("Inner")
+                        .timeout(Duration::from_secs(10))
+                        .headers(req.onward_headers())
+                        .call(json!({"x": 1}))
                         .await
                         .map_err(|e| agent_sdk::AgentError::new(e.to_string()))?;
                     Ok(json!({"inner": out}))

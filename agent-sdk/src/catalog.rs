@@ -1,0 +1,269 @@
+//! [`Catalog`]: a live registry of the agent cards on the mesh, and the tools they make.
+//!
+//! At start it subscribes to the cards subject and pings discovery (every agent and
+//! workflow then republishes its card); after that, cards arrive as their agents publish
+//! them (every card interval). A card expires when no new copy arrives within the
+//! catalog's expiry (default [`DEFAULT_CARD_EXPIRY`], three default card intervals): its
+//! agent has stopped.
+//!
+//! A workflow card too large for one NATS message carries its visualization as a
+//! `content_uri` reference to an object store; [`Catalog::full_card`] reads it back. The
+//! schemas, which is what tools need, are always in the card itself.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use messages::card::AgentCard;
+use messages::subjects;
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use crate::error::ArtifactError;
+use crate::mesh::Mesh;
+use crate::tools::{Tool, ToolCall};
+
+/// How long a card lives without a new copy unless told otherwise: three default card
+/// intervals (30 s).
+pub const DEFAULT_CARD_EXPIRY: Duration = Duration::from_secs(30);
+
+/// Why a catalog could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    /// Subscribing to the cards subject failed.
+    #[error("subscribing to agent cards on {subject}")]
+    Subscribe {
+        /// The cards subject.
+        subject: String,
+        /// The client's error.
+        #[source]
+        source: async_nats::SubscribeError,
+    },
+    /// The server did not confirm the subscription.
+    #[error("confirming the cards subscription")]
+    Roundtrip(#[source] crate::roundtrip::RoundtripError),
+    /// The discovery ping could not be published.
+    #[error("publishing the discovery ping")]
+    Ping(#[source] async_nats::PublishError),
+}
+
+/// Cards by name, with when each last arrived.
+#[derive(Debug)]
+struct Cards {
+    cards: RwLock<HashMap<String, (AgentCard, Instant)>>,
+    expiry: Duration,
+    arrived: Notify,
+}
+
+impl Cards {
+    fn live(&self) -> Vec<AgentCard> {
+        let now = Instant::now();
+        let mut cards: Vec<AgentCard> = self
+            .cards
+            .read()
+            .map(|c| {
+                c.values()
+                    .filter(|(_, seen)| now.saturating_duration_since(*seen) < self.expiry)
+                    .map(|(card, _)| card.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        cards.sort_by(|a, b| a.name.cmp(&b.name));
+        cards
+    }
+
+    fn insert(&self, card: AgentCard) {
+        if let Ok(mut cards) = self.cards.write() {
+            let now = Instant::now();
+            cards.retain(|_, (_, seen)| now.saturating_duration_since(*seen) < self.expiry);
+            cards.insert(card.name.clone(), (card, now));
+        }
+        self.arrived.notify_waiters();
+    }
+}
+
+/// A live registry of the cards on the mesh (see the module doc). Clones share it; the
+/// watch stops when the last clone is dropped.
+#[derive(Debug, Clone)]
+pub struct Catalog {
+    mesh: Mesh,
+    cards: Arc<Cards>,
+    _watch: Arc<AbortOnDrop>,
+}
+
+#[derive(Debug)]
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl Catalog {
+    /// Subscribes to cards, asks every agent for its card, and keeps the registry up to
+    /// date in a tokio task.
+    pub(crate) async fn start(mesh: Mesh, expiry: Duration) -> Result<Catalog, CatalogError> {
+        let client = mesh.client().clone();
+        let subject = subjects::agent_cards(mesh.ns());
+        let mut sub = client
+            .subscribe(subject.clone())
+            .await
+            .map_err(|source| CatalogError::Subscribe { subject, source })?;
+        crate::roundtrip::roundtrip(&client)
+            .await
+            .map_err(CatalogError::Roundtrip)?;
+        let cards = Arc::new(Cards {
+            cards: RwLock::new(HashMap::new()),
+            expiry,
+            arrived: Notify::new(),
+        });
+        let registry = cards.clone();
+        let watch = tokio::spawn(async move {
+            while let Some(msg) = sub.next().await {
+                match serde_json::from_slice::<AgentCard>(&msg.payload) {
+                    Ok(card) => registry.insert(card),
+                    Err(e) => tracing::debug!("ignoring a malformed agent card: {e}"),
+                }
+            }
+        });
+        let catalog = Catalog {
+            mesh,
+            cards,
+            _watch: Arc::new(AbortOnDrop(watch)),
+        };
+        catalog.refresh().await?;
+        Ok(catalog)
+    }
+
+    /// Asks every agent on the mesh to republish its card now.
+    pub async fn refresh(&self) -> Result<(), CatalogError> {
+        let client = self.mesh.client();
+        client
+            .publish(subjects::discovery_ping(self.mesh.ns()), "".into())
+            .await
+            .map_err(CatalogError::Ping)?;
+        // Best effort: a flush failure shows up as missing cards, not as an error here.
+        let _ = client.flush().await;
+        Ok(())
+    }
+
+    /// The mesh this catalog watches.
+    pub fn mesh(&self) -> &Mesh {
+        &self.mesh
+    }
+
+    /// Every live card, by name.
+    pub fn cards(&self) -> Vec<AgentCard> {
+        self.cards.live()
+    }
+
+    /// The live cards of workflows.
+    pub fn workflows(&self) -> Vec<AgentCard> {
+        self.cards()
+            .into_iter()
+            .filter(|c| c.is_workflow())
+            .collect()
+    }
+
+    /// The live cards of agents that are not workflows.
+    pub fn agents(&self) -> Vec<AgentCard> {
+        self.cards()
+            .into_iter()
+            .filter(|c| !c.is_workflow())
+            .collect()
+    }
+
+    /// The live card of `name`.
+    pub fn get(&self, name: &str) -> Option<AgentCard> {
+        self.cards().into_iter().find(|c| c.name == name)
+    }
+
+    /// The live cards with a skill tagged `tag` (compared without regard to case).
+    pub fn with_tag(&self, tag: &str) -> Vec<AgentCard> {
+        self.cards()
+            .into_iter()
+            .filter(|c| {
+                c.skills
+                    .iter()
+                    .any(|s| s.tags.iter().any(|t| t.eq_ignore_ascii_case(tag)))
+            })
+            .collect()
+    }
+
+    /// Waits up to `within` until `ready` holds of the live cards (checked at once and on
+    /// each card that arrives); returns whether it did.
+    pub async fn wait_until(
+        &self,
+        within: Duration,
+        mut ready: impl FnMut(&[AgentCard]) -> bool,
+    ) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let arrived = self.cards.arrived.notified();
+            if ready(&self.cards()) {
+                return true;
+            }
+            // Expiry is noticed on the next arrival or, at the latest, at the deadline.
+            let tick = tokio::time::Instant::now() + self.cards.expiry.min(within) / 4;
+            let wake = tick.min(deadline);
+            let _ = tokio::time::timeout_at(wake, arrived).await;
+            if tokio::time::Instant::now() >= deadline {
+                return ready(&self.cards());
+            }
+        }
+    }
+
+    /// The live card of `name`, waiting up to `within` for it to arrive.
+    pub async fn wait_for(&self, name: &str, within: Duration) -> Option<AgentCard> {
+        self.wait_until(within, |cards| cards.iter().any(|c| c.name == name))
+            .await;
+        self.get(name)
+    }
+
+    /// The card of `name` with its visualization inline: read back from the object store
+    /// when the card carries only a reference to it. `Ok(None)` when there is no such
+    /// live card.
+    pub async fn full_card(&self, name: &str) -> Result<Option<AgentCard>, ArtifactError> {
+        let Some(card) = self.get(name) else {
+            return Ok(None);
+        };
+        let Some(uri) = card.visualization_ref().map(str::to_owned) else {
+            return Ok(Some(card));
+        };
+        match self.mesh.artifacts().get_uri(&uri).await? {
+            Value::Object(params) => Ok(Some(card.with_visualization_params(params))),
+            _ => Err(ArtifactError::NotJson {
+                bucket: uri.clone(),
+                name: card.name.clone(),
+                reason: "the stored visualization is not a JSON object".into(),
+            }),
+        }
+    }
+
+    /// One tool per live card (see [`Tool::from_card`]), by tool name. Two cards whose
+    /// names map to the same tool name make no tool: neither could be told apart.
+    pub fn tools(&self) -> Vec<Tool> {
+        let tools: Vec<Tool> = self.cards().iter().map(Tool::from_card).collect();
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        for t in &tools {
+            *seen.entry(t.name.clone()).or_default() += 1;
+        }
+        tools.into_iter().filter(|t| seen[&t.name] == 1).collect()
+    }
+
+    /// The tool named `name` (a tool name or the agent's own name).
+    pub fn tool(&self, name: &str) -> Option<Tool> {
+        let tools = self.tools();
+        let found = tools.iter().position(|t| t.name == name);
+        let found = found.or_else(|| tools.iter().position(|t| t.agent == name));
+        found.map(|i| tools[i].clone())
+    }
+
+    /// A call of tool `name` with `arguments` (as an LLM gives them): await it for the
+    /// output, or set it up first (see [`ToolCall`]).
+    pub fn call_tool(&self, name: &str, arguments: Value) -> ToolCall {
+        ToolCall::new(self.clone(), name, arguments)
+    }
+}
