@@ -341,7 +341,7 @@ async fn the_serve_command_with_dialect_reference_speaks_the_references_words() 
     let bad = std::process::Command::new(bin)
         .arg("serve")
         .arg(dir.path())
-        .args(["--nats-url", server.url(), "--dialect", "klingon"])
+        .args(["--nats-url", &server.url(), "--dialect", "klingon"])
         .output()
         .expect("serve ran");
     let stderr = String::from_utf8_lossy(&bad.stderr);
@@ -352,7 +352,7 @@ async fn the_serve_command_with_dialect_reference_speaks_the_references_words() 
         std::process::Command::new(bin)
             .arg("serve")
             .arg(dir.path())
-            .args(["--nats-url", server.url(), "--dialect", "reference"])
+            .args(["--nats-url", &server.url(), "--dialect", "reference"])
             .env("RUST_LOG", "warn")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -360,15 +360,18 @@ async fn the_serve_command_with_dialect_reference_speaks_the_references_words() 
             .spawn()
             .expect("serve started"),
     );
-    // The node publishes its card once it serves.
-    let catalog = agent_sdk::Mesh::new(client.clone())
-        .catalog()
-        .await
-        .expect("catalog");
-    assert!(
-        catalog.wait_for("Doubler", TIMEOUT).await.is_some(),
-        "the served workflow's card never arrived"
-    );
+    // Serving: a probe (`{}`, not a JSON-RPC request) finds a responder, is refused at
+    // once and starts no run.
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let subject = subjects::agent_request(NS, "Doubler");
+    while let Err(e) = client.request(subject.clone(), "{}".into()).await {
+        assert!(
+            e.kind() == async_nats::RequestErrorKind::NoResponders
+                && tokio::time::Instant::now() < deadline,
+            "serve never took requests: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     let r = invoke(
         &client,

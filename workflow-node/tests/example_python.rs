@@ -77,7 +77,7 @@ async fn a_python_caller_finds_a_workflow_by_its_card_and_calls_it_over_json_rpc
         .expect("node");
 
     let out = python(
-        server.url(),
+        &server.url(),
         &["--tag", "twice", "--input", r#"{"value": 21}"#],
     )
     .await;
@@ -98,7 +98,7 @@ async fn a_python_caller_finds_a_workflow_by_its_card_and_calls_it_over_json_rpc
 
     // Input the workflow refuses: the failure is reported, exit code 2.
     let out = python(
-        server.url(),
+        &server.url(),
         &["--workflow", "Doubling", "--input", r#"{"value": "x"}"#],
     )
     .await;
@@ -108,7 +108,7 @@ async fn a_python_caller_finds_a_workflow_by_its_card_and_calls_it_over_json_rpc
 
     // No workflow with that tag: a clear message, exit code 1.
     let out = python(
-        server.url(),
+        &server.url(),
         &["--tag", "sing", "--input", "{}", "--discovery-timeout", "1"],
     )
     .await;
