@@ -153,6 +153,10 @@ async fn main() -> Result<()> {
             (async_nats::connect(server.url()).await?, Some(server))
         }
     };
-    run(client, input(4 << 20)).await?;
+    let report = run(client, input(4 << 20)).await?;
+    println!(
+        "{} -> {}: {} bytes of text, at {}",
+        report.input.name, report.output.name, report.result["length"], report.stored
+    );
     Ok(())
 }
