@@ -318,3 +318,85 @@ async fn garbage_from_an_agent_fails_only_the_run_it_answers() {
     assert_eq!(fine.status, "success", "{:?}", fine.error);
     assert_eq!(fine.output, Some(json!({"result": {"doubled": 10}})));
 }
+
+/// A `workflow-node serve` child, killed on drop.
+struct Serve(std::process::Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn the_serve_command_with_dialect_reference_speaks_the_references_words() {
+    let server = mesh_tests::nats();
+    let client = async_nats::connect(server.url()).await.expect("connect");
+    let mut seen = reference_agent(client.clone()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("doubler.yaml"), WORKFLOW).expect("workflow");
+    let bin = env!("CARGO_BIN_EXE_workflow-node");
+
+    let bad = std::process::Command::new(bin)
+        .arg("serve")
+        .arg(dir.path())
+        .args(["--nats-url", &server.url(), "--dialect", "klingon"])
+        .output()
+        .expect("serve ran");
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success());
+    assert!(stderr.contains("unknown dialect 'klingon'"), "{stderr}");
+
+    let _serve = Serve(
+        std::process::Command::new(bin)
+            .arg("serve")
+            .arg(dir.path())
+            .args(["--nats-url", &server.url(), "--dialect", "reference"])
+            .env("RUST_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("serve started"),
+    );
+    // Serving: a probe (`{}`, not a JSON-RPC request) finds a responder, is refused at
+    // once and starts no run.
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let subject = subjects::agent_request(NS, "Doubler");
+    while let Err(e) = client.request(subject.clone(), "{}".into()).await {
+        assert!(
+            e.kind() == async_nats::RequestErrorKind::NoResponders
+                && tokio::time::Instant::now() < deadline,
+            "serve never took requests: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let r = invoke(
+        &client,
+        NS,
+        "Doubler",
+        &json!({"n": 4, "mode": "stored"}),
+        TIMEOUT,
+        |_| {},
+    )
+    .await
+    .expect("a result");
+    assert_eq!(r.status, "success", "{:?}", r.error);
+    assert_eq!(r.output, Some(json!({"result": {"doubled": 8}})));
+    assert_eq!(
+        seen.recv().await.as_deref(),
+        Some("structured_invocation_request"),
+        "the agent got the reference's request"
+    );
+
+    let (parts, progress) = call_as_reference(&client, json!({"n": 2, "mode": "error"})).await;
+    assert_eq!(parts[0]["data"]["type"], "structured_invocation_result");
+    assert_eq!(parts[0]["data"]["status"], "error", "{parts:?}");
+    let end = progress
+        .iter()
+        .find(|d| d["type"] == "workflow_execution_result")
+        .unwrap_or_else(|| panic!("no execution result in {progress:?}"));
+    assert_eq!(end["status"], "error");
+}

@@ -31,7 +31,7 @@ use messages::{headers, msg_id, subjects};
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
-use super::error::Result;
+use super::error::{Context, Result};
 use super::record::{Caller, RunRecord};
 use super::reply;
 use super::wire::{self, InputSource};
@@ -346,6 +346,19 @@ async fn begin(
     caller: Caller,
     input: Value,
 ) -> Result<Option<Vec<u8>>> {
+    // An input too large to travel in the event (an input artifact of several MB) is
+    // stored beside the run, and the event names it; the worker reads it back.
+    let bytes = serde_json::to_vec(&input)?;
+    let input = if bytes.len() > shared.config.inline_limit {
+        let name = format!("{execution}.input.json");
+        let uri = shared
+            .put_run_artifact(&name, &execution.0, bytes)
+            .await
+            .context(|| format!("storing the input of run {execution}"))?;
+        store::stand_in(uri)
+    } else {
+        input
+    };
     let envelope = Envelope {
         event: Event::Started { input },
         caller: Some(caller.clone()),
@@ -379,6 +392,9 @@ async fn join(
         accept(shared, workflow, execution, &caller).await;
         return Ok(None);
     }
+    // A joining caller's copy of the input is not used: a large one is left out.
+    let large = serde_json::to_vec(&input).map_or(true, |b| b.len() > shared.config.inline_limit);
+    let input = if large { Value::Null } else { input };
     let envelope = Envelope {
         event: Event::Started { input },
         caller: Some(caller),

@@ -220,6 +220,23 @@ pub(super) fn moved_to(bytes: &[u8]) -> Option<String> {
         .map(|m| m.mesh_moved_to_object)
 }
 
+/// The value standing for one stored in the object store at `uri` (as in KV): what a
+/// `Started` event carries instead of an input too large for an event.
+pub(super) fn stand_in(uri: String) -> Value {
+    serde_json::to_value(Moved {
+        mesh_moved_to_object: uri,
+    })
+    .expect("a stand-in serialises")
+}
+
+/// The object a value from [`stand_in`] names.
+pub(super) fn stood_in_for(value: &Value) -> Option<&str> {
+    match value.as_object() {
+        Some(o) if o.len() == 1 => o.get("mesh_moved_to_object")?.as_str(),
+        _ => None,
+    }
+}
+
 fn decode<T: DeserializeOwned>(bytes: &[u8], what: impl FnOnce() -> String) -> Result<T> {
     serde_json::from_slice(bytes).map_err(|source| Error::Encoding {
         context: format!("decoding {}", what()),

@@ -377,7 +377,15 @@ async fn decode(
             return Ok(None);
         };
         return Ok(match serde_json::from_slice::<Envelope>(&msg.payload) {
-            Ok(env) => Some((execution, env)),
+            Ok(mut env) => {
+                // A start whose input was too large for the event names where it is.
+                if let Event::Started { input } = &mut env.event {
+                    if let Some(uri) = store::stood_in_for(input) {
+                        *input = shared.get_artifact(uri).await?;
+                    }
+                }
+                Some((execution, env))
+            }
             Err(e) => {
                 tracing::warn!("dropping a malformed event for run {execution}: {e}");
                 None
