@@ -167,3 +167,54 @@ async fn poll(mut check: impl FnMut() -> bool) -> bool {
     }
     false
 }
+
+/// A caller that sees a workflow's card calls it at once: the request finds a responder
+/// (the card goes out only once the server knows the node's subscriptions).
+#[tokio::test]
+async fn a_card_goes_out_only_once_a_request_finds_a_responder() {
+    let server = mesh_tests::nats();
+    let caller = async_nats::connect(server.url()).await.expect("connect");
+    let mut cards = caller
+        .subscribe(subjects::agent_cards("mesh"))
+        .await
+        .expect("subscribe");
+    agent_sdk::roundtrip::roundtrip(&caller)
+        .await
+        .expect("the server took the subscription");
+    let mut nodes = Vec::new();
+    for i in 0..10 {
+        let name = format!("Fresh{i}");
+        let yaml = format!(
+            "name: {name}\nworkflow:\n  description: d\n  nodes:\n    - {{id: a, type: agent, agent_name: A}}\n  output_mapping: {{x: 1}}\n"
+        );
+        let wf = parse_str(&yaml, "fresh.yaml").expect("valid");
+        let client = async_nats::connect(server.url()).await.expect("connect");
+        let node = tokio::spawn(WorkflowNode::start(client, vec![wf], Config::default()));
+        loop {
+            let msg = tokio::time::timeout(Duration::from_secs(30), cards.next())
+                .await
+                .expect("a card in time")
+                .expect("subscription open");
+            let card: AgentCard = serde_json::from_slice(&msg.payload).expect("a card");
+            if card.name == name {
+                break;
+            }
+        }
+        let inbox = caller.new_inbox();
+        let mut replies = caller.subscribe(inbox.clone()).await.expect("subscribe");
+        caller
+            .publish_with_reply(subjects::agent_request("mesh", &name), inbox, "{}".into())
+            .await
+            .expect("publish");
+        let reply = tokio::time::timeout(Duration::from_secs(30), replies.next())
+            .await
+            .expect("an answer in time")
+            .expect("subscription open");
+        assert_ne!(
+            reply.status,
+            Some(async_nats::StatusCode::NO_RESPONDERS),
+            "{name}'s card came before its request subscription"
+        );
+        nodes.push(node.await.expect("join").expect("node"));
+    }
+}

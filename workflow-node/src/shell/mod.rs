@@ -587,11 +587,6 @@ impl WorkflowNode {
             shared.clone(),
             card_sub,
         )));
-        background.push(tokio::spawn(registry::publish_cards(
-            shared.clone(),
-            wire_cards,
-            ping_sub,
-        )));
         background.push(tokio::spawn(timers::run(shared.clone())));
         let mut metrics_addr = None;
         if let (Some(listener), Some(reader)) = (metrics_listener, shared.metrics.scrape_reader()) {
@@ -645,6 +640,12 @@ impl WorkflowNode {
         agent_sdk::roundtrip::roundtrip(&shared.client)
             .await
             .context(|| "making the subscriptions known to the server".into())?;
+        // Cards go out only now: a caller that sees one finds a responder.
+        background.push(tokio::spawn(registry::publish_cards(
+            shared.clone(),
+            wire_cards,
+            ping_sub,
+        )));
         Ok(WorkflowNode {
             shared,
             stop,
