@@ -115,7 +115,9 @@ pub struct Config {
     pub cache_bytes: usize,
     /// How long after a final reply was sent to an address a request resent from that
     /// address is told so (a status update) instead of answered again: the resend crossed
-    /// the reply (default 5 s). Later resends are answered from the record.
+    /// the reply, maybe long before a busy replica got to it (default 30 s; 5 s let a
+    /// crossing resend handled late on a loaded machine be answered twice). Later resends
+    /// are answered from the record, so a reply that was really lost comes that much later.
     pub reply_in_flight: Duration,
     /// The name this replica gives itself in runs' histories (default: `{host}-{pid}`).
     pub replica: Option<String>,
@@ -143,7 +145,7 @@ impl Default for Config {
             max_concurrent_requests: 256,
             retention: Duration::from_secs(7 * 24 * 3600),
             cache_bytes: 256 << 20,
-            reply_in_flight: Duration::from_secs(5),
+            reply_in_flight: Duration::from_secs(30),
             replica: None,
             metrics: MetricsConfig::default(),
             dialect: messages::workflow::Dialect::Mesh,

@@ -138,8 +138,12 @@ pub(crate) fn check_replies(outcome: &Outcome, runs: usize) -> Vec<String> {
             continue;
         };
         if replies.len() != 1 {
+            let bodies: Vec<String> = replies
+                .iter()
+                .map(|r| r.to_string().chars().take(400).collect())
+                .collect();
             problems.push(format!(
-                "run {i} ({}) got {} final replies",
+                "run {i} ({}) got {} final replies: {bodies:#?}",
                 request_id(i),
                 replies.len()
             ));
