@@ -371,6 +371,12 @@ impl RunContext<'_> {
 /// A final-reply marker's value once a replica has claimed the sending of the reply.
 const CLAIMED: &str = "claimed";
 
+/// Whether a final-reply marker's value says the reply was sent (`sent:{status}`, written
+/// after the reply on the same connection), not only claimed.
+pub(super) fn reply_marked_sent(marker: &[u8]) -> bool {
+    marker.starts_with(b"sent:")
+}
+
 /// How run `execution` ended, as its callers are told: an output larger than the inline
 /// limit is stored as an artifact (under a name fixed by the run, so storing it again
 /// writes the same object).

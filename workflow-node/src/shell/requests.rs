@@ -458,6 +458,9 @@ async fn answer_ended(
     ))
 }
 
+/// How long a final reply claimed but not yet marked sent counts as on its way.
+const CLAIM_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Whether a final reply to `caller`'s address was claimed (or marked sent) less than
 /// `Config::reply_in_flight` ago: the reply is on its way there (a resend crossed it), and
 /// answering would make two. A caller that lost the reply resends again after its resend
@@ -482,11 +485,19 @@ async fn reply_in_flight(
         };
         names::final_marker(&workflow.name, execution, &attached)
     };
-    let Some(at) = store::written_at(shared, &marker).await? else {
+    let Some((value, at)) = store::written_at(shared, &marker).await? else {
         return Ok(false);
     };
     let age = SystemTime::now().duration_since(at).unwrap_or_default();
-    Ok(age < shared.config.reply_in_flight)
+    // Marked sent: the server had the reply (the mark follows it on the same connection).
+    // Only claimed: its claimer sends within moments, or died before the reply left (a
+    // kill -9), and then the caller must be answered from the record soon.
+    let grace = if effects::reply_marked_sent(&value) {
+        shared.config.reply_in_flight
+    } else {
+        CLAIM_GRACE.min(shared.config.reply_in_flight)
+    };
+    Ok(age < grace)
 }
 
 /// How the ended run of `record` ended, as its callers are told.

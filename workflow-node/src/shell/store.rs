@@ -143,9 +143,12 @@ pub(super) async fn read(shared: &Shared, key: &str) -> Result<Option<(u64, byte
     read_from(&shared.runs, key).await
 }
 
-/// When `key` was last written (its current value's time on the server); `None` when it
-/// has no value.
-pub(super) async fn written_at(shared: &Shared, key: &str) -> Result<Option<SystemTime>> {
+/// The current value of `key` and when it was written (its time on the server); `None`
+/// when it has no value.
+pub(super) async fn written_at(
+    shared: &Shared,
+    key: &str,
+) -> Result<Option<(bytes::Bytes, SystemTime)>> {
     use async_nats::jetstream::stream::LastRawMessageErrorKind;
     let subject = messages::subjects::kv_key(&shared.runs.name, key);
     match shared
@@ -155,7 +158,7 @@ pub(super) async fn written_at(shared: &Shared, key: &str) -> Result<Option<Syst
         .await
     {
         Ok(m) if m.payload.is_empty() => Ok(None),
-        Ok(m) => Ok(Some(m.time.into())),
+        Ok(m) => Ok(Some((m.payload, m.time.into()))),
         Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
         Err(e) => Err(e).context(|| format!("reading {key}")),
     }
