@@ -125,28 +125,7 @@ impl ArtifactStore {
 
     async fn open(&self) -> Result<&object_store::ObjectStore, ArtifactError> {
         self.store
-            .get_or_try_init(|| async {
-                if let Ok(store) = self.js.get_object_store(&self.bucket).await {
-                    return Ok(store);
-                }
-                let created = self
-                    .js
-                    .create_object_store(object_store::Config {
-                        bucket: self.bucket.clone(),
-                        description: Some("mesh artifacts (large inputs and outputs)".into()),
-                        ..Default::default()
-                    })
-                    .await;
-                match created {
-                    Ok(store) => Ok(store),
-                    Err(e) => self.js.get_object_store(&self.bucket).await.map_err(|_| {
-                        ArtifactError::Bucket {
-                            bucket: self.bucket.clone(),
-                            reason: e.to_string(),
-                        }
-                    }),
-                }
-            })
+            .get_or_try_init(|| crate::payload::open_or_create(&self.js, &self.bucket))
             .await
     }
 

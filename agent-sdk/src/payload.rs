@@ -52,29 +52,7 @@ impl Artifacts {
 
     async fn own_store(&self) -> Result<&object_store::ObjectStore, ArtifactError> {
         self.store
-            .get_or_try_init(|| async {
-                if let Ok(store) = self.js.get_object_store(&self.bucket).await {
-                    return Ok(store);
-                }
-                let created = self
-                    .js
-                    .create_object_store(object_store::Config {
-                        bucket: self.bucket.clone(),
-                        description: Some("mesh artifacts (large inputs and outputs)".into()),
-                        ..Default::default()
-                    })
-                    .await;
-                match created {
-                    Ok(store) => Ok(store),
-                    // Another process may have created it in between.
-                    Err(e) => self.js.get_object_store(&self.bucket).await.map_err(|_| {
-                        ArtifactError::Bucket {
-                            bucket: self.bucket.clone(),
-                            reason: e.to_string(),
-                        }
-                    }),
-                }
-            })
+            .get_or_try_init(|| open_or_create(&self.js, &self.bucket))
             .await
     }
 
@@ -165,5 +143,33 @@ impl Artifacts {
         }
         self.put_bytes(name, &bytes).await?;
         Ok(artifact_part(&self.bucket, name))
+    }
+}
+
+/// The object store `bucket`, created when it does not exist yet (another process may
+/// create it in between: then it is opened).
+pub(crate) async fn open_or_create(
+    js: &jetstream::Context,
+    bucket: &str,
+) -> Result<object_store::ObjectStore, ArtifactError> {
+    if let Ok(store) = js.get_object_store(bucket).await {
+        return Ok(store);
+    }
+    let created = js
+        .create_object_store(object_store::Config {
+            bucket: bucket.to_owned(),
+            description: Some("mesh artifacts (large inputs and outputs)".into()),
+            ..Default::default()
+        })
+        .await;
+    match created {
+        Ok(store) => Ok(store),
+        Err(e) => js
+            .get_object_store(bucket)
+            .await
+            .map_err(|_| ArtifactError::Bucket {
+                bucket: bucket.to_owned(),
+                reason: e.to_string(),
+            }),
     }
 }
