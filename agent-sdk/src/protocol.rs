@@ -151,7 +151,7 @@ pub(crate) fn decode(payload: &[u8], headers: Option<&HeaderMap>, reply: Option<
         attempt: r.attempt.or_else(|| {
             task_id
                 .rsplit_once('_')
-                .and_then(|(_, last)| last.parse().ok())
+                .and_then(|(_, last)| last.split('-').next()?.parse().ok())
         }),
         sub_task_id: task_id.clone(),
         map_index: r.map_index,

@@ -35,6 +35,8 @@ use crate::schema::Schema;
 /// Everything a call task needs, shared.
 struct Shared {
     name: String,
+    /// The namespace: replies go only to inboxes and its response and status subjects.
+    ns: String,
     client: Client,
     handler: Arc<dyn DynHandler>,
     input_schema: Option<Schema>,
@@ -52,7 +54,14 @@ impl Shared {
         self.calls.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Publishes a reply or status update, unless `subject` is one a requester may not make
+    /// an agent publish to (a system subject, a workflow's internal events: see
+    /// [`subjects::check_reply`]); that is refused with a warning, nothing published.
     async fn publish(&self, subject: &str, headers: HeaderMap, response: &Response) {
+        if let Err(e) = subjects::check_reply(&self.ns, subject) {
+            tracing::warn!(agent = %self.name, "not answering: {e}");
+            return;
+        }
         let bytes = match serde_json::to_vec(response) {
             Ok(b) => b,
             Err(e) => {
@@ -112,6 +121,7 @@ pub(crate) async fn start(
     );
     let shared = Arc::new(Shared {
         name: name.clone(),
+        ns: ns.clone(),
         client: client.clone(),
         handler,
         input_schema,

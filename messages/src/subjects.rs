@@ -145,6 +145,62 @@ pub fn kv_all(bucket: &str) -> String {
     kv_key(bucket, ">")
 }
 
+/// Why a subject may not receive a reply or status update.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("reply subject '{subject}' is refused: {why}")]
+pub struct ReplySubjectError {
+    /// The subject, as given.
+    pub subject: String,
+    /// What is wrong with it.
+    pub why: &'static str,
+}
+
+/// Checks a subject a request asks to be answered on (its NATS reply, `Mesh-Reply-To` or
+/// `Mesh-Status-To`): only an inbox (a first token starting with `_INBOX`, as clients make
+/// them, private prefixes like `_INBOX_alice` included) or a mesh response or status
+/// subject of namespace `ns` (where a calling workflow's node takes its calls' answers).
+/// Never a system subject (`$KV…`, `$JS…`, `$SYS…`), a workflow's internal events or any
+/// other subject a requester could make a responder publish to.
+pub fn check_reply(ns: &str, subject: &str) -> Result<(), ReplySubjectError> {
+    let refuse = |why| {
+        Err(ReplySubjectError {
+            subject: subject.to_owned(),
+            why,
+        })
+    };
+    let tokens: Vec<&str> = subject.split('.').collect();
+    if subject.is_empty() || tokens.iter().any(|t| t.is_empty()) {
+        return refuse("it is empty or has an empty token");
+    }
+    if tokens
+        .iter()
+        .any(|t| *t == "*" || *t == ">" || t.chars().any(|c| c.is_whitespace() || c.is_control()))
+    {
+        return refuse("it has a wildcard or a space");
+    }
+    if tokens[0].starts_with('$') {
+        return refuse("it is a system subject ($…)");
+    }
+    if tokens[0].starts_with("_INBOX") {
+        return if tokens.len() >= 2 {
+            Ok(())
+        } else {
+            refuse("an inbox needs a token after its prefix")
+        };
+    }
+    for kind in ["response", "status"] {
+        let prefix = format!("{ns}.a2a.v1.agent.{kind}.");
+        if let Some(rest) = subject.strip_prefix(&prefix) {
+            return if rest.split('.').count() >= 2 {
+                Ok(())
+            } else {
+                refuse("a mesh response or status subject names a caller and a task")
+            };
+        }
+    }
+    refuse("only inboxes (_INBOX…) and the mesh's response and status subjects may be answered on")
+}
+
 /// The last token of a subject (the sub-task id of a response or status subject).
 pub fn last_token(subject: &str) -> &str {
     subject.rsplit('.').next().unwrap_or(subject)
@@ -190,6 +246,35 @@ mod tests {
         assert_eq!(artifact_bucket("acme.prod"), "acme_prod_artifacts");
         assert_eq!(kv_key("b", "Wf.e1.final"), "$KV.b.Wf.e1.final");
         assert_eq!(kv_all("b"), "$KV.b.>");
+    }
+
+    #[test]
+    fn only_inboxes_and_mesh_responses_may_be_answered_on() {
+        for ok in [
+            "_INBOX.abc",
+            "_INBOX_alice.x.y",
+            "mesh.a2a.v1.agent.response.Wf.e1_n_0_1-ab",
+            "mesh.a2a.v1.agent.status.Wf.t1",
+        ] {
+            assert_eq!(check_reply("mesh", ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "$KV.mesh_wf_runs.Wf.e1",
+            "$JS.API.STREAM.DELETE.mesh_WF_Wf",
+            "$SYS.REQ.SERVER.PING",
+            "mesh.wf.Wf.events.e1",
+            "mesh.a2a.v1.agent.request.Other",
+            "mesh.a2a.v1.agent.response.Wf",
+            "other.a2a.v1.agent.response.Wf.t",
+            "_INBOX",
+            "_INBOX.>",
+            "_INBOX.a b",
+            "a..b",
+            "",
+        ] {
+            let e = check_reply("mesh", bad).expect_err(bad);
+            assert!(e.to_string().contains("is refused"), "{e}");
+        }
     }
 
     #[test]

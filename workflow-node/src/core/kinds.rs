@@ -16,12 +16,17 @@ use workflow_expr::{Condition, Template};
 use super::calls::CallEnd;
 use super::engine::Cx;
 use super::scope::RunScope;
-use super::state::{Detail, ForkState, MapState};
-use super::types::{Command, NodeStatus, Progress, Slot, TaskKey, TimerId};
+use super::state::{CallPhase, Detail, ForkState, MapState};
+use super::types::{Command, Millis, NodeStatus, Progress, Slot, TaskKey, TimerId};
 use crate::definition::{
     ApprovalNode, ForkBranch, LoopNode, MapItems, MapNode, NodeId, NodeKind, NodeRole, OnExhausted,
     OnTimeout, SwitchCase,
 };
+
+/// How much earlier than the record says a timer may fire and still count: the clock
+/// skew allowed between replicas (a timer fires by its replica's clock, the event is
+/// applied by another's). Earlier than that it is not a timer of ours.
+pub(super) const TIMER_EARLY_TOLERANCE_MS: u64 = 60_000;
 
 impl Cx<'_> {
     /// Starts a node whose dependencies allow it (and whose `when` held).
@@ -606,8 +611,15 @@ impl Cx<'_> {
         }
     }
 
-    /// Any timer came due.
+    /// Any timer came due. One that the run's record says is not due yet (by more than
+    /// [`TIMER_EARLY_TOLERANCE_MS`], the clock skew allowed between replicas) is ignored:
+    /// the event names a timer, the record says when it is due.
     pub(super) fn timer_fired(&mut self, timer: TimerId) {
+        if let Some(due) = self.due(&timer) {
+            if self.now.0.saturating_add(TIMER_EARLY_TOLERANCE_MS) < due.0 {
+                return;
+            }
+        }
         match timer {
             TimerId::CallTimeout { .. } | TimerId::Retry { .. } => self.call_timer(timer),
             TimerId::Deadline => self.deadline(),
@@ -650,6 +662,29 @@ impl Cx<'_> {
 }
 
 impl Cx<'_> {
+    /// When `timer` is due by the record, for the timers whose due time it keeps (call
+    /// timeouts, retries, approval timeouts and the run's deadline).
+    fn due(&self, timer: &TimerId) -> Option<Millis> {
+        match timer {
+            TimerId::CallTimeout { task, attempt } | TimerId::Retry { task, attempt } => {
+                let call = self.st.calls.get(task).filter(|c| c.attempt == *attempt)?;
+                match (timer, call.phase) {
+                    (TimerId::CallTimeout { .. }, CallPhase::Running { deadline }) => {
+                        Some(deadline)
+                    }
+                    (TimerId::Retry { .. }, CallPhase::BackingOff { until }) => Some(until),
+                    _ => None,
+                }
+            }
+            TimerId::ApprovalTimeout { node } => match self.st.nodes.get(node)?.detail {
+                Some(Detail::Approval { deadline }) => deadline,
+                _ => None,
+            },
+            TimerId::Deadline => self.st.started.then_some(self.st.deadline),
+            TimerId::LoopDelay { .. } | TimerId::ExitGrace => None,
+        }
+    }
+
     /// The input and instruction of a call, resolved from the run's values: the node's
     /// scope, the map item, or the loop iteration. Deterministic for the life of the call,
     /// so it is resolved when the call is created (to fail early) and again per dispatch

@@ -58,7 +58,10 @@ pub(super) async fn serve(
             )
             .await;
             if let (Some(to), Some(answer)) = (msg.reply, answer) {
-                let _ = shared.client.publish(to, answer.into()).await;
+                match subjects::check_reply(&shared.ns, &to) {
+                    Ok(()) => drop(shared.client.publish(to, answer.into()).await),
+                    Err(e) => tracing::warn!("not answering a cancel: {e}"),
+                }
             }
         });
     }

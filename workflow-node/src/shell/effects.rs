@@ -66,7 +66,8 @@ impl RunContext<'_> {
                     // A called workflow takes this on its cancel subject too, and cancels
                     // the run it started for this sub-task (see `cancels`): the run is
                     // named by our sub-task id, scoped by us, its caller.
-                    let req = Request::tasks_cancel(sub_task_id.as_str(), sub_task_id.as_str());
+                    let wire_id = self.shared.seal.call_id(&self.workflow.name, sub_task_id);
+                    let req = Request::tasks_cancel(wire_id.as_str(), wire_id.as_str());
                     let subject = subjects::agent_cancel(&self.shared.ns, agent);
                     let mut h = HeaderMap::new();
                     h.insert(headers::CALLER, self.workflow.name.as_str());
@@ -209,6 +210,9 @@ impl RunContext<'_> {
             .await
             .map(drop);
         };
+        // The call goes out under its sealed id: only its receiver learns the token that
+        // its reply and status updates must carry.
+        let wire_id = shared.seal.call_id(&self.workflow.name, &d.sub_task_id);
         let (card_in, card_out) = card.schemas();
         let (map_index, loop_iteration) = match d.task.slot {
             Slot::Item(i) => (Some(u64::from(i)), None),
@@ -222,7 +226,7 @@ impl RunContext<'_> {
             output_schema: d.output_schema.clone().or(card_out),
             suggested_output_filename: Some(format!("{}.json", d.sub_task_id)),
             execution_id: Some(self.execution.0.clone()),
-            sub_task_id: Some(d.sub_task_id.clone()),
+            sub_task_id: Some(wire_id.clone()),
             map_index,
             loop_iteration,
             attempt: Some(d.attempt),
@@ -245,21 +249,21 @@ impl RunContext<'_> {
         } else {
             parts.push(wrap(d.input.clone()));
         }
-        let mut message = Message::new(d.sub_task_id.clone(), Role::User, parts);
-        message.task_id = Some(d.sub_task_id.clone());
+        let mut message = Message::new(wire_id.clone(), Role::User, parts);
+        message.task_id = Some(wire_id.clone());
         message.context_id = Some(self.execution.0.clone());
-        let mut req = Request::message_send(d.sub_task_id.as_str(), message);
+        let mut req = Request::message_send(wire_id.as_str(), message);
         if let messages::jsonrpc::Method::MessageSend(p) = &mut req.method {
             let meta = json!({
                 "workflow_name": self.workflow.name,
                 "node_id": d.node_id,
                 "execution_id": self.execution.0,
-                "sub_task_id": d.sub_task_id,
+                "sub_task_id": wire_id,
             });
             p.metadata = meta.as_object().cloned();
         }
         let mut h = HeaderMap::new();
-        let status_to = subjects::agent_status(&shared.ns, &self.workflow.name, &d.sub_task_id);
+        let status_to = subjects::agent_status(&shared.ns, &self.workflow.name, &wire_id);
         h.insert(headers::STATUS_TO, status_to.as_str());
         h.insert(headers::CALLER, self.workflow.name.as_str());
         h.insert(
@@ -276,7 +280,7 @@ impl RunContext<'_> {
         } else if let Some(tp) = caller_tp {
             h.insert(headers::TRACEPARENT, tp);
         }
-        let reply = subjects::agent_response(&shared.ns, &self.workflow.name, &d.sub_task_id);
+        let reply = subjects::agent_response(&shared.ns, &self.workflow.name, &wire_id);
         let subject = subjects::agent_request(&shared.ns, agent);
         shared
             .client

@@ -68,6 +68,10 @@ pub enum Error {
     /// Something a run's entry refers to is not in KV.
     #[error("{0} is missing")]
     Missing(String),
+    /// A reference names what the node may not read for it (another bucket than the
+    /// mesh's artifacts, or an object over the size limit).
+    #[error("{0}")]
+    Refused(String),
     /// A stored or received value could not be encoded or decoded.
     #[error("{context}: {source}")]
     Encoding {

@@ -44,6 +44,7 @@ mod reply;
 mod requests;
 mod retry;
 mod scrape;
+pub mod seal;
 pub mod spans;
 pub mod statuses;
 mod store;
@@ -91,6 +92,9 @@ pub struct Config {
     pub workers: usize,
     /// Inputs and outputs larger than this travel through the object store.
     pub inline_limit: usize,
+    /// The largest artifact (an object-store input or output) the node reads, in bytes
+    /// (default 64 MiB); a larger one fails its call or request with a clear error.
+    pub max_artifact_bytes: u64,
     /// How long a dispatch waits for an agent's card before failing the call.
     pub card_wait: Duration,
     /// Replicas of streams and buckets (1, or 3 on a cluster).
@@ -138,6 +142,7 @@ impl Default for Config {
             ack_wait: Duration::from_secs(5),
             workers: 16,
             inline_limit: 256 * 1024,
+            max_artifact_bytes: agent_sdk::payload::MAX_ARTIFACT_BYTES as u64,
             card_wait: Duration::from_secs(2),
             replicas: 1,
             max_deliver: 10,
@@ -202,6 +207,8 @@ pub struct Shared {
     replica: String,
     metrics: metrics::Metrics,
     definitions: definitions::Definitions,
+    /// The deployment's secret: call tokens and event MACs.
+    seal: seal::Seal,
 }
 
 /// The default name of a replica: the host's name and the process id.
@@ -276,9 +283,11 @@ pub(crate) async fn publish_event(
     use async_nats::jetstream::context::PublishErrorKind;
     let bytes: bytes::Bytes = serde_json::to_vec(envelope)?.into();
     let subject = subjects::run_events(&shared.ns, workflow, &execution.0);
+    let mac = shared.seal.event_mac(&subject, msg_id, &bytes);
     let publish = || async {
         let mut h = HeaderMap::new();
         h.insert(headers::MSG_ID, msg_id);
+        h.insert(seal::EVENT_MAC, mac.as_str());
         let ack = shared
             .js
             .publish_with_headers(subject.clone(), h, bytes.clone())
@@ -386,23 +395,16 @@ impl Shared {
     }
 
     /// Reads a JSON artifact from a bucket.
+    /// Only the mesh's artifact bucket is read: the node may read other buckets (its own
+    /// among them), so a reference to one would make it read them for whoever sent it.
     async fn get_artifact_in(&self, bucket: &str, name: &str) -> Result<Value> {
-        let store = if bucket == subjects::artifact_bucket(&self.ns) {
-            self.artifact_store().await?.clone()
-        } else {
-            use async_nats::jetstream::context::ObjectStoreErrorKind;
-            match self.js.get_object_store(bucket).await {
-                Ok(store) => store,
-                // A bucket that does not exist, as opposed to one that could not be reached.
-                Err(e)
-                    if e.kind() == ObjectStoreErrorKind::GetStore
-                        && e.to_string().contains("not found") =>
-                {
-                    return Err(Error::Missing(format!("object store '{bucket}'")))
-                }
-                Err(e) => return Err(e).context(|| format!("opening object store {bucket}")),
-            }
-        };
+        let artifacts = subjects::artifact_bucket(&self.ns);
+        if bucket != artifacts {
+            return Err(Error::Refused(format!(
+                "artifact '{name}' is in bucket '{bucket}': references may name only the mesh's artifact bucket '{artifacts}'"
+            )));
+        }
+        let store = self.artifact_store().await?.clone();
         let what = || format!("reading artifact {name} of {bucket}");
         let mut object = match store.get(name).await {
             Ok(object) => object,
@@ -413,8 +415,24 @@ impl Shared {
             }
             Err(e) => return Err(e).context(what),
         };
-        let mut bytes = Vec::new();
-        object.read_to_end(&mut bytes).await.context(what)?;
+        let size = object.info().size as u64;
+        let limit = self.config.max_artifact_bytes;
+        if size > limit {
+            return Err(Error::Refused(format!(
+                "artifact '{name}' of {bucket} is {size} bytes, over the limit of {limit} bytes"
+            )));
+        }
+        let mut bytes = Vec::with_capacity(size as usize);
+        (&mut object)
+            .take(limit + 1)
+            .read_to_end(&mut bytes)
+            .await
+            .context(what)?;
+        if bytes.len() as u64 > limit {
+            return Err(Error::Refused(format!(
+                "artifact '{name}' of {bucket} is over the limit of {limit} bytes"
+            )));
+        }
         serde_json::from_slice(&bytes).map_err(|source| Error::Encoding {
             context: what(),
             source,
@@ -550,6 +568,7 @@ impl WorkflowNode {
         let replica = config.replica.clone().unwrap_or_else(default_replica);
         let definitions_name = names::definitions_bucket(&ns);
         let definitions = patiently(|| kv_bucket(&js, &definitions_name, replicas)).await?;
+        let seal = patiently(|| seal::Seal::open_or_create(&js, &ns, replicas)).await?;
         let cards = workflows
             .iter()
             .map(|w| (w.name.clone(), crate::visual::agent_card(w, &ns)))
@@ -575,6 +594,7 @@ impl WorkflowNode {
             replica,
             metrics,
             definitions: definitions::Definitions::new(definitions),
+            seal,
         });
         for card in shared.cards.values() {
             shared.registry.insert_own(card.clone());

@@ -29,6 +29,11 @@ pub fn definitions_bucket(ns: &str) -> String {
     format!("{}_wf_defs", ns_token(ns))
 }
 
+/// The KV bucket of the deployment's secret (see `seal`): workflow-node users only.
+pub fn secrets_bucket(ns: &str) -> String {
+    format!("{}_wf_secrets", ns_token(ns))
+}
+
 /// The object store bucket of card contents too large for a card (kept as long as the
 /// cards that refer to them).
 pub fn cards_bucket(ns: &str) -> String {

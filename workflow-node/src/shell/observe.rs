@@ -224,6 +224,7 @@ workflow:
       type: agent
       agent_name: B
       depends_on: [a]
+      timeout: 1s
       retry_strategy: {limit: 1, retry_policy: Always}
   output_mapping: {b: "{{b.output}}"}
 "#;

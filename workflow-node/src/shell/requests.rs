@@ -64,6 +64,16 @@ pub(super) async fn serve(
         let workflow = workflow.clone();
         tokio::spawn(async move {
             let _slot = slot;
+            if let Err((refusal, answer_to)) = screen(&shared.ns, &msg) {
+                tracing::warn!(workflow = %workflow.name, "refusing a request: {refusal}");
+                if let Some(to) = answer_to {
+                    let _ = shared
+                        .client
+                        .publish(to, refused(&msg, &refusal).into())
+                        .await;
+                }
+                return;
+            }
             let reply_to = msg
                 .reply
                 .as_ref()
@@ -77,6 +87,37 @@ pub(super) async fn serve(
         });
     }
     Ok(())
+}
+
+/// Checks every subject a request asks to be answered on (see
+/// [`subjects::check_reply`]): the first refused, and where the refusal may be answered
+/// (the request's NATS reply, when that one is allowed).
+fn screen(
+    ns: &str,
+    msg: &async_nats::Message,
+) -> std::result::Result<(), (subjects::ReplySubjectError, Option<String>)> {
+    let nats_reply = msg.reply.as_ref().map(|r| r.to_string());
+    let asked = [
+        nats_reply.clone(),
+        header(msg.headers.as_ref(), headers::REPLY_TO),
+        header(msg.headers.as_ref(), headers::STATUS_TO),
+    ];
+    let Some(refusal) = asked
+        .iter()
+        .flatten()
+        .find_map(|s| subjects::check_reply(ns, s).err())
+    else {
+        return Ok(());
+    };
+    let answer_to = nats_reply.filter(|r| subjects::check_reply(ns, r).is_ok());
+    Err((refusal, answer_to))
+}
+
+/// The JSON-RPC error answering a request whose reply or status subject is refused.
+fn refused(msg: &async_nats::Message, refusal: &subjects::ReplySubjectError) -> Vec<u8> {
+    let id = Request::from_slice(&msg.payload).ok().map(|r| r.id);
+    let e = ErrorObject::new(codes::INVALID_PARAMS, refusal.to_string());
+    wire::error_response(id, e)
 }
 
 fn header(h: Option<&HeaderMap>, name: &str) -> Option<String> {

@@ -63,6 +63,12 @@ pub(super) async fn serve(
         })
         .collect();
     while let Some(msg) = sub.next().await {
+        // Only whoever received the call knows its token.
+        let wire_id = subjects::last_token(&msg.subject);
+        if let Err(e) = shared.seal.check_call(&workflow.name, wire_id) {
+            tracing::warn!("dropping a status update on {}: {e}", msg.subject);
+            continue;
+        }
         let Some(update) = interpret(&msg.subject, &msg.payload) else {
             continue;
         };
@@ -98,7 +104,8 @@ pub struct AgentUpdate {
 /// update of one of a run's calls that carries a message; `None` for a bare sign of life,
 /// and for anything unreadable (logged).
 pub fn interpret(subject: &str, payload: &[u8]) -> Option<AgentUpdate> {
-    let sub_task_id = subjects::last_token(subject);
+    // The call's token (see `seal`) stays here: callers see the plain id.
+    let sub_task_id = super::seal::plain_id(subjects::last_token(subject));
     let Some((execution, task, attempt)) = TaskKey::parse_sub_task_id(sub_task_id) else {
         tracing::warn!("dropping a status update on {subject}: not a sub-task id of ours");
         return None;

@@ -19,7 +19,7 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::{pull, AckPolicy};
 use async_nats::jetstream::{self, stream, AckKind};
 use futures::StreamExt;
-use messages::subjects;
+use messages::{headers, subjects};
 use tokio::sync::mpsc;
 
 use super::cache::RunCache;
@@ -32,7 +32,7 @@ use super::record::RunRecord;
 use super::retry::{Failures, Next};
 use super::traces::RunTrace;
 use super::wire::{interpret_reply, reply_event, ReplyMeaning};
-use super::{names, now, store, Envelope, Shared};
+use super::{names, now, seal, store, Envelope, Shared};
 use crate::core::{self, Event, ExecutionId, TaskKey};
 use crate::definition::Workflow;
 
@@ -230,7 +230,7 @@ fn execution_of(ns: &str, workflow: &str, subject: &str) -> Option<ExecutionId> 
     if subject.starts_with(events.trim_end_matches('>')) {
         ExecutionId::parse(token).ok()
     } else if subject.starts_with(responses.trim_end_matches('>')) {
-        TaskKey::parse_sub_task_id(token).map(|(e, _, _)| e)
+        TaskKey::parse_sub_task_id(seal::plain_id(token)).map(|(e, _, _)| e)
     } else {
         None
     }
@@ -376,6 +376,13 @@ async fn decode(
         let Ok(execution) = ExecutionId::parse(token) else {
             return Ok(None);
         };
+        if let Err(why) = sealed_event(shared, msg) {
+            tracing::warn!(
+                "refusing an event for run {execution} on {}: {why}",
+                msg.subject
+            );
+            return Ok(None);
+        }
         return Ok(match serde_json::from_slice::<Envelope>(&msg.payload) {
             Ok(mut env) => {
                 // A start whose input was too large for the event names where it is.
@@ -392,7 +399,15 @@ async fn decode(
             }
         });
     }
-    let Some((execution, key, attempt)) = TaskKey::parse_sub_task_id(token) else {
+    // A reply counts only with the token its call went out with (see `seal`).
+    let plain = match shared.seal.check_call(&workflow.name, token) {
+        Ok(plain) => plain,
+        Err(e) => {
+            tracing::warn!("dropping a reply on {}: {e}", msg.subject);
+            return Ok(None);
+        }
+    };
+    let Some((execution, key, attempt)) = TaskKey::parse_sub_task_id(plain) else {
         return Ok(None);
     };
     let meaning = match interpret_reply(&msg.payload) {
@@ -404,6 +419,28 @@ async fn decode(
     };
     let envelope = Envelope::event(reply_event(key, attempt, meaning));
     Ok(Some((execution, envelope)))
+}
+
+/// Whether an event on a run's subject was published by a replica: it carries the MAC of
+/// its subject, de-duplication id and payload (see `seal`).
+fn sealed_event(
+    shared: &Shared,
+    msg: &jetstream::Message,
+) -> std::result::Result<(), &'static str> {
+    let h = msg.headers.as_ref();
+    let get = |name: &str| h.and_then(|h| h.get(name)).map(|v| v.as_str());
+    let Some(mac) = get(seal::EVENT_MAC) else {
+        return Err("it carries no Mesh-Event-Mac: only a replica may publish a run's events");
+    };
+    let msg_id = get(headers::MSG_ID).unwrap_or_default();
+    if shared
+        .seal
+        .check_event(&msg.subject, msg_id, &msg.payload, mac)
+    {
+        Ok(())
+    } else {
+        Err("its Mesh-Event-Mac does not match: forged or altered")
+    }
 }
 
 /// What reading an agent's output artifact means for its call: its output; a failed call

@@ -106,6 +106,7 @@ fn a_second_cancel_and_a_redelivered_deadline_change_nothing() {
     let wf = workflow(ONE);
     let (mut run, _) = Run::start(&wf, json!({}));
     let deadline = TimerId::Deadline;
+    run.wait(wf.max_execution_time);
     assert!(!run.fire(deadline.clone()).is_empty());
     let before = run.st.clone();
     assert!(run.fire(deadline).is_empty());

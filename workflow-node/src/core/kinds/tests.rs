@@ -177,3 +177,27 @@ fn an_approval_ignores_a_decision_from_someone_not_listed() {
     assert!(out.contains(&Command::CancelTimer { timer }));
     assert_eq!(run.status("gate"), NodeStatus::Success);
 }
+
+#[test]
+fn a_timer_fired_long_before_the_record_says_it_is_due_changes_nothing() {
+    let wf = with_nodes(
+        "",
+        "    - {id: a, type: agent, agent_name: A, timeout: 5m}\n",
+    );
+    let (mut run, out) = Run::start(&wf, json!({}));
+    assert_eq!(dispatches(&out).len(), 1);
+    let a = key("a", Slot::Single);
+    let timeout = TimerId::CallTimeout {
+        task: a.clone(),
+        attempt: 1,
+    };
+    // Forged or from a clock far ahead: neither the deadline nor the call's timeout counts.
+    assert!(run.fire(TimerId::Deadline).is_empty());
+    assert!(run.fire(timeout.clone()).is_empty());
+    assert_eq!(run.status("a"), NodeStatus::Running);
+    // Within the clock skew allowed between replicas, the timeout counts.
+    run.wait(Duration::from_secs(300 - 30));
+    let out = run.fire(timeout);
+    assert!(!out.is_empty(), "the timeout fired within the tolerance");
+    assert_ne!(run.status("a"), NodeStatus::Running);
+}
