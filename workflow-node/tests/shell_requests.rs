@@ -248,13 +248,16 @@ struct Held {
 impl Held {
     async fn new(client: &async_nats::Client, bucket: &str, name: &str, value: &Value) -> Self {
         let js = async_nats::jetstream::new(client.clone());
-        let store = js
-            .create_object_store(async_nats::jetstream::object_store::Config {
-                bucket: bucket.into(),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        let store = match js.get_object_store(bucket).await {
+            Ok(store) => store,
+            Err(_) => js
+                .create_object_store(async_nats::jetstream::object_store::Config {
+                    bucket: bucket.into(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap(),
+        };
         let bytes = serde_json::to_vec(value).unwrap();
         let info = store.put(name, &mut bytes.as_slice()).await.unwrap();
         let chunks = format!("$O.{bucket}.C.{}", info.nuid);
@@ -297,9 +300,11 @@ async fn requests_beyond_the_limit_wait_for_a_free_slot() {
         ..Config::default()
     };
     let m = mesh(&[CHAIN], config).await;
-    let held = Held::new(&m.client, "held", "in.json", &json!({"value": 3})).await;
+    // Inputs are read only from the mesh's artifact bucket.
+    let bucket = subjects::artifact_bucket("mesh");
+    let held = Held::new(&m.client, &bucket, "in.json", &json!({"value": 3})).await;
     // The first request holds the one slot: its input cannot be read yet.
-    let uri = object_uri("held", "in.json");
+    let uri = object_uri(&bucket, "in.json");
     let file = Part::file_uri(uri, Some("in.json".into()), Some(JSON_MIME.into()));
     let mut message = Message::new("slow-msg", Role::User, vec![file]);
     message.task_id = Some("slow".into());
@@ -311,7 +316,7 @@ async fn requests_beyond_the_limit_wait_for_a_free_slot() {
         .publish_with_reply(subjects::agent_request("mesh", "Chain"), inbox, body.into())
         .await
         .unwrap();
-    held.wait_for_reader("held").await;
+    held.wait_for_reader(&bucket).await;
     // A request that needs nothing slow waits behind it.
     let get = Request::tasks_get("g", "none");
     let waiting = ask(&m, "Chain", None, &get);
