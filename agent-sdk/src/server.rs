@@ -572,7 +572,9 @@ fn effective(requested: Option<&Value>, own: &Option<Schema>) -> Result<Option<S
     }
 }
 
-/// Inline when small, else stored as `{task_id}/{suggested name or output.json}`.
+/// Inline when small, else stored as `{task_id}/{suggested name or output.json}`, the task
+/// id without its call token (object names are visible to every reader of the bucket; the
+/// token proves the reply's origin and must not leak before the reply is sent).
 async fn store_output(shared: &Shared, call: &Call, output: Value) -> Outcome {
     let size = match serde_json::to_vec(&output) {
         Ok(b) => b.len(),
@@ -587,7 +589,10 @@ async fn store_output(shared: &Shared, call: &Call, output: Value) -> Outcome {
         .and_then(|r| r.suggested_output_filename.clone())
         .filter(|f| !f.is_empty())
         .unwrap_or_else(|| "output.json".into());
-    let name = format!("{}/{file}", call.task_id);
+    let name = format!(
+        "{}/{file}",
+        messages::sub_task::without_token(&call.task_id)
+    );
     match shared.artifacts.put_json(&name, &output).await {
         Ok(()) => Outcome::Success(Output::Artifact {
             bucket: shared.artifacts.bucket().to_owned(),

@@ -22,7 +22,7 @@ use super::names;
 /// The key under which the secret is stored.
 const SECRET_KEY: &str = "calls";
 /// Hex characters of a call token (128 bits of HMAC).
-const TOKEN_HEX: usize = 32;
+const TOKEN_HEX: usize = messages::sub_task::TOKEN_HEX;
 
 /// The header carrying an event's MAC.
 pub const EVENT_MAC: &str = "Mesh-Event-Mac";
@@ -168,10 +168,7 @@ impl Seal {
 
 /// The sub-task id of a wire id, token or not, for routing before the token is checked.
 pub fn plain_id(wire_id: &str) -> &str {
-    match wire_id.rsplit_once('-') {
-        Some((id, token)) if token.len() == TOKEN_HEX => id,
-        _ => wire_id,
-    }
+    messages::sub_task::without_token(wire_id)
 }
 
 #[cfg(test)]
