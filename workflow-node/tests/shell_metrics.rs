@@ -340,7 +340,21 @@ async fn an_event_delivered_again_is_counted_as_a_redelivery_and_its_run_once() 
     let js = async_nats::jetstream::new(client.clone());
     let subject = messages::subjects::run_events("mesh", "Chain", &execution.0);
     let payload = serde_json::to_vec(&envelope).expect("json");
-    js.publish(subject, payload.into())
+    // Sealed as a replica seals its events (with the deployment's secret): others are refused.
+    let secret = js
+        .get_key_value(names::secrets_bucket("mesh"))
+        .await
+        .expect("secrets bucket")
+        .get("calls")
+        .await
+        .expect("read")
+        .expect("the secret");
+    let seal = workflow_node::shell::seal::Seal::new(&secret);
+    let mut h = async_nats::HeaderMap::new();
+    h.insert(messages::headers::MSG_ID, "held-start");
+    let mac = seal.event_mac(&subject, "held-start", &payload);
+    h.insert(workflow_node::shell::seal::EVENT_MAC, mac.as_str());
+    js.publish_with_headers(subject, h, payload.into())
         .await
         .expect("publish")
         .await
