@@ -468,11 +468,26 @@ async fn answer(shared: &Shared, call: &Call, outcome: &Outcome) {
         .await;
 }
 
+/// Whether `uri` names an object of `bucket`: a caller may not make the agent read, with
+/// its own permissions, from a bucket the caller chose.
+fn names_own_bucket(uri: &str, bucket: &str) -> bool {
+    messages::payload::parse_object_uri(uri).is_some_and(|(b, _)| b == bucket)
+}
+
 /// Loads and checks the input, runs the handler in a task of its own (so a panic or an
 /// abort cannot take the call down without an answer), checks and stores the output.
 async fn process(shared: &Arc<Shared>, call: &Call) -> Outcome {
     let input = match &call.input {
         InputSource::Inline(v) => v.clone(),
+        InputSource::Artifact { uri, .. } if !names_own_bucket(uri, shared.artifacts.bucket()) => {
+            return Outcome::failure(
+                format!(
+                    "the input artifact '{uri}' is not in the mesh's artifact bucket '{}': an agent reads inputs only from there",
+                    shared.artifacts.bucket()
+                ),
+                None,
+            )
+        }
         InputSource::Artifact { uri, wrapped } => match shared.artifacts.get_uri(uri).await {
             Ok(v) if *wrapped => v.get("value").cloned().unwrap_or(Value::Null),
             Ok(v) => v,

@@ -555,3 +555,46 @@ async fn calls_name_their_caller_in_mesh_caller() -> Result<()> {
     assert_eq!(relayed, json!({"caller": "Relay"}));
     Ok(())
 }
+
+#[tokio::test]
+async fn inputs_come_only_from_the_mesh_bucket_and_replies_go_only_to_allowed_subjects(
+) -> Result<()> {
+    let (_server, client) = setup().await?;
+    let _agent = AgentBuilder::new("Big")
+        .handler(handler_fn(|req: NodeRequest| async move { Ok(req.input) }))
+        .serve(client.clone())
+        .await?;
+    // An input in a bucket the caller chose: the agent does not read it for the caller.
+    let body = workflow_body(
+        &node_request("e", "big", 1),
+        None,
+        artifact_part("mesh_wf_cards", "secret.json"),
+    );
+    let (response, _) = request(&client, "Big", HeaderMap::new(), body).await?;
+    let result = node_result(&task(response)?)?;
+    assert_eq!(result.status, ResultStatus::Failure);
+    let message = result.error_message.unwrap_or_default();
+    assert!(
+        message.contains("not in the mesh's artifact bucket 'mesh_artifacts'"),
+        "{message}"
+    );
+
+    // A reply asked for on a KV subject is not sent there; a request answered on an inbox
+    // afterwards shows the agent went on serving and wrote nothing there meanwhile.
+    let mut kv = client.subscribe("$KV.>").await?;
+    let mut h = HeaderMap::new();
+    h.insert(messages::headers::REPLY_TO, "$KV.mesh_wf_runs.Wf.x");
+    let body = workflow_body(&node_request("e", "big", 2), None, wrap(json!({"n": 1})));
+    client
+        .publish_with_headers(subjects::agent_request("mesh", "Big"), h, body)
+        .await?;
+    let out = call_agent(&client, "mesh", "Big", json!({"n": 2}), WAIT).await?;
+    assert_eq!(out["n"], json!(2));
+    client.flush().await?;
+    use futures::FutureExt;
+    assert!(
+        futures::StreamExt::next(&mut kv).now_or_never().is_none(),
+        "the agent published to a KV subject"
+    );
+    Ok(())
+}
