@@ -54,6 +54,15 @@ impl fmt::Debug for Signer {
     }
 }
 
+/// Two signers are the same when their keys are.
+impl PartialEq for Signer {
+    fn eq(&self, other: &Signer) -> bool {
+        self.public == other.public
+    }
+}
+
+impl Eq for Signer {}
+
 /// Why a seed gives no [`Signer`].
 #[derive(Debug, thiserror::Error)]
 pub enum SeedError {

@@ -6,6 +6,7 @@ pub mod client;
 pub mod connect;
 pub mod definitions;
 pub mod demo;
+pub mod identity;
 pub mod mermaid;
 pub mod plan;
 pub mod run;

@@ -31,6 +31,7 @@ use std::collections::BTreeSet;
 
 use super::bulk::{self, Write};
 use super::history::{self, HistoryEntry};
+use super::identity;
 use super::observe::{observe, Observed};
 use super::outbox;
 use super::record::{ApprovalAsk, Caller, OutboxEntry, RunRecord};
@@ -193,6 +194,14 @@ pub(super) fn plan(
     }
     let mut record = record;
     if let (Event::Started { .. }, Some(caller)) = (&envelope.event, &envelope.caller) {
+        // A cancel kept for this start ends the run only if its caller sent it.
+        if record.state.cancel_requested && !identity::kept_cancel_holds(&record.caller, caller) {
+            tracing::warn!(
+                "run {execution}: the cancel kept for its start was sent by another identity \
+                 than the start: ignored"
+            );
+            record.state.cancel_requested = false;
+        }
         record.caller = caller.clone();
     }
     let applying = Applying {
@@ -238,7 +247,10 @@ fn new_run(workflow: &Workflow, execution: &ExecutionId, envelope: &Envelope) ->
         (Event::Started { .. } | Event::Abandoned { .. }, Some(caller)) => {
             RunRecord::new(state, caller.clone())
         }
-        (Event::CancelRequested { .. }, None) => RunRecord::new(state, Caller::default()),
+        // The kept cancel's caller holds the key that signed it (see `identity`).
+        (Event::CancelRequested { .. }, caller) => {
+            RunRecord::new(state, caller.clone().unwrap_or_default())
+        }
         _ => return None,
     };
     record.definition = Some(workflow.hash.clone());
