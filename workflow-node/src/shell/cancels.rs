@@ -111,7 +111,8 @@ pub(super) async fn cancel(
             signer,
             ..Caller::default()
         };
-        return Some(record_cancel(shared, workflow, &execution, &request_id, reason, by).await);
+        let sent = Sent { by, checked: false };
+        return Some(record_cancel(shared, workflow, &execution, &request_id, reason, sent).await);
     };
     if record.state.status.is_terminal() {
         let status = record.state.status.as_str();
@@ -134,7 +135,17 @@ pub(super) async fn cancel(
         signer,
         ..Caller::default()
     };
-    Some(record_cancel(shared, workflow, &execution, &request_id, reason, by).await)
+    let sent = Sent { by, checked: true };
+    Some(record_cancel(shared, workflow, &execution, &request_id, reason, sent).await)
+}
+
+/// Who sent a cancel (its caller name and signing key), and whether it was checked
+/// against the run's caller here: an unchecked one (for a run not found, whose start may
+/// still be in the stream) carries its sender in the event, and the worker lets it end
+/// the run only if the run's caller sent it.
+struct Sent {
+    by: Caller,
+    checked: bool,
 }
 
 /// The run a cancel names: by the task id `caller` started it with, else by its execution
@@ -161,23 +172,23 @@ async fn find(
     Ok(None)
 }
 
-/// Publishes the cancel of run `execution` into its stream, with who sent it (`by`: its
-/// caller name and signing key); the answer to the request.
+/// Publishes the cancel of run `execution` into its stream (see [`Sent`]); the answer to
+/// the request.
 async fn record_cancel(
     shared: &Shared,
     workflow: &Workflow,
     execution: &ExecutionId,
     request_id: &RequestId,
     reason: Option<String>,
-    by: Caller,
+    sent: Sent,
 ) -> Vec<u8> {
+    let msg_id = msg_id::run_cancel(&execution.0, sent.by.signer.as_deref());
     let envelope = Envelope {
-        caller: Some(by),
+        caller: (!sent.checked).then_some(sent.by),
         ..Envelope::event(Event::CancelRequested {
             reason: Some(reason.unwrap_or_else(|| "requested by the caller".into())),
         })
     };
-    let msg_id = msg_id::run_cancel(&execution.0);
     let (state, text) =
         match publish_event(shared, &workflow.name, execution, &msg_id, &envelope).await {
             Ok(_) => (

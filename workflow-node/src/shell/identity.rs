@@ -12,9 +12,11 @@
 //!   make unguessable ones). Naming a run by its execution id, which every agent the run
 //!   calls sees, proves nothing: that takes the key that started it, or an operator's.
 //!   An operator may cancel any run.
-//! - A cancel that overtakes its run's start is kept with the key that signed it (or
-//!   none), under the execution its caller name and task id make, and ends the run only if
-//!   the start is signed by that same key (or both are unsigned): see [`kept_cancel_holds`].
+//! - A cancel for a run not found (not started yet: its start may still be in the
+//!   stream) goes, unchecked, under the execution its caller name and task id make, with
+//!   its sender's key (or none) in the event; the worker lets it end the run only if the
+//!   start was signed by that same key (or both are unsigned), whichever of the two the
+//!   stream holds first: see [`kept_cancel_holds`].
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
@@ -229,10 +231,9 @@ pub(super) fn may_cancel(
     }
 }
 
-/// Whether a cancel kept for a run not started yet (its record's caller `kept`, holding
-/// the key that signed the cancel) ends the run that `start` starts: only when the same
-/// key signed both, or neither was signed (the cancel then named the caller's name and
-/// task id, as the start does).
+/// Whether a cancel sent for a run not found (`kept`: its sender, with the key that signed
+/// it) ends the run started by `start`: only when the same key signed both, or neither
+/// was signed (the cancel then named the caller's name and task id, as the start did).
 pub(crate) fn kept_cancel_holds(kept: &Caller, start: &Caller) -> bool {
     kept.signer == start.signer
 }

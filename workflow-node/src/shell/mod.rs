@@ -171,7 +171,8 @@ pub struct Envelope {
     /// The core event, applied to the run named by the subject the envelope was published
     /// on (`{ns}.wf.{workflow}.events.{execution}`).
     pub event: Event,
-    /// The caller (on `Started` only).
+    /// The caller (on `Started`); on a `CancelRequested` sent for a run not found yet,
+    /// its sender (see `identity`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caller: Option<Caller>,
     /// A `Started` sent again by a caller: it joins the run (or, if the run has ended, is

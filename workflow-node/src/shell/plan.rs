@@ -192,6 +192,19 @@ pub(super) fn plan(
     if envelope.attach || resent {
         return attach(run_key, revision, record, envelope, delivery, stamp);
     }
+    if let (Event::CancelRequested { .. }, Some(by)) = (&envelope.event, &envelope.caller) {
+        // Sent for a run its sender did not find (kept for the start): it holds only if
+        // the run's caller sent it (see `identity`).
+        if record.state.started && !identity::kept_cancel_holds(by, &record.caller) {
+            tracing::warn!(
+                "run {execution}: a cancel sent before its start was stored, by another \
+                 identity than the start's: ignored"
+            );
+            return Ok(Plan::Ack {
+                keep: revision.map(|r| (r, Box::new(record))),
+            });
+        }
+    }
     let mut record = record;
     if let (Event::Started { .. }, Some(caller)) = (&envelope.event, &envelope.caller) {
         // A cancel kept for this start ends the run only if its caller sent it.

@@ -616,6 +616,59 @@ fn a_kept_cancel_from_another_identity_than_the_start_is_dropped() {
 }
 
 #[test]
+fn an_unchecked_cancel_after_the_start_holds_only_for_the_starts_identity() {
+    let wf = workflow();
+    let signed = Envelope {
+        caller: Some(Caller {
+            reply_to: Some("inbox.first".into()),
+            signer: Some("UOWNER".into()),
+            ..Caller::default()
+        }),
+        ..start()
+    };
+    let s = steps(plan(&wf, "k", &execution(), none(), &signed, first(1), stamp(0)).unwrap());
+    let record = decode(&s.commit.expect("a commit").bytes);
+    let from = |signer: Option<&str>| Envelope {
+        caller: Some(Caller {
+            signer: signer.map(String::from),
+            ..Caller::default()
+        }),
+        ..Envelope::event(Event::CancelRequested { reason: None })
+    };
+    let ends = |env: &Envelope| {
+        let p = plan(
+            &wf,
+            "k",
+            &execution(),
+            fresh(1, record.clone()),
+            env,
+            first(2),
+            stamp(1),
+        );
+        match p.unwrap() {
+            Plan::Perform(s) => s
+                .commands
+                .iter()
+                .any(|c| matches!(c, Command::Finish { .. })),
+            _ => false,
+        }
+    };
+    assert!(!ends(&from(None)), "another identity's cancel is ignored");
+    assert!(
+        !ends(&from(Some("UOTHER"))),
+        "another key's cancel is ignored"
+    );
+    assert!(
+        ends(&from(Some("UOWNER"))),
+        "the start's key's cancel ends the run"
+    );
+    // A cancel checked where it was taken (no sender in the event) is applied as it comes.
+    assert!(ends(&Envelope::event(Event::CancelRequested {
+        reason: None
+    })));
+}
+
+#[test]
 fn traced_the_attempts_start_is_stored_and_its_end_planned_kept_and_replayed() {
     let wf = workflow();
     let traced = |loaded, env: &Envelope, d, t| {
