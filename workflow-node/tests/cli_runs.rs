@@ -636,6 +636,33 @@ fn ctrl_c_on_run_cancels_its_run() {
 }
 
 #[test]
+fn a_signed_run_is_cancelled_by_its_key_only() {
+    let m = mesh();
+    let seed = m.seed("alice");
+    let mut child = m
+        .cmd(&["run", "Gate", "--input", "{}", "--nkey-seed-file", &seed])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    read_until(&mut err, &mut seen, "gate waits for approval");
+    let id = seen
+        .split_whitespace()
+        .skip_while(|w| *w != "run")
+        .nth(1)
+        .unwrap()
+        .to_string();
+    refused(m.cli(&["runs", "cancel", &id]), "was started by key");
+    let out = m.cli_as("alice", &["runs", "cancel", &id]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let status = child.wait().unwrap();
+    err.read_to_string(&mut seen).unwrap();
+    assert_eq!(status.code(), Some(1), "{seen}");
+    assert!(seen.contains("run cancelled"), "{seen}");
+}
+
+#[test]
 fn run_detach_prints_the_run_id_and_the_run_still_ends() {
     let m = mesh();
     let out = m.cli(&["run", "Chain", "--input", r#"{"value": 5}"#, "--detach"]);
