@@ -768,3 +768,30 @@ fn bad_keys_are_refused_before_anything_is_sent() {
         );
     }
 }
+
+#[test]
+fn keygen_writes_a_private_seed_and_prints_its_public_key() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("me.nk");
+    let out = bin()
+        .args(["keygen", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let public = stdout(&out).trim().to_string();
+    let signer = agent_sdk::Signer::from_seed_file(&path).unwrap();
+    assert_eq!(signer.public_key(), public);
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    let again = bin()
+        .args(["keygen", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        again.status.code(),
+        Some(1),
+        "an existing seed is never overwritten"
+    );
+    assert!(stderr(&again).contains("me.nk"), "{}", stderr(&again));
+}

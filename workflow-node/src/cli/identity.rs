@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use agent_sdk::Signer;
 use anyhow::{Context, Result};
@@ -81,6 +82,39 @@ fn user_key(text: &str) -> std::result::Result<String, String> {
         Err("that is a seed, a secret: give the public key (U…)".into())
     } else {
         Err(format!("'{key}' is not an NKey user public key (U…)"))
+    }
+}
+
+/// Arguments of `keygen`.
+#[derive(Debug, clap::Args)]
+pub struct KeygenArgs {
+    /// Where the seed goes (a new file, readable by its owner only): what
+    /// `--nkey-seed-file` then names. The public key (`U…`) is printed, for `serve
+    /// --approver NAME=U…`, `--operator-key U…` and workflows' `approvers`.
+    pub seed_file: PathBuf,
+}
+
+/// Runs `keygen`: exit 0, or 1 when the file exists or cannot be written.
+pub fn keygen(args: KeygenArgs) -> ExitCode {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let signer = Signer::generate();
+    let path = &args.seed_file;
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| writeln!(f, "{}", signer.seed()));
+    match written {
+        Ok(()) => {
+            println!("{}", signer.public_key());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: writing the seed to {}: {e}", path.display());
+            ExitCode::from(1)
+        }
     }
 }
 
