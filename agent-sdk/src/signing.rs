@@ -308,7 +308,7 @@ pub fn verify(
         });
     }
     match allowed {
-        Allowed::Only(keys) if !keys.iter().any(|k| *k == key) => {
+        Allowed::Only(keys) if !keys.contains(&key) => {
             Err(SignatureError::UnknownKey { key })
         }
         _ => Ok(key),
