@@ -308,9 +308,7 @@ pub fn verify(
         });
     }
     match allowed {
-        Allowed::Only(keys) if !keys.contains(&key) => {
-            Err(SignatureError::UnknownKey { key })
-        }
+        Allowed::Only(keys) if !keys.contains(&key) => Err(SignatureError::UnknownKey { key }),
         _ => Ok(key),
     }
 }
