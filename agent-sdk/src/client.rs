@@ -30,6 +30,9 @@ pub struct CallOptions {
     /// The calling agent's name, sent as `Mesh-Caller`: a workflow scopes task ids by it
     /// (see `messages::headers::CALLER`). Overrides a `Mesh-Caller` in `headers`.
     pub caller: Option<String>,
+    /// Who signs the request (and its cancel): a workflow then lets only this key (or an
+    /// operator) cancel the run. See [`crate::signing`].
+    pub signer: Option<crate::signing::Signer>,
 }
 
 impl CallOptions {
@@ -42,12 +45,19 @@ impl CallOptions {
             headers: HeaderMap::new(),
             artifact_threshold: DEFAULT_ARTIFACT_THRESHOLD,
             caller: None,
+            signer: None,
         }
     }
 
     /// These options, calling as agent `name` (the `Mesh-Caller` header).
     pub fn with_caller(mut self, name: impl Into<String>) -> Self {
         self.caller = Some(name.into());
+        self
+    }
+
+    /// These options, with requests signed by `signer`.
+    pub fn with_signer(mut self, signer: crate::signing::Signer) -> Self {
+        self.signer = Some(signer);
         self
     }
 }

@@ -70,6 +70,9 @@ pub struct Outgoing {
     pub headers: HeaderMap,
     /// The JSON-RPC request.
     pub body: Bytes,
+    /// Who signs it (see [`crate::signing`]): signed again at every send, so a resend
+    /// long after the first is not refused as stale.
+    pub signer: Option<crate::signing::Signer>,
 }
 
 /// Talking to the NATS server failed.
@@ -172,11 +175,16 @@ async fn exchange(
     let mut headers = request.headers.clone();
     headers.insert(STATUS_TO, status_inbox.as_str());
     let send = || async {
+        let mut headers = headers.clone();
+        if let Some(signer) = &request.signer {
+            let now = std::time::SystemTime::now();
+            signer.sign_into(&mut headers, &request.subject, &request.body, now);
+        }
         client
             .publish_with_reply_and_headers(
                 request.subject.clone(),
                 reply_inbox.clone(),
-                headers.clone(),
+                headers,
                 request.body.clone(),
             )
             .await

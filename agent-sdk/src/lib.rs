@@ -61,7 +61,7 @@
 //! handle), [`handler`] (what agents implement), [`client`] ([`call_agent`], the
 //! positional form of [`Mesh::agent`]), [`exchange`] (a request resent while the callee is silent), [`payload`] (the object store; the wrapping conventions are in `messages::payload`), [`schema`]
 //! (JSON Schema checks), [`stub`] (YAML-described stub agents for testing workflows),
-//! [`error`], [`telemetry`] (logs and OpenTelemetry traces in one call). Inside: `protocol` decodes requests and builds replies without I/O, `server`
+//! [`error`], [`signing`] (NKey signatures proving who asks), [`telemetry`] (logs and OpenTelemetry traces in one call). Inside: `protocol` decodes requests and builds replies without I/O, `server`
 //! runs the loop.
 
 pub mod agent;
@@ -79,6 +79,7 @@ mod protocol;
 pub mod roundtrip;
 pub mod schema;
 mod server;
+pub mod signing;
 pub mod stub;
 pub mod telemetry;
 pub mod tools;
@@ -94,5 +95,6 @@ pub use error::{AgentError, ArtifactError, CallError, ServeError};
 pub use handler::{handler_fn, FnHandler, Handler, HandlerResult, NodeRequest, WorkflowCallInfo};
 pub use mesh::{AgentCall, Call, Mesh, Output, Progress, ProgressStream};
 pub use protocol::{KIND_CANCELED, KIND_INPUT_VALIDATION, KIND_OUTPUT_VALIDATION};
+pub use signing::{SignatureError, Signer};
 pub use stub::{load_stub_file, serve_stubs, StubFile};
 pub use tools::{GeminiDeclaration, Tool, ToolCall, ToolError};

@@ -90,6 +90,13 @@ impl Mesh {
         self
     }
 
+    /// Calls, and their cancels, are signed by `signer` (see [`crate::signing`]): a
+    /// workflow lets only that key, or an operator, cancel the runs they start.
+    pub fn signer(mut self, signer: crate::signing::Signer) -> Mesh {
+        self.defaults.signer = Some(signer);
+        self
+    }
+
     /// The defaults every call starts from (see [`CallOptions`]).
     pub fn defaults(mut self, options: CallOptions) -> Mesh {
         self.defaults = options;
@@ -208,6 +215,12 @@ impl AgentCall {
         self
     }
 
+    /// Signs the request and its cancel with `signer` (see [`Mesh::signer`]).
+    pub fn signer(mut self, signer: crate::signing::Signer) -> Self {
+        self.options.signer = Some(signer);
+        self
+    }
+
     /// Inputs whose JSON is larger go through the object store.
     pub fn artifact_threshold(mut self, bytes: usize) -> Self {
         self.options.artifact_threshold = bytes;
@@ -246,6 +259,7 @@ impl AgentCall {
                 .map(|_| subjects::agent_cancel(&mesh.ns, &agent)),
             task_id: id.clone(),
             caller: options.caller.clone().filter(|c| !c.is_empty()),
+            signer: options.signer.clone(),
         };
         let run = run_call(
             mesh.client.clone(),
@@ -483,7 +497,8 @@ impl Drop for Call {
 }
 
 /// What cancelling a call takes: a `tasks/cancel` of its task id on the callee's cancel
-/// subject, as the caller (a workflow finds the run by the caller's name and task id).
+/// subject, as the caller (a workflow finds the run by the caller's name and task id, and
+/// lets the key that signed the call, if one did, cancel it).
 #[derive(Debug)]
 struct Canceller {
     client: Client,
@@ -491,6 +506,7 @@ struct Canceller {
     subject: Option<String>,
     task_id: String,
     caller: Option<String>,
+    signer: Option<crate::signing::Signer>,
 }
 
 impl Canceller {
@@ -506,6 +522,9 @@ impl Canceller {
         let mut headers = HeaderMap::new();
         if let Some(caller) = &self.caller {
             headers.insert(messages::headers::CALLER, caller.as_str());
+        }
+        if let Some(signer) = &self.signer {
+            signer.sign_into(&mut headers, subject, &body, std::time::SystemTime::now());
         }
         let sent = self
             .client
@@ -568,6 +587,7 @@ pub(crate) async fn run_call(
         id: id.into(),
         headers,
         body: body.into(),
+        signer: options.signer,
     };
     let timing = Timing {
         timeout: options.timeout,

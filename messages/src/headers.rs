@@ -33,3 +33,16 @@ pub const STATUS_TO: &str = "Mesh-Status-To";
 /// `tasks/get` and `tasks/cancel` must carry the same value to find that run. Absent: task
 /// ids share one scope (every caller without the header).
 pub const CALLER: &str = "Mesh-Caller";
+
+/// The NKey user public key (`U…`) that signed the request (see `agent_sdk::signing`):
+/// who proves to be asking, where it matters (an approval decision, a cancel, a start
+/// whose run only its signer may cancel). Sent with [`SIGNED_AT`] and [`SIGNATURE`].
+pub const SIGNER: &str = "Mesh-Signer";
+
+/// When the request was signed, in milliseconds since the Unix epoch: a signature more
+/// than five minutes away from the receiver's clock is refused.
+pub const SIGNED_AT: &str = "Mesh-Signed-At";
+
+/// The Ed25519 signature of [`SIGNER`]'s key, base64url without padding, over
+/// `mesh-sig-v1\n{subject}\n{signed_at}\n{hex sha256 of the payload}`.
+pub const SIGNATURE: &str = "Mesh-Signature";

@@ -48,6 +48,9 @@ pub mod codes {
     pub const INVALID_AGENT_RESPONSE: i64 = -32006;
     /// The authenticated extended card is not configured.
     pub const AUTHENTICATED_EXTENDED_CARD_NOT_CONFIGURED: i64 = -32007;
+    /// Ours: the requester may not do this (a cancel of someone else's run, unsigned or
+    /// signed by a key that does not own it); the message says who may.
+    pub const NOT_PERMITTED: i64 = -32010;
 }
 
 /// A request id: a string or an integer.

@@ -10,9 +10,14 @@ pub fn run_start(execution: &str) -> String {
     format!("start.{execution}")
 }
 
-/// A caller's `tasks/cancel` of a run: a run is cancelled once.
-pub fn run_cancel(execution: &str) -> String {
-    format!("cancel.{execution}")
+/// A `tasks/cancel` of a run, by the key that signed it (`None`: unsigned): a run is
+/// cancelled once per identity. Per identity, so that a cancel kept for a start and then
+/// set aside (sent by another identity than the start's) does not shadow the real one.
+pub fn run_cancel(execution: &str, signer: Option<&str>) -> String {
+    match signer {
+        Some(key) => format!("cancel.{execution}.{key}"),
+        None => format!("cancel.{execution}"),
+    }
 }
 
 /// The decision on `node`'s approval gate in a run: the first decision wins, later ones
@@ -57,7 +62,8 @@ mod tests {
     #[test]
     fn ids_have_the_documented_shape() {
         assert_eq!(run_start("e1"), "start.e1");
-        assert_eq!(run_cancel("e1"), "cancel.e1");
+        assert_eq!(run_cancel("e1", None), "cancel.e1");
+        assert_eq!(run_cancel("e1", Some("UKEY")), "cancel.e1.UKEY");
         assert_eq!(approval_decision("e1", "gate"), "approval.e1.gate");
         assert_eq!(timer_fired("Wf.e1.deadline", 42), "timer.Wf.e1.deadline.42");
         assert_eq!(no_card("e1_a_x_1"), "e1_a_x_1.nocard");

@@ -26,6 +26,7 @@ fn main() -> ExitCode {
         Command::Reject(args) => cli::approvals::decide(args, false),
         Command::Test(args) => cli::suite::run(args),
         Command::Demo(args) => cli::demo::run(args),
+        Command::Keygen(args) => cli::identity::keygen(args),
     };
     // Every command's runtime has ended: the last spans go out before the exit.
     telemetry.shutdown_blocking();

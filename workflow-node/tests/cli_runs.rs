@@ -67,6 +67,8 @@ struct Mesh {
     _agents: Vec<agent_sdk::AgentHandle>,
     /// Lets `Talker` answer (it waits for this after saying how it goes).
     release: Arc<tokio::sync::Notify>,
+    /// Seed files: `alice` (the approver of `Gate`) and `operator` (the node's operator).
+    keys: tempfile::TempDir,
 }
 
 fn agents(release: Arc<tokio::sync::Notify>) -> Vec<AgentBuilder> {
@@ -104,6 +106,17 @@ fn agents(release: Arc<tokio::sync::Notify>) -> Vec<AgentBuilder> {
 fn mesh() -> Mesh {
     let server = mesh_tests::nats();
     let rt = Runtime::new().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let mut config = Config::default();
+    for name in ["alice", "operator"] {
+        let signer = agent_sdk::Signer::generate();
+        std::fs::write(keys.path().join(name), signer.seed()).unwrap();
+        let key = signer.public_key().to_string();
+        match name {
+            "alice" => drop(config.approvers.insert(name.into(), key)),
+            _ => config.operators.push(key),
+        }
+    }
     let release = Arc::new(tokio::sync::Notify::new());
     let (client, node, agents) = rt.block_on(async {
         let client = async_nats::connect(server.url()).await.unwrap();
@@ -115,7 +128,7 @@ fn mesh() -> Mesh {
             .iter()
             .map(|y| workflow_node::definition::parse_str(y, "t.yaml").unwrap())
             .collect();
-        let node = WorkflowNode::start(client.clone(), workflows, Config::default())
+        let node = WorkflowNode::start(client.clone(), workflows, config)
             .await
             .unwrap();
         (client, node, handles)
@@ -127,6 +140,7 @@ fn mesh() -> Mesh {
         _node: node,
         _agents: agents,
         release,
+        keys,
     }
 }
 
@@ -136,7 +150,9 @@ fn repo() -> PathBuf {
 
 fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_workflow-node"));
-    c.env_remove("NATS_URL").current_dir(repo());
+    c.env_remove("NATS_URL")
+        .env_remove("MESH_NKEY_SEED_FILE")
+        .current_dir(repo());
     c
 }
 
@@ -150,6 +166,20 @@ impl Mesh {
 
     fn cli(&self, args: &[&str]) -> Output {
         self.cmd(args).output().unwrap()
+    }
+
+    /// The seed file of `who` (`alice` or `operator`).
+    fn seed(&self, who: &str) -> String {
+        self.keys.path().join(who).display().to_string()
+    }
+
+    /// The command with `args`, signed by `who`'s key.
+    fn cli_as(&self, who: &str, args: &[&str]) -> Output {
+        let seed = self.seed(who);
+        self.cmd(args)
+            .args(["--nkey-seed-file", &seed])
+            .output()
+            .unwrap()
     }
 
     /// Starts a run of `workflow` in the background; its execution id, and its result.
@@ -376,7 +406,8 @@ fn runs_show_finds_a_run_by_its_task_id_and_reads_what_it_keeps_apart() {
     assert_eq!(shown["execution_id"], execution.as_str());
     assert_eq!(shown["input"]["text"].as_str().unwrap().len(), 40_000);
     // Ended: its output is kept apart.
-    let out = m.cli(&["approve", &execution, "gate"]);
+    // The gate lists no approvers: an operator decides.
+    let out = m.cli_as("operator", &["approve", &execution, "gate"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(m.rt.block_on(run).unwrap().unwrap().status, "success");
     let shown = json_of(m.cli(&["runs", "show", &execution, "--json"]));
@@ -403,9 +434,10 @@ fn approvals_are_listed_and_approve_or_reject_ends_the_run() {
     let out = m.cli(&["approvals"]);
     assert!(stdout(&out).contains("ok to go?"), "{}", stdout(&out));
 
+    refused(m.cli(&["approve", approved, "gate"]), "is not signed");
     refused(
-        m.cli(&["approve", approved, "gate"]),
-        "may not decide on 'gate'",
+        m.cli_as("operator", &["approve", approved, "gate"]),
+        "may not decide on 'gate' (approvers: alice)",
     );
     refused(
         m.cli(&["approve", approved, "go", "--by", "alice"]),
@@ -415,18 +447,15 @@ fn approvals_are_listed_and_approve_or_reject_ends_the_run() {
         m.cli(&["approve", "nosuchrun", "gate"]),
         "no run 'nosuchrun'",
     );
-    let out = m.cli(&["approve", approved, "gate", "--by", "alice"]);
+    let out = m.cli_as("alice", &["approve", approved, "gate", "--by", "alice"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stdout(&out).contains("recorded"), "{}", stdout(&out));
-    let out = m.cli(&[
-        "reject",
-        rejected,
-        "gate",
-        "--by",
-        "alice",
-        "--comment",
-        "not today",
-    ]);
+    // The key from the environment; `by` from the signature.
+    let out = m
+        .cmd(&["reject", rejected, "gate", "--comment", "not today"])
+        .env("MESH_NKEY_SEED_FILE", m.seed("alice"))
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 
     let mut results = Vec::new();
@@ -441,7 +470,7 @@ fn approvals_are_listed_and_approve_or_reject_ends_the_run() {
             .error
             .as_deref()
             .unwrap_or("")
-            .contains("not today"),
+            .contains("rejected by alice: not today"),
         "{:?}",
         results[1]
     );
@@ -507,7 +536,7 @@ fn runs_watch_follows_a_run_and_its_agents_until_it_ends() {
     let v: Value = serde_json::from_str(&first).unwrap();
     assert_eq!(v["event"], "snapshot");
     assert_eq!(v["run"]["status"], "running");
-    let out2 = m.cli(&["approve", id, "gate", "--by", "alice"]);
+    let out2 = m.cli_as("alice", &["approve", id, "gate"]);
     assert_eq!(out2.status.code(), Some(0), "{}", stderr(&out2));
     let status = child.wait().unwrap();
     let mut rest = String::new();
@@ -541,7 +570,18 @@ fn runs_cancel_cancels_a_waiting_run_and_refuses_an_ended_one() {
     let m = mesh();
     let mut gated = m.gated(1);
     let (id, handle) = gated.remove(0);
-    let out = m.cli(&["runs", "cancel", &id, "--reason", "no longer needed"]);
+    refused(
+        m.cli(&["runs", "cancel", &id]),
+        "takes an operator's signature",
+    );
+    refused(
+        m.cli_as("alice", &["runs", "cancel", &id]),
+        "takes an operator's signature",
+    );
+    let out = m.cli_as(
+        "operator",
+        &["runs", "cancel", &id, "--reason", "no longer needed"],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stdout(&out).contains("cancel of run"), "{}", stdout(&out));
     let result = m.rt.block_on(handle).unwrap();
@@ -596,6 +636,33 @@ fn ctrl_c_on_run_cancels_its_run() {
 }
 
 #[test]
+fn a_signed_run_is_cancelled_by_its_key_only() {
+    let m = mesh();
+    let seed = m.seed("alice");
+    let mut child = m
+        .cmd(&["run", "Gate", "--input", "{}", "--nkey-seed-file", &seed])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    read_until(&mut err, &mut seen, "gate waits for approval");
+    let id = seen
+        .split_whitespace()
+        .skip_while(|w| *w != "run")
+        .nth(1)
+        .unwrap()
+        .to_string();
+    refused(m.cli(&["runs", "cancel", &id]), "was started by key");
+    let out = m.cli_as("alice", &["runs", "cancel", &id]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let status = child.wait().unwrap();
+    err.read_to_string(&mut seen).unwrap();
+    assert_eq!(status.code(), Some(1), "{seen}");
+    assert!(seen.contains("run cancelled"), "{seen}");
+}
+
+#[test]
 fn run_detach_prints_the_run_id_and_the_run_still_ends() {
     let m = mesh();
     let out = m.cli(&["run", "Chain", "--input", r#"{"value": 5}"#, "--detach"]);
@@ -639,4 +706,92 @@ fn runs_commands_need_a_reachable_server() {
     let out = bin().args(["runs", "list"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("--nats-url"), "{}", stderr(&out));
+}
+
+#[test]
+fn bad_keys_are_refused_before_anything_is_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.nk");
+    std::fs::write(&bad, "not a seed\n").unwrap();
+    let bad = bad.display().to_string();
+    // Nothing listens there: a command that connected first would say so instead.
+    let url = "nats://127.0.0.1:1";
+    for args in [
+        vec!["approve", "x", "gate"],
+        vec!["reject", "x", "gate"],
+        vec!["runs", "cancel", "x"],
+        vec!["run", "Gate", "--input", "{}"],
+    ] {
+        let out = bin()
+            .args(&args)
+            .args(["--nats-url", url, "--nkey-seed-file", &bad])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let e = stderr(&out);
+        assert!(
+            e.contains(&format!("--nkey-seed-file {bad}")) && e.contains("holds no user seed"),
+            "{args:?}: {e}"
+        );
+    }
+    let seed = agent_sdk::Signer::generate().seed();
+    for (flag, value, why) in [
+        (
+            "--approver",
+            "alice=UNOTAKEY",
+            "not an NKey user public key",
+        ),
+        ("--approver", "alice", "is not NAME=UKEY"),
+        ("--operator-key", seed.as_str(), "that is a seed, a secret"),
+    ] {
+        let out = bin()
+            .args([
+                "serve",
+                "examples/workflows/echo.json",
+                "--nats-url",
+                url,
+                flag,
+                value,
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{flag} {value}: {}",
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).contains(why),
+            "{flag} {value}: {}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
+fn keygen_writes_a_private_seed_and_prints_its_public_key() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("me.nk");
+    let out = bin()
+        .args(["keygen", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let public = stdout(&out).trim().to_string();
+    let signer = agent_sdk::Signer::from_seed_file(&path).unwrap();
+    assert_eq!(signer.public_key(), public);
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    let again = bin()
+        .args(["keygen", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        again.status.code(),
+        Some(1),
+        "an existing seed is never overwritten"
+    );
+    assert!(stderr(&again).contains("me.nk"), "{}", stderr(&again));
 }

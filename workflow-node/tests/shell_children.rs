@@ -69,10 +69,10 @@ workflow:
 "#;
 
 async fn mesh() -> Mesh {
-    let config = Config {
+    let config = shell_common::trusting(Config {
         card_wait: Duration::from_millis(500),
         ..Config::default()
-    };
+    });
     shell_common::mesh(STUBS, &[CHILD, PARENT, IMPATIENT, LATE], config).await
 }
 
@@ -186,16 +186,10 @@ async fn cancelling_the_parent_cancels_its_child_run() {
     let (mut execution, run) = m.start("Parent");
     let child = watch.child_calling_slow().await;
     let parent = execution.recv().await.expect("the parent's execution id");
+    // By its execution id: an operator's cancel.
     let cancel = Request::tasks_cancel("cancel-parent", parent.as_str());
-    let answer = m
-        .client
-        .request(
-            subjects::agent_request("mesh", "Parent"),
-            serde_json::to_vec(&cancel).expect("JSON").into(),
-        )
-        .await
-        .expect("an answer to the cancel");
-    let answer: Value = serde_json::from_slice(&answer.payload).expect("JSON");
+    let operator = shell_common::operator();
+    let answer = shell_common::ask_signed(&m.client, "Parent", &cancel, operator).await;
     assert!(answer.get("result").is_some(), "{answer}");
 
     let r = run.await.expect("the run");

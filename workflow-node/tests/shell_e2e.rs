@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod shell_common;
+
 use futures::StreamExt;
 use messages::a2a::{Message, Part, Role};
 use messages::jsonrpc::Request;
@@ -64,10 +66,10 @@ async fn mesh(workflows: &[&str]) -> Mesh {
         .await
         .expect("stubs");
     let workflows: Vec<Workflow> = workflows.iter().map(|y| wf(y)).collect();
-    let config = Config {
+    let config = shell_common::trusting(Config {
         card_wait: Duration::from_millis(500),
         ..Config::default()
-    };
+    });
     let node = WorkflowNode::start(client.clone(), workflows, config)
         .await
         .expect("node");
@@ -310,10 +312,16 @@ async fn approvals_reach_the_run_and_bad_decisions_are_refused() {
         );
         Request::message_send(format!("d-{by}").as_str(), message)
     };
-    let refused = send(&m.client, "Gate", &decide("mallory")).await;
+    // Unsigned, a decision that says it is alice's is refused; signed by another key, too.
+    let refused = send(&m.client, "Gate", &decide("alice")).await;
+    assert_eq!(refused["result"]["status"]["state"], "failed", "{refused}");
+    assert!(refused.to_string().contains("is not signed"), "{refused}");
+    let mallory = agent_sdk::Signer::generate();
+    let refused = shell_common::ask_signed(&m.client, "Gate", &decide("mallory"), &mallory).await;
     assert_eq!(refused["result"]["status"]["state"], "failed", "{refused}");
     assert!(refused.to_string().contains("may not decide"), "{refused}");
-    let accepted = send(&m.client, "Gate", &decide("alice")).await;
+    let accepted =
+        shell_common::ask_signed(&m.client, "Gate", &decide("alice"), shell_common::alice()).await;
     assert_eq!(
         accepted["result"]["status"]["state"], "completed",
         "{accepted}"
@@ -342,12 +350,15 @@ async fn cancel_reaches_the_run_and_it_ends_cancelled() {
         .as_str()
         .unwrap()
         .to_string();
-    let answer = send(
-        &m.client,
-        "Gate",
-        &Request::tasks_cancel("c1", execution.as_str()),
-    )
-    .await;
+    // By its execution id: an operator's cancel (unsigned, it is refused).
+    let cancel = Request::tasks_cancel("c1", execution.as_str());
+    let refused = send(&m.client, "Gate", &cancel).await;
+    assert!(
+        refused.to_string().contains("operator's signature"),
+        "{refused}"
+    );
+    let answer =
+        shell_common::ask_signed(&m.client, "Gate", &cancel, shell_common::operator()).await;
     assert!(answer.get("result").is_some(), "{answer}");
     let r = run.await.unwrap().unwrap();
     assert_eq!(r.status, "cancelled");

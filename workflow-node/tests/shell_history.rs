@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+mod shell_common;
+
 use agent_sdk::{handler_fn, AgentBuilder, NodeRequest};
 use futures::StreamExt;
 use messages::workflow::{Decision, WorkflowApprovalDecision, WorkflowDataPart};
@@ -46,9 +48,14 @@ fn echo() -> AgentBuilder {
         .handler(handler_fn(|req: NodeRequest| async move { Ok(req.input) }))
 }
 
+/// Replica `replica`, whose operator is alice (she decides the gate, which lists no
+/// approvers).
 fn config(replica: &str) -> Config {
+    let alice = shell_common::alice().public_key().to_string();
     Config {
         replica: Some(replica.into()),
+        operators: vec![alice.clone()],
+        approvers: [("alice".to_string(), alice)].into(),
         ..Config::default()
     }
 }
@@ -86,15 +93,13 @@ async fn history_lists_a_runs_events_in_order_across_a_replica_restart() {
         execution_id: execution.0.clone(),
         node_id: "gate".into(),
         decision: Decision::Approve,
-        by: Some("alice".into()),
+        by: None,
         comment: Some("fine".into()),
     };
     let message = Message::new("d1", Role::User, vec![Part::data_part(&decision)]);
-    let request = serde_json::to_vec(&Request::message_send("d1", message)).unwrap();
-    client
-        .request(subjects::agent_request("mesh", "Gate"), request.into())
-        .await
-        .unwrap();
+    let request = Request::message_send("d1", message);
+    let answer = shell_common::ask_signed(&client, "Gate", &request, shell_common::alice()).await;
+    assert_eq!(answer["result"]["status"]["state"], "completed", "{answer}");
     let result = tokio::time::timeout(TIMEOUT, run)
         .await
         .unwrap()

@@ -57,7 +57,7 @@ workflow:
 "#;
 
 async fn mesh(workflows: &[&str], config: Config) -> Mesh {
-    shell_common::mesh(STUBS, workflows, config).await
+    shell_common::mesh(STUBS, workflows, shell_common::trusting(config)).await
 }
 
 /// Sends `request` to `workflow` as `caller` and returns the first answer.
@@ -141,7 +141,13 @@ async fn tasks_get_reports_a_waiting_run_then_its_output_and_unknown_ids_are_not
         comment: None,
     };
     let message = Message::new("decide", Role::User, vec![Part::data_part(&decision)]);
-    ask(&m, "Gate", None, &Request::message_send("d", message)).await;
+    let request = Request::message_send("d", message);
+    let decided =
+        shell_common::ask_signed(&m.client, "Gate", &request, shell_common::alice()).await;
+    assert_eq!(
+        decided["result"]["status"]["state"], "completed",
+        "{decided}"
+    );
     let last = replies.next().await.unwrap();
     let last: Value = serde_json::from_slice(&last.payload).unwrap();
     assert_eq!(last["result"]["status"]["state"], "completed", "{last}");

@@ -64,8 +64,11 @@ async fn an_ended_runs_keys_expire_and_a_running_runs_stay() {
         .iter()
         .map(|y| parse_str(y, "test.yaml").expect("valid"))
         .collect();
+    // The gate's approver alice must be bound to a key; nobody decides in this test.
+    let alice = agent_sdk::Signer::generate().public_key().to_string();
     let config = Config {
         retention: Duration::from_secs(2),
+        approvers: [("alice".to_string(), alice)].into(),
         ..Config::default()
     };
     let _node = WorkflowNode::start(client.clone(), workflows, config)

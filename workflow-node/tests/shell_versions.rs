@@ -186,6 +186,7 @@ async fn run_pinned(client: &async_nats::Client, version: Option<&str>) -> RunRe
     let start = StartAs {
         task_id: new_task_id(),
         version: version.map(str::to_string),
+        signer: None,
     };
     invoke_as(
         client,

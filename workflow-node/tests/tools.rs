@@ -232,7 +232,8 @@ async fn a_stored_output_comes_back_fetched_or_as_a_reference() {
 
 #[tokio::test]
 async fn progress_streams_as_typed_events_and_a_run_is_canceled_or_dropped() {
-    let m = mesh(STUBS, &[PRICER, GATE], Config::default()).await;
+    let config = shell_common::trusting(Config::default());
+    let m = mesh(STUBS, &[PRICER, GATE], config).await;
     let catalog = catalog_of(&m.client, &["Pricer", "Gate"]).await;
 
     let mut call = catalog

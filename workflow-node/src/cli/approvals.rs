@@ -43,12 +43,17 @@ pub struct DecideArgs {
     pub target: Target,
     /// The approval node.
     pub node: String,
-    /// Who decides (checked against the node's approvers when it lists any).
+    /// Who decides: the signer's approver name or key. Optional: the node records whoever
+    /// signed, and refuses a `--by` that names someone else.
     #[arg(long)]
     pub by: Option<String>,
     /// Why (kept in the node's output or error).
     #[arg(long)]
     pub comment: Option<String>,
+    /// The approver's key (an operator's, for a gate that lists no approvers): a decision
+    /// counts only when signed by one the gate names.
+    #[command(flatten)]
+    pub sign: super::identity::SignArgs,
 }
 
 /// Runs `approvals`.
@@ -142,6 +147,7 @@ async fn list_waiting(args: ListArgs) -> Result<ExitCode> {
 
 async fn send_decision(args: DecideArgs, approve: bool) -> Result<ExitCode> {
     let target = &args.target;
+    let signer = args.sign.signer()?;
     let (conn, inspector) = runs::open(&target.nats).await?;
     let outcome = async {
         let run = match runs::find(inspector.as_ref(), target).await? {
@@ -167,7 +173,7 @@ async fn send_decision(args: DecideArgs, approve: bool) -> Result<ExitCode> {
         let request = Request::message_send(id.as_str(), message);
         let ns = &target.nats.namespace;
         Ok::<_, anyhow::Error>(
-            match runs::ask(&conn.client, ns, &run.workflow, &request).await? {
+            match runs::ask(&conn.client, ns, &run.workflow, &request, signer.as_ref()).await? {
                 Err(why) => Err(why),
                 Ok(Outcome::Error(e)) => Err(e.message),
                 Ok(Outcome::Result(reply)) => match *reply {

@@ -132,6 +132,9 @@ pub struct StartAs {
     /// The stored version of the workflow the run is to use; `None`: the version of the
     /// replica that takes the request.
     pub version: Option<String>,
+    /// Who signs the request (`--nkey-seed-file`): only this key, or an operator, may then
+    /// cancel the run.
+    pub signer: Option<agent_sdk::Signer>,
 }
 
 impl From<&str> for StartAs {
@@ -140,6 +143,7 @@ impl From<&str> for StartAs {
         StartAs {
             task_id: task_id.to_owned(),
             version: None,
+            signer: None,
         }
     }
 }
@@ -172,6 +176,7 @@ fn start_request(ns: &str, workflow: &str, input: &Value, start: &StartAs) -> Ou
         body: serde_json::to_vec(&request)
             .expect("a message/send request serialises to JSON")
             .into(),
+        signer: start.signer.clone(),
     }
 }
 

@@ -42,16 +42,15 @@ pub fn run(args: Args) -> ExitCode {
         let stubs =
             super::stubs::start(&conn.client, &ns, &args.examples.join("agents.yaml")).await?;
         let names: Vec<String> = workflows.iter().map(|w| w.name.clone()).collect();
-        let node = WorkflowNode::start(
-            conn.client.clone(),
-            workflows,
-            Config {
-                namespace: ns.clone(),
-                ..Config::default()
-            },
-        )
-        .await
-        .map_err(anyhow::Error::msg)?;
+        let mut config = Config {
+            namespace: ns.clone(),
+            ..Config::default()
+        };
+        // The demo decides no approvals: its approvers get keys nobody holds.
+        super::identity::bind_hosted(&mut config, &workflows);
+        let node = WorkflowNode::start(conn.client.clone(), workflows, config)
+            .await
+            .map_err(anyhow::Error::msg)?;
         eprintln!("workflow node serving {}", names.join(", "));
         eprintln!("running {} with {}", args.workflow, json!(input));
         let result = invoke(

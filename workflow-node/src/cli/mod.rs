@@ -6,6 +6,7 @@ pub mod client;
 pub mod connect;
 pub mod definitions;
 pub mod demo;
+pub mod identity;
 pub mod mermaid;
 pub mod plan;
 pub mod run;
@@ -66,6 +67,8 @@ pub enum Command {
     Test(suite::Args),
     /// Run the demo: a local server, stub agents, the node, one run of an example.
     Demo(demo::Args),
+    /// Make an NKey user key: the seed to a file (mode 600), the public key on stdout.
+    Keygen(identity::KeygenArgs),
 }
 
 /// Runs a command's async body on a fresh runtime; errors print and exit 2.

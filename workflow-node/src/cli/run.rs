@@ -56,6 +56,14 @@ pub struct Args {
     /// NATS connection.
     #[command(flatten)]
     pub nats: NatsArgs,
+    /// The key the run's start (and its Ctrl-C cancel) is signed with: only it, or an
+    /// operator, may then cancel the run.
+    #[command(flatten)]
+    pub sign: super::identity::SignArgs,
+    /// For workflows hosted here (`--workflows`): approver names and operator keys to
+    /// trust. Names left unbound get keys of this process (their gates wait).
+    #[command(flatten)]
+    pub trust: super::identity::TrustArgs,
 }
 
 /// Runs `run`.
@@ -91,6 +99,7 @@ async fn execute(args: Args) -> Result<ExitCode> {
             args.name
         ));
     }
+    let signer = args.sign.signer()?;
     let conn = connect(&args.nats).await?;
     let ns = args.nats.namespace.clone();
     let stubs = match &args.agents {
@@ -102,10 +111,17 @@ async fn execute(args: Args) -> Result<ExitCode> {
     } else {
         let workflows =
             super::load(&args.workflows).ok_or_else(|| anyhow!("invalid workflow files"))?;
-        let config = Config {
+        let mut config = Config {
             namespace: ns.clone(),
             ..Config::default()
         };
+        args.trust.apply(&mut config);
+        for name in super::identity::bind_hosted(&mut config, &workflows).keys() {
+            eprintln!(
+                "approver '{name}' is bound to a key of this process only: bind it with \
+                 --approver {name}=U… to decide its approvals"
+            );
+        }
         Some(
             WorkflowNode::start(conn.client.clone(), workflows, config)
                 .await
@@ -120,6 +136,7 @@ async fn execute(args: Args) -> Result<ExitCode> {
     let start = StartAs {
         task_id: task_id.clone(),
         version: args.workflow_version.clone(),
+        signer: signer.clone(),
     };
     let execution = crate::shell::names::execution_id(&args.name, &task_id);
     if args.detach {
@@ -139,6 +156,7 @@ async fn execute(args: Args) -> Result<ExitCode> {
         args.name.clone(),
         task_id.clone(),
         execution.0.clone(),
+        signer,
     ));
     let result = invoke_as(
         &conn.client,
@@ -176,6 +194,7 @@ async fn cancel_on_ctrl_c(
     workflow: String,
     task_id: String,
     execution: String,
+    signer: Option<agent_sdk::Signer>,
 ) {
     if tokio::signal::ctrl_c().await.is_err() {
         return;
@@ -192,7 +211,13 @@ async fn cancel_on_ctrl_c(
     }
     let body = serde_json::to_vec(&request).expect("a tasks/cancel serialises to JSON");
     let subject = messages::subjects::agent_request(&ns, &workflow);
-    if let Err(e) = client.publish(subject, body.into()).await {
+    let headers = signer
+        .map(|s| s.sign(&subject, &body, std::time::SystemTime::now()))
+        .unwrap_or_default();
+    if let Err(e) = client
+        .publish_with_headers(subject, headers, body.into())
+        .await
+    {
         eprintln!("the cancel could not be sent: {e}");
     }
     if tokio::signal::ctrl_c().await.is_ok() {

@@ -124,6 +124,10 @@ pub struct CancelArgs {
     /// Why (kept in the run's history and error).
     #[arg(long)]
     pub reason: Option<String>,
+    /// The key the cancel is signed with: an operator's (a run named by its execution id),
+    /// or the one that started the run.
+    #[command(flatten)]
+    pub sign: super::identity::SignArgs,
 }
 
 /// Runs `runs`.
@@ -348,6 +352,7 @@ pub(crate) fn history_table(entries: &[HistoryEntry]) -> Table {
 
 async fn cancel(args: CancelArgs) -> Result<ExitCode> {
     let target = &args.target;
+    let signer = args.sign.signer()?;
     let (conn, inspector) = open(&target.nats).await?;
     let outcome = async {
         let run = match find(inspector.as_ref(), target).await? {
@@ -363,7 +368,14 @@ async fn cancel(args: CancelArgs) -> Result<ExitCode> {
             )));
         }
         let ns = &target.nats.namespace;
-        send_cancel(&conn.client, ns, &run, args.reason.as_deref()).await
+        send_cancel(
+            &conn.client,
+            ns,
+            &run,
+            args.reason.as_deref(),
+            signer.as_ref(),
+        )
+        .await
     }
     .await;
     conn.close().await;
@@ -381,12 +393,13 @@ async fn cancel(args: CancelArgs) -> Result<ExitCode> {
 }
 
 /// Asks the workflow's nodes to cancel `run` (`tasks/cancel` by execution id, with the
-/// reason in its metadata); the node's answer, or why it refused.
+/// reason in its metadata, signed by `signer`); the node's answer, or why it refused.
 async fn send_cancel(
     client: &async_nats::Client,
     ns: &str,
     run: &FoundRun,
     reason: Option<&str>,
+    signer: Option<&agent_sdk::Signer>,
 ) -> Result<std::result::Result<String, String>> {
     let mut metadata = serde_json::Map::new();
     if let Some(r) = reason {
@@ -399,7 +412,7 @@ async fn send_cancel(
             metadata: (!metadata.is_empty()).then_some(metadata),
         }),
     };
-    let reply = ask(client, ns, &run.workflow, &request).await?;
+    let reply = ask(client, ns, &run.workflow, &request, signer).await?;
     let reply = match reply {
         Ok(r) => r,
         Err(why) => return Ok(Err(why)),
@@ -414,17 +427,24 @@ async fn send_cancel(
     })
 }
 
-/// Sends `request` to the nodes serving `workflow` and reads the answer; `Err` says that
-/// nothing serves it.
+/// Sends `request` to the nodes serving `workflow`, signed by `signer` if given, and reads
+/// the answer; `Err` says that nothing serves it.
 pub(crate) async fn ask(
     client: &async_nats::Client,
     ns: &str,
     workflow: &str,
     request: &Request,
+    signer: Option<&agent_sdk::Signer>,
 ) -> Result<std::result::Result<Outcome, String>> {
     let body = serde_json::to_vec(request)?;
     let subject = subjects::agent_request(ns, workflow);
-    let reply = match client.request(subject, body.into()).await {
+    let headers = signer
+        .map(|s| s.sign(&subject, &body, std::time::SystemTime::now()))
+        .unwrap_or_default();
+    let reply = match client
+        .request_with_headers(subject, headers, body.into())
+        .await
+    {
         Ok(r) => r,
         Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
             return Ok(Err(format!(

@@ -54,6 +54,9 @@ pub struct Args {
     /// replica after their ack wait.
     #[arg(long, default_value = "25s", value_parser = retention)]
     pub drain_timeout: Duration,
+    /// Approver names and operator keys the node trusts.
+    #[command(flatten)]
+    pub trust: super::identity::TrustArgs,
 }
 
 fn retention(text: &str) -> Result<Duration, String> {
@@ -75,7 +78,7 @@ pub fn run(args: Args) -> ExitCode {
         } else {
             connect(&args.nats).await?
         };
-        let config = Config {
+        let mut config = Config {
             namespace: args.nats.namespace.clone(),
             card_interval: Duration::from_secs_f64(args.card_interval.max(0.1)),
             ack_wait: Duration::from_secs_f64(args.ack_wait.max(0.5)),
@@ -89,6 +92,7 @@ pub fn run(args: Args) -> ExitCode {
             },
             ..Config::default()
         };
+        args.trust.apply(&mut config);
         let names: Vec<String> = workflows.iter().map(|w| w.name.clone()).collect();
         let node = WorkflowNode::start(conn.client.clone(), workflows, config)
             .await

@@ -89,8 +89,10 @@ pub struct ApprovalStep {
     /// `approve` (default) or `reject`.
     #[serde(default = "approve")]
     pub decision: String,
-    /// The approver's name, checked against the node's `approvers` when it lists any;
-    /// `None` decides anonymously (refused by a node that lists approvers).
+    /// The approver's name, checked against the node's `approvers` when it lists any. The
+    /// suite gives every name a key of its own and signs the decision with it (every one
+    /// of them is an operator of the hosted node too); `None` signs with the suite's own
+    /// operator key (refused by a node that lists approvers).
     #[serde(default)]
     pub by: Option<String>,
     /// Free text: in the node's output on approval, in its error on rejection.
@@ -203,10 +205,11 @@ async fn run_suite(path: &Path, nats: &NatsArgs, timing: Timing) -> Result<(usiz
         }
         Some(other) => bail!("agents: expected a file name or a list of agents, found {other}"),
     };
-    let config = Config {
+    let mut config = Config {
         namespace: ns.clone(),
         ..Config::default()
     };
+    let keys = suite_keys(&mut config, &workflows, &suite.cases);
     let node = WorkflowNode::start(conn.client.clone(), workflows, config)
         .await
         .map_err(anyhow::Error::msg)?;
@@ -225,7 +228,8 @@ async fn run_suite(path: &Path, nats: &NatsArgs, timing: Timing) -> Result<(usiz
         let approver = if case.approvals.is_empty() {
             None
         } else {
-            Some(spawn_approver(&conn.client, &ns, &workflow, case.approvals.clone()).await?)
+            let steps = case.approvals.clone();
+            Some(spawn_approver(&conn.client, &ns, &workflow, steps, keys.clone()).await?)
         };
         let result = invoke(&conn.client, &ns, &workflow, &case.input, timing, |_| {}).await;
         if let Some(task) = approver {
@@ -294,12 +298,45 @@ pub fn check(expect: &Expect, result: &RunResult) -> Vec<String> {
     problems
 }
 
-/// Answers the approval requests of `workflow` with the case's decisions.
+/// The keys a suite decides with, by approver name (`""`: the suite's own, for decisions
+/// without `by`): one per name its workflows list or its cases decide as, bound in
+/// `config`, and all of them the hosted node's operators.
+fn suite_keys(
+    config: &mut Config,
+    workflows: &[crate::definition::Workflow],
+    cases: &[Case],
+) -> BTreeMap<String, agent_sdk::Signer> {
+    let mut keys = super::identity::bind_hosted(config, workflows);
+    let named = cases
+        .iter()
+        .flat_map(|c| &c.approvals)
+        .filter_map(|s| s.by.as_deref());
+    for name in named {
+        let is_name = matches!(
+            crate::definition::Approver::parse(name),
+            Ok(crate::definition::Approver::Name(_))
+        );
+        if is_name && !keys.contains_key(name) && !config.approvers.contains_key(name) {
+            let signer = agent_sdk::Signer::generate();
+            config
+                .approvers
+                .insert(name.to_owned(), signer.public_key().to_owned());
+            keys.insert(name.to_owned(), signer);
+        }
+    }
+    keys.insert(String::new(), agent_sdk::Signer::generate());
+    config.operators = keys.values().map(|s| s.public_key().to_owned()).collect();
+    keys
+}
+
+/// Answers the approval requests of `workflow` with the case's decisions, each signed by
+/// the key of its `by` (see [`suite_keys`]); a refused decision is said on stderr.
 async fn spawn_approver(
     client: &async_nats::Client,
     ns: &str,
     workflow: &str,
     steps: Vec<ApprovalStep>,
+    keys: BTreeMap<String, agent_sdk::Signer>,
 ) -> Result<tokio::task::JoinHandle<()>> {
     use futures::StreamExt;
     use messages::a2a::{Message, Part, Role};
@@ -342,7 +379,23 @@ async fn spawn_approver(
             let Ok(bytes) = serde_json::to_vec(&Request::message_send(id.as_str(), message)) else {
                 continue;
             };
-            let _ = client.request(subject.clone(), bytes.into()).await;
+            let signer = step
+                .by
+                .as_ref()
+                .and_then(|b| keys.get(b))
+                .or_else(|| keys.get(""))
+                .expect("the suite's own key is always there");
+            let headers = signer.sign(&subject, &bytes, std::time::SystemTime::now());
+            let answer = client
+                .request_with_headers(subject.clone(), headers, bytes.into())
+                .await;
+            let refused = answer.ok().and_then(|a| {
+                let v: Value = serde_json::from_slice(&a.payload).ok()?;
+                (v["result"]["status"]["state"] == "failed").then(|| v.to_string())
+            });
+            if let Some(why) = refused {
+                eprintln!("the decision on {} was refused: {why}", req.node_id);
+            }
         }
     }))
 }

@@ -328,7 +328,8 @@ pub enum OnExhausted {
 /// An approval gate: the run waits for a person's decision, sent as an event.
 #[derive(Debug, Clone)]
 pub struct ApprovalNode {
-    /// `approvers`: who may decide (empty: anyone).
+    /// `approvers`: who may decide, each an [`Approver`] (checked when loaded). Empty:
+    /// the node's operators.
     pub approvers: Vec<String>,
     /// `message`: shown to the approvers, templates interpolated.
     pub message: Option<Template>,
@@ -336,6 +337,56 @@ pub struct ApprovalNode {
     pub timeout: Option<Duration>,
     /// `on_timeout` (default reject).
     pub on_timeout: OnTimeout,
+}
+
+/// What an `approvers` entry names: an NKey user public key, or a name the node's config
+/// binds to one (`serve --approver NAME=U…`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Approver<'a> {
+    /// A user public key (`U…`): a decision signed by it counts.
+    Key(&'a str),
+    /// A name: a decision signed by the key bound to it counts.
+    Name(&'a str),
+}
+
+impl<'a> Approver<'a> {
+    /// Reads an entry; the error says what is wrong with it. Anything shaped like an NKey
+    /// (56 or 58 characters of base32) must be a user public key: a seed here would be a
+    /// secret leaked into a definition, an account's key a mistake.
+    pub fn parse(entry: &'a str) -> Result<Approver<'a>, String> {
+        let nkey_shaped = matches!(entry.len(), 56 | 58)
+            && entry
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || (b'2'..=b'7').contains(&b));
+        if nkey_shaped {
+            if agent_sdk::signing::is_user_public_key(entry) {
+                return Ok(Approver::Key(entry));
+            }
+            if entry.starts_with('S') {
+                return Err(
+                    "looks like an NKey seed, a secret: name the public key (U…), and \
+                            treat the seed as leaked"
+                        .into(),
+                );
+            }
+            return Err(format!(
+                "'{entry}' is not a valid NKey user public key (U…, checksum included)"
+            ));
+        }
+        let valid = entry.len() <= 128
+            && entry.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && entry
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.@-".contains(c));
+        if valid {
+            Ok(Approver::Name(entry))
+        } else {
+            Err(format!(
+                "'{entry}' is neither an NKey user public key (U…) nor a name (letters, digits, \
+                 _ . @ -, starting with a letter or digit, at most 128)"
+            ))
+        }
+    }
 }
 
 /// What an approval does when nobody decides in time.

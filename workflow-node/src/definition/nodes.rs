@@ -9,8 +9,9 @@ use super::fields::{type_name, Fields};
 use super::parse::is_token;
 use super::problem::Sink;
 use super::{
-    ApprovalNode, Backoff, Call, CallTarget, ForkBranch, JoinStrategy, LoopNode, MapItems, MapNode,
-    Node, NodeKind, OnExhausted, OnTimeout, RetryPolicy, RetryStrategy, SwitchCase,
+    ApprovalNode, Approver, Backoff, Call, CallTarget, ForkBranch, JoinStrategy, LoopNode,
+    MapItems, MapNode, Node, NodeKind, OnExhausted, OnTimeout, RetryPolicy, RetryStrategy,
+    SwitchCase,
 };
 
 /// Every node field of every node type (snake_case), to tell "wrong type of node" apart from
@@ -564,6 +565,11 @@ fn parse_loop(f: &mut Fields<'_>, sink: &mut Sink) -> LoopNode {
 
 fn parse_approval(f: &mut Fields<'_>, sink: &mut Sink) -> ApprovalNode {
     let approvers = f.strings(sink, "approvers", &[]).unwrap_or_default();
+    for (i, entry) in approvers.iter().enumerate() {
+        if let Err(why) = Approver::parse(entry) {
+            f.problem(sink, &format!("approvers[{i}]"), why);
+        }
+    }
     let message = match f.get(sink, "message", &[]) {
         Some(v @ Value::String(_)) => f.compile_template(sink, "message", v),
         Some(v) => {
@@ -596,6 +602,32 @@ fn parse_approval(f: &mut Fields<'_>, sink: &mut Sink) -> ApprovalNode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn approvers_are_user_keys_or_names() {
+        let user = agent_sdk::Signer::generate();
+        let key = user.public_key();
+        assert_eq!(Approver::parse(key), Ok(Approver::Key(key)));
+        assert_eq!(Approver::parse("ops-team"), Ok(Approver::Name("ops-team")));
+        assert_eq!(Approver::parse("a.b@c_d"), Ok(Approver::Name("a.b@c_d")));
+        let seed = Approver::parse(&user.seed()).unwrap_err();
+        assert!(seed.contains("seed, a secret"), "{seed}");
+        let mut broken = key.to_string();
+        broken.replace_range(10..11, if &key[10..11] == "A" { "B" } else { "A" });
+        let e = Approver::parse(&broken).unwrap_err();
+        assert!(e.contains("not a valid NKey user public key"), "{e}");
+        for bad in ["", "two words", "-dash", "a/b"] {
+            let e = Approver::parse(bad).unwrap_err();
+            assert!(e.contains("neither an NKey user public key"), "{bad}: {e}");
+        }
+        let yaml = "name: W\nworkflow:\n  description: d\n  nodes:\n    - {id: g, type: approval, approvers: [ok, 'no way']}\n";
+        let problems = super::super::parse_str(yaml, "t.yaml").unwrap_err();
+        let text = format!("{problems:?}");
+        assert!(
+            text.contains("approvers[1]") && text.contains("no way"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn placeholders_compile() {

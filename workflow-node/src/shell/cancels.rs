@@ -3,8 +3,10 @@
 //! workflow that called this one as an agent and stopped the call).
 //!
 //! A calling workflow names the run by its own sub-task id, which is the task id the run
-//! was started with, so [`requests::find_run`] finds it. The cancel subject is taken in a
-//! queue group: recording the cancel is the same on every replica, one is enough.
+//! was started with, under its name (`Mesh-Caller`). Who may cancel which run, and how a
+//! cancel that overtakes its run's start is kept, is `identity`'s to say. The cancel
+//! subject is taken in a queue group: recording the cancel is the same on every replica,
+//! one is enough.
 
 use std::sync::Arc;
 
@@ -14,7 +16,9 @@ use messages::jsonrpc::{codes, ErrorObject, Method, Request, RequestId, TaskIdPa
 use messages::{msg_id, subjects};
 
 use super::error::Result;
-use super::{names, publish_event, requests, wire, Envelope, Shared};
+use super::identity::{self, Named};
+use super::record::{Caller, RunRecord};
+use super::{names, publish_event, requests, store, wire, Envelope, Shared};
 use crate::core::{Event, ExecutionId};
 use crate::definition::Workflow;
 
@@ -46,17 +50,8 @@ pub(super) async fn serve(
         let shared = shared.clone();
         let workflow = workflow.clone();
         tokio::spawn(async move {
-            let caller = requests::caller_name(&msg);
             let reason = reason(&params);
-            let answer = cancel(
-                &shared,
-                &workflow,
-                caller.as_deref(),
-                request.id,
-                &params.id,
-                reason,
-            )
-            .await;
+            let answer = cancel(&shared, &workflow, &msg, request.id, &params.id, reason).await;
             if let (Some(to), Some(answer)) = (msg.reply, answer) {
                 match subjects::check_reply(&shared.ns, &to) {
                     Ok(()) => drop(shared.client.publish(to, answer.into()).await),
@@ -79,14 +74,15 @@ pub(super) fn reason(params: &TaskIdParams) -> Option<String> {
         .filter(|r| !r.is_empty())
 }
 
-/// Records a cancel of the run named by `task_id` (its execution id, or the task id
-/// `caller` started it with) as a `CancelRequested` event, with `reason` (else "requested
-/// by the caller"); returns the answer to the request. A run that has ended is not
-/// cancelled; one not found yet gets the cancel kept for its start.
+/// Records a cancel of the run named by `task_id` (the task id the cancel's caller, its
+/// `Mesh-Caller`, started it with, or its execution id) as a `CancelRequested` event, with
+/// `reason` (else "requested by the caller"), if the cancel's sender may cancel it (see
+/// `identity`); returns the answer to the request. A run that has ended is not cancelled;
+/// one not found yet gets the cancel kept for its start, with the key that signed it.
 pub(super) async fn cancel(
     shared: &Shared,
     workflow: &Workflow,
-    caller: Option<&str>,
+    msg: &async_nats::Message,
     request_id: RequestId,
     task_id: &str,
     reason: Option<String>,
@@ -95,33 +91,107 @@ pub(super) async fn cancel(
         let e = ErrorObject::new(code, message);
         Some(wire::error_response(Some(request_id.clone()), e))
     };
-    let found = requests::find_run(shared, workflow, caller, task_id).await;
-    let Some((execution, record)) = found else {
+    let signed = identity::signer_of(msg.headers.as_ref(), msg.subject.as_str(), &msg.payload);
+    let signer = match signed {
+        Ok(signer) => signer,
+        Err(e) => {
+            let message = format!("the cancel's signature is refused: {e}");
+            return refuse(codes::NOT_PERMITTED, message);
+        }
+    };
+    let caller = requests::caller_name(msg);
+    let found = match find(shared, workflow, caller.as_deref(), task_id).await {
+        Ok(found) => found,
+        Err(e) => return refuse(codes::INTERNAL_ERROR, format!("finding the run: {e}")),
+    };
+    let Some((execution, record, named)) = found else {
         // The run may not have started yet (its start is still in the stream, behind a
-        // busy worker): the cancel is kept for it, and ends it as it starts.
-        let execution = names::caller_execution_id(&workflow.name, caller, task_id);
-        return Some(record_cancel(shared, workflow, &execution, &request_id, reason).await);
+        // busy worker): the cancel is kept for it, under the execution the caller's name
+        // and task id make, and ends it as it starts if the same identity started it.
+        let execution = names::caller_execution_id(&workflow.name, caller.as_deref(), task_id);
+        let by = Caller {
+            name: caller,
+            signer,
+            ..Caller::default()
+        };
+        let sent = Sent { by, checked: false };
+        return Some(record_cancel(shared, workflow, &execution, &request_id, reason, sent).await);
     };
     if record.state.status.is_terminal() {
         let status = record.state.status.as_str();
         let message = format!("run {execution} already ended ({status})");
         return refuse(codes::TASK_NOT_CANCELABLE, message);
     }
-    Some(record_cancel(shared, workflow, &execution, &request_id, reason).await)
+    let permitted = identity::may_cancel(
+        &shared.config,
+        &execution,
+        &record.caller,
+        named,
+        signer.as_deref(),
+    );
+    if let Err(why) = permitted {
+        tracing::warn!(workflow = %workflow.name, "a cancel of run {execution} refused: {why}");
+        return refuse(codes::NOT_PERMITTED, why);
+    }
+    let by = Caller {
+        name: caller,
+        signer,
+        ..Caller::default()
+    };
+    let sent = Sent { by, checked: true };
+    Some(record_cancel(shared, workflow, &execution, &request_id, reason, sent).await)
 }
 
-/// Publishes the cancel of run `execution` into its stream; the answer to the request.
+/// Who sent a cancel (its caller name and signing key), and whether it was checked
+/// against the run's caller here: an unchecked one (for a run not found, whose start may
+/// still be in the stream) carries its sender in the event, and the worker lets it end
+/// the run only if the run's caller sent it.
+struct Sent {
+    by: Caller,
+    checked: bool,
+}
+
+/// The run a cancel names: by the task id `caller` started it with, else by its execution
+/// id; with how it was named.
+async fn find(
+    shared: &Shared,
+    workflow: &Workflow,
+    caller: Option<&str>,
+    id: &str,
+) -> Result<Option<(ExecutionId, RunRecord, Named)>> {
+    let mut candidates = vec![(
+        names::caller_execution_id(&workflow.name, caller, id),
+        Named::TaskId,
+    )];
+    if let Ok(direct) = ExecutionId::parse(id) {
+        candidates.push((direct, Named::ExecutionId));
+    }
+    for (execution, named) in candidates {
+        let key = names::run_key(&workflow.name, &execution);
+        if let Some((_, record)) = store::read_record(shared, &key).await? {
+            return Ok(Some((execution, record, named)));
+        }
+    }
+    Ok(None)
+}
+
+/// Publishes the cancel of run `execution` into its stream (see [`Sent`]); the answer to
+/// the request.
 async fn record_cancel(
     shared: &Shared,
     workflow: &Workflow,
     execution: &ExecutionId,
     request_id: &RequestId,
     reason: Option<String>,
+    sent: Sent,
 ) -> Vec<u8> {
-    let envelope = Envelope::event(Event::CancelRequested {
-        reason: Some(reason.unwrap_or_else(|| "requested by the caller".into())),
-    });
-    let msg_id = msg_id::run_cancel(&execution.0);
+    let msg_id = msg_id::run_cancel(&execution.0, sent.by.signer.as_deref());
+    let envelope = Envelope {
+        caller: (!sent.checked).then_some(sent.by),
+        ..Envelope::event(Event::CancelRequested {
+            reason: Some(reason.unwrap_or_else(|| "requested by the caller".into())),
+        })
+    };
     let (state, text) =
         match publish_event(shared, &workflow.name, execution, &msg_id, &envelope).await {
             Ok(_) => (

@@ -3,6 +3,7 @@
 //! - `requests`: takes requests to each workflow (start, get, cancel, approve), any
 //!   replica.
 //! - `cancels`: cancels of runs, also from a calling workflow on the cancel subject.
+//! - `identity`: who may decide an approval or cancel a run (NKey signatures).
 //! - `worker`: the event stream of each workflow and its shared durable consumer: load,
 //!   `apply`, commit with compare-and-swap, carry out, ack.
 //! - `effects`: carries out the core's commands (dispatch, timers, progress, final reply).
@@ -30,6 +31,7 @@ mod effects;
 mod error;
 mod health;
 pub mod history;
+mod identity;
 pub mod inspect;
 mod lease;
 mod metrics;
@@ -53,7 +55,7 @@ mod traces;
 pub mod wire;
 mod worker;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -132,6 +134,13 @@ pub struct Config {
     /// `structured_invocation_request`/`_result` and the status `error`. Both dialects are
     /// always read.
     pub dialect: messages::workflow::Dialect,
+    /// Approver names bound to NKey user public keys (`serve --approver NAME=U…`): an
+    /// approval node's `approvers` may list the name, and a decision signed by the key
+    /// counts as the name's. Every name a served workflow lists must be bound here.
+    pub approvers: BTreeMap<String, String>,
+    /// Operators' NKey user public keys (`serve --operator-key U…`): they decide the
+    /// approvals that list no approvers, and may cancel any run (see `identity`).
+    pub operators: Vec<String>,
 }
 
 impl Default for Config {
@@ -154,6 +163,8 @@ impl Default for Config {
             replica: None,
             metrics: MetricsConfig::default(),
             dialect: messages::workflow::Dialect::Mesh,
+            approvers: BTreeMap::new(),
+            operators: Vec::new(),
         }
     }
 }
@@ -165,7 +176,8 @@ pub struct Envelope {
     /// The core event, applied to the run named by the subject the envelope was published
     /// on (`{ns}.wf.{workflow}.events.{execution}`).
     pub event: Event,
-    /// The caller (on `Started` only).
+    /// The caller (on `Started`); on a `CancelRequested` sent for a run not found yet,
+    /// its sender (see `identity`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caller: Option<Caller>,
     /// A `Started` sent again by a caller: it joins the run (or, if the run has ended, is
@@ -551,6 +563,7 @@ impl WorkflowNode {
     ) -> Result<WorkflowNode> {
         subjects::validate_namespace(&config.namespace)
             .map_err(|e| Error::Definition(format!("namespace: {e}")))?;
+        identity::check_config(&config, &workflows)?;
         let mut names_seen = std::collections::HashSet::new();
         if let Some(w) = workflows.iter().find(|w| !names_seen.insert(&w.name)) {
             return Err(Error::Definition(format!(

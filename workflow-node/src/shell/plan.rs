@@ -31,6 +31,7 @@ use std::collections::BTreeSet;
 
 use super::bulk::{self, Write};
 use super::history::{self, HistoryEntry};
+use super::identity;
 use super::observe::{observe, Observed};
 use super::outbox;
 use super::record::{ApprovalAsk, Caller, OutboxEntry, RunRecord};
@@ -191,8 +192,29 @@ pub(super) fn plan(
     if envelope.attach || resent {
         return attach(run_key, revision, record, envelope, delivery, stamp);
     }
+    if let (Event::CancelRequested { .. }, Some(by)) = (&envelope.event, &envelope.caller) {
+        // Sent for a run its sender did not find (kept for the start): it holds only if
+        // the run's caller sent it (see `identity`).
+        if record.state.started && !identity::kept_cancel_holds(by, &record.caller) {
+            tracing::warn!(
+                "run {execution}: a cancel sent before its start was stored, by another \
+                 identity than the start's: ignored"
+            );
+            return Ok(Plan::Ack {
+                keep: revision.map(|r| (r, Box::new(record))),
+            });
+        }
+    }
     let mut record = record;
     if let (Event::Started { .. }, Some(caller)) = (&envelope.event, &envelope.caller) {
+        // A cancel kept for this start ends the run only if its caller sent it.
+        if record.state.cancel_requested && !identity::kept_cancel_holds(&record.caller, caller) {
+            tracing::warn!(
+                "run {execution}: the cancel kept for its start was sent by another identity \
+                 than the start: ignored"
+            );
+            record.state.cancel_requested = false;
+        }
         record.caller = caller.clone();
     }
     let applying = Applying {
@@ -238,7 +260,10 @@ fn new_run(workflow: &Workflow, execution: &ExecutionId, envelope: &Envelope) ->
         (Event::Started { .. } | Event::Abandoned { .. }, Some(caller)) => {
             RunRecord::new(state, caller.clone())
         }
-        (Event::CancelRequested { .. }, None) => RunRecord::new(state, Caller::default()),
+        // The kept cancel's caller holds the key that signed it (see `identity`).
+        (Event::CancelRequested { .. }, caller) => {
+            RunRecord::new(state, caller.clone().unwrap_or_default())
+        }
         _ => return None,
     };
     record.definition = Some(workflow.hash.clone());

@@ -39,6 +39,11 @@ pub struct Caller {
     /// `workflow-node runs`, and the scope of the run's task id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// The NKey user public key that signed the request (see `agent_sdk::signing`), when
+    /// it was signed: only that key (or an operator) may then cancel the run. On a cancel
+    /// kept for a run not started yet, the key that signed the cancel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signer: Option<String>,
 }
 
 /// Commands produced by one event and committed with its state. An entry stays until its

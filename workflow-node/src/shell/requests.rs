@@ -35,7 +35,7 @@ use super::error::{Context, Result};
 use super::record::{Caller, RunRecord};
 use super::reply;
 use super::wire::{self, InputSource};
-use super::{cancels, effects, names, publish_event, store, Envelope, Shared};
+use super::{cancels, effects, identity, names, publish_event, store, Envelope, Shared};
 use crate::core::{Event, ExecutionId, NodeStatus};
 use crate::definition::{NodeKind, Workflow};
 
@@ -166,16 +166,14 @@ async fn handle(
             Some(run_state(shared, workflow, &execution, &record, &params.id, &id).await)
         }
         Method::TasksCancel(params) => {
-            let caller = caller_name(msg);
             let reason = cancels::reason(&params);
-            let id = request.id;
-            cancels::cancel(shared, workflow, caller.as_deref(), id, &params.id, reason).await
+            cancels::cancel(shared, workflow, msg, request.id, &params.id, reason).await
         }
         Method::MessageSend(params) => {
             let message = params.message;
             if let Some(decision) = message.find_data::<WorkflowApprovalDecision>() {
                 let text = match decision {
-                    Ok(d) => approve(shared, workflow, d).await,
+                    Ok(d) => approve(shared, workflow, msg, d).await,
                     Err(e) => Err(format!("malformed workflow_approval_decision: {e}")),
                 };
                 return match text {
@@ -208,9 +206,13 @@ pub(super) async fn find_run(
     None
 }
 
+/// Records decision `d` on an approval node if it is signed by one of the node's approvers
+/// (see `identity`), whose name it is recorded as; else says why not (the run goes on
+/// waiting).
 async fn approve(
     shared: &Shared,
     workflow: &Workflow,
+    msg: &async_nats::Message,
     d: WorkflowApprovalDecision,
 ) -> Result<String, String> {
     let (execution, record) = find_run(shared, workflow, None, &d.execution_id)
@@ -230,19 +232,13 @@ async fn approve(
             status.as_str()
         ));
     }
-    if !def.approvers.is_empty() && !d.by.as_ref().is_some_and(|b| def.approvers.contains(b)) {
-        return Err(format!(
-            "{} may not decide on '{}' (approvers: {})",
-            d.by.as_deref().unwrap_or("an anonymous caller"),
-            d.node_id,
-            def.approvers.join(", ")
-        ));
-    }
+    let signed = (msg.headers.as_ref(), msg.subject.as_str(), &msg.payload[..]);
+    let by = identity::approver(&shared.config, &d.node_id, def, signed, d.by.as_deref())?;
     let approved = d.decision == Decision::Approve;
     let event = Event::ApprovalDecided {
         node: d.node_id.clone(),
         approved,
-        by: d.by,
+        by: Some(by),
         comment: d.comment,
     };
     let msg_id = msg_id::approval_decision(&execution.0, &d.node_id);
@@ -324,6 +320,11 @@ async fn start(
         Ok(input) => input,
         Err(text) => return refuse(text),
     };
+    // The key that signed the start owns the run: only it (or an operator) may cancel it.
+    let signer = match identity::signer_of(h, msg.subject.as_str(), &msg.payload) {
+        Ok(signer) => signer,
+        Err(e) => return refuse(format!("the request's signature is refused: {e}")),
+    };
     let workflow_caller = message.find_data::<WorkflowNodeRequest>().is_some();
     let caller = Caller {
         reply_to,
@@ -336,13 +337,19 @@ async fn start(
         sub_task_id: workflow_caller.then(|| task_key.clone()),
         attached: false,
         name: caller_name(msg),
+        signer,
     };
     let outcome = match read_run(shared, workflow, &execution).await {
         Some(record) if record.state.status.is_terminal() => {
             answer_ended(shared, workflow, &execution, &record, &caller).await
         }
-        Some(record) => join(shared, workflow, &execution, &record, caller, input).await,
-        None => begin(shared, workflow, &execution, caller, input).await,
+        // A record that has not started holds a cancel that overtook the start: the
+        // start goes into the stream, and the cancel ends the run as it starts (if the
+        // same identity sent both: see `identity::kept_cancel_holds`).
+        Some(record) if record.state.started => {
+            join(shared, workflow, &execution, &record, caller, input).await
+        }
+        _ => begin(shared, workflow, &execution, caller, input).await,
     };
     outcome.unwrap_or_else(|e| refuse(format!("could not start the run: {e}")))
 }

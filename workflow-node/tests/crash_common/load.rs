@@ -254,8 +254,9 @@ fn no_responders(msg: &async_nats::Message) -> bool {
     msg.status == Some(async_nats::StatusCode::NO_RESPONDERS)
 }
 
-/// Approves (as `alice`) every approval request seen, once per run and node; a decision
-/// that no replica recorded (timeout, no responders, a replica killed) is sent again.
+/// Approves (as `alice`, signed with her key) every approval request seen, once per run
+/// and node; a decision that no replica recorded (timeout, no responders, a replica
+/// killed) is sent again, signed again.
 async fn approve_all(
     client: async_nats::Client,
     ns: String,
@@ -297,13 +298,13 @@ async fn approve_all(
                 serde_json::to_vec(&Request::message_send(id.as_str(), message)).expect("encode");
             for _ in 0..50 {
                 decisions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let subject = subjects::agent_request(&ns, &workflow);
+                let signed = super::alice().sign(&subject, &body, std::time::SystemTime::now());
                 let request = async_nats::Request::new()
                     .payload(body.clone().into())
+                    .headers(signed)
                     .timeout(Some(Duration::from_secs(3)));
-                if let Ok(reply) = client
-                    .send_request(subjects::agent_request(&ns, &workflow), request)
-                    .await
-                {
+                if let Ok(reply) = client.send_request(subject, request).await {
                     let v: Value = serde_json::from_slice(&reply.payload).unwrap_or(Value::Null);
                     let state = v["result"]["status"]["state"].as_str().unwrap_or("");
                     // "not waiting": an earlier decision of ours was recorded and applied.

@@ -16,6 +16,13 @@ use workflow_node::shell::{names, RunRecord};
 
 use load::{percentile, request_id, Outcome};
 
+/// The key of approver `alice` (one per test process): the replicas bind her name to it
+/// (`serve --approver`), the approver signs her decisions with it.
+pub(crate) fn alice() -> &'static agent_sdk::Signer {
+    static KEY: std::sync::OnceLock<agent_sdk::Signer> = std::sync::OnceLock::new();
+    KEY.get_or_init(agent_sdk::Signer::generate)
+}
+
 /// The workflow: a map, a fork joined with a retried call, a loop with a delay, and an
 /// approval. Node timeouts with retries cover an agent request or reply lost in a NATS
 /// failover (both are core NATS messages).

@@ -65,6 +65,10 @@ impl Spawner {
             .args(["--ack-wait", &self.ack_wait.to_string()])
             .args(["--replicas", &self.stream_replicas.to_string()])
             .args(["--card-interval", "2"])
+            .args([
+                "--approver",
+                &format!("alice={}", super::alice().public_key()),
+            ])
             .env("RUST_LOG", "workflow_node=warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

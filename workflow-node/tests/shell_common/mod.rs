@@ -4,7 +4,11 @@
 
 #![allow(dead_code)]
 
-use std::time::Duration;
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime};
+
+use agent_sdk::Signer;
+use messages::jsonrpc::Request;
 
 use workflow_node::definition::{parse_str, Workflow};
 use workflow_node::shell::{names, Config, WorkflowNode};
@@ -71,4 +75,43 @@ pub(crate) async fn settled(client: &async_nats::Client, workflow: &str) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The operator key of the tests (one per test process).
+pub(crate) fn operator() -> &'static Signer {
+    static KEY: OnceLock<Signer> = OnceLock::new();
+    KEY.get_or_init(Signer::generate)
+}
+
+/// Approver `alice`'s key (one per test process).
+pub(crate) fn alice() -> &'static Signer {
+    static KEY: OnceLock<Signer> = OnceLock::new();
+    KEY.get_or_init(Signer::generate)
+}
+
+/// `config` trusting [`operator`] as an operator and binding `alice` to [`alice`].
+pub(crate) fn trusting(config: Config) -> Config {
+    let mut config = config;
+    config.operators.push(operator().public_key().to_string());
+    config
+        .approvers
+        .insert("alice".into(), alice().public_key().to_string());
+    config
+}
+
+/// Sends `request` to `workflow`, signed by `signer`, and returns the answer.
+pub(crate) async fn ask_signed(
+    client: &async_nats::Client,
+    workflow: &str,
+    request: &Request,
+    signer: &Signer,
+) -> serde_json::Value {
+    let subject = messages::subjects::agent_request("mesh", workflow);
+    let body = serde_json::to_vec(request).expect("JSON");
+    let headers = signer.sign(&subject, &body, SystemTime::now());
+    let reply = client
+        .request_with_headers(subject, headers, body.into())
+        .await
+        .expect("an answer");
+    serde_json::from_slice(&reply.payload).expect("JSON")
 }

@@ -545,6 +545,130 @@ fn a_cancel_that_overtakes_the_start_is_kept_and_ends_the_run_for_its_caller() {
 }
 
 #[test]
+fn a_kept_cancel_from_another_identity_than_the_start_is_dropped() {
+    let wf = workflow();
+    // Kept unsigned, for a start signed by a key: another identity (see `identity`).
+    let cancel = Envelope::event(Event::CancelRequested { reason: None });
+    let s = steps(plan(&wf, "k", &execution(), none(), &cancel, first(1), stamp(0)).unwrap());
+    let kept = decode(&s.commit.expect("kept").bytes);
+    let signed = Envelope {
+        caller: Some(Caller {
+            reply_to: Some("inbox.first".into()),
+            signer: Some("UOWNER".into()),
+            ..Caller::default()
+        }),
+        ..start()
+    };
+    let s = steps(
+        plan(
+            &wf,
+            "k",
+            &execution(),
+            fresh(1, kept),
+            &signed,
+            first(2),
+            stamp(1),
+        )
+        .unwrap(),
+    );
+    assert!(
+        s.commands.iter().any(|c| matches!(c, Command::Dispatch(_))),
+        "the run goes on: {:?}",
+        s.commands
+    );
+    let record = decode(&s.commit.expect("a commit").bytes);
+    assert!(record.state.started && !record.state.cancel_requested);
+    assert_eq!(record.caller.signer.as_deref(), Some("UOWNER"));
+    // Kept with the start's own key: it holds.
+    let by_owner = Envelope {
+        caller: Some(Caller {
+            signer: Some("UOWNER".into()),
+            ..Caller::default()
+        }),
+        ..cancel
+    };
+    let s = steps(
+        plan(
+            &wf,
+            "k",
+            &execution(),
+            none(),
+            &by_owner,
+            first(1),
+            stamp(0),
+        )
+        .unwrap(),
+    );
+    let kept = decode(&s.commit.expect("kept").bytes);
+    let s = steps(
+        plan(
+            &wf,
+            "k",
+            &execution(),
+            fresh(1, kept),
+            &signed,
+            first(2),
+            stamp(1),
+        )
+        .unwrap(),
+    );
+    assert!(!s.commands.iter().any(|c| matches!(c, Command::Dispatch(_))));
+}
+
+#[test]
+fn an_unchecked_cancel_after_the_start_holds_only_for_the_starts_identity() {
+    let wf = workflow();
+    let signed = Envelope {
+        caller: Some(Caller {
+            reply_to: Some("inbox.first".into()),
+            signer: Some("UOWNER".into()),
+            ..Caller::default()
+        }),
+        ..start()
+    };
+    let s = steps(plan(&wf, "k", &execution(), none(), &signed, first(1), stamp(0)).unwrap());
+    let record = decode(&s.commit.expect("a commit").bytes);
+    let from = |signer: Option<&str>| Envelope {
+        caller: Some(Caller {
+            signer: signer.map(String::from),
+            ..Caller::default()
+        }),
+        ..Envelope::event(Event::CancelRequested { reason: None })
+    };
+    let ends = |env: &Envelope| {
+        let p = plan(
+            &wf,
+            "k",
+            &execution(),
+            fresh(1, record.clone()),
+            env,
+            first(2),
+            stamp(1),
+        );
+        match p.unwrap() {
+            Plan::Perform(s) => s
+                .commands
+                .iter()
+                .any(|c| matches!(c, Command::Finish { .. })),
+            _ => false,
+        }
+    };
+    assert!(!ends(&from(None)), "another identity's cancel is ignored");
+    assert!(
+        !ends(&from(Some("UOTHER"))),
+        "another key's cancel is ignored"
+    );
+    assert!(
+        ends(&from(Some("UOWNER"))),
+        "the start's key's cancel ends the run"
+    );
+    // A cancel checked where it was taken (no sender in the event) is applied as it comes.
+    assert!(ends(&Envelope::event(Event::CancelRequested {
+        reason: None
+    })));
+}
+
+#[test]
 fn traced_the_attempts_start_is_stored_and_its_end_planned_kept_and_replayed() {
     let wf = workflow();
     let traced = |loaded, env: &Envelope, d, t| {

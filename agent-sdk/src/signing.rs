@@ -1,0 +1,513 @@
+//! Proving who sends a request: an NKey user key (Ed25519, `U…` public, `SU…` seed) signs
+//! it, and the receiver checks the signature against the keys it trusts for the act.
+//!
+//! Three headers travel with a signed request (names in `messages::headers`):
+//! `Mesh-Signer` (the public key), `Mesh-Signed-At` (milliseconds since the Unix epoch) and
+//! `Mesh-Signature` (base64url without padding) over
+//! `mesh-sig-v1\n{subject}\n{signed_at}\n{hex sha256 of the payload}`. The subject binds
+//! the signature to the workflow asked, the digest to the exact request (the run, the
+//! node, the decision), the time to a window of [`MAX_SKEW`] either way. Within that
+//! window a captured request can be sent again; what it asks for (a decision, a cancel) is
+//! recorded once per run and node, so a replay changes nothing.
+//!
+//! ```
+//! # use std::time::SystemTime;
+//! use agent_sdk::signing::{verify, Allowed, Signer};
+//! let signer = Signer::generate();
+//! let headers = signer.sign("mesh.a2a.v1.agent.request.Gate", b"{}", SystemTime::now());
+//! let key = verify(Some(&headers), "mesh.a2a.v1.agent.request.Gate", b"{}",
+//!     SystemTime::now(), Allowed::Only(&[signer.public_key().to_string()])).unwrap();
+//! assert_eq!(key, signer.public_key());
+//! ```
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_nats::HeaderMap;
+use data_encoding::BASE64URL_NOPAD;
+use messages::headers::{SIGNATURE, SIGNED_AT, SIGNER};
+use nkeys::{KeyPair, KeyPairType};
+use sha2::{Digest, Sha256};
+
+/// The first line of what is signed: a later scheme gets another, so a signature never
+/// verifies under the wrong one.
+pub const SIGNATURE_SCHEME: &str = "mesh-sig-v1";
+
+/// How far a signature's time may be from the receiver's clock, either way.
+pub const MAX_SKEW: Duration = Duration::from_secs(300);
+
+/// An NKey user key that signs requests. Cheap to clone; its `Debug` shows the public key
+/// only.
+#[derive(Clone)]
+pub struct Signer {
+    pair: Arc<KeyPair>,
+    public: String,
+}
+
+impl fmt::Debug for Signer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Signer")
+            .field("public_key", &self.public)
+            .finish()
+    }
+}
+
+/// Two signers are the same when their keys are.
+impl PartialEq for Signer {
+    fn eq(&self, other: &Signer) -> bool {
+        self.public == other.public
+    }
+}
+
+impl Eq for Signer {}
+
+/// Why a seed gives no [`Signer`].
+#[derive(Debug, thiserror::Error)]
+pub enum SeedError {
+    /// The seed file could not be read.
+    #[error("reading the NKey seed file {}", .path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file holds no line that looks like a user seed (`SU…`).
+    #[error("the NKey seed file {} holds no user seed (a line starting with SU)", .path.display())]
+    NoSeed {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The text is not a valid NKey seed.
+    #[error("not a valid NKey seed: {0}")]
+    Invalid(String),
+    /// A valid seed of another kind of key (an account's, an operator's): requests are
+    /// signed by user keys.
+    #[error("an NKey seed of a {kind} key, not of a user key (SU…)")]
+    NotUser {
+        /// The kind of key it is.
+        kind: String,
+    },
+}
+
+/// Why a request's signature is refused; the message says what to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SignatureError {
+    /// The request carries none of the signature headers.
+    #[error("the request is not signed (no {SIGNER}, {SIGNED_AT} or {SIGNATURE} header)")]
+    Unsigned,
+    /// It carries some of them, not all.
+    #[error("the request's signature is incomplete: no {header} header")]
+    MissingHeader {
+        /// The header missing.
+        header: &'static str,
+    },
+    /// A header does not hold what it must (a user public key, a time, base64url).
+    #[error("the {header} header is malformed: {reason}")]
+    BadEncoding {
+        /// The header.
+        header: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The signature does not verify with the key named: the request was changed, or not
+    /// signed by that key.
+    #[error("the signature does not verify with key {key} (the request was altered or signed by another key)")]
+    BadSignature {
+        /// The key the request names.
+        key: String,
+    },
+    /// Signed too long ago.
+    #[error("the signature is {} s old (at most {} s is accepted: sign the request again)", .age.as_secs(), MAX_SKEW.as_secs())]
+    Stale {
+        /// How long ago it was signed.
+        age: Duration,
+    },
+    /// Signed in the future (the signer's clock is ahead).
+    #[error("the signature is dated {} s in the future (at most {} s is accepted: is the signer's clock right?)", .ahead.as_secs(), MAX_SKEW.as_secs())]
+    Future {
+        /// How far ahead of the receiver's clock.
+        ahead: Duration,
+    },
+    /// A valid signature, by a key the receiver does not trust for this.
+    #[error("key {key} is not allowed to do this")]
+    UnknownKey {
+        /// The key that signed.
+        key: String,
+    },
+}
+
+/// The keys a receiver accepts.
+#[derive(Debug, Clone, Copy)]
+pub enum Allowed<'a> {
+    /// Any user key (the signer is recorded, as the owner of what it starts).
+    AnyUser,
+    /// Only these public keys.
+    Only(&'a [String]),
+}
+
+impl Signer {
+    /// A signer from a user seed (`SU…`); surrounding whitespace is ignored.
+    pub fn from_seed(seed: &str) -> Result<Signer, SeedError> {
+        let pair =
+            KeyPair::from_seed(seed.trim()).map_err(|e| SeedError::Invalid(e.to_string()))?;
+        if pair.key_pair_type() != KeyPairType::User {
+            return Err(SeedError::NotUser {
+                kind: format!("{:?}", pair.key_pair_type()).to_lowercase(),
+            });
+        }
+        let public = pair.public_key();
+        Ok(Signer {
+            pair: Arc::new(pair),
+            public,
+        })
+    }
+
+    /// A signer from a seed file: a file holding the seed (as `nk -gen user` writes it),
+    /// or a `.creds` file (its user seed is used).
+    pub fn from_seed_file(path: impl AsRef<Path>) -> Result<Signer, SeedError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| SeedError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let seed = text
+            .lines()
+            .map(str::trim)
+            .find(|l| l.starts_with("SU"))
+            .ok_or_else(|| SeedError::NoSeed {
+                path: path.to_owned(),
+            })?;
+        Signer::from_seed(seed)
+    }
+
+    /// A new random user key.
+    pub fn generate() -> Signer {
+        let pair = KeyPair::new_user();
+        let public = pair.public_key();
+        Signer {
+            pair: Arc::new(pair),
+            public,
+        }
+    }
+
+    /// The seed (secret: whoever has it signs as this key), for writing a seed file.
+    pub fn seed(&self) -> String {
+        self.pair
+            .seed()
+            .expect("a signer is made from a seed or generated, so it has one")
+    }
+
+    /// The public key (`U…`): what approvers lists and operator settings name.
+    pub fn public_key(&self) -> &str {
+        &self.public
+    }
+
+    /// The signature headers of a request with `payload` on `subject`, signed at `now`.
+    pub fn sign(&self, subject: &str, payload: &[u8], now: SystemTime) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        self.sign_into(&mut headers, subject, payload, now);
+        headers
+    }
+
+    /// Adds (replaces) the signature headers of a request with `payload` on `subject`,
+    /// signed at `now`, in `headers`.
+    pub fn sign_into(
+        &self,
+        headers: &mut HeaderMap,
+        subject: &str,
+        payload: &[u8],
+        now: SystemTime,
+    ) {
+        let at = millis(now);
+        let signature = self
+            .pair
+            .sign(&signed_bytes(subject, at, payload))
+            .expect("a signer has a seed, so it signs");
+        headers.insert(SIGNER, self.public.as_str());
+        headers.insert(SIGNED_AT, at.to_string().as_str());
+        headers.insert(SIGNATURE, BASE64URL_NOPAD.encode(&signature).as_str());
+    }
+}
+
+/// Whether `headers` carry any signature header (a request that tries to be signed, and
+/// must then verify).
+pub fn is_signed(headers: Option<&HeaderMap>) -> bool {
+    headers.is_some_and(|h| {
+        [SIGNER, SIGNED_AT, SIGNATURE]
+            .iter()
+            .any(|n| h.get(*n).is_some())
+    })
+}
+
+/// Whether `text` is an NKey user public key (`U…`, checksum included).
+pub fn is_user_public_key(text: &str) -> bool {
+    text.starts_with('U')
+        && KeyPair::from_public_key(text).is_ok_and(|k| k.key_pair_type() == KeyPairType::User)
+}
+
+/// Checks the signature of a request with `payload` on `subject`, at `now`: its headers
+/// are all there and well formed, the signature verifies with the key named, it was made
+/// within [`MAX_SKEW`] of `now`, and the key is `allowed`. Returns the signer's public
+/// key.
+pub fn verify(
+    headers: Option<&HeaderMap>,
+    subject: &str,
+    payload: &[u8],
+    now: SystemTime,
+    allowed: Allowed<'_>,
+) -> Result<String, SignatureError> {
+    if !is_signed(headers) {
+        return Err(SignatureError::Unsigned);
+    }
+    let header = |name: &'static str| {
+        headers
+            .and_then(|h| h.get(name))
+            .map(|v| v.as_str().trim().to_string())
+            .filter(|v| !v.is_empty())
+            .ok_or(SignatureError::MissingHeader { header: name })
+    };
+    let (key, at, signature) = (header(SIGNER)?, header(SIGNED_AT)?, header(SIGNATURE)?);
+    let bad = |header: &'static str, reason: String| SignatureError::BadEncoding { header, reason };
+    let pair = KeyPair::from_public_key(&key)
+        .map_err(|e| bad(SIGNER, format!("'{key}' is not an NKey public key ({e})")))?;
+    if pair.key_pair_type() != KeyPairType::User {
+        return Err(bad(SIGNER, format!("'{key}' is not a user key (U…)")));
+    }
+    let at: u64 = at.parse().map_err(|_| {
+        bad(
+            SIGNED_AT,
+            format!("'{at}' is not milliseconds since the epoch"),
+        )
+    })?;
+    let signature = BASE64URL_NOPAD
+        .decode(signature.as_bytes())
+        .map_err(|e| bad(SIGNATURE, format!("not base64url without padding ({e})")))?;
+    if signature.len() != 64 {
+        let n = signature.len();
+        return Err(bad(
+            SIGNATURE,
+            format!("{n} bytes, not the 64 of an Ed25519 signature"),
+        ));
+    }
+    pair.verify(&signed_bytes(subject, at, payload), &signature)
+        .map_err(|_| SignatureError::BadSignature { key: key.clone() })?;
+    let now = millis(now);
+    let skew = MAX_SKEW.as_millis() as u64;
+    if now > at && now - at > skew {
+        return Err(SignatureError::Stale {
+            age: Duration::from_millis(now - at),
+        });
+    }
+    if at > now && at - now > skew {
+        return Err(SignatureError::Future {
+            ahead: Duration::from_millis(at - now),
+        });
+    }
+    match allowed {
+        Allowed::Only(keys) if !keys.contains(&key) => Err(SignatureError::UnknownKey { key }),
+        _ => Ok(key),
+    }
+}
+
+/// What is signed: see the module doc.
+fn signed_bytes(subject: &str, at: u64, payload: &[u8]) -> Vec<u8> {
+    let digest = hex::encode(Sha256::digest(payload));
+    format!("{SIGNATURE_SCHEME}\n{subject}\n{at}\n{digest}").into_bytes()
+}
+
+fn millis(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SUBJECT: &str = "mesh.a2a.v1.agent.request.Gate";
+    const BODY: &[u8] = br#"{"decision":"approve"}"#;
+
+    fn t(secs: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs)
+    }
+
+    fn only(s: &Signer) -> Vec<String> {
+        vec![s.public_key().to_string()]
+    }
+
+    fn check(h: &HeaderMap, allowed: &[String]) -> Result<String, SignatureError> {
+        verify(Some(h), SUBJECT, BODY, t(10), Allowed::Only(allowed))
+    }
+
+    #[test]
+    fn a_signed_request_verifies_and_names_its_signer() {
+        let s = Signer::generate();
+        let h = s.sign(SUBJECT, BODY, t(0));
+        assert_eq!(check(&h, &only(&s)), Ok(s.public_key().to_string()));
+        let any = verify(Some(&h), SUBJECT, BODY, t(0), Allowed::AnyUser);
+        assert_eq!(any, Ok(s.public_key().to_string()));
+        assert!(is_user_public_key(s.public_key()));
+        assert!(s.seed().starts_with("SU"));
+        assert!(
+            !format!("{s:?}").contains(&s.seed()),
+            "the seed stays out of Debug"
+        );
+    }
+
+    #[test]
+    fn no_headers_is_unsigned() {
+        let s = Signer::generate();
+        assert_eq!(
+            check(&HeaderMap::new(), &only(&s)),
+            Err(SignatureError::Unsigned)
+        );
+        let none = verify(None, SUBJECT, BODY, t(0), Allowed::AnyUser);
+        assert_eq!(none, Err(SignatureError::Unsigned));
+    }
+
+    #[test]
+    fn each_missing_header_is_named() {
+        let s = Signer::generate();
+        for name in [SIGNER, SIGNED_AT, SIGNATURE] {
+            let full = s.sign(SUBJECT, BODY, t(0));
+            let mut h = HeaderMap::new();
+            for n in [SIGNER, SIGNED_AT, SIGNATURE]
+                .into_iter()
+                .filter(|n| *n != name)
+            {
+                h.insert(n, full.get(n).expect("signed").clone());
+            }
+            assert_eq!(
+                check(&h, &only(&s)),
+                Err(SignatureError::MissingHeader { header: name })
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_headers_are_bad_encodings() {
+        let s = Signer::generate();
+        let account = KeyPair::new_account().public_key();
+        let cases = [
+            (SIGNER, "alice".to_string()),
+            (SIGNER, account),
+            (SIGNED_AT, "yesterday".to_string()),
+            (SIGNATURE, "not base64!".to_string()),
+            (SIGNATURE, BASE64URL_NOPAD.encode(b"short")),
+        ];
+        for (name, value) in cases {
+            let mut h = s.sign(SUBJECT, BODY, t(0));
+            h.insert(name, value.as_str());
+            match check(&h, &only(&s)) {
+                Err(SignatureError::BadEncoding { header, reason }) => {
+                    assert_eq!(header, name, "{reason}")
+                }
+                other => panic!("{name}={value}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_valid_signature_by_another_key_is_unknown() {
+        let (s, other) = (Signer::generate(), Signer::generate());
+        let h = s.sign(SUBJECT, BODY, t(0));
+        assert_eq!(
+            check(&h, &only(&other)),
+            Err(SignatureError::UnknownKey {
+                key: s.public_key().to_string()
+            })
+        );
+    }
+
+    #[test]
+    fn a_changed_payload_subject_time_or_claimed_key_is_a_bad_signature() {
+        let (s, other) = (Signer::generate(), Signer::generate());
+        let h = s.sign(SUBJECT, BODY, t(0));
+        let bad = |key: &Signer| {
+            Err(SignatureError::BadSignature {
+                key: key.public_key().to_string(),
+            })
+        };
+        let allowed = vec![s.public_key().to_string(), other.public_key().to_string()];
+        let v = |subject: &str, body: &[u8], h: &HeaderMap| {
+            verify(Some(h), subject, body, t(10), Allowed::Only(&allowed))
+        };
+        assert_eq!(v(SUBJECT, br#"{"decision":"reject"}"#, &h), bad(&s));
+        assert_eq!(v("mesh.a2a.v1.agent.request.Other", BODY, &h), bad(&s));
+        let mut moved = h.clone();
+        moved.insert(SIGNED_AT, millis(t(5)).to_string().as_str());
+        assert_eq!(v(SUBJECT, BODY, &moved), bad(&s));
+        // Claiming another key with this key's signature.
+        let mut claimed = h.clone();
+        claimed.insert(SIGNER, other.public_key());
+        assert_eq!(v(SUBJECT, BODY, &claimed), bad(&other));
+    }
+
+    #[test]
+    fn old_and_future_signatures_are_refused_within_the_skew_they_pass() {
+        let s = Signer::generate();
+        let at = |secs| s.sign(SUBJECT, BODY, t(secs));
+        let now =
+            |h: &HeaderMap, secs| verify(Some(h), SUBJECT, BODY, t(secs), Allowed::Only(&only(&s)));
+        assert!(now(&at(0), 300).is_ok(), "exactly the skew passes");
+        assert_eq!(
+            now(&at(0), 301),
+            Err(SignatureError::Stale {
+                age: Duration::from_secs(301)
+            })
+        );
+        assert!(now(&at(600), 300).is_ok());
+        assert_eq!(
+            now(&at(602), 300),
+            Err(SignatureError::Future {
+                ahead: Duration::from_secs(302)
+            })
+        );
+        let text = now(&at(0), 1000).unwrap_err().to_string();
+        assert!(
+            text.contains("1000 s old") && text.contains("sign the request again"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn seeds_load_from_text_and_files_and_bad_ones_say_why() {
+        let s = Signer::generate();
+        let again = Signer::from_seed(&format!("  {}\n", s.seed())).unwrap();
+        assert_eq!(again.public_key(), s.public_key());
+        let dir = tempfile::tempdir().unwrap();
+        let creds = dir.path().join("user.creds");
+        let text = format!(
+            "-----BEGIN NATS USER JWT-----\neyJ0\n------END NATS USER JWT------\n\n\
+             -----BEGIN USER NKEY SEED-----\n{}\n------END USER NKEY SEED------\n",
+            s.seed()
+        );
+        std::fs::write(&creds, text).unwrap();
+        assert_eq!(
+            Signer::from_seed_file(&creds).unwrap().public_key(),
+            s.public_key()
+        );
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, "nothing here\n").unwrap();
+        assert!(matches!(
+            Signer::from_seed_file(&empty),
+            Err(SeedError::NoSeed { .. })
+        ));
+        let missing = Signer::from_seed_file(dir.path().join("absent"));
+        assert!(matches!(missing, Err(SeedError::Read { .. })));
+        assert!(matches!(
+            Signer::from_seed("SUNOTASEED"),
+            Err(SeedError::Invalid(_))
+        ));
+        let account = KeyPair::new_account().seed().unwrap();
+        let e = Signer::from_seed(&account).unwrap_err();
+        assert!(matches!(e, SeedError::NotUser { .. }), "{e}");
+        assert!(e.to_string().contains("account"), "{e}");
+        assert!(!is_user_public_key("alice"));
+        assert!(!is_user_public_key(&KeyPair::new_account().public_key()));
+    }
+}
