@@ -17,7 +17,7 @@ use messages::workflow::{Decision, NodePhase, RunPhase, WorkflowApprovalDecision
 use messages::{headers, subjects};
 use serde_json::{json, Value};
 use shell_common::Mesh;
-use workflow_node::cli::client::{get_run, invoke_as, new_task_id, RunResult, StartAs};
+use workflow_node::cli::client::{get_run, get_run_signed, invoke_as, new_task_id, RunResult, StartAs};
 use workflow_node::shell::{names, Config};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -195,8 +195,9 @@ async fn wait_for_ask(asks: &mut async_nats::Subscriber, execution: &str) {
 }
 
 /// The gate of run `execution` of `workflow` still waits, and the run goes on.
-async fn still_waiting(m: &Mesh, workflow: &str, execution: &str) {
-    let state = get_run(&m.client, "mesh", workflow, execution, None)
+/// Read as an operator (`boss`): a signed run shows only to its key and the operators'.
+async fn still_waiting(m: &Mesh, k: &Keys, workflow: &str, execution: &str) {
+    let state = get_run_signed(&m.client, "mesh", workflow, execution, None, Some(&k.boss))
         .await
         .expect("the run");
     assert_eq!(state.run.status, RunPhase::Running, "{state:?}");
@@ -257,7 +258,7 @@ async fn only_a_signed_decision_by_a_named_approver_counts_and_by_cannot_be_spoo
     for (outcome, reason) in refusals {
         let why = outcome.expect_err("refused");
         assert!(why.contains(reason), "expected {reason:?} in {why:?}");
-        still_waiting(&m, "Gate", &execution).await;
+        still_waiting(&m, &k, "Gate", &execution).await;
     }
     // Alice's signature on another body (a reject) does not make this approval hers.
     let approve = decision(&execution, None, true);
@@ -272,7 +273,7 @@ async fn only_a_signed_decision_by_a_named_approver_counts_and_by_cannot_be_spoo
     let answer = ask(&m, "Gate", h, approve).await;
     let why = answer["result"]["status"]["message"]["parts"][0]["text"].to_string();
     assert!(why.contains("does not verify with key"), "{answer}");
-    still_waiting(&m, "Gate", &execution).await;
+    still_waiting(&m, &k, "Gate", &execution).await;
 
     // And then alice decides, signed: the run goes on, `by` is her name.
     let ok = decide(
@@ -313,7 +314,7 @@ async fn a_gate_without_approvers_is_decided_by_an_operator() {
         .await
         .expect_err("alice is no operator");
     assert!(why.contains("operators"), "{why}");
-    still_waiting(&m, "Ops", &execution).await;
+    still_waiting(&m, &k, "Ops", &execution).await;
     decide(&m, "Ops", body(), Some((&k.boss, SystemTime::now())))
         .await
         .expect("the operator decides");
@@ -354,7 +355,7 @@ async fn a_signed_run_is_cancelled_by_its_key_or_an_operator_and_by_nobody_else(
         &cancel(&m, &execution, None, Some(&k.alice)).await,
         "was started by key",
     );
-    still_waiting(&m, "Gate", &execution).await;
+    still_waiting(&m, &k, "Gate", &execution).await;
     let answer = cancel(&m, &task, None, Some(&owner)).await;
     assert!(answer.get("result").is_some(), "{answer}");
     let r = run.await.unwrap();
@@ -390,7 +391,7 @@ async fn an_unsigned_run_is_cancelled_by_its_caller_name_and_task_id_or_an_opera
         &cancel(&m, &execution, None, Some(&k.alice)).await,
         "takes an operator's signature",
     );
-    still_waiting(&m, "Gate", &execution).await;
+    still_waiting(&m, &k, "Gate", &execution).await;
     match call.cancel().await {
         Err(CallError::Canceled { agent }) => assert_eq!(agent, "Gate"),
         other => panic!("expected canceled, got {other:?}"),
@@ -404,7 +405,7 @@ async fn an_unsigned_run_is_cancelled_by_its_caller_name_and_task_id_or_an_opera
 
 #[tokio::test]
 async fn a_signed_call_through_the_sdk_is_cancelled_by_its_own_signed_cancel() {
-    let (m, _) = mesh().await;
+    let (m, k) = mesh().await;
     let owner = Signer::generate();
     let sdk = SdkMesh::new(m.client.clone()).signer(owner.clone());
     let mut asks = m
@@ -425,7 +426,7 @@ async fn a_signed_call_through_the_sdk_is_cancelled_by_its_own_signed_cancel() {
 
 #[tokio::test]
 async fn a_cancel_before_its_start_holds_only_for_the_same_identity() {
-    let (m, _) = mesh().await;
+    let (m, k) = mesh().await;
     let start = |task: &str, signer: Option<&Signer>| StartAs {
         task_id: task.to_string(),
         version: None,
@@ -477,7 +478,7 @@ async fn a_cancel_before_its_start_holds_only_for_the_same_identity() {
     });
     let execution = names::execution_id("Gate", &task).0;
     wait_for_ask(&mut asks, &execution).await;
-    still_waiting(&m, "Gate", &execution).await;
+    still_waiting(&m, &k, "Gate", &execution).await;
     let answer = cancel(&m, &task, None, Some(&owner)).await;
     assert!(answer.get("result").is_some(), "{answer}");
     assert_eq!(run.await.unwrap().status, "cancelled");
@@ -509,4 +510,36 @@ async fn a_start_with_a_bad_signature_is_refused() {
     );
     let none = get_run(&m.client, "mesh", "Gate", &task, None).await;
     assert!(none.is_err(), "no run was started: {none:?}");
+}
+
+#[tokio::test]
+async fn a_signed_run_is_joined_and_read_only_by_its_key_or_an_operator() {
+    let (m, k) = mesh().await;
+    let owner = Signer::generate();
+    let task = new_task_id();
+    let (execution, run) = start_waiting(&m, "Gate", &task, Some(&owner)).await;
+    let stranger = Signer::generate();
+    for (signer, why) in [(None, "unsigned"), (Some(&stranger), "signed by")] {
+        let read = get_run_signed(&m.client, "mesh", "Gate", &task, None, signer).await;
+        let refused = read.expect_err("a stranger read a signed run").to_string();
+        assert!(refused.contains("only a request signed by that key") && refused.contains(why), "{refused}");
+        // Sending the start again (to get its final reply) is refused the same way.
+        let start = StartAs {
+            task_id: task.clone(),
+            version: None,
+            signer: signer.cloned(),
+        };
+        let joined = invoke_as(&m.client, "mesh", "Gate", &json!({}), TIMEOUT, start, |_| {}).await;
+        let refused = format!("{joined:?}");
+        assert!(refused.contains("only a request signed by that key"), "{refused}");
+    }
+    for reader in [&owner, &k.boss] {
+        let state = get_run_signed(&m.client, "mesh", "Gate", &task, None, Some(reader))
+            .await
+            .expect("the owner and operators read it");
+        assert_eq!(state.run.execution_id, execution);
+    }
+    let answer = cancel(&m, &task, None, Some(&owner)).await;
+    assert!(answer.get("result").is_some(), "{answer}");
+    assert_eq!(run.await.unwrap().status, "cancelled");
 }

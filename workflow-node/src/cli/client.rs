@@ -436,14 +436,31 @@ pub async fn get_run(
     task: &str,
     caller: Option<&str>,
 ) -> Result<RunState, GetRunError> {
+    get_run_signed(client, ns, workflow, task, caller, None).await
+}
+
+/// [`get_run`], signed by `signer`: a run started with a signature is shown only to its
+/// key and the operators'.
+pub async fn get_run_signed(
+    client: &async_nats::Client,
+    ns: &str,
+    workflow: &str,
+    task: &str,
+    caller: Option<&str>,
+    signer: Option<&agent_sdk::Signer>,
+) -> Result<RunState, GetRunError> {
     let request = Request::tasks_get(format!("get-{}", uuid::Uuid::new_v4().simple()), task);
     let body = serde_json::to_vec(&request).expect("a tasks/get request serialises to JSON");
+    let subject = subjects::agent_request(ns, workflow);
     let mut h = async_nats::HeaderMap::new();
     if let Some(caller) = caller {
         h.insert(headers::CALLER, caller);
     }
+    if let Some(signer) = signer {
+        signer.sign_into(&mut h, &subject, &body, std::time::SystemTime::now());
+    }
     let reply = client
-        .request_with_headers(subjects::agent_request(ns, workflow), h, body.into())
+        .request_with_headers(subject, h, body.into())
         .await
         .map_err(|source| GetRunError::Request {
             workflow: workflow.to_owned(),

@@ -7,8 +7,9 @@ use std::process::ExitCode;
 use anyhow::{anyhow, Result};
 use serde_json::json;
 
-use super::client::{get_run, GetRunError, RunState};
+use super::client::{get_run_signed, GetRunError, RunState};
 use super::connect::{connect, NatsArgs};
+use super::identity::SignArgs;
 
 /// Arguments of `status`.
 #[derive(Debug, clap::Args)]
@@ -24,6 +25,9 @@ pub struct Args {
     /// Print the `workflow_run_state` with the task state as JSON.
     #[arg(long)]
     pub json: bool,
+    /// The key that started the run (or an operator's): a signed run shows only to it.
+    #[command(flatten)]
+    pub sign: SignArgs,
     /// NATS connection.
     #[command(flatten)]
     pub nats: NatsArgs,
@@ -41,14 +45,16 @@ async fn execute(args: Args) -> Result<ExitCode> {
             args.workflow
         ));
     }
+    let signer = args.sign.signer()?;
     let conn = connect(&args.nats).await?;
     let ns = args.nats.namespace.clone();
-    let result = get_run(
+    let result = get_run_signed(
         &conn.client,
         &ns,
         &args.workflow,
         &args.task_id,
         args.caller.as_deref(),
+        signer.as_ref(),
     )
     .await;
     conn.close().await;

@@ -231,6 +231,30 @@ pub(super) fn may_cancel(
     }
 }
 
+/// Whether a request signed by `signer` (`None`: unsigned) may join or read run
+/// `execution` (started by `started_by`): its final reply and its state are the owner's.
+/// A run started unsigned is open to whoever names it by its caller's name and task id (or
+/// its execution id), as before; a signed one only to its key and the operators'.
+pub(super) fn may_see(
+    config: &Config,
+    execution: &ExecutionId,
+    started_by: &Caller,
+    signer: Option<&str>,
+) -> std::result::Result<(), String> {
+    let Some(owner) = &started_by.signer else {
+        return Ok(());
+    };
+    if signer == Some(owner.as_str()) || signer.is_some_and(|k| config.operators.iter().any(|o| o == k)) {
+        return Ok(());
+    }
+    Err(format!(
+        "run {execution} was started by key {owner}: only a request signed by that key, or by an operator's, may join or read it{}",
+        signer
+            .map(|k| format!(" (this one is signed by {k})"))
+            .unwrap_or_else(|| " (this one is unsigned)".into())
+    ))
+}
+
 /// Whether a cancel sent for a run not found (`kept`: its sender, with the key that signed
 /// it) ends the run started by `start`: only when the same key signed both, or neither
 /// was signed (the cancel then named the caller's name and task id, as the start did).
@@ -334,6 +358,24 @@ mod tests {
         let why = may(&unsigned, Named::ExecutionId, None).unwrap_err();
         assert!(why.contains("operator's signature"), "{why}");
         assert!(may(&unsigned, Named::ExecutionId, k(&other)).is_err());
+    }
+
+    #[test]
+    fn a_signed_run_is_seen_only_by_its_key_and_operators() {
+        let (owner, other, op) = (Signer::generate(), Signer::generate(), Signer::generate());
+        let config = config(&[&op], &[]);
+        let e = ExecutionId("e".into());
+        let signed = Caller {
+            signer: Some(owner.public_key().into()),
+            ..Caller::default()
+        };
+        let k = |s: &Signer| Some(s.public_key().to_string());
+        assert_eq!(may_see(&config, &e, &signed, k(&owner).as_deref()), Ok(()));
+        assert_eq!(may_see(&config, &e, &signed, k(&op).as_deref()), Ok(()));
+        let refused = may_see(&config, &e, &signed, k(&other).as_deref()).unwrap_err();
+        assert!(refused.contains("only a request signed by that key"), "{refused}");
+        assert!(may_see(&config, &e, &signed, None).unwrap_err().contains("unsigned"));
+        assert_eq!(may_see(&config, &e, &Caller::default(), None), Ok(()));
     }
 
     #[test]
