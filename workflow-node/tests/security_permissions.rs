@@ -48,7 +48,7 @@ fn cli(secure: &Secure, user: &str, args: &[&str]) -> Output {
 }
 
 fn stubs_file() -> agent_sdk::StubFile {
-    agent_sdk::load_stub_file(&repo().join("examples/agents.yaml")).expect("examples/agents.yaml")
+    agent_sdk::load_stub_file(repo().join("examples/agents.yaml")).expect("examples/agents.yaml")
 }
 
 /// The node in this process, as user `node`, hosting the example workflows.
@@ -161,6 +161,19 @@ async fn workflows_succeed_with_a_user_per_role_over_mutual_tls() {
     assert_eq!(approved.status.code(), Some(0), "{approved:?}");
     let output = call.await.unwrap().expect("PollAndApprove succeeds");
     assert_eq!(doubled(&output), [2, 4, 6], "{output}");
+    // The operator reads runs: the record, its history, the list, where it stands.
+    for args in [
+        vec!["runs", "show", &ask.execution_id],
+        vec!["runs", "show", &ask.execution_id, "--mermaid"],
+        vec!["runs", "history", &ask.execution_id],
+        vec!["runs", "list", "--json"],
+        vec!["status", &ask.execution_id, "--workflow", "PollAndApprove"],
+    ] {
+        let out = cli(&secure, "ops", &args);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {out:?}");
+        assert!(!stdout.trim().is_empty(), "{args:?} printed nothing");
+    }
 
     // Bob runs a workflow with the CLI: user and password, TLS, private inbox.
     let ran = cli(
