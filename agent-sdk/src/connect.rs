@@ -188,25 +188,7 @@ impl ConnectConfig {
     /// others), within [`CONNECT_TIMEOUT`]; a server that does not let this client in is
     /// an error naming the URL, at once.
     pub async fn connect(&self, url: &str) -> Result<Client, ConnectConfigError> {
-        let options = self.options().await?;
-        let servers: Vec<&str> = url
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .collect();
-        let refused = |why: String| ConnectConfigError::Connect {
-            url: url.to_owned(),
-            why,
-        };
-        match tokio::time::timeout(CONNECT_TIMEOUT, options.connect(servers)).await {
-            Err(_) => Err(refused(format!(
-                "no answer within {} s",
-                CONNECT_TIMEOUT.as_secs()
-            ))),
-            // async-nats' errors print their source too: the chain would say it twice.
-            Ok(Err(e)) => Err(refused(e.to_string())),
-            Ok(Ok(client)) => Ok(client),
-        }
+        connect_to(url, self.options().await?).await
     }
 
     /// Checks the combination: one identity at most, pairs complete, a usable prefix.
@@ -249,6 +231,29 @@ impl ConnectConfig {
             check_prefix(prefix)?;
         }
         Ok(())
+    }
+}
+
+/// Connects to `url` with `options` (those of [`ConnectConfig::options`], changed as the
+/// caller likes: another event callback, say) as [`ConnectConfig::connect`] does.
+pub async fn connect_to(url: &str, options: ConnectOptions) -> Result<Client, ConnectConfigError> {
+    let servers: Vec<&str> = url
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    let refused = |why: String| ConnectConfigError::Connect {
+        url: url.to_owned(),
+        why,
+    };
+    match tokio::time::timeout(CONNECT_TIMEOUT, options.connect(servers)).await {
+        Err(_) => Err(refused(format!(
+            "no answer within {} s",
+            CONNECT_TIMEOUT.as_secs()
+        ))),
+        // async-nats' errors print their source too: the chain would say it twice.
+        Ok(Err(e)) => Err(refused(e.to_string())),
+        Ok(Ok(client)) => Ok(client),
     }
 }
 

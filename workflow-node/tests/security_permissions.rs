@@ -33,14 +33,24 @@ const WAIT: Duration = Duration::from_secs(60);
 /// The `workflow-node` binary as `user`: its connection settings from the user's env file
 /// (the variables, not flags), run from the repository root.
 fn cli(secure: &Secure, user: &str, args: &[&str]) -> Output {
+    cli_without(secure, user, &[], args)
+}
+
+/// [`cli`] without some of the user's variables.
+fn cli_without(secure: &Secure, user: &str, without: &[&str], args: &[&str]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_workflow-node"));
     for (key, _) in std::env::vars() {
         if key.starts_with("NATS_") && key != "NATS_SERVER_BIN" {
             command.env_remove(key);
         }
     }
+    let env = secure.env(user);
     command
-        .envs(secure.env(user))
+        .envs(
+            env.iter()
+                .filter(|(k, _)| !without.contains(&k.as_str()))
+                .cloned(),
+        )
         .args(args)
         .current_dir(repo())
         .output()
@@ -376,6 +386,28 @@ async fn a_caller_hears_only_its_own_inbox() {
     let error = careless.denied_like("Subscription", "_INBOX.").await;
     assert!(!error.contains("_INBOX.alice."), "{error}");
     assert!(matches!(call.await, Err(CallError::TimedOut { .. })));
+    // The CLI says why.
+    let out = cli_without(
+        &secure,
+        "alice",
+        &["NATS_INBOX_PREFIX"],
+        &[
+            "run",
+            "ValueRouter",
+            "--input",
+            r#"{"value": 5}"#,
+            "--timeout",
+            "3",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(
+            "the NATS server refused: nats: Permissions Violation for Subscription to \"_INBOX."
+        ) && stderr.contains("--inbox-prefix"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]

@@ -120,5 +120,25 @@ async fn server_url(args: &NatsArgs) -> Result<(String, Option<NatsServer>)> {
 
 /// One attempt at each of `url`'s servers.
 async fn try_connect(args: &NatsArgs, url: &str) -> Result<async_nats::Client> {
-    Ok(args.connect.connect(url).await?)
+    let options = args
+        .connect
+        .options()
+        .await?
+        .event_callback(|event| async move { say_refused(event) });
+    Ok(agent_sdk::connect::connect_to(url, options).await?)
+}
+
+/// Says on stderr what the server refused (a subject this user may not use), whether or
+/// not logs are on: the server reports it on the connection, and the command would
+/// otherwise only see a call that goes unanswered.
+fn say_refused(event: async_nats::Event) {
+    if let async_nats::Event::ServerError(e) = event {
+        let e = e.to_string();
+        let hint = if e.contains("Subscription to \"_INBOX") {
+            " (where each user has a private inbox, give --inbox-prefix or NATS_INBOX_PREFIX)"
+        } else {
+            ""
+        };
+        eprintln!("the NATS server refused: {e}{hint}");
+    }
 }
