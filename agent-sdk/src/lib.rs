@@ -56,7 +56,8 @@
 //!   found", -32001);
 //! - answers malformed requests with a JSON-RPC error and keeps serving.
 //!
-//! Modules: [`mesh`] (the caller's handle, calls, progress, cancel), [`catalog`] (the cards
+//! Modules: [`mesh`] (the caller's handle, calls, progress, cancel), [`connect`] (user,
+//! NKey, credentials, TLS and inbox prefix for a secured mesh), [`catalog`] (the cards
 //! on the mesh), [`tools`] and [`declare`] (tools for LLMs), [`agent`] (builder and
 //! handle), [`handler`] (what agents implement), [`client`] ([`call_agent`], the
 //! positional form of [`Mesh::agent`]), [`exchange`] (a request resent while the callee is silent), [`payload`] (the object store; the wrapping conventions are in `messages::payload`), [`schema`]
@@ -68,6 +69,7 @@ pub mod agent;
 pub mod artifacts;
 pub mod catalog;
 pub mod client;
+pub mod connect;
 pub mod declare;
 mod dedup;
 pub mod error;
@@ -91,6 +93,7 @@ pub use agent::{
 pub use artifacts::{Artifact, ArtifactInfo, ArtifactStore};
 pub use catalog::{Catalog, CatalogError};
 pub use client::{call_agent, call_agent_with, CallOptions};
+pub use connect::{ConnectConfig, ConnectConfigError};
 pub use error::{AgentError, ArtifactError, CallError, ServeError};
 pub use handler::{handler_fn, FnHandler, Handler, HandlerResult, NodeRequest, WorkflowCallInfo};
 pub use mesh::{AgentCall, Call, Mesh, Output, Progress, ProgressStream};

@@ -60,6 +60,15 @@ impl Mesh {
         Ok(Mesh::new(async_nats::connect(url).await?))
     }
 
+    /// Connects to the NATS server(s) at `url` as `config` says (user, NKey or
+    /// credentials, TLS, inbox prefix: see [`crate::connect`]), namespace `mesh`.
+    pub async fn connect_with(
+        url: &str,
+        config: &crate::ConnectConfig,
+    ) -> Result<Mesh, crate::ConnectConfigError> {
+        Ok(Mesh::new(config.connect(url).await?))
+    }
+
     /// The mesh reached through `client`, namespace `mesh`.
     pub fn new(client: Client) -> Mesh {
         Mesh {

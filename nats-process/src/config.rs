@@ -17,6 +17,8 @@ pub struct ClusterConfig {
 /// Everything that varies between the config files we write.
 #[derive(Debug, Clone)]
 pub(crate) struct Rendered<'a> {
+    /// A config file to include first (its path relative to the generated file).
+    pub(crate) include: Option<&'a str>,
     pub(crate) server_name: Option<&'a str>,
     /// `None` for an ephemeral port (`-1`).
     pub(crate) port: Option<u16>,
@@ -36,6 +38,10 @@ impl Rendered<'_> {
             c.push_str(&s);
             c.push('\n');
         };
+        // First, so that every setting below overrides the included file's.
+        if let Some(include) = self.include {
+            line(format!("include {}", quote(include)));
+        }
         if let Some(name) = self.server_name {
             line(format!("server_name: {}", quote(name)));
         }
@@ -100,6 +106,7 @@ mod tests {
             routes: vec![6222, 6223],
         };
         let text = Rendered {
+            include: None,
             server_name: Some("n0"),
             port: None,
             http_port: Some(8222),

@@ -4,6 +4,8 @@
 //! given) holding the generated config, one log file per run and the JetStream store.
 //! Readiness is read from the log ("Listening for client connections on", "Server is
 //! ready") and then confirmed by a TCP connect that receives the server's `INFO` line.
+//! A deployment's own config (accounts, permissions, TLS) can be included
+//! ([`Options::include`]), the test then running against the very file that ships.
 
 use std::fs::File;
 use std::io::Read;
@@ -43,6 +45,15 @@ pub struct Options {
     pub extra_config: Option<String>,
     /// Overall deadline for readiness; `None`: 10 s.
     pub ready_timeout: Option<Duration>,
+    /// A config file of one's own (a deployment's, with accounts, permissions and TLS),
+    /// included at the top of the generated one: the settings generated after it (the
+    /// loopback listen address and port, the log file, the `jetstream` block with our store
+    /// directory, and whatever the other options set) override its own. Paths inside it
+    /// are as it says; its `$VARIABLES` come from the environment ([`Options::env`]).
+    pub include: Option<PathBuf>,
+    /// Environment variables set for the server process (on top of ours): the values of
+    /// an included config's `$VARIABLES` (passwords, public keys, certificate paths).
+    pub env: Vec<(String, String)>,
 }
 
 /// The directory a server lives in.
@@ -208,7 +219,12 @@ impl NatsServer {
         let dir = self.home.path().to_owned();
         let log = self.log_path();
         let store = self.store_dir();
+        let include = match &self.options.include {
+            Some(file) => Some(include_path(file, &dir)?),
+            None => None,
+        };
         let config = Rendered {
+            include: include.as_deref(),
             server_name: self.options.server_name.as_deref(),
             port: (self.port != 0).then_some(self.port),
             http_port: self.options.http_port,
@@ -229,6 +245,7 @@ impl NatsServer {
         let child = Command::new(&self.binary)
             .arg("-c")
             .arg(&config_path)
+            .envs(self.options.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -299,6 +316,27 @@ impl Drop for NatsServer {
     }
 }
 
+/// How the generated config in `dir` names `file` in an `include`: nats-server reads an
+/// include relative to the including file's directory, even when the path is absolute.
+fn include_path(file: &Path, dir: &Path) -> Result<String, Error> {
+    let canonical = |p: &Path| {
+        p.canonicalize()
+            .map_err(|e| Error::io(format!("finding {}", p.display()), e))
+    };
+    let (file, dir) = (canonical(file)?, canonical(dir)?);
+    let common = file
+        .components()
+        .zip(dir.components())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let mut relative = PathBuf::new();
+    for _ in dir.components().skip(common) {
+        relative.push("..");
+    }
+    relative.extend(file.components().skip(common));
+    Ok(relative.to_string_lossy().into_owned())
+}
+
 /// SIGKILL and reap.
 fn kill_child(child: &mut Child) -> Result<(), Error> {
     // Fails only if it has already exited, which is what we want anyway.
@@ -334,6 +372,23 @@ fn hello(port: u16) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_include_is_relative_to_the_generated_config() {
+        let root = tempfile::tempdir().unwrap();
+        let conf = root.path().join("deploy/secure/nats.conf");
+        let home = root.path().join("tmp/server-1");
+        std::fs::create_dir_all(conf.parent().unwrap()).unwrap();
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::write(&conf, "").unwrap();
+        let relative = include_path(&conf, &home).unwrap();
+        assert_eq!(relative, "../../deploy/secure/nats.conf");
+        assert_eq!(
+            home.join(&relative).canonicalize().unwrap(),
+            conf.canonicalize().unwrap()
+        );
+        assert!(include_path(&root.path().join("missing.conf"), &home).is_err());
+    }
 
     #[test]
     fn finds_the_client_port_in_the_log() {

@@ -1,5 +1,6 @@
-//! `stub-agents FILE [--nats-url URL] [--namespace NS]`: serves the stub agents a YAML file
-//! describes, until ctrl-c or SIGTERM. Without a URL (flag or `NATS_URL`) it starts a local
+//! `stub-agents FILE [--nats-url URL] [--namespace NS] [connection options]`: serves the
+//! stub agents a YAML file describes, until ctrl-c or SIGTERM. User, NKey, credentials,
+//! TLS and inbox prefix: flags or `NATS_*` variables (`agent_sdk::ConnectConfig`). Without a URL (flag or `NATS_URL`) it starts a local
 //! nats-server with JetStream in a data directory of its own, and stops it on exit.
 //!
 //! Exit 2 when it cannot start serving: an invalid file, or a server that does not answer
@@ -7,7 +8,6 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use agent_sdk::{load_stub_file, serve_stubs, DEFAULT_NAMESPACE};
 use anyhow::{Context, Result};
@@ -25,6 +25,9 @@ struct Args {
     /// Subject namespace.
     #[arg(long, default_value = DEFAULT_NAMESPACE)]
     namespace: String,
+    /// User, NKey or credentials, TLS and inbox prefix.
+    #[command(flatten)]
+    connect: agent_sdk::ConnectConfig,
 }
 
 fn main() -> ExitCode {
@@ -82,7 +85,7 @@ async fn run(args: Args, stubs: agent_sdk::StubFile) -> Result<()> {
             url
         }
     };
-    let result = serve(&url, &args.namespace, stubs).await;
+    let result = serve(&url, &args.namespace, &args.connect, stubs).await;
     if let Some((mut server, dir)) = embedded {
         if let Err(e) = server.stop() {
             eprintln!("stub-agents: stopping the local nats-server: {e}");
@@ -92,19 +95,13 @@ async fn run(args: Args, stubs: agent_sdk::StubFile) -> Result<()> {
     result
 }
 
-/// How long connecting to a server that answers may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-async fn serve(url: &str, ns: &str, stubs: agent_sdk::StubFile) -> Result<()> {
-    let connecting = async_nats::ConnectOptions::new()
-        .connection_timeout(CONNECT_TIMEOUT)
-        .connect(url);
-    let client = tokio::time::timeout(CONNECT_TIMEOUT, connecting)
-        .await
-        .map_err(|_| format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()))
-        .and_then(|r| r.map_err(|e| e.to_string()))
-        // async-nats' errors print their source too: the chain would say it twice.
-        .map_err(|why| anyhow::anyhow!("cannot reach the NATS server at {url}: {why}"))?;
+async fn serve(
+    url: &str,
+    ns: &str,
+    connect: &agent_sdk::ConnectConfig,
+    stubs: agent_sdk::StubFile,
+) -> Result<()> {
+    let client = connect.connect(url).await?;
     let names: Vec<String> = stubs.agents.iter().map(|a| a.name.clone()).collect();
     let handles = serve_stubs(client, ns, stubs).await?;
     eprintln!(

@@ -1,13 +1,14 @@
-//! Where the commands find NATS: the `--nats-url` (or `NATS_URL`) server with the usual
-//! connect options, or, with neither, an embedded nats-server child with JetStream and a
-//! data directory of its own, stopped on exit.
+//! Where the commands find NATS: the `--nats-url` (or `NATS_URL`) server with the
+//! connection options of `agent_sdk::ConnectConfig` (user and password, NKey, credentials
+//! file, TLS with a CA and a client certificate, a private inbox prefix; flags or
+//! `NATS_*` variables), or, with no URL, an embedded nats-server child with JetStream and
+//! a data directory of its own, stopped on exit.
 //!
 //! A server that cannot be reached at start is an error at once (naming the URL), unless
 //! the caller asked to wait for it ([`connect_when_up`], `serve --wait-for-server`). Once
 //! connected the client reconnects on its own; callers bound every wait (a lost server makes
 //! `flush` wait for a reconnect that may never come), and so does [`Connection::close`].
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -24,18 +25,10 @@ pub struct NatsArgs {
     /// see each other only within one namespace.
     #[arg(long, default_value = "mesh", env = "MESH_NAMESPACE")]
     pub namespace: String,
-    /// Credentials file (.creds) for the server.
-    #[arg(long, env = "NATS_CREDS")]
-    pub creds: Option<PathBuf>,
-    /// NKey seed for the server.
-    #[arg(long, env = "NATS_NKEY")]
-    pub nkey: Option<String>,
-    /// CA certificate to trust; given, the connection requires TLS.
-    #[arg(long, env = "NATS_CA")]
-    pub tls_ca: Option<PathBuf>,
-    /// Client certificate and key (mutual TLS).
-    #[arg(long, num_args = 2, value_names = ["CERT", "KEY"])]
-    pub tls_client: Option<Vec<PathBuf>>,
+    /// User, NKey or credentials, TLS (CA, client certificate) and inbox prefix: flags or
+    /// `NATS_*` variables, shared with agent-sdk and stub-agents.
+    #[command(flatten)]
+    pub connect: agent_sdk::ConnectConfig,
 }
 
 /// A connection, and the embedded server behind it, if one was started.
@@ -63,7 +56,7 @@ impl Connection {
 }
 
 /// How long connecting to a server that answers may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const CONNECT_TIMEOUT: Duration = agent_sdk::connect::CONNECT_TIMEOUT;
 
 /// How long [`Connection::close`] waits for the server to take what is still buffered.
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -127,33 +120,25 @@ async fn server_url(args: &NatsArgs) -> Result<(String, Option<NatsServer>)> {
 
 /// One attempt at each of `url`'s servers.
 async fn try_connect(args: &NatsArgs, url: &str) -> Result<async_nats::Client> {
-    let mut options = async_nats::ConnectOptions::new().connection_timeout(CONNECT_TIMEOUT);
-    if let Some(creds) = &args.creds {
-        options = options
-            .credentials_file(creds)
-            .await
-            .context("reading the credentials file")?;
+    let options = args
+        .connect
+        .options()
+        .await?
+        .event_callback(|event| async move { say_refused(event) });
+    Ok(agent_sdk::connect::connect_to(url, options).await?)
+}
+
+/// Says on stderr what the server refused (a subject this user may not use), whether or
+/// not logs are on: the server reports it on the connection, and the command would
+/// otherwise only see a call that goes unanswered.
+fn say_refused(event: async_nats::Event) {
+    if let async_nats::Event::ServerError(e) = event {
+        let e = e.to_string();
+        let hint = if e.contains("Subscription to \"_INBOX") {
+            " (where each user has a private inbox, give --inbox-prefix or NATS_INBOX_PREFIX)"
+        } else {
+            ""
+        };
+        eprintln!("the NATS server refused: {e}{hint}");
     }
-    if let Some(seed) = &args.nkey {
-        options = options.nkey(seed.clone());
-    }
-    if let Some(ca) = &args.tls_ca {
-        options = options.add_root_certificates(ca.clone()).require_tls(true);
-    }
-    if let Some(pair) = &args.tls_client {
-        options = options.add_client_certificate(pair[0].clone(), pair[1].clone());
-    }
-    // A comma-separated list names several servers of a cluster: the client starts with
-    // any that answers and fails over to the others.
-    let servers: Vec<&str> = url
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .collect();
-    tokio::time::timeout(CONNECT_TIMEOUT, options.connect(servers))
-        .await
-        .map_err(|_| format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()))
-        .and_then(|r| r.map_err(|e| e.to_string()))
-        // async-nats' errors print their source too: the chain would say it twice.
-        .map_err(|why| anyhow::anyhow!("cannot reach the NATS server at {url}: {why}"))
 }
