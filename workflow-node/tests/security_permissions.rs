@@ -67,8 +67,17 @@ async fn node(secure: &Secure) -> (WorkflowNode, Watched) {
     let (workflows, problems) =
         workflow_node::definition::load_paths(&[repo().join("examples/workflows")]);
     assert!(problems.is_empty(), "{problems:?}");
+    // Ops' key (the one it connects with) decides the example gates: their approver names
+    // are bound to it.
+    let ops = agent_sdk::Signer::from_seed_file(secure.pki.join("ops.nk")).expect("ops.nk");
+    let ops_key = ops.public_key().to_string();
     let config = Config {
         card_wait: Duration::from_millis(500),
+        approvers: [("ops-team", &ops_key), ("alice", &ops_key)]
+            .into_iter()
+            .map(|(n, k)| (n.to_string(), k.clone()))
+            .collect(),
+        operators: vec![ops_key.clone()],
         ..Config::default()
     };
     let node = WorkflowNode::start(watched.client.clone(), workflows, config)
@@ -131,10 +140,23 @@ async fn workflows_succeed_with_a_user_per_role_over_mutual_tls() {
     // The node: `workflow-node serve` with user node's NKey seed file, client certificate
     // and inbox prefix, all from NATS_* variables.
     let node_log = dir.path().join("node.stderr");
+    // Approvals are signed: ops' NKey (the same one it connects with) is bound to the names
+    // the example gates list, and is the operators' key.
+    let ops_key = std::fs::read_to_string(secure.pki.join("ops.pub")).unwrap();
+    let ops_key = ops_key.trim();
+    let (ops_team, alice_key) = (format!("ops-team={ops_key}"), format!("alice={ops_key}"));
     let mut serve = Command::new(env!("CARGO_BIN_EXE_workflow-node"));
     serve
         .envs(secure.env("node"))
         .args(["serve", "examples/workflows", "--card-interval", "1"])
+        .args([
+            "--approver",
+            &ops_team,
+            "--approver",
+            &alice_key,
+            "--operator-key",
+            ops_key,
+        ])
         .current_dir(repo())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&node_log).unwrap());
@@ -166,7 +188,15 @@ async fn workflows_succeed_with_a_user_per_role_over_mutual_tls() {
     let approved = cli(
         &secure,
         "ops",
-        &["approve", &ask.execution_id, "gate", "--by", "ops-team"],
+        &[
+            "approve",
+            &ask.execution_id,
+            "gate",
+            "--by",
+            "ops-team",
+            "--nkey-seed-file",
+            secure.pki.join("ops.nk").to_str().unwrap(),
+        ],
     );
     assert_eq!(approved.status.code(), Some(0), "{approved:?}");
     let output = call.await.unwrap().expect("PollAndApprove succeeds");
@@ -309,9 +339,13 @@ async fn an_agent_can_neither_forge_events_write_state_read_runs_nor_approve() {
     let node_js = async_nats::jetstream::new(node_conn.client.clone());
     assert!(node_js.get_stream("mesh_WF_PollAndApprove").await.is_ok());
 
-    // The operator's decision goes through, and the run ends well.
+    // The operator's signed decision goes through, and the run ends well.
+    let signer = agent_sdk::Signer::from_seed_file(secure.pki.join("ops.nk")).unwrap();
+    let body = decision(&exec, "gate", "ops-team");
+    let mut h = async_nats::HeaderMap::new();
+    signer.sign_into(&mut h, &requests, &body, std::time::SystemTime::now());
     ops.client
-        .publish(requests, decision(&exec, "gate", "ops-team").into())
+        .publish_with_headers(requests, h, body.into())
         .await
         .unwrap();
     let output = call.await.unwrap().expect("PollAndApprove succeeds");

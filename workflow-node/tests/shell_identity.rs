@@ -17,7 +17,9 @@ use messages::workflow::{Decision, NodePhase, RunPhase, WorkflowApprovalDecision
 use messages::{headers, subjects};
 use serde_json::{json, Value};
 use shell_common::Mesh;
-use workflow_node::cli::client::{get_run, get_run_signed, invoke_as, new_task_id, RunResult, StartAs};
+use workflow_node::cli::client::{
+    get_run, get_run_signed, invoke_as, new_task_id, RunResult, StartAs,
+};
 use workflow_node::shell::{names, Config};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -522,16 +524,31 @@ async fn a_signed_run_is_joined_and_read_only_by_its_key_or_an_operator() {
     for (signer, why) in [(None, "unsigned"), (Some(&stranger), "signed by")] {
         let read = get_run_signed(&m.client, "mesh", "Gate", &task, None, signer).await;
         let refused = read.expect_err("a stranger read a signed run").to_string();
-        assert!(refused.contains("only a request signed by that key") && refused.contains(why), "{refused}");
+        assert!(
+            refused.contains("only a request signed by that key") && refused.contains(why),
+            "{refused}"
+        );
         // Sending the start again (to get its final reply) is refused the same way.
         let start = StartAs {
             task_id: task.clone(),
             version: None,
             signer: signer.cloned(),
         };
-        let joined = invoke_as(&m.client, "mesh", "Gate", &json!({}), TIMEOUT, start, |_| {}).await;
+        let joined = invoke_as(
+            &m.client,
+            "mesh",
+            "Gate",
+            &json!({}),
+            TIMEOUT,
+            start,
+            |_| {},
+        )
+        .await;
         let refused = format!("{joined:?}");
-        assert!(refused.contains("only a request signed by that key"), "{refused}");
+        assert!(
+            refused.contains("only a request signed by that key"),
+            "{refused}"
+        );
     }
     for reader in [&owner, &k.boss] {
         let state = get_run_signed(&m.client, "mesh", "Gate", &task, None, Some(reader))

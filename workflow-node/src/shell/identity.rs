@@ -244,7 +244,9 @@ pub(super) fn may_see(
     let Some(owner) = &started_by.signer else {
         return Ok(());
     };
-    if signer == Some(owner.as_str()) || signer.is_some_and(|k| config.operators.iter().any(|o| o == k)) {
+    if signer == Some(owner.as_str())
+        || signer.is_some_and(|k| config.operators.iter().any(|o| o == k))
+    {
         return Ok(());
     }
     Err(format!(
@@ -373,8 +375,13 @@ mod tests {
         assert_eq!(may_see(&config, &e, &signed, k(&owner).as_deref()), Ok(()));
         assert_eq!(may_see(&config, &e, &signed, k(&op).as_deref()), Ok(()));
         let refused = may_see(&config, &e, &signed, k(&other).as_deref()).unwrap_err();
-        assert!(refused.contains("only a request signed by that key"), "{refused}");
-        assert!(may_see(&config, &e, &signed, None).unwrap_err().contains("unsigned"));
+        assert!(
+            refused.contains("only a request signed by that key"),
+            "{refused}"
+        );
+        assert!(may_see(&config, &e, &signed, None)
+            .unwrap_err()
+            .contains("unsigned"));
         assert_eq!(may_see(&config, &e, &Caller::default(), None), Ok(()));
     }
 

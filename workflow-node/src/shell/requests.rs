@@ -163,11 +163,17 @@ async fn handle(
                 );
                 return Some(wire::error_response(Some(request.id), e));
             };
-            let signer = identity::signer_of(msg.headers.as_ref(), msg.subject.as_str(), &msg.payload)
-                .map_err(|e| format!("the request's signature is refused: {e}"))
-                .and_then(|signer| {
-                    identity::may_see(&shared.config, &execution, &record.caller, signer.as_deref())
-                });
+            let signer =
+                identity::signer_of(msg.headers.as_ref(), msg.subject.as_str(), &msg.payload)
+                    .map_err(|e| format!("the request's signature is refused: {e}"))
+                    .and_then(|signer| {
+                        identity::may_see(
+                            &shared.config,
+                            &execution,
+                            &record.caller,
+                            signer.as_deref(),
+                        )
+                    });
             if let Err(why) = signer {
                 let e = ErrorObject::new(codes::NOT_PERMITTED, why);
                 return Some(wire::error_response(Some(request.id), e));
@@ -351,7 +357,12 @@ async fn start(
     let found = read_run(shared, workflow, &execution).await;
     if let Some(record) = found.as_ref().filter(|r| r.state.started) {
         // A request sent again joins the run, and gets its final reply: the owner's.
-        let owner = identity::may_see(&shared.config, &execution, &record.caller, caller.signer.as_deref());
+        let owner = identity::may_see(
+            &shared.config,
+            &execution,
+            &record.caller,
+            caller.signer.as_deref(),
+        );
         if let Err(why) = owner {
             return refuse(why);
         }
