@@ -407,7 +407,7 @@ async fn an_unsigned_run_is_cancelled_by_its_caller_name_and_task_id_or_an_opera
 
 #[tokio::test]
 async fn a_signed_call_through_the_sdk_is_cancelled_by_its_own_signed_cancel() {
-    let (m, k) = mesh().await;
+    let (m, _) = mesh().await;
     let owner = Signer::generate();
     let sdk = SdkMesh::new(m.client.clone()).signer(owner.clone());
     let mut asks = m
