@@ -13,6 +13,7 @@
 mod fields;
 mod graph;
 mod model;
+mod nesting;
 mod nodes;
 mod parse;
 mod problem;
@@ -40,6 +41,11 @@ pub fn parse_str(text: &str, origin: &str) -> Result<Workflow, Vec<Problem>> {
             return Err(sink.into_problems());
         }
     };
+    // A stored definition wraps its document, and must be read back.
+    if let Err(e) = crate::limits::check_depth("the file", &value) {
+        sink.push(None, "", e.to_string());
+        return Err(sink.into_problems());
+    }
     let Some(draft) = parse::parse_document(&value, &mut sink) else {
         return Err(sink.into_problems());
     };
@@ -71,6 +77,16 @@ fn parse_value(text: &str, origin: &str) -> Result<Value, SyntaxError> {
     if origin.to_ascii_lowercase().ends_with(".json") {
         serde_json::from_str(text).map_err(|e| SyntaxError::from_json(&e))
     } else {
+        if let Some((line, column)) = nesting::flow_too_deep(text, nesting::MAX_FLOW_DEPTH) {
+            return Err(SyntaxError::Yaml {
+                line: Some(line),
+                column: Some(column),
+                message: format!(
+                    "'[' and '{{' nest deeper than {} levels",
+                    nesting::MAX_FLOW_DEPTH
+                ),
+            });
+        }
         serde_yaml::from_str(text).map_err(|e| SyntaxError::from_yaml(&e))
     }
 }

@@ -102,7 +102,10 @@ pub fn interpret_reply(bytes: &[u8]) -> Option<ReplyMeaning> {
         }
     };
     match reading {
-        TaskReading::Output(output) => Some(ReplyMeaning::Output(output)),
+        TaskReading::Output(output) => match crate::limits::check_depth("the output", &output) {
+            Ok(()) => Some(ReplyMeaning::Output(output)),
+            Err(e) => failed(format!("the agent's reply was refused: {e}"), None),
+        },
         // A URI names its bucket; the worker reads either through `object_ref`.
         TaskReading::Artifact(name) | TaskReading::Object(name) => {
             Some(ReplyMeaning::Artifact(name))
