@@ -234,7 +234,7 @@ impl Request {
 
 /// A JSON error as a reader should see it: serde_json's own message, which says
 /// "recursion limit exceeded" for a document nested deeper than it reads (128 levels).
-pub(crate) fn json_error_text(e: &serde_json::Error) -> String {
+pub fn json_error_text(e: &serde_json::Error) -> String {
     let text = e.to_string();
     if text.starts_with("recursion limit exceeded") {
         format!("the JSON nests deeper than 128 levels ({text})")

@@ -12,18 +12,12 @@ use serde_json::{json, Value};
 use workflow_node::definition::{parse_str, Problem};
 use workflow_node::limits;
 
+mod fuzz_common;
 #[allow(dead_code)]
 #[path = "core_properties/workflows.rs"]
 mod workflows;
 
-/// Cases per property: `FUZZ_CASES`, or `default` (what a plain `cargo test` runs).
-fn config(default: u32) -> ProptestConfig {
-    let cases = std::env::var("FUZZ_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(default);
-    ProptestConfig::with_cases(cases)
-}
+use fuzz_common::{config, mutate, mutation, nested};
 
 /// Loads `text` as `origin`; a refusal must list problems, each with a message.
 fn exercise(text: &str, origin: &str) -> Result<(), TestCaseError> {
@@ -47,32 +41,8 @@ fn problems(text: &str, origin: &str) -> Vec<String> {
         .collect()
 }
 
-/// Every location in `v`, as JSON pointers (iteratively).
-fn pointers(v: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut stack = vec![(String::new(), v)];
-    while let Some((at, v)) = stack.pop() {
-        match v {
-            Value::Object(m) => {
-                for (k, c) in m {
-                    let k = k.replace('~', "~0").replace('/', "~1");
-                    stack.push((format!("{at}/{k}"), c));
-                }
-            }
-            Value::Array(items) => {
-                for (i, c) in items.iter().enumerate() {
-                    stack.push((format!("{at}/{i}"), c));
-                }
-            }
-            _ => {}
-        }
-        out.push(at);
-    }
-    out
-}
-
 /// A value that trips a parser or a check: wrong types, templates, limits.
-fn tricky() -> impl Strategy<Value = Value> {
+fn tricky() -> impl Strategy<Value = Value> + Clone {
     prop_oneof![
         Just(Value::Null),
         Just(json!(true)),
@@ -106,79 +76,22 @@ fn tricky() -> impl Strategy<Value = Value> {
     ]
 }
 
-fn nested(depth: usize) -> Value {
-    let mut v = json!(1);
-    for _ in 0..depth {
-        v = json!([v]);
-    }
-    v
-}
-
-#[derive(Debug, Clone)]
-enum Mutation {
-    Replace(prop::sample::Index, Value),
-    Remove(prop::sample::Index),
-    AddKey(prop::sample::Index, String, Value),
-}
-
-fn mutation() -> impl Strategy<Value = Mutation> {
-    let key = prop_oneof![
-        Just("id".to_string()),
-        Just("type".to_string()),
-        Just("depends_on".to_string()),
-        Just("dependsOn".to_string()),
-        Just("input".to_string()),
-        Just("when".to_string()),
-        Just("max_items".to_string()),
-        Just("nodes".to_string()),
-        "[a-z_]{1,12}",
-    ];
+/// Keys a definition has, and others.
+fn key() -> impl Strategy<Value = String> + Clone {
     prop_oneof![
-        (any::<prop::sample::Index>(), tricky()).prop_map(|(i, v)| Mutation::Replace(i, v)),
-        any::<prop::sample::Index>().prop_map(Mutation::Remove),
-        (any::<prop::sample::Index>(), key, tricky())
-            .prop_map(|(i, k, v)| Mutation::AddKey(i, k, v)),
+        prop::sample::select(vec![
+            "id",
+            "type",
+            "depends_on",
+            "dependsOn",
+            "input",
+            "when",
+            "max_items",
+            "nodes"
+        ])
+        .prop_map(str::to_string),
+        "[a-z_]{1,12}",
     ]
-}
-
-fn mutate(doc: &mut Value, m: &Mutation) {
-    let at = |i: &prop::sample::Index| {
-        let all = pointers(doc);
-        all[i.index(all.len())].clone()
-    };
-    match m {
-        Mutation::Replace(i, v) => {
-            let p = at(i);
-            if let Some(slot) = doc.pointer_mut(&p) {
-                *slot = v.clone();
-            }
-        }
-        Mutation::Remove(i) => {
-            let p = at(i);
-            let Some((parent, last)) = p.rsplit_once('/') else {
-                return;
-            };
-            match doc.pointer_mut(parent) {
-                Some(Value::Object(m)) => {
-                    m.shift_remove(&last.replace("~1", "/").replace("~0", "~"));
-                }
-                Some(Value::Array(items)) => {
-                    if let Ok(n) = last.parse::<usize>() {
-                        if n < items.len() {
-                            items.remove(n);
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
-        Mutation::AddKey(i, k, v) => {
-            let p = at(i);
-            if let Some(Value::Object(m)) = doc.pointer_mut(&p) {
-                m.insert(k.clone(), v.clone());
-            }
-        }
-    }
 }
 
 /// The generated workflow as a JSON value.
@@ -211,7 +124,7 @@ proptest! {
     }
 
     #[test]
-    fn mutated_workflows(doc in generated(), mutations in prop::collection::vec(mutation(), 1..4)) {
+    fn mutated_workflows(doc in generated(), mutations in prop::collection::vec(mutation(key(), tricky()), 1..4)) {
         let mut doc = doc;
         for m in &mutations {
             mutate(&mut doc, m);

@@ -81,7 +81,10 @@ pub fn interpret_reply(bytes: &[u8]) -> Option<ReplyMeaning> {
         Err(ReplyError::NotJsonRpc(e)) => {
             let preview: String = String::from_utf8_lossy(bytes).chars().take(120).collect();
             return failed(
-                format!("the agent sent a reply that is not a JSON-RPC response ({e}): {preview}"),
+                format!(
+                    "the agent sent a reply that is not a JSON-RPC response ({}): {preview}",
+                    messages::jsonrpc::json_error_text(&e)
+                ),
                 None,
             );
         }
