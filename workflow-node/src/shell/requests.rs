@@ -253,11 +253,12 @@ async fn start(
     };
     let h = msg.headers.as_ref();
     // A depth that is not a number is refused: read as 0, it would reset the count.
-    let depth: u32 = match header(h, headers::CALL_DEPTH).map(|d| d.trim().parse()) {
+    let depth = header(h, headers::CALL_DEPTH);
+    let depth: u32 = match depth.as_deref().map(|d| d.trim().parse()) {
         None => 0,
         Some(Ok(depth)) => depth,
         Some(Err(_)) => {
-            let text = header(h, headers::CALL_DEPTH).unwrap_or_default();
+            let text = depth.unwrap_or_default();
             return refuse(format!(
                 "{} '{text}' is not a call depth",
                 headers::CALL_DEPTH
