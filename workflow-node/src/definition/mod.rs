@@ -46,6 +46,16 @@ pub fn parse_str(text: &str, origin: &str) -> Result<Workflow, Vec<Problem>> {
         sink.push(None, "", e.to_string());
         return Err(sink.into_problems());
     }
+    // Not read at all: checking the graph grows with the square of the node count.
+    let nodes = value.pointer("/workflow/nodes").and_then(Value::as_array);
+    if let Some(n) = nodes
+        .map(Vec::len)
+        .filter(|n| *n > crate::limits::MAX_NODES)
+    {
+        let max = crate::limits::MAX_NODES;
+        sink.push(None, "nodes", format!("{n} nodes exceed max_nodes ({max})"));
+        return Err(sink.into_problems());
+    }
     let Some(draft) = parse::parse_document(&value, &mut sink) else {
         return Err(sink.into_problems());
     };

@@ -199,12 +199,6 @@ fn parse_nodes(
         Some(Value::Array(items)) if items.is_empty() => {
             w.problem(sink, "nodes", "a workflow needs at least one node");
         }
-        // Not read at all: checking the graph grows with the square of the node count.
-        Some(Value::Array(items)) if items.len() > limits::MAX_NODES => {
-            let max = limits::MAX_NODES;
-            let n = items.len();
-            w.problem(sink, "nodes", format!("{n} nodes exceed max_nodes ({max})"));
-        }
         Some(Value::Array(items)) => {
             for (i, item) in items.iter().enumerate() {
                 match parse_node(i, item, default_max_map_items, sink) {
