@@ -325,6 +325,7 @@ impl Converter {
                 match identifier.as_str() {
                     "__list" => Expr::List(self.args(arg, depth)?),
                     "__not" => Expr::Not(Box::new(self.convert(arg, depth + 1)?)),
+                    "__neg" => Expr::Neg(Box::new(self.convert(arg, depth + 1)?)),
                     "__in" => return Err("'in' needs a value on its left".to_string().into()),
                     name => {
                         let (func, arity) = match name {

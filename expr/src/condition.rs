@@ -164,6 +164,18 @@ mod tests {
         yes("TRUE && True");
         no("true AND False");
         yes("not not true");
+        // Found by fuzzing: `not -1` read as `__not - 1`, "unknown name '__not'".
+        yes("not -1 > 0");
+        yes("not - {{a.output.n}} > 0");
+        let err = eval("-5 not in -{{a.output.n}}").unwrap_err().to_string();
+        assert!(
+            err.contains("cannot look for a number (-5) in a number (-5)"),
+            "{err}"
+        );
+        assert!(eval("not -1")
+            .unwrap_err()
+            .to_string()
+            .contains("'not' needs true or false"));
         yes("{{a.output.n}} == 5 && ({{a.output.status}} == 'x' || {{a.output.flag}})");
         // Short-circuit: the right side would be an error.
         yes("true || {{a.output.missing}} > 1");

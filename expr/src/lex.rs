@@ -395,6 +395,11 @@ impl Lexer<'_> {
                 self.emit(")", true)
             }
             '+' if !self.after_value => Ok(()),
+            // After `not` or `in` (function names to evalexpr), `-` would subtract from the
+            // name.
+            '-' if self.out.ends_with(" __not") || self.out.ends_with(" __in") => {
+                self.emit("__neg", false)
+            }
             '+' | '-' | '*' | '/' => {
                 let mut buf = [0u8; 4];
                 self.emit(c.encode_utf8(&mut buf), false)

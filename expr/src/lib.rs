@@ -68,6 +68,37 @@ pub mod limits {
     pub const MAX_EXPR_TOKENS: usize = 1024;
     /// The deepest expression tree (a chain of 100 `or`s is 100 deep).
     pub const MAX_EXPR_DEPTH: usize = 128;
+    /// The deepest nesting of arrays and objects in a value a template resolves to (a
+    /// scalar is 0 deep, `[]` 1, `{"a": [1]}` 2). Whatever holds such a value (a request to
+    /// an agent, a run's record) adds a few levels and must stay readable under
+    /// serde_json's recursion limit of 128.
+    pub const MAX_VALUE_DEPTH: usize = 64;
+
+    use serde_json::Value;
+
+    /// Whether `value` nests arrays and objects deeper than `limit` (see
+    /// [`MAX_VALUE_DEPTH`]). Iterative, so any depth is measured without recursion, and it
+    /// stops at the first level past `limit`.
+    pub fn deeper_than(value: &Value, limit: usize) -> bool {
+        let nested = |c: &&Value| c.is_array() || c.is_object();
+        let mut stack: Vec<(&Value, usize)> = vec![(value, 0)];
+        while let Some((v, depth)) = stack.pop() {
+            // `v` is the level below `depth`.
+            if (v.is_array() || v.is_object()) && depth + 1 > limit {
+                return true;
+            }
+            match v {
+                Value::Array(items) => {
+                    stack.extend(items.iter().filter(nested).map(|c| (c, depth + 1)))
+                }
+                Value::Object(members) => {
+                    stack.extend(members.values().filter(nested).map(|c| (c, depth + 1)))
+                }
+                _ => {}
+            }
+        }
+        false
+    }
 }
 
 use serde_json::Value;

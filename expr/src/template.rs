@@ -8,7 +8,7 @@
 use crate::ast::Compiled;
 use crate::error::{clip, reason, ExprError};
 use crate::lex::Mode;
-use crate::limits::{MAX_NESTING, MAX_TEXT_LEN};
+use crate::limits::{deeper_than, MAX_NESTING, MAX_TEXT_LEN, MAX_VALUE_DEPTH};
 use crate::path::parse_reference;
 use crate::value::push_text;
 use crate::{Path, Scope};
@@ -362,13 +362,22 @@ impl Template {
         })
     }
 
-    /// Resolves the template against `scope`. Only arithmetic can fail (for example a string
-    /// times a number); missing paths are `null`.
+    /// Resolves the template against `scope`; missing paths are `null`. Fails on arithmetic
+    /// that cannot be done (a string times a number), and with an [`ExprError::Limit`] when
+    /// the value nests deeper than [`crate::limits::MAX_VALUE_DEPTH`].
     pub fn resolve(&self, scope: &dyn Scope) -> Result<Value, ExprError> {
-        self.root.resolve(scope).map_err(|reason| ExprError::Eval {
+        let value = self.root.resolve(scope).map_err(|reason| ExprError::Eval {
             text: clip(&self.source.to_string()),
             reason,
-        })
+        })?;
+        // A literal was measured when it was compiled (MAX_NESTING).
+        if !self.is_literal() && deeper_than(&value, MAX_VALUE_DEPTH) {
+            return Err(ExprError::Limit {
+                what: "nesting depth of the value a template resolves to",
+                limit: MAX_VALUE_DEPTH,
+            });
+        }
+        Ok(value)
     }
 
     /// Every path the template names, in order of appearance.

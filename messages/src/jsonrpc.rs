@@ -193,7 +193,7 @@ impl Request {
     /// is the request's when that much could be read, else null).
     pub fn from_slice(bytes: &[u8]) -> Result<Request, Box<Response>> {
         let value: Value = serde_json::from_slice(bytes)
-            .map_err(|e| error_response(None, codes::PARSE_ERROR, e.to_string()))?;
+            .map_err(|e| error_response(None, codes::PARSE_ERROR, json_error_text(&e)))?;
         Request::from_value(value)
     }
 
@@ -232,6 +232,17 @@ impl Request {
                 e.to_string(),
             )),
         }
+    }
+}
+
+/// A JSON error as a reader should see it: serde_json's own message, which says
+/// "recursion limit exceeded" for a document nested deeper than it reads (128 levels).
+pub fn json_error_text(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    if text.starts_with("recursion limit exceeded") {
+        format!("the JSON nests deeper than 128 levels ({text})")
+    } else {
+        text
     }
 }
 

@@ -20,7 +20,7 @@ use crate::workflow::{ResultStatus, WorkflowNodeResult};
 #[derive(Debug, thiserror::Error)]
 pub enum ReplyError {
     /// The bytes are not a JSON-RPC response carrying a task, message or status update.
-    #[error("not a JSON-RPC response: {0}")]
+    #[error("not a JSON-RPC response: {}", crate::jsonrpc::json_error_text(.0))]
     NotJsonRpc(#[source] serde_json::Error),
     /// The agent answered with a JSON-RPC error (it refused or could not parse the request).
     #[error("JSON-RPC error {}: {}", .0.code, .0.message)]

@@ -18,9 +18,16 @@ fn wf(yaml: &str) -> Workflow {
     parse_str(yaml, "test.yaml").unwrap_or_else(|p| panic!("{p:?}"))
 }
 
-/// A valid workflow of `n` agent nodes in a chain, each with a long input: its card is
-/// well over NATS's default 1 MiB payload.
+/// A valid workflow of `n` agent nodes in a chain, each with a long id and a long input:
+/// its card (the file and a diagram that repeats every id) is well over NATS's default
+/// 1 MiB payload, the file itself under it (`max_nodes` allows 1000 nodes).
 fn huge_workflow(n: usize) -> String {
+    // 188 characters.
+    const ID: &str = concat!(
+        "a_step_of_a_chain_with_a_long_name_that_the_diagram_repeats_in_every_edge_",
+        "and_in_every_node_so_that_the_card_grows_faster_than_the_file_does_which_",
+        "keeps_the_file_under_the_payload_limit_xx"
+    );
     let mut yaml = String::from(
         "name: Huge\nworkflow:\n  description: a very long chain\n  \
          input_schema: {type: object}\n  nodes:\n",
@@ -29,18 +36,18 @@ fn huge_workflow(n: usize) -> String {
         let depends = if i == 0 {
             String::new()
         } else {
-            format!(", depends_on: [step_{}]", i - 1)
+            format!(", depends_on: [{ID}_{}]", i - 1)
         };
         let _ = writeln!(
             yaml,
-            "    - {{id: step_{i}, type: agent, agent_name: Echo{depends}, input: \
+            "    - {{id: {ID}_{i}, type: agent, agent_name: Echo{depends}, input: \
              {{note: \"step {i} of a long chain that carries a fairly long note to make the \
              card large, and then some more words so that every node weighs a few hundred bytes\", value: \"{{{{workflow.input}}}}\"}}}}"
         );
     }
     let _ = writeln!(
         yaml,
-        "  output_mapping: {{last: \"{{{{step_{}.output}}}}\"}}",
+        "  output_mapping: {{last: \"{{{{{ID}_{}.output}}}}\"}}",
         n - 1
     );
     yaml
@@ -50,7 +57,7 @@ fn huge_workflow(n: usize) -> String {
 async fn a_card_over_the_payload_limit_reaches_the_mesh_with_its_diagram_in_the_object_store() {
     let server = mesh_tests::nats();
     let client = async_nats::connect(server.url()).await.unwrap();
-    let workflow = wf(&huge_workflow(3000));
+    let workflow = wf(&huge_workflow(1000));
     let full = workflow_node::visual::agent_card(&workflow, "mesh");
     let limit = client.server_info().max_payload;
     let full_size = serde_json::to_vec(&full).unwrap().len();

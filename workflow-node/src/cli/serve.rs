@@ -36,6 +36,11 @@ pub struct Args {
     /// Requests to one workflow handled at once; more wait their turn.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_requests: u32,
+    /// The largest request to a workflow, in bytes; a larger one is refused with a JSON-RPC
+    /// error (inputs larger than this go as artifacts in the object store).
+    #[arg(long, default_value_t = crate::limits::DEFAULT_MAX_REQUEST_BYTES as u64,
+          value_parser = clap::value_parser!(u64).range(1024..))]
+    pub max_request_bytes: u64,
     /// How long an ended run's record, keys, markers and artifacts are kept (`7d`, `12h`,
     /// `30s`; a bare number is seconds).
     #[arg(long, default_value = "7d", value_parser = retention)]
@@ -84,6 +89,9 @@ pub fn run(args: Args) -> ExitCode {
             ack_wait: Duration::from_secs_f64(args.ack_wait.max(0.5)),
             replicas: args.replicas,
             max_concurrent_requests: args.max_concurrent_requests as usize,
+            limits: crate::limits::Limits {
+                max_request_bytes: usize::try_from(args.max_request_bytes).unwrap_or(usize::MAX),
+            },
             retention: args.retention,
             dialect: args.dialect,
             metrics: MetricsConfig {

@@ -61,13 +61,25 @@ pub struct Execution {
     pub output: Option<Value>,
 }
 
+/// Reads a field that is there as `Some`, `null` included (an absent one is `None` by
+/// `default`): serde reads `null` into an `Option` as `None`, so a node whose agent answered
+/// `null` had no output any more once its state was read back (found by fuzzing).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
 /// One node's state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NodeState {
     /// Where the node is; a node without a `NodeState` is pending.
     pub status: NodeStatus,
-    /// Its output on success (for a loop's inner node: the last iteration's output).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Its output on success (for a loop's inner node: the last iteration's output). An
+    /// agent's `null` is `Some(null)`, and reads back so (see [`present`]).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub output: Option<Value>,
     /// Why it failed or was skipped.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -76,8 +76,13 @@ pub(crate) fn did_you_mean<'k>(
     known: impl IntoIterator<Item = &'k str>,
 ) -> Option<&'k str> {
     let lower = key.to_ascii_lowercase();
+    let chars = lower.chars().count();
     known
         .into_iter()
+        // The distance is at least the difference in length: a key much longer than every
+        // known one (a fuzzer's megabyte) is never compared, which would cost its length
+        // times theirs.
+        .filter(|k| chars.abs_diff(k.chars().count()) <= (k.len() / 3).max(1))
         .map(|k| (edit_distance(&lower, &k.to_ascii_lowercase()), k))
         .filter(|(d, k)| *d <= (k.len() / 3).max(1))
         .min_by_key(|(d, _)| *d)
@@ -270,6 +275,23 @@ impl<'a> Fields<'a> {
                 None
             }
         }
+    }
+
+    /// An optional whole number of at least `min` and at most `max`, the value of the limit
+    /// named `limit` (see [`crate::limits`]).
+    pub(crate) fn int_at_most(
+        &mut self,
+        sink: &mut Sink,
+        name: &str,
+        min: u64,
+        (limit, max): (&str, u64),
+    ) -> Option<u64> {
+        let n = self.int(sink, name, min)?;
+        if n > max {
+            self.problem(sink, name, format!("{n} exceeds {limit} ({max})"));
+            return None;
+        }
+        Some(n)
     }
 
     /// An optional duration: a duration string (`"5s"`, `"1m"`) or a number of seconds.

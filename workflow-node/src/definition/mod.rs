@@ -13,6 +13,7 @@
 mod fields;
 mod graph;
 mod model;
+mod nesting;
 mod nodes;
 mod parse;
 mod problem;
@@ -40,6 +41,21 @@ pub fn parse_str(text: &str, origin: &str) -> Result<Workflow, Vec<Problem>> {
             return Err(sink.into_problems());
         }
     };
+    // A stored definition wraps its document, and must be read back.
+    if let Err(e) = crate::limits::check_depth("the file", &value) {
+        sink.push(None, "", e.to_string());
+        return Err(sink.into_problems());
+    }
+    // Not read at all: checking the graph grows with the square of the node count.
+    let nodes = value.pointer("/workflow/nodes").and_then(Value::as_array);
+    if let Some(n) = nodes
+        .map(Vec::len)
+        .filter(|n| *n > crate::limits::MAX_NODES)
+    {
+        let max = crate::limits::MAX_NODES;
+        sink.push(None, "nodes", format!("{n} nodes exceed max_nodes ({max})"));
+        return Err(sink.into_problems());
+    }
     let Some(draft) = parse::parse_document(&value, &mut sink) else {
         return Err(sink.into_problems());
     };
@@ -71,6 +87,16 @@ fn parse_value(text: &str, origin: &str) -> Result<Value, SyntaxError> {
     if origin.to_ascii_lowercase().ends_with(".json") {
         serde_json::from_str(text).map_err(|e| SyntaxError::from_json(&e))
     } else {
+        if let Some((line, column)) = nesting::flow_too_deep(text, nesting::MAX_FLOW_DEPTH) {
+            return Err(SyntaxError::Yaml {
+                line: Some(line),
+                column: Some(column),
+                message: format!(
+                    "'[' and '{{' nest deeper than {} levels",
+                    nesting::MAX_FLOW_DEPTH
+                ),
+            });
+        }
         serde_yaml::from_str(text).map_err(|e| SyntaxError::from_yaml(&e))
     }
 }

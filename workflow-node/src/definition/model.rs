@@ -23,7 +23,8 @@ pub struct Workflow {
     pub max_execution_time: Duration,
     /// `default_node_timeout_seconds` (default 300): timeout of a node without `timeout`.
     pub default_node_timeout: Duration,
-    /// `default_max_map_items` (default 100): `max_items` of a map without one.
+    /// `default_max_map_items` (default 100, at most [`crate::limits::MAX_MAP_ITEMS`]):
+    /// `max_items` of a map without one.
     pub default_max_map_items: usize,
     /// `workflow.description` (required): what the workflow does, advertised as the
     /// agent card's description so callers can pick it.
@@ -45,7 +46,8 @@ pub struct Workflow {
     pub on_exit: ExitHandlers,
     /// `workflow.fail_fast` (default true).
     pub fail_fast: bool,
-    /// `workflow.max_call_depth` (default 10, at least 1).
+    /// `workflow.max_call_depth` (default 10, from 1 to [`crate::limits::MAX_CALL_DEPTH`]):
+    /// a request whose `Mesh-Call-Depth` is larger is refused.
     pub max_call_depth: u32,
     /// `workflow.retry_strategy`: the default for every agent node without its own.
     pub retry_strategy: Option<RetryStrategy>,
@@ -266,7 +268,8 @@ pub struct MapNode {
     pub node: NodeId,
     /// `concurrency_limit`: most items in flight at once; `None` is unlimited.
     pub concurrency_limit: Option<usize>,
-    /// `max_items` (default: the file's `default_max_map_items`): more items fail the map.
+    /// `max_items` (default: the file's `default_max_map_items`; at most
+    /// [`crate::limits::MAX_MAP_ITEMS`]): more items fail the map.
     pub max_items: usize,
 }
 

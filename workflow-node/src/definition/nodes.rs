@@ -6,7 +6,7 @@ use serde_json::Value;
 use workflow_expr::Condition;
 
 use super::fields::{type_name, Fields};
-use super::parse::is_token;
+use super::parse::{is_token, map_items_limit};
 use super::problem::Sink;
 use super::{
     ApprovalNode, Approver, Backoff, Call, CallTarget, ForkBranch, JoinStrategy, LoopNode,
@@ -420,9 +420,11 @@ fn parse_map(f: &mut Fields<'_>, sink: &mut Sink, default_max_items: usize) -> M
         concurrency_limit: f
             .int(sink, "concurrency_limit", 1)
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
-        max_items: f.int(sink, "max_items", 1).map_or(default_max_items, |n| {
-            usize::try_from(n).unwrap_or(usize::MAX)
-        }),
+        max_items: f
+            .int_at_most(sink, "max_items", 1, map_items_limit())
+            .map_or(default_max_items, |n| {
+                usize::try_from(n).unwrap_or(usize::MAX)
+            }),
     }
 }
 

@@ -12,12 +12,17 @@ use super::fields::{type_name, Fields};
 use super::nodes::{parse_node, parse_retry, Parsed};
 use super::problem::Sink;
 use super::{ExitHandlers, Graph, Node, Workflow};
+use crate::limits;
 
 /// Defaults of the file's settings (the reference system's).
 const DEFAULT_MAX_EXECUTION_SECS: f64 = 1800.0;
 const DEFAULT_NODE_TIMEOUT_SECS: f64 = 300.0;
 const DEFAULT_MAX_MAP_ITEMS: usize = 100;
-const DEFAULT_MAX_CALL_DEPTH: u32 = 10;
+
+/// `max_map_items`, for [`Fields::int_at_most`].
+pub(crate) fn map_items_limit() -> (&'static str, u64) {
+    ("max_map_items", limits::MAX_MAP_ITEMS as u64)
+}
 
 /// A parsed file: the workflow (graph not yet filled) and the ids of nodes that had an id but
 /// could not be read at all (unknown type), so that references to them are not reported as
@@ -88,7 +93,7 @@ fn parse_top_level(f: &mut Fields<'_>, sink: &mut Sink) -> TopLevel {
         DEFAULT_NODE_TIMEOUT_SECS,
     );
     let default_max_map_items = f
-        .int(sink, "default_max_map_items", 1)
+        .int_at_most(sink, "default_max_map_items", 1, map_items_limit())
         .map_or(DEFAULT_MAX_MAP_ITEMS, |n| {
             usize::try_from(n).unwrap_or(usize::MAX)
         });
@@ -124,9 +129,13 @@ fn parse_block(block: &Value, top: TopLevel, sink: &mut Sink) -> Option<Draft> {
     let skills = parse_skills(&mut w, sink);
     let on_exit = parse_on_exit(&mut w, sink);
     let fail_fast = w.bool(sink, "fail_fast").unwrap_or(true);
+    let call_depth_limit = (
+        "the ceiling of max_call_depth",
+        u64::from(limits::MAX_CALL_DEPTH),
+    );
     let max_call_depth = w
-        .int(sink, "max_call_depth", 1)
-        .map_or(DEFAULT_MAX_CALL_DEPTH, |n| {
+        .int_at_most(sink, "max_call_depth", 1, call_depth_limit)
+        .map_or(limits::DEFAULT_MAX_CALL_DEPTH, |n| {
             u32::try_from(n).unwrap_or(u32::MAX)
         });
     let retry_strategy = match w.get(sink, "retry_strategy", &[]) {

@@ -85,7 +85,7 @@ impl SyntaxError {
         SyntaxError::Yaml {
             line: loc.as_ref().map(|l| l.line()),
             column: loc.as_ref().map(|l| l.column()),
-            message,
+            message: with_depth_hint(message),
         }
     }
 
@@ -98,8 +98,17 @@ impl SyntaxError {
         SyntaxError::Json {
             line: e.line(),
             column: e.column(),
-            message,
+            message: with_depth_hint(message),
         }
+    }
+}
+
+/// Both parsers stop at 128 levels with "recursion limit exceeded": say what that means.
+fn with_depth_hint(message: String) -> String {
+    if message == "recursion limit exceeded" {
+        format!("{message} (the file nests deeper than 128 levels)")
+    } else {
+        message
     }
 }
 

@@ -112,6 +112,8 @@ pub struct Config {
     /// wait, unread, in the subscription's buffer: a burst slows, it never spawns a task
     /// per request.
     pub max_concurrent_requests: usize,
+    /// The limits this replica sets (see [`crate::limits`] for every limit).
+    pub limits: crate::limits::Limits,
     /// How long what an ended run leaves behind is kept: its record, the keys beside it,
     /// its final-reply markers, its artifacts (default 7 days). Also the most an event
     /// may wait unprocessed in a workflow's stream.
@@ -157,6 +159,7 @@ impl Default for Config {
             max_deliver: 10,
             max_state_bytes: None,
             max_concurrent_requests: 256,
+            limits: crate::limits::Limits::default(),
             retention: Duration::from_secs(7 * 24 * 3600),
             cache_bytes: 256 << 20,
             reply_in_flight: Duration::from_secs(30),

@@ -140,6 +140,10 @@ async fn handle(
     msg: &async_nats::Message,
     reply_to: Option<String>,
 ) -> Option<Vec<u8>> {
+    if let Err(e) = shared.config.limits.check_request(&msg.payload) {
+        let e = ErrorObject::new(codes::INVALID_REQUEST, e.to_string());
+        return Some(wire::error_response(None, e));
+    }
     let request = match Request::from_slice(&msg.payload) {
         Ok(r) => r,
         Err(response) => return Some(wire::encode(&response)),
@@ -300,9 +304,19 @@ async fn start(
         ))
     };
     let h = msg.headers.as_ref();
-    let depth: u32 = header(h, headers::CALL_DEPTH)
-        .and_then(|d| d.trim().parse().ok())
-        .unwrap_or(0);
+    // A depth that is not a number is refused: read as 0, it would reset the count.
+    let depth = header(h, headers::CALL_DEPTH);
+    let depth: u32 = match depth.as_deref().map(|d| d.trim().parse()) {
+        None => 0,
+        Some(Ok(depth)) => depth,
+        Some(Err(_)) => {
+            let text = depth.unwrap_or_default();
+            return refuse(format!(
+                "{} '{text}' is not a call depth",
+                headers::CALL_DEPTH
+            ));
+        }
+    };
     if depth > workflow.max_call_depth {
         return refuse(format!(
             "call depth {depth} exceeds max_call_depth ({}) of {}",
@@ -399,6 +413,7 @@ async fn input_of(
         }
         Err(e) => return Err(format!("invalid input: {e}")),
     };
+    crate::limits::check_depth("the input", &input).map_err(|e| e.to_string())?;
     if let Some(schema) = &workflow.input_schema {
         let violations = schema.violations(&input);
         if !violations.is_empty() {

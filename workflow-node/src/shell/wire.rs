@@ -81,7 +81,10 @@ pub fn interpret_reply(bytes: &[u8]) -> Option<ReplyMeaning> {
         Err(ReplyError::NotJsonRpc(e)) => {
             let preview: String = String::from_utf8_lossy(bytes).chars().take(120).collect();
             return failed(
-                format!("the agent sent a reply that is not a JSON-RPC response ({e}): {preview}"),
+                format!(
+                    "the agent sent a reply that is not a JSON-RPC response ({}): {preview}",
+                    messages::jsonrpc::json_error_text(&e)
+                ),
                 None,
             );
         }
@@ -102,7 +105,10 @@ pub fn interpret_reply(bytes: &[u8]) -> Option<ReplyMeaning> {
         }
     };
     match reading {
-        TaskReading::Output(output) => Some(ReplyMeaning::Output(output)),
+        TaskReading::Output(output) => match crate::limits::check_depth("the output", &output) {
+            Ok(()) => Some(ReplyMeaning::Output(output)),
+            Err(e) => failed(format!("the agent's reply was refused: {e}"), None),
+        },
         // A URI names its bucket; the worker reads either through `object_ref`.
         TaskReading::Artifact(name) | TaskReading::Object(name) => {
             Some(ReplyMeaning::Artifact(name))

@@ -448,7 +448,14 @@ fn sealed_event(
 /// event comes back later, when it could not be read for now.
 fn artifact_output(name: &str, read: Result<serde_json::Value>) -> Result<ReplyMeaning> {
     match read {
-        Ok(v) => Ok(ReplyMeaning::Output(v)),
+        Ok(v) => Ok(match crate::limits::check_depth("the output", &v) {
+            Ok(()) => ReplyMeaning::Output(v),
+            Err(e) => ReplyMeaning::Failed(core::Failure {
+                class: core::FailureClass::Failed,
+                message: format!("the agent's output artifact '{name}' was refused: {e}"),
+                kind: None,
+            }),
+        }),
         Err(e @ (Error::Connection { .. } | Error::Setup { .. })) => Err(e),
         Err(e) => Ok(ReplyMeaning::Failed(core::Failure {
             class: core::FailureClass::Failed,

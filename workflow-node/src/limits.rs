@@ -1,0 +1,127 @@
+//! Every limit on what the node accepts, in one place, with its default. Exceeding one is
+//! an error that names the limit ([`LimitExceeded`]), never a crash or unbounded work.
+//!
+//! | limit | default | where it is checked |
+//! |---|---|---|
+//! | `max_request_bytes` | 8 MiB | a request to a workflow, before it is parsed (`serve --max-request-bytes`) |
+//! | `max_json_depth` | 64 | a workflow input, an agent's output, a value a template resolves to, a definition file |
+//! | `max_nodes` | 1000 | a definition's `nodes` |
+//! | `max_map_items` | 1 000 000 | a map's `max_items` and the file's `default_max_map_items` |
+//! | template and condition length | 16 KiB | each template string and each condition, at load |
+//! | `max_call_depth` | 10, at most 100 | a request's `Mesh-Call-Depth` (per workflow; the ceiling is fixed) |
+//!
+//! Only the request size is set per replica ([`Limits`]): the others decide whether a
+//! definition loads, or what a run's record may hold, and must be the same on every replica
+//! and in `workflow-node validate`. JSON nesting stays well under serde_json's recursion
+//! limit of 128, because requests, events and run records wrap the values they carry in a
+//! few levels of their own, and each must be read back.
+
+use serde_json::Value;
+
+/// The limits a replica may set (`serve` flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The largest request to a workflow, in bytes (default [`DEFAULT_MAX_REQUEST_BYTES`]).
+    /// A larger one is answered with a JSON-RPC error and not parsed. Inputs larger than
+    /// this travel as artifacts in the object store.
+    pub max_request_bytes: usize,
+}
+
+/// The default of [`Limits::max_request_bytes`]: 8 MiB.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 8 << 20;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+        }
+    }
+}
+
+/// The deepest nesting of arrays and objects in a workflow input, an agent's output, a
+/// value a template resolves to, and a definition file (a scalar is 0 deep, `[]` 1).
+pub const MAX_JSON_DEPTH: usize = workflow_expr::limits::MAX_VALUE_DEPTH;
+
+/// The most nodes in one definition (its checks grow with the square of the node count).
+pub const MAX_NODES: usize = 1000;
+
+/// The largest `max_items` a map may set (its items are resolved, kept and counted).
+pub const MAX_MAP_ITEMS: usize = 1_000_000;
+
+/// The longest template string and condition, in bytes.
+pub const MAX_EXPRESSION_LEN: usize = workflow_expr::limits::MAX_TEXT_LEN;
+
+/// `max_call_depth` of a workflow that sets none.
+pub const DEFAULT_MAX_CALL_DEPTH: u32 = 10;
+
+/// The largest `max_call_depth` a workflow may set: a chain of calls between workflows
+/// (one calling itself, or two calling each other) stops at this depth.
+pub const MAX_CALL_DEPTH: u32 = 100;
+
+/// A limit was exceeded: what, which limit, and its value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} exceeds {limit} ({max})")]
+pub struct LimitExceeded {
+    /// What was too large, with its size when known ("a request of 9000000 bytes").
+    pub what: String,
+    /// The limit's name, as this module's table and the README write it.
+    pub limit: &'static str,
+    /// The limit's value.
+    pub max: usize,
+}
+
+impl Limits {
+    /// Checks a request's size before it is parsed.
+    pub fn check_request(&self, bytes: &[u8]) -> Result<(), LimitExceeded> {
+        if bytes.len() > self.max_request_bytes {
+            return Err(LimitExceeded {
+                what: format!("a request of {} bytes", bytes.len()),
+                limit: "max_request_bytes",
+                max: self.max_request_bytes,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Checks that `value` (described by `what`, e.g. "the input") nests at most
+/// [`MAX_JSON_DEPTH`] deep. Measured without recursion.
+pub fn check_depth(what: &str, value: &Value) -> Result<(), LimitExceeded> {
+    if workflow_expr::limits::deeper_than(value, MAX_JSON_DEPTH) {
+        return Err(LimitExceeded {
+            what: format!("the nesting depth of {what}"),
+            limit: "max_json_depth",
+            max: MAX_JSON_DEPTH,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn errors_name_the_limit() {
+        let limits = Limits {
+            max_request_bytes: 4,
+        };
+        assert!(limits.check_request(b"1234").is_ok());
+        let e = limits.check_request(b"12345").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "a request of 5 bytes exceeds max_request_bytes (4)"
+        );
+        let mut deep = json!(1);
+        for _ in 0..MAX_JSON_DEPTH {
+            deep = json!([deep]);
+        }
+        assert!(check_depth("the input", &deep).is_ok());
+        let e = check_depth("the input", &json!({ "a": deep })).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the nesting depth of the input exceeds max_json_depth (64)"
+        );
+    }
+}
