@@ -20,7 +20,7 @@ use shell_common::Mesh;
 use workflow_node::cli::client::{
     get_run, get_run_signed, invoke_as, new_task_id, RunResult, StartAs,
 };
-use workflow_node::shell::{names, Config};
+use workflow_node::shell::{names, Config, WorkflowNode};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -559,4 +559,51 @@ async fn a_signed_run_is_joined_and_read_only_by_its_key_or_an_operator() {
     let answer = cancel(&m, &task, None, Some(&owner)).await;
     assert!(answer.get("result").is_some(), "{answer}");
     assert_eq!(run.await.unwrap().status, "cancelled");
+}
+
+#[tokio::test]
+async fn a_gate_is_decided_by_the_approvers_of_the_version_its_run_started_with() {
+    let (mut m, k) = mesh().await;
+    let (execution, run) = start_waiting(&m, "Gate", &new_task_id(), None).await;
+    // Version 2 names only mallory; the run started under the first version (alice, bob).
+    let v2 = GATE
+        .replace(
+            "description: an approval",
+            "version: \"2\"\n  description: an approval",
+        )
+        .replace("approvers: [alice, \"{BOB}\"]", "approvers: [mallory]");
+    let config = Config {
+        approvers: [("mallory", &k.mallory), ("alice", &k.alice)]
+            .into_iter()
+            .map(|(n, s)| (n.to_string(), s.public_key().to_string()))
+            .collect(),
+        operators: vec![k.boss.public_key().to_string()],
+        ..Config::default()
+    };
+    let replacement =
+        WorkflowNode::start(m.client.clone(), shell_common::workflows(&[&v2]), config)
+            .await
+            .expect("a replica of version 2");
+    m.replace_node(replacement).shutdown().await;
+    let now = SystemTime::now();
+    let by_mallory = decide(
+        &m,
+        "Gate",
+        decision(&execution, None, true),
+        Some((&k.mallory, now)),
+    )
+    .await;
+    let refused = by_mallory.expect_err("version 2's approver decided a version 1 gate");
+    assert!(refused.contains("may not decide"), "{refused}");
+    let by_alice = decide(
+        &m,
+        "Gate",
+        decision(&execution, None, true),
+        Some((&k.alice, now)),
+    )
+    .await;
+    assert!(by_alice.is_ok(), "{by_alice:?}");
+    let r = run.await.unwrap();
+    assert_eq!(r.status, "success", "{r:?}");
+    assert_eq!(r.output, Some(json!({"went": true, "by": "alice"})));
 }

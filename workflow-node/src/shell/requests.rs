@@ -136,7 +136,7 @@ pub(super) fn caller_name(msg: &async_nats::Message) -> Option<String> {
 /// end instead).
 async fn handle(
     shared: &Shared,
-    workflow: &Workflow,
+    workflow: &Arc<Workflow>,
     msg: &async_nats::Message,
     reply_to: Option<String>,
 ) -> Option<Vec<u8>> {
@@ -230,13 +230,20 @@ pub(super) async fn find_run(
 /// waiting).
 async fn approve(
     shared: &Shared,
-    workflow: &Workflow,
+    served: &Arc<Workflow>,
     msg: &async_nats::Message,
     d: WorkflowApprovalDecision,
 ) -> Result<String, String> {
-    let (execution, record) = find_run(shared, workflow, None, &d.execution_id)
+    let (execution, record) = find_run(shared, served, None, &d.execution_id)
         .await
-        .ok_or_else(|| format!("no run of {} with id '{}'", workflow.name, d.execution_id))?;
+        .ok_or_else(|| format!("no run of {} with id '{}'", served.name, d.execution_id))?;
+    // The gate is the one of the run's own definition (the version it started with), not
+    // the one this replica serves: its approvers may differ.
+    let workflow = shared
+        .definitions
+        .for_run(served, record.definition.as_deref())
+        .await
+        .map_err(|e| format!("the definition of run {execution} cannot be read: {e}"))?;
     let Some(NodeKind::Approval(def)) = workflow.node(&d.node_id).map(|n| &n.kind) else {
         return Err(format!(
             "'{}' is not an approval node of {}",

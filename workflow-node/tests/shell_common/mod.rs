@@ -22,6 +22,14 @@ pub(crate) struct Mesh {
     _dir: tempfile::TempDir,
 }
 
+impl Mesh {
+    /// Puts `node` in the place of the mesh's node and returns the one it replaces (to shut
+    /// it down: a replica replaced by another, as in a rolling upgrade).
+    pub(crate) fn replace_node(&mut self, node: WorkflowNode) -> WorkflowNode {
+        std::mem::replace(&mut self.node, node)
+    }
+}
+
 /// Parses workflow definitions, failing the test on any problem.
 pub(crate) fn workflows(yamls: &[&str]) -> Vec<Workflow> {
     yamls
