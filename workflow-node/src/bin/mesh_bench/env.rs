@@ -220,3 +220,21 @@ pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
 }
+
+/// CPU time (user and system) that process `pid` has used so far, from `/proc` (Linux;
+/// `None` elsewhere). Ticks are the kernel's USER_HZ, 100 a second on Linux.
+pub(crate) fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name, field 2, is in parentheses and may hold spaces: count after it.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
+}
+
+/// CPU time of the bench process (the in-process node, agents and callers) and of our
+/// server, so far.
+pub(crate) fn cpu_times(env: &Env) -> (Option<Duration>, Option<Duration>) {
+    let server = env.server.as_ref().and_then(|s| s.pid()).and_then(cpu_time);
+    (cpu_time(std::process::id()), server)
+}

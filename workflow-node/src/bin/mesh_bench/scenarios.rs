@@ -147,6 +147,7 @@ pub(crate) async fn chain(env: &Env) -> Result<Report> {
         mesh.run("Chain", &input, timeout).await?;
     }
     let before = env.counters().await?;
+    let cpu_before = env::cpu_times(env);
     let (mut overhead, mut start, mut latency) = (Vec::new(), Vec::new(), Vec::new());
     let deadline = Instant::now() + Duration::from_secs(60);
     for _ in 0..300 {
@@ -165,13 +166,15 @@ pub(crate) async fn chain(env: &Env) -> Result<Report> {
             start.push(first.saturating_duration_since(t0));
         }
     }
-    let counts = per_unit(
-        env,
-        &mesh.ns,
-        before.as_ref(),
-        (latency.len() * CHAIN_NODES) as u64,
-    )
-    .await?;
+    let cpu_after = env::cpu_times(env);
+    let nodes = (latency.len() * CHAIN_NODES) as u32;
+    let cpu_per_node = |b: Option<Duration>, a: Option<Duration>| {
+        b.zip(a)
+            .map(|(b, a)| a.saturating_sub(b).as_secs_f64() * 1e6 / f64::from(nodes.max(1)))
+    };
+    let bench_cpu = cpu_per_node(cpu_before.0, cpu_after.0);
+    let server_cpu = cpu_per_node(cpu_before.1, cpu_after.1);
+    let counts = per_unit(env, &mesh.ns, before.as_ref(), u64::from(nodes)).await?;
     // Which messages, apart from the timed runs.
     let tap = Wiretap::start(env.connect().await?, &mesh.ns).await?;
     for _ in 0..WIRETAP_RUNS {
@@ -215,6 +218,13 @@ pub(crate) async fn chain(env: &Env) -> Result<Report> {
             ),
         ),
     ];
+    if let (Some(b), Some(s)) = (bench_cpu, server_cpu) {
+        rows.push((
+            "CPU per node execution: bench / server".into(),
+            format!("{} (node, agent, caller) / {} (nats-server)", us(b), us(s)),
+        ));
+        json["cpu_per_node_us"] = json!({"bench": round(b), "server": round(s)});
+    }
     add_counts(&mut json, &mut rows, "per_node_execution", counts, &floor);
     rows.push((
         format!("messages per node by subject ({WIRETAP_RUNS} runs, not timed)"),
