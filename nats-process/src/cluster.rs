@@ -136,10 +136,7 @@ impl Cluster {
 
     /// The meta leader that node `i` reports on `/jsz`, or why it cannot tell.
     fn meta_leader(&self, i: usize) -> Result<String, String> {
-        let port = self.nodes[i]
-            .options()
-            .http_port
-            .ok_or("no monitoring port")?;
+        let port = self.nodes[i].http_port().ok_or("no monitoring port")?;
         let body = http_get(port, "/jsz").map_err(|e| e.to_string())?;
         let json: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
         match json["meta_cluster"]["leader"].as_str() {
@@ -164,7 +161,7 @@ fn free_ports(n: usize) -> Result<Vec<u16>, Error> {
 
 /// A plain HTTP/1.0 GET on 127.0.0.1 returning the body; enough for the monitoring
 /// endpoints, which answer small JSON documents and close the connection.
-fn http_get(port: u16, path: &str) -> std::io::Result<String> {
+pub(crate) fn http_get(port: u16, path: &str) -> std::io::Result<String> {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
     stream.set_read_timeout(Some(Duration::from_secs(2)))?;

@@ -22,7 +22,8 @@ pub(crate) struct Rendered<'a> {
     pub(crate) server_name: Option<&'a str>,
     /// `None` for an ephemeral port (`-1`).
     pub(crate) port: Option<u16>,
-    pub(crate) http_port: Option<u16>,
+    /// `-1` for an ephemeral port.
+    pub(crate) http_port: Option<i32>,
     pub(crate) log_file: &'a Path,
     pub(crate) store_dir: &'a Path,
     pub(crate) max_payload: Option<u64>,

@@ -33,7 +33,8 @@ pub struct Options {
     pub data_dir: Option<PathBuf>,
     /// Client port on 127.0.0.1; `None` picks a free one (`listen: 127.0.0.1:-1`).
     pub port: Option<u16>,
-    /// Monitoring HTTP port on 127.0.0.1 (`/varz`, `/jsz`, ...); `None`: off.
+    /// Monitoring HTTP port on 127.0.0.1 (`/varz`, `/jsz`, ...); `Some(0)` picks a free
+    /// one (read back with [`NatsServer::http_port`]); `None`: off.
     pub http_port: Option<u16>,
     /// `max_payload` in bytes; `None`: the server's default (1 MiB).
     pub max_payload: Option<u64>,
@@ -87,6 +88,8 @@ pub struct NatsServer {
     child: Option<Child>,
     /// The client port; fixed after the first start so restarts keep it.
     port: u16,
+    /// The monitoring port, when on; fixed after the first start as `port` is.
+    http_port: Option<u16>,
     /// Number of starts so far; each run gets its own log file.
     runs: u32,
 }
@@ -110,6 +113,7 @@ impl NatsServer {
         };
         let mut server = NatsServer {
             port: options.port.unwrap_or(0),
+            http_port: options.http_port,
             options,
             binary,
             home,
@@ -128,6 +132,24 @@ impl NatsServer {
     /// The client port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The monitoring port (`/varz`, `/jsz`, ...), when [`Options::http_port`] turned it
+    /// on: the one picked when it asked for `Some(0)`.
+    pub fn http_port(&self) -> Option<u16> {
+        self.http_port
+    }
+
+    /// `GET path` on the monitoring port (`/varz`, `/jsz?streams=true`, ...): the body of
+    /// a 200 answer. Blocking; a monitoring endpoint answers a small document at once.
+    pub fn monitor(&self, path: &str) -> Result<String, Error> {
+        let port = self.http_port.ok_or_else(|| {
+            Error::io(
+                format!("GET {path}"),
+                std::io::Error::other("monitoring is off (Options::http_port is None)"),
+            )
+        })?;
+        crate::cluster::http_get(port, path).map_err(|e| Error::io(format!("GET :{port}{path}"), e))
     }
 
     /// The JetStream store directory.
@@ -227,7 +249,10 @@ impl NatsServer {
             include: include.as_deref(),
             server_name: self.options.server_name.as_deref(),
             port: (self.port != 0).then_some(self.port),
-            http_port: self.options.http_port,
+            // 0 is nats-server's "off": ask it for an ephemeral port with -1 instead.
+            http_port: self
+                .http_port
+                .map(|p| if p == 0 { -1 } else { i32::from(p) }),
             log_file: &log,
             store_dir: &store,
             max_payload: self.options.max_payload,
@@ -252,14 +277,18 @@ impl NatsServer {
             .spawn()
             .map_err(|e| Error::io(format!("spawning {}", self.binary.display()), e))?;
         self.child = Some(child);
-        let port = self.wait_ready()?;
+        let (port, http_port) = self.wait_ready()?;
         self.port = port;
+        if self.http_port.is_some() {
+            self.http_port = http_port;
+        }
         Ok(())
     }
 
     /// Polls the log until it names the client port and says "Server is ready", then
-    /// connects to that port and expects an `INFO` line. Kills the child on failure.
-    fn wait_ready(&mut self) -> Result<u16, Error> {
+    /// connects to that port and expects an `INFO` line; returns the client port and the
+    /// monitoring port the log names (if any). Kills the child on failure.
+    fn wait_ready(&mut self) -> Result<(u16, Option<u16>), Error> {
         let timeout = self.options.ready_timeout.unwrap_or(READY_TIMEOUT);
         let deadline = Instant::now() + timeout;
         let log = self.log_path();
@@ -272,7 +301,7 @@ impl NatsServer {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
             if let (Some(port), true) = (client_port(&text), text.contains("Server is ready")) {
                 match hello(port) {
-                    Ok(()) => break Ok(port),
+                    Ok(()) => break Ok((port, monitor_port(&text))),
                     Err(e) if Instant::now() >= deadline => {
                         break Err(format!("port {port} does not answer: {e}"))
                     }
@@ -355,6 +384,15 @@ fn client_port(log: &str) -> Option<u16> {
     addr.rsplit(':').next()?.parse().ok()
 }
 
+/// The port in "Starting http monitor on 127.0.0.1:PORT" (logged before the client
+/// listener's line, so present once that one is).
+fn monitor_port(log: &str) -> Option<u16> {
+    const MARK: &str = "monitor on ";
+    let rest = &log[log.find(MARK)? + MARK.len()..];
+    let addr = rest.split_whitespace().next()?;
+    addr.rsplit(':').next()?.parse().ok()
+}
+
 /// Connects and reads the server's greeting, which starts with `INFO`.
 fn hello(port: u16) -> std::io::Result<()> {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
@@ -396,5 +434,13 @@ mod tests {
                    [1] [INF] Server is ready\n";
         assert_eq!(client_port(log), Some(40321));
         assert_eq!(client_port("[1] [INF] Starting nats-server"), None);
+    }
+
+    #[test]
+    fn finds_the_monitoring_port_in_the_log() {
+        let log = "[1] [INF] Starting http monitor on 127.0.0.1:41234\n\
+                   [1] [INF] Listening for client connections on 127.0.0.1:40321\n";
+        assert_eq!(monitor_port(log), Some(41234));
+        assert_eq!(monitor_port("[1] [INF] Server is ready"), None);
     }
 }

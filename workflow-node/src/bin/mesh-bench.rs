@@ -1,9 +1,13 @@
 //! `mesh-bench`: the end-to-end benchmark of the workflow node over real NATS.
 //!
-//! `cargo run --release -p workflow-node --bin mesh-bench -- SCENARIO [--nats-url URL]
-//! [--json FILE]`, SCENARIO one of `chain`, `throughput`, `map`, `replicas`, `resume`, `all`.
-//! Starts its own nats-server unless given a URL; prints a table; writes one JSON object per
-//! scenario with `--json`. The bench, the server and the node share the machine's cores.
+//! `cargo run --release -p workflow-node --bin mesh-bench -- SCENARIO [--nats-url URL
+//! [--monitor-url URL]] [--json FILE]`, SCENARIO one of `chain`, `throughput`, `map`,
+//! `replicas`, `resume`, `all`. Starts its own nats-server (monitoring on an ephemeral
+//! loopback port) unless given a URL; prints a table; writes one JSON object per scenario
+//! with `--json`. With monitoring, `chain`, `throughput`, `map` and every floor also report
+//! the server's own counts (JetStream writes, messages and bytes in and out) per node
+//! execution, per map item and per floor operation. The bench, the server and the node
+//! share the machine's cores.
 
 mod mesh_bench;
 
@@ -12,6 +16,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Parser, ValueEnum};
+use mesh_bench::counters::Monitor;
 use mesh_bench::env::Env;
 use mesh_bench::{procs, scenarios, Report};
 
@@ -42,6 +47,10 @@ struct Args {
     /// Use this server instead of starting one.
     #[arg(long)]
     nats_url: Option<String>,
+    /// The monitoring endpoint (http://HOST:PORT) of the server given by `--nats-url`,
+    /// for the server's counts; without it they are left out. Our own server's is known.
+    #[arg(long, requires = "nats_url")]
+    monitor_url: Option<String>,
     /// Write the figures here as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -66,7 +75,12 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<()> {
-    let env = Env::new(args.nats_url.clone())?;
+    let monitor = args
+        .monitor_url
+        .as_deref()
+        .map(Monitor::parse)
+        .transpose()?;
+    let env = Env::new(args.nats_url.clone(), monitor)?;
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
         "mesh-bench on {} ({} server, {cores} cores shared by the server, the node, the agents and the bench)",
@@ -88,7 +102,7 @@ async fn run(args: Args) -> Result<()> {
         let report = match s {
             Scenario::Chain => scenarios::chain(&env).await?,
             Scenario::Throughput => scenarios::throughput(&env).await?,
-            Scenario::Map => scenarios::map(&env).await?,
+            Scenario::Map => mesh_bench::map::map(&env).await?,
             Scenario::Replicas => procs::replicas(&env).await?,
             Scenario::Resume => procs::resume(&env).await?,
             Scenario::All => unreachable!("expanded above"),
@@ -118,6 +132,10 @@ fn print_table(r: &Report) {
             format!("{:.0} µs / {:.0} µs", f.cas_p50, f.cas_p99),
         ),
     ];
+    if let Some((rr, cas)) = &f.counts {
+        rows.push(("floor per request/reply".into(), rr.text()));
+        rows.push(("floor per KV CAS".into(), cas.text()));
+    }
     rows.extend(r.rows.iter().cloned());
     let width = rows
         .iter()

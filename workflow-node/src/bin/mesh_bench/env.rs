@@ -9,6 +9,8 @@ use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use workflow_node::definition::{parse_str, Workflow};
 
+use super::counters::Monitor;
+
 /// The server the bench talks to; ours is killed on drop.
 pub(crate) struct Env {
     /// Our server, when no `--nats-url` was given.
@@ -16,22 +18,42 @@ pub(crate) struct Env {
     /// `--nats-url` as given, or our server's; the bench and the node processes it starts
     /// both connect here.
     pub(crate) url: String,
+    /// The server's monitoring endpoint (`/varz`, `/jsz`): ours on an ephemeral loopback
+    /// port, or `--monitor-url`. Without it, no server counts are reported.
+    pub(crate) monitor: Option<Monitor>,
 }
 
 impl Env {
-    /// Starts a server, or uses `url`.
-    pub(crate) fn new(url: Option<String>) -> Result<Env> {
+    /// Starts a server with monitoring on, or uses `url` (and `monitor`, if given).
+    pub(crate) fn new(url: Option<String>, monitor: Option<Monitor>) -> Result<Env> {
         match url {
-            Some(url) => Ok(Env { server: None, url }),
+            Some(url) => Ok(Env {
+                server: None,
+                url,
+                monitor,
+            }),
             None => {
-                let server = nats_process::NatsServer::start(nats_process::Options::default())
-                    .context("starting nats-server")?;
+                let server = nats_process::NatsServer::start(nats_process::Options {
+                    http_port: Some(0),
+                    ..nats_process::Options::default()
+                })
+                .context("starting nats-server")?;
                 let url = server.url();
+                let monitor = server.http_port().map(Monitor::local);
                 Ok(Env {
                     server: Some(server),
                     url,
+                    monitor,
                 })
             }
+        }
+    }
+
+    /// The server's counters once quiet, when its monitoring endpoint is known.
+    pub(crate) async fn counters(&self) -> Result<Option<super::counters::Counters>> {
+        match &self.monitor {
+            Some(m) => Ok(Some(m.settled().await?)),
+            None => Ok(None),
         }
     }
 
@@ -197,4 +219,22 @@ pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     }
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
+}
+
+/// CPU time (user and system) that process `pid` has used so far, from `/proc` (Linux;
+/// `None` elsewhere). Ticks are the kernel's USER_HZ, 100 a second on Linux.
+pub(crate) fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name, field 2, is in parentheses and may hold spaces: count after it.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
+}
+
+/// CPU time of the bench process (the in-process node, agents and callers) and of our
+/// server, so far.
+pub(crate) fn cpu_times(env: &Env) -> (Option<Duration>, Option<Duration>) {
+    let server = env.server.as_ref().and_then(|s| s.pid()).and_then(cpu_time);
+    (cpu_time(std::process::id()), server)
 }

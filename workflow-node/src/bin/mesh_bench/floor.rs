@@ -1,5 +1,6 @@
 //! The floor NATS sets on this machine, measured in the same run as each scenario: a raw
-//! request/reply to an echo responder, and a KV compare-and-swap.
+//! request/reply to an echo responder, and a KV compare-and-swap; and, when the server's
+//! monitoring port is known, what each costs in the server's own counters.
 
 use std::time::{Duration, Instant};
 
@@ -8,6 +9,7 @@ use async_nats::jetstream::{self, kv};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
+use super::counters::PerUnit;
 use super::env::{percentile_us, Env};
 
 /// Warm-up operations before timing.
@@ -18,12 +20,14 @@ const SAMPLES: usize = 2_000;
 const LIMIT: Duration = Duration::from_secs(20);
 
 /// The floor's figures, in microseconds.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Floor {
     pub(crate) rr_p50: f64,
     pub(crate) rr_p99: f64,
     pub(crate) cas_p50: f64,
     pub(crate) cas_p99: f64,
+    /// The server's counts per request/reply, and per CAS (with monitoring).
+    pub(crate) counts: Option<(PerUnit, PerUnit)>,
 }
 
 impl Floor {
@@ -32,14 +36,27 @@ impl Floor {
         self.rr_p50 + self.cas_p50
     }
 
+    /// The server's counts for one step at the floor (a request/reply plus a CAS).
+    pub(crate) fn step_counts(&self) -> Option<PerUnit> {
+        self.counts.as_ref().map(|(rr, cas)| rr.plus(cas))
+    }
+
     /// As JSON, under the names the issue fixes.
     pub(crate) fn json(&self) -> Value {
-        json!({
+        let mut j = json!({
             "request_reply_p50_us": round(self.rr_p50),
             "request_reply_p99_us": round(self.rr_p99),
             "kv_cas_p50_us": round(self.cas_p50),
             "kv_cas_p99_us": round(self.cas_p99),
-        })
+        });
+        if let (Some((rr, cas)), Some(step)) = (&self.counts, self.step_counts()) {
+            j["server_counts"] = json!({
+                "per_request_reply": rr.json(),
+                "per_kv_cas": cas.json(),
+                "per_step": step.json(),
+            });
+        }
+        j
     }
 }
 
@@ -62,20 +79,26 @@ pub(crate) async fn measure(env: &Env, tag: &str) -> Result<Floor> {
             }
         }
     });
-    responder.flush().await?;
+    // A flush only writes the socket: a request from the other connection right after it
+    // can meet "no responders". Once our own message comes back, the server has the
+    // subscription.
+    agent_sdk::roundtrip::roundtrip(&responder).await?;
     let payload = bytes::Bytes::from(vec![b'x'; 128]);
+    let before = env.counters().await?;
     let deadline = Instant::now() + LIMIT;
-    let mut rr = Vec::with_capacity(SAMPLES);
+    let (mut rr, mut ops) = (Vec::with_capacity(SAMPLES), 0);
     for i in 0..WARMUP + SAMPLES {
         if Instant::now() > deadline {
             break;
         }
+        ops += 1;
         let t0 = Instant::now();
         client.request(subject.clone(), payload.clone()).await?;
         if i >= WARMUP {
             rr.push(t0.elapsed());
         }
     }
+    let rr_counts = counts_since(env, before.as_ref(), ops).await?;
     echo.abort();
 
     let js = jetstream::new(client.clone());
@@ -89,18 +112,21 @@ pub(crate) async fn measure(env: &Env, tag: &str) -> Result<Floor> {
         .await?;
     let value = bytes::Bytes::from(vec![b'v'; 256]);
     let mut rev = store.put("k", value.clone()).await?;
+    let before = env.counters().await?;
     let deadline = Instant::now() + LIMIT;
-    let mut cas = Vec::with_capacity(SAMPLES);
+    let (mut cas, mut ops) = (Vec::with_capacity(SAMPLES), 0);
     for i in 0..WARMUP + SAMPLES {
         if Instant::now() > deadline {
             break;
         }
+        ops += 1;
         let t0 = Instant::now();
         rev = store.update("k", value.clone(), rev).await?;
         if i >= WARMUP {
             cas.push(t0.elapsed());
         }
     }
+    let cas_counts = counts_since(env, before.as_ref(), ops).await?;
     let _ = js.delete_key_value(&bucket).await;
     rr.sort();
     cas.sort();
@@ -109,5 +135,18 @@ pub(crate) async fn measure(env: &Env, tag: &str) -> Result<Floor> {
         rr_p99: percentile_us(&rr, 99.0),
         cas_p50: percentile_us(&cas, 50.0),
         cas_p99: percentile_us(&cas, 99.0),
+        counts: rr_counts.zip(cas_counts),
     })
+}
+
+/// The counts per operation since `before`, over `ops` operations.
+async fn counts_since(
+    env: &Env,
+    before: Option<&super::counters::Counters>,
+    ops: usize,
+) -> Result<Option<PerUnit>> {
+    match (before, env.counters().await?) {
+        (Some(b), Some(now)) => Ok(Some(now.since(b).per(ops as u64))),
+        _ => Ok(None),
+    }
 }

@@ -1,14 +1,20 @@
 //! The end-to-end benchmark over real NATS: scenarios, the floor, and their report.
 //!
+//! - `counters`: the server's own counters (`/varz`, `/jsz`) around a measurement.
 //! - `env`: the server, connections, echo agents, bench workflows, percentiles.
 //! - `floor`: raw request/reply and KV compare-and-swap on the same server.
-//! - `scenarios`: `chain`, `throughput`, `map` with an in-process node.
+//! - `scenarios`: `chain` and `throughput` with an in-process node.
+//! - `map`: `map`, likewise, with a meter of the KV bytes written.
+//! - `wiretap`: which messages a node costs, by kind of subject.
 //! - `procs`: `replicas` and `resume` with `workflow-node serve` processes.
 
+pub(crate) mod counters;
 pub(crate) mod env;
 pub(crate) mod floor;
+pub(crate) mod map;
 pub(crate) mod procs;
 pub(crate) mod scenarios;
+pub(crate) mod wiretap;
 
 /// What one scenario measured: its JSON object and its table rows.
 pub(crate) struct Report {

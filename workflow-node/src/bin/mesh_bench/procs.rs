@@ -164,7 +164,7 @@ pub(crate) async fn replicas(env: &Env) -> Result<Report> {
         wait_cards(&mut cards, "ForkJoin", k).await?;
         wait_serving(&caller, &ns, "ForkJoin").await?;
         batch(&caller, &ns, "ForkJoin", 128, 64, Duration::from_secs(30)).await?;
-        let (rps_k, nps_k, k_rows) = fork_join_throughput(&caller, &ns, |in_flight, _| {
+        let (rps_k, nps_k, k_rows, _) = fork_join_throughput(&caller, &ns, |in_flight, _| {
             format!("{k} replica(s), {in_flight} in flight")
         })
         .await?;

@@ -1,9 +1,8 @@
-//! The in-process scenarios: `chain`, `throughput` and `map`. Each starts its own echo
+//! The in-process scenarios `chain` and `throughput` (and the `Mesh` that `map` uses too). Each starts its own echo
 //! agent and workflow node (in this process, on their own connections) in a namespace of
 //! its own, and measures the floor on the same server first.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,11 +11,16 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use workflow_node::cli::client::invoke;
 use workflow_node::definition::Workflow;
-use workflow_node::shell::{names, Config, WorkflowNode};
+use workflow_node::shell::{Config, WorkflowNode};
 
+use super::counters::{Counters, PerUnit};
 use super::env::{self, percentile_us, AgentProbe, Env};
-use super::floor::{self, round};
+use super::floor::{self, round, Floor};
+use super::wiretap::{self, Wiretap};
 use super::Report;
+
+/// Longest wait for a scenario's node to see its agent's card.
+const READY_LIMIT: Duration = Duration::from_secs(10);
 
 /// An echo agent and a workflow node in one namespace, and a caller connection.
 pub(crate) struct Mesh {
@@ -28,7 +32,9 @@ pub(crate) struct Mesh {
 }
 
 impl Mesh {
-    async fn start(env: &Env, scenario: &str, workflow: Workflow) -> Result<Mesh> {
+    /// Starts the node and the agent in a namespace of the scenario's, and waits until
+    /// they are ready.
+    pub(crate) async fn start(env: &Env, scenario: &str, workflow: Workflow) -> Result<Mesh> {
         let ns = env::namespace(scenario);
         let config = Config {
             namespace: ns.clone(),
@@ -46,6 +52,17 @@ impl Mesh {
             probe.clone(),
         )
         .await?;
+        // Ready means: the node takes requests (it returns from `start` once the server
+        // has its subscriptions), the agent too (likewise), and the node has the agent's
+        // card, so the first dispatch does not wait for it. Each scenario's warm-up runs
+        // then prove the whole path before anything is timed.
+        let deadline = Instant::now() + READY_LIMIT;
+        while node.registry().get("Echo").is_none() {
+            if Instant::now() > deadline {
+                bail!("the node in {ns} did not see the Echo agent's card within {READY_LIMIT:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
         Ok(Mesh {
             ns,
             caller: env.connect().await?,
@@ -60,7 +77,8 @@ impl Mesh {
         run_once(&self.caller, &self.ns, workflow, input, timeout).await
     }
 
-    async fn stop(mut self) {
+    /// Stops the node, then the agent.
+    pub(crate) async fn stop(mut self) {
         if let Some(node) = self.node.take() {
             node.shutdown().await;
         }
@@ -115,6 +133,8 @@ pub(crate) async fn batch(
 
 /// Nodes in the chain.
 const CHAIN_NODES: usize = 10;
+/// Chain runs under the wiretap, after the timed ones.
+const WIRETAP_RUNS: usize = 20;
 
 /// `chain`: 10 echo nodes in a row, one run at a time.
 pub(crate) async fn chain(env: &Env) -> Result<Report> {
@@ -126,6 +146,8 @@ pub(crate) async fn chain(env: &Env) -> Result<Report> {
     for _ in 0..20 {
         mesh.run("Chain", &input, timeout).await?;
     }
+    let before = env.counters().await?;
+    let cpu_before = env::cpu_times(env);
     let (mut overhead, mut start, mut latency) = (Vec::new(), Vec::new(), Vec::new());
     let deadline = Instant::now() + Duration::from_secs(60);
     for _ in 0..300 {
@@ -144,12 +166,29 @@ pub(crate) async fn chain(env: &Env) -> Result<Report> {
             start.push(first.saturating_duration_since(t0));
         }
     }
+    let cpu_after = env::cpu_times(env);
+    let nodes = (latency.len() * CHAIN_NODES) as u32;
+    let cpu_per_node = |b: Option<Duration>, a: Option<Duration>| {
+        b.zip(a)
+            .map(|(b, a)| a.saturating_sub(b).as_secs_f64() * 1e6 / f64::from(nodes.max(1)))
+    };
+    let bench_cpu = cpu_per_node(cpu_before.0, cpu_after.0);
+    let server_cpu = cpu_per_node(cpu_before.1, cpu_after.1);
+    let counts = per_unit(env, &mesh.ns, before.as_ref(), u64::from(nodes)).await?;
+    // Which messages, apart from the timed runs.
+    let tap = Wiretap::start(env.connect().await?, &mesh.ns).await?;
+    for _ in 0..WIRETAP_RUNS {
+        mesh.run("Chain", &input, timeout).await?;
+    }
+    let tapped = tap.take((WIRETAP_RUNS * CHAIN_NODES) as u64).await?;
+    let (timeline, typical, spans) = tap.node_timeline();
+    drop(tap);
     mesh.stop().await;
     for v in [&mut overhead, &mut start, &mut latency] {
         v.sort();
     }
     let o50 = percentile_us(&overhead, 50.0);
-    let json = json!({
+    let mut json = json!({
         "floor": floor.json(),
         "runs": latency.len(),
         "run_latency_p50_us": round(percentile_us(&latency, 50.0)),
@@ -159,7 +198,7 @@ pub(crate) async fn chain(env: &Env) -> Result<Report> {
         "start_latency_p50_us": round(percentile_us(&start, 50.0)),
         "start_latency_p99_us": round(percentile_us(&start, 99.0)),
     });
-    let rows = vec![
+    let mut rows = vec![
         ("runs measured".into(), latency.len().to_string()),
         ("run latency p50".into(), us(percentile_us(&latency, 50.0))),
         (
@@ -179,6 +218,24 @@ pub(crate) async fn chain(env: &Env) -> Result<Report> {
             ),
         ),
     ];
+    if let (Some(b), Some(s)) = (bench_cpu, server_cpu) {
+        rows.push((
+            "CPU per node execution: bench / server".into(),
+            format!("{} (node, agent, caller) / {} (nats-server)", us(b), us(s)),
+        ));
+        json["cpu_per_node_us"] = json!({"bench": round(b), "server": round(s)});
+    }
+    add_counts(&mut json, &mut rows, "per_node_execution", counts, &floor);
+    rows.push((
+        format!("messages per node by subject ({WIRETAP_RUNS} runs, not timed)"),
+        wiretap::text(&tapped),
+    ));
+    json["messages_per_node_by_subject"] = wiretap::json(&tapped);
+    rows.push((
+        format!("one node, request to request ({typical} of {spans} alike)"),
+        wiretap::timeline_text(&timeline),
+    ));
+    json["node_timeline"] = wiretap::timeline_json(&timeline);
     Ok(Report {
         name: "chain",
         floor,
@@ -201,139 +258,29 @@ pub(crate) async fn throughput(env: &Env) -> Result<Report> {
         Duration::from_secs(30),
     )
     .await?;
-    let (runs_per_s, nodes_per_s, rows) =
+    let before = env.counters().await?;
+    let (runs_per_s, nodes_per_s, mut rows, runs) =
         fork_join_throughput(&mesh.caller, &mesh.ns, |in_flight, done| {
             format!("{in_flight} in flight ({done} runs)")
         })
         .await?;
+    let counts = per_unit(
+        env,
+        &mesh.ns,
+        before.as_ref(),
+        runs as u64 * env::FORK_JOIN_NODES,
+    )
+    .await?;
     mesh.stop().await;
-    let json = json!({
+    let mut json = json!({
         "floor": floor.json(),
         "runs_per_s": runs_per_s,
         "node_executions_per_s": nodes_per_s,
         "nodes_per_run": env::FORK_JOIN_NODES,
     });
+    add_counts(&mut json, &mut rows, "per_node_execution", counts, &floor);
     Ok(Report {
         name: "throughput",
-        floor,
-        json,
-        rows,
-    })
-}
-
-/// Counts bytes and messages written to a bucket (every KV write is a message on
-/// `$KV.{bucket}.{key}`), and the largest one.
-struct KvMeter {
-    bytes: Arc<AtomicU64>,
-    largest: Arc<AtomicU64>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl KvMeter {
-    async fn start(client: &async_nats::Client, buckets: &[String]) -> Result<KvMeter> {
-        let bytes = Arc::new(AtomicU64::new(0));
-        let largest = Arc::new(AtomicU64::new(0));
-        let mut subs = Vec::new();
-        for b in buckets {
-            subs.push(client.subscribe(messages::subjects::kv_all(b)).await?);
-        }
-        client.flush().await?;
-        let (b, l) = (bytes.clone(), largest.clone());
-        let task = tokio::spawn(async move {
-            let mut all = futures::stream::select_all(subs);
-            while let Some(msg) = all.next().await {
-                let n = msg.length as u64;
-                b.fetch_add(n, Ordering::Relaxed);
-                l.fetch_max(msg.payload.len() as u64, Ordering::Relaxed);
-            }
-        });
-        Ok(KvMeter {
-            bytes,
-            largest,
-            task,
-        })
-    }
-
-    /// (bytes so far, largest payload so far), resetting both.
-    fn take(&self) -> (u64, u64) {
-        (
-            self.bytes.swap(0, Ordering::Relaxed),
-            self.largest.swap(0, Ordering::Relaxed),
-        )
-    }
-}
-
-impl Drop for KvMeter {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// `map`: maps over 100, 1,000 and 10,000 items with `concurrency_limit` 100.
-pub(crate) async fn map(env: &Env) -> Result<Report> {
-    let floor = floor::measure(env, "map").await?;
-    let wf = env::workflow(&env::map_yaml("Map"))?;
-    let mesh = Mesh::start(env, "map", wf).await?;
-    let meter_client = env.connect().await?;
-    let buckets = [names::runs_bucket(&mesh.ns), names::timers_bucket(&mesh.ns)];
-    let meter = KvMeter::start(&meter_client, &buckets).await?;
-    mesh.run("Map", &env::map_input(100), Duration::from_secs(60))
-        .await?;
-    let (mut per_item, mut bytes_per_item, mut total_ms, mut largest) = (
-        BTreeMap::new(),
-        BTreeMap::new(),
-        BTreeMap::new(),
-        BTreeMap::new(),
-    );
-    let mut rows = Vec::new();
-    for n in [100usize, 1_000, 10_000] {
-        let input = env::map_input(n);
-        // Small maps are repeated (median), so one hiccup does not decide the figure.
-        let repeats = if n <= 1_000 { 5 } else { 1 };
-        let mut times = Vec::new();
-        let mut bytes = Vec::new();
-        let mut big = 0;
-        for _ in 0..repeats {
-            tokio::time::sleep(Duration::from_millis(200)).await; // let the meter drain
-            meter.take();
-            let t0 = Instant::now();
-            mesh.run("Map", &input, Duration::from_secs(600)).await?;
-            times.push(t0.elapsed().as_secs_f64());
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            let (b, l) = meter.take();
-            bytes.push(b as f64);
-            big = big.max(l);
-        }
-        let secs = env::median(times);
-        let per = secs * 1e6 / n as f64;
-        let bpi = env::median(bytes) / n as f64;
-        per_item.insert(n.to_string(), round(per));
-        bytes_per_item.insert(n.to_string(), round(bpi));
-        total_ms.insert(n.to_string(), round(secs * 1e3));
-        largest.insert(n.to_string(), big);
-        rows.push((
-            format!("{n} items"),
-            format!(
-                "{:.0} ms total, {} per item, {bpi:.0} KV bytes/item, largest KV write {big} B",
-                secs * 1e3,
-                us(per)
-            ),
-        ));
-    }
-    drop(meter);
-    mesh.stop().await;
-    let ratio = per_item["10000"] / per_item["100"];
-    rows.push(("per-item 10,000 / 100".into(), format!("{ratio:.2}x")));
-    let json = json!({
-        "floor": floor.json(),
-        "total_ms": total_ms,
-        "per_item_overhead_us": per_item,
-        "kv_bytes_per_item": bytes_per_item,
-        "largest_kv_write_bytes": largest,
-        "per_item_ratio_10000_vs_100": round(ratio * 100.0) / 100.0,
-    });
-    Ok(Report {
-        name: "map",
         floor,
         json,
         rows,
@@ -359,7 +306,9 @@ pub(super) async fn fork_join_throughput(
     BTreeMap<String, f64>,
     BTreeMap<String, f64>,
     Vec<(String, String)>,
+    usize,
 )> {
+    let mut total = 0;
     let mut runs_per_s = BTreeMap::new();
     let mut nodes_per_s = BTreeMap::new();
     let mut rows = Vec::new();
@@ -373,6 +322,7 @@ pub(super) async fn fork_join_throughput(
             Duration::from_secs(60),
         )
         .await?;
+        total += done;
         let rps = done as f64 / secs;
         let nps = rps * env::FORK_JOIN_NODES as f64;
         runs_per_s.insert(in_flight.to_string(), round(rps));
@@ -382,5 +332,57 @@ pub(super) async fn fork_join_throughput(
             format!("{rps:.0} runs/s, {nps:.0} node executions/s"),
         ));
     }
-    Ok((runs_per_s, nodes_per_s, rows))
+    Ok((runs_per_s, nodes_per_s, rows, total))
+}
+
+/// The server's counts since `before`, per one of `units`, when monitoring is on.
+pub(crate) async fn per_unit(
+    env: &Env,
+    ns: &str,
+    before: Option<&Counters>,
+    units: u64,
+) -> Result<Option<PerUnit>> {
+    Ok(match (before, env.counters().await?) {
+        (Some(b), Some(now)) => Some(now.since(b).named(ns).per(units)),
+        _ => None,
+    })
+}
+
+/// Adds the server's counts per unit (`key`: `per_node_execution`, ...) and the floor's
+/// per step, with their ratio, to the JSON and the table.
+pub(crate) fn add_counts(
+    json: &mut Value,
+    rows: &mut Vec<(String, String)>,
+    key: &str,
+    counts: Option<PerUnit>,
+    floor: &Floor,
+) {
+    let Some(c) = counts else { return };
+    let label = key.replace('_', " ");
+    rows.push((format!("server counts {label}"), c.text()));
+    rows.push(("  JS writes by stream".into(), c.streams_text()));
+    json["server_counts"] = json!({ key: c.json() });
+    compare_with_floor(json, rows, &c, floor);
+}
+
+/// The floor's counts per step and the ratio of `c`'s to them, in the JSON (under
+/// `server_counts`) and the table.
+pub(crate) fn compare_with_floor(
+    json: &mut Value,
+    rows: &mut Vec<(String, String)>,
+    c: &PerUnit,
+    floor: &Floor,
+) {
+    let Some(f) = floor.step_counts() else { return };
+    rows.push(("  floor per step (rr + CAS)".into(), f.text()));
+    rows.push((
+        "  vs floor: msgs in / bytes in".into(),
+        format!(
+            "{:.1}x / {:.1}x",
+            c.in_msgs / f.in_msgs,
+            c.in_bytes / f.in_bytes
+        ),
+    ));
+    json["server_counts"]["floor_per_step"] = f.json();
+    json["server_counts"]["msgs_in_vs_floor"] = json!(round(c.in_msgs / f.in_msgs));
 }
