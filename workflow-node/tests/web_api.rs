@@ -11,7 +11,7 @@ use std::time::Duration;
 use agent_sdk::{handler_fn, AgentBuilder, NodeRequest, Signer};
 use serde_json::{json, Value};
 use web_common::{get, post, Events, TIMEOUT};
-use workflow_node::cli::web::Web;
+use workflow_node::cli::web::{Access, AccessArgs, Web};
 use workflow_node::shell::{Config, WorkflowNode};
 
 const GATE: &str = r#"
@@ -71,9 +71,15 @@ impl Mesh {
     /// A web view on this mesh, signing with `signer`.
     async fn web(&self, signer: Option<&Signer>) -> Web {
         let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        Web::start(self.client.clone(), "mesh", signer.cloned(), addr)
-            .await
-            .unwrap()
+        Web::start(
+            self.client.clone(),
+            "mesh",
+            signer.cloned(),
+            Access::default(),
+            addr,
+        )
+        .await
+        .unwrap()
     }
 }
 
@@ -497,4 +503,103 @@ async fn the_pages_and_the_vendored_mermaid_are_served_from_the_binary() {
         .unwrap()
         .starts_with("text/javascript"));
     assert!(mermaid.body.len() > 1_000_000 && mermaid.body.contains("mermaid"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_give_read_or_operator_access_and_an_open_api_stays_on_loopback() {
+    let mesh = mesh().await;
+    let tokens = AccessArgs {
+        read_tokens: vec!["reader-secret".into()],
+        operator_tokens: vec!["operator-secret".into()],
+    };
+    let access = Access::new(&tokens).unwrap();
+    let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let web = Web::start(
+        mesh.client.clone(),
+        "mesh",
+        Some(mesh.alice.clone()),
+        access,
+        addr,
+    )
+    .await
+    .unwrap();
+    let addr = web.addr();
+    let bearer = |t: &str| format!("Bearer {t}");
+    let call = |method: &'static str, path: String, token: Option<String>| async move {
+        let body = (method == "POST").then(|| json!({"input": {"text": "t"}}).to_string());
+        let headers: Vec<(&str, &str)> = match &token {
+            Some(t) => vec![("Authorization", t.as_str())],
+            None => vec![],
+        };
+        web_common::request(addr, method, &path, body.as_deref(), &headers).await
+    };
+
+    // The pages hold no data: always served.
+    assert_eq!(get(addr, "/").await.status, 200);
+    // No token, or an unknown one: 401, saying what is needed.
+    for token in [None, Some(bearer("guess"))] {
+        let a = call("GET", "/api/runs".into(), token).await;
+        assert_eq!(a.status, 401, "{}", a.body);
+        assert_eq!(a.header("www-authenticate"), Some("Bearer"));
+        assert!(a.json()["error"].as_str().unwrap().contains("token"));
+    }
+    // A read token reads, but may not start a run.
+    let a = call("GET", "/api/runs".into(), Some(bearer("reader-secret"))).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let a = call(
+        "POST",
+        "/api/workflows/Gate/runs".into(),
+        Some(bearer("reader-secret")),
+    )
+    .await;
+    assert_eq!(a.status, 403, "{}", a.body);
+    assert!(a.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("operator token"));
+    // An operator token does both.
+    let a = call(
+        "POST",
+        "/api/workflows/Gate/runs".into(),
+        Some(bearer("operator-secret")),
+    )
+    .await;
+    assert_eq!(a.status, 201, "{}", a.body);
+    let id = a.json()["execution_id"].as_str().unwrap().to_string();
+    // An event stream takes the token in its query (EventSource sends no headers).
+    let events = Events::open(addr, &format!("/api/runs/{id}/events")).await;
+    assert_eq!(events.status, 401);
+    let mut events = Events::open(
+        addr,
+        &format!("/api/runs/{id}/events?access_token=reader-secret"),
+    )
+    .await;
+    assert_eq!(events.status, 200);
+    assert_eq!(
+        events.next().await.expect("the run").data["execution_id"],
+        id.as_str()
+    );
+
+    // Without tokens, only a loopback address is served.
+    let open = Web::start(
+        mesh.client.clone(),
+        "mesh",
+        None,
+        Access::default(),
+        "0.0.0.0:0".parse().unwrap(),
+    )
+    .await;
+    let e = open
+        .expect_err("an open API on all addresses is refused")
+        .to_string();
+    assert!(
+        e.contains("--http-operator-token") && e.contains("loopback"),
+        "{e}"
+    );
+    let empty = AccessArgs {
+        read_tokens: vec![" ".into()],
+        operator_tokens: vec![],
+    };
+    let e = Access::new(&empty).expect_err("an empty token").to_string();
+    assert!(e.contains("--http-read-token"), "{e}");
 }

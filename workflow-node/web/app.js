@@ -34,6 +34,14 @@ async function api(method, path, body) {
   const token = sessionStorage.getItem("token");
   if (token) init.headers["Authorization"] = "Bearer " + token;
   const r = await fetch(path, init);
+  if (r.status === 401 && !init.retried) {
+    // The API wants a token (docs/http.md, access): ask once, keep it for this tab.
+    const given = prompt("This web view needs an access token:");
+    if (given) {
+      sessionStorage.setItem("token", given.trim());
+      return api(method, path, body);
+    }
+  }
   const v = await r.json().catch(() => ({ error: r.statusText }));
   if (!r.ok) throw new Error(v.error || r.statusText);
   return v;
@@ -142,7 +150,9 @@ async function workflowPage(name) {
 // Run: live from its event stream.
 function runPage(id) {
   main.replaceChildren(h("p", {}, "Loading…"));
-  const events = new EventSource("/api/runs/" + encodeURIComponent(id) + "/events");
+  const token = sessionStorage.getItem("token");
+  const events = new EventSource("/api/runs/" + encodeURIComponent(id) + "/events" +
+    (token ? "?access_token=" + encodeURIComponent(token) : ""));
   stop = () => events.close();
   let shownDiagram = null;
   const diagram = h("div", { class: "diagram", id: "diagram" });

@@ -66,6 +66,9 @@ pub struct Args {
     /// The key the starts, cancels and decisions sent from the web view are signed with.
     #[command(flatten)]
     pub sign: super::identity::SignArgs,
+    /// Who may use the web view's API.
+    #[command(flatten)]
+    pub access: super::web::AccessArgs,
     /// Approver names and operator keys the node trusts.
     #[command(flatten)]
     pub trust: super::identity::TrustArgs,
@@ -85,6 +88,10 @@ pub fn run(args: Args) -> ExitCode {
         let Some(workflows) = super::load(&args.files) else {
             return Ok(ExitCode::from(1));
         };
+        let access = super::web::Access::new(&args.access)?;
+        if let Some(addr) = args.http {
+            access.check_bind(addr)?;
+        }
         let conn = if args.wait_for_server {
             connect_when_up(&args.nats).await?
         } else {
@@ -125,7 +132,8 @@ pub fn run(args: Args) -> ExitCode {
             Some(addr) => {
                 let signer = args.sign.signer()?;
                 let ns = &args.nats.namespace;
-                let web = super::web::Web::start(conn.client.clone(), ns, signer, addr).await?;
+                let client = conn.client.clone();
+                let web = super::web::Web::start(client, ns, signer, access.clone(), addr).await?;
                 eprintln!("web view at http://{}/", web.addr());
                 Some(web)
             }

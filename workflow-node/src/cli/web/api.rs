@@ -9,13 +9,14 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Router;
+use futures::StreamExt;
 use messages::card::AgentCard;
 use serde_json::{json, Value};
 
 use super::{events, json_response, ApiError, ApiResult, Ctx};
 use crate::cli::client::{self, InvokeError, StartAs};
 use crate::cli::{approvals, runs, runs_show, table};
-use crate::core::{Millis, RunStatus};
+use crate::core::{ExecutionId, Millis, RunStatus};
 use crate::shell::inspect::{FoundRun, Inspector};
 use crate::shell::{now, Error as ShellError};
 
@@ -261,27 +262,64 @@ async fn start(State(ctx): State<Ctx>, Path(name): Path<String>, body: Bytes) ->
     )
     .await
     .map_err(|e| start_error(&e))?;
-    let found = match inspector(&ctx).await? {
-        Some(i) => i.find(&task_id, Some(&name), None).await?,
-        None => None,
-    };
-    let execution = match (found, started) {
-        (Some(run), _) => run.execution.0,
-        // Answered at once without a run: the start was refused (its input, say).
-        (None, client::Started::Ended { text, .. }) => {
-            return Err(ApiError::bad_request(format!(
-                "{name} refused the run: {text}"
-            )))
+    let execution = match started {
+        // The `Started` event is stored; the record may not be yet. A start without a
+        // `Mesh-Caller` has this id.
+        client::Started::Accepted => {
+            let execution = crate::shell::names::caller_execution_id(&name, None, &task_id);
+            recorded(&ctx, &name, &execution).await?;
+            execution.0
         }
-        (None, client::Started::Accepted) => {
-            return Err(ApiError::new(
-                StatusCode::BAD_GATEWAY,
-                format!("{name} accepted run {task_id}, but its record cannot be found"),
-            ))
+        client::Started::Ended { text, .. } => {
+            let found = match inspector(&ctx).await? {
+                Some(i) => i.find(&task_id, Some(&name), None).await?,
+                None => None,
+            };
+            match found {
+                Some(run) => run.execution.0,
+                // Answered at once without a run: the start was refused (its input, say).
+                None => {
+                    return Err(ApiError::bad_request(format!(
+                        "{name} refused the run: {text}"
+                    )))
+                }
+            }
         }
     };
     let v = json!({"workflow": name, "task_id": task_id, "execution_id": execution});
     Ok(json_response(StatusCode::CREATED, &v))
+}
+
+/// Waits (at most [`START_TIMEOUT`]) until the record of the accepted run `execution` is
+/// stored, so that the run can be read as soon as its id is answered.
+async fn recorded(ctx: &Ctx, workflow: &str, execution: &ExecutionId) -> Result<(), ApiError> {
+    let late = || {
+        ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            format!("run {execution} was accepted, but its record was not stored in time"),
+        )
+    };
+    let wait = async {
+        let Some(inspector) = inspector(ctx).await? else {
+            return Err(late());
+        };
+        let mut changes = inspector.watch(workflow, execution).await?;
+        if inspector.read_run(workflow, execution).await?.is_some() {
+            return Ok(());
+        }
+        // The watch was opened before the read: the write after it is seen.
+        loop {
+            match changes.next().await {
+                Some(Ok(_)) => return Ok(()),
+                // A missed heartbeat: the watch goes on.
+                Some(Err(_)) => continue,
+                None => return Err(late()),
+            }
+        }
+    };
+    tokio::time::timeout(START_TIMEOUT, wait)
+        .await
+        .unwrap_or_else(|_| Err(late()))
 }
 
 /// A failed start as an answer: 404 when nothing serves the workflow, 400 when it refused

@@ -4,6 +4,7 @@
 //! stream, [`crate::shell::inspect`]); starts, cancels and decisions go to the workflow's
 //! nodes as the CLI sends them, signed by the key given with `--nkey-seed-file`.
 
+mod access;
 mod api;
 mod cards;
 mod events;
@@ -19,6 +20,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
+pub use access::{Access, AccessArgs};
+
 use super::connect::{connect, NatsArgs};
 
 /// Arguments of `ui`.
@@ -33,6 +36,9 @@ pub struct Args {
     /// The key the starts, cancels and decisions sent from the web view are signed with.
     #[command(flatten)]
     pub sign: super::identity::SignArgs,
+    /// Who may use the API.
+    #[command(flatten)]
+    pub access: AccessArgs,
 }
 
 /// Runs `ui`: serves the web view until SIGINT/SIGTERM.
@@ -44,8 +50,11 @@ pub fn run(args: Args) -> ExitCode {
             );
         }
         let signer = args.sign.signer()?;
+        let access = Access::new(&args.access)?;
+        access.check_bind(args.http)?;
         let conn = connect(&args.nats).await?;
-        let web = Web::start(conn.client.clone(), &args.nats.namespace, signer, args.http).await?;
+        let ns = &args.nats.namespace;
+        let web = Web::start(conn.client.clone(), ns, signer, access, args.http).await?;
         eprintln!("web view at http://{}/", web.addr());
         super::serve::wait_for_signal().await?;
         drop(web);
@@ -73,13 +82,16 @@ pub struct Web {
 
 impl Web {
     /// Binds `addr`, starts following the mesh's cards and serves the API (on `client`, in
-    /// namespace `ns`; what it sends is signed by `signer`).
+    /// namespace `ns`; what it sends is signed by `signer`; who may use it, `access`). An
+    /// open API on an address that is not loopback is refused.
     pub async fn start(
         client: async_nats::Client,
         ns: &str,
         signer: Option<agent_sdk::Signer>,
+        access: Access,
         addr: SocketAddr,
     ) -> Result<Web> {
+        access.check_bind(addr)?;
         let listener = TcpListener::bind(addr)
             .await
             .with_context(|| format!("binding the web view at {addr}"))?;
@@ -91,7 +103,8 @@ impl Web {
             signer,
             cards,
         };
-        let app = api::router(ctx);
+        let app =
+            api::router(ctx).layer(axum::middleware::from_fn_with_state(access, access::check));
         let task = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
                 tracing::error!("the web view stopped: {e}");
