@@ -178,16 +178,17 @@ function runPage(id) {
         h("button", { id: "approve-" + node, onclick: () => decide("approve") }, "Approve"),
         h("button", { id: "reject-" + node, onclick: () => decide("reject") }, "Reject"));
     });
-    body.replaceChildren(
+    // replaceChildren would print a null or an array as text: h() skips and flattens.
+    body.replaceChildren(h("div", {},
       h("p", {}, "Workflow ", h("a", { href: "#/workflow/" + encodeURIComponent(run.workflow) }, run.workflow),
         " · status ", h("span", { id: "run-status", "data-status": run.status }, status(run.status)),
         " · started ", when(run.started_at), run.duration_ms !== null ? " · " + run.duration_ms + " ms" : ""),
       ended ? null : h("button", { id: "cancel", onclick: () => act("cancel", {}) }, "Cancel"),
-      waiting, h("h2", {}, "Nodes"),
+      h("div", { id: "waiting" }, waiting), h("h2", {}, "Nodes"),
       table(["Node", "Type", "Status", "Attempts", "Duration", "Error"], nodes),
       h("h2", {}, "Input"), pre(run.input),
       h("h2", {}, "Output"), h("pre", { id: "output" }, JSON.stringify(run.output, null, 2)),
-      run.error ? h("p", { class: "error" }, run.error.message || JSON.stringify(run.error)) : null);
+      run.error ? h("p", { class: "error" }, run.error.message || JSON.stringify(run.error)) : null));
     if (run.mermaid !== shownDiagram) {
       shownDiagram = run.mermaid;
       await drawDiagram(diagram, run.mermaid);

@@ -60,11 +60,32 @@ pub(crate) async fn request(
     head.push_str("\r\n");
     conn.write_all(head.as_bytes()).await.expect("request");
     conn.write_all(body.as_bytes()).await.expect("body");
-    let mut raw = Vec::new();
-    tokio::time::timeout(TIMEOUT, conn.read_to_end(&mut raw))
+    // Read to the end of the answer: its Content-Length, else the connection's end (some
+    // servers, chromedriver among them, keep the connection open despite `close`).
+    let read = async {
+        let mut raw = Vec::new();
+        let mut buf = [0u8; 16384];
+        loop {
+            if let Some(at) = find(&raw, b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&raw[..at]).to_lowercase();
+                let length = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok());
+                if length.is_some_and(|n| raw.len() >= at + 4 + n) {
+                    return raw;
+                }
+            }
+            let n = conn.read(&mut buf).await.expect("an answer");
+            if n == 0 {
+                return raw;
+            }
+            raw.extend_from_slice(&buf[..n]);
+        }
+    };
+    let raw = tokio::time::timeout(TIMEOUT, read)
         .await
-        .expect("an answer in time")
-        .expect("an answer");
+        .expect("an answer in time");
     let raw = String::from_utf8(raw).expect("UTF-8");
     let (head, body) = raw.split_once("\r\n\r\n").expect("a header block");
     let (status, headers) = parse_head(head);
@@ -81,6 +102,10 @@ pub(crate) async fn request(
         headers,
         body,
     }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 /// `GET path`.
