@@ -89,8 +89,8 @@ pub fn run(args: Args) -> ExitCode {
             return Ok(ExitCode::from(1));
         };
         let access = super::web::Access::new(&args.access)?;
-        if let Some(addr) = args.http {
-            access.check_bind(addr)?;
+        if let Some(Err(why)) = args.http.map(|addr| access.check_bind(addr)) {
+            return super::runs::refuse(why);
         }
         let conn = if args.wait_for_server {
             connect_when_up(&args.nats).await?

@@ -51,7 +51,9 @@ pub fn run(args: Args) -> ExitCode {
         }
         let signer = args.sign.signer()?;
         let access = Access::new(&args.access)?;
-        access.check_bind(args.http)?;
+        if let Err(why) = access.check_bind(args.http) {
+            return super::runs::refuse(why);
+        }
         let conn = connect(&args.nats).await?;
         let ns = &args.nats.namespace;
         let web = Web::start(conn.client.clone(), ns, signer, access, args.http).await?;
