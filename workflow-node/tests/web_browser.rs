@@ -1,7 +1,8 @@
 //! The web view in a real browser: headless Chromium (Debian's `chromium` and
 //! `chromium-driver`, which `.ci/run` installs) driven over WebDriver, against a real
 //! nats-server. It opens the workflow page, starts a run from the form, watches the nodes
-//! turn green, approves the waiting approval with a click, and checks the final output.
+//! turn green, approves the waiting approval with a click, and checks the final output;
+//! then finds the cards on the mesh page and the run on the runs page, filtered by status.
 //! Screenshots of the workflow and run pages go to `$CARGO_TARGET_TMPDIR/screenshots`.
 
 mod web_common;
@@ -294,6 +295,10 @@ async fn a_run_is_started_watched_and_approved_in_a_browser() {
             "return !!document.querySelector('#run-status[data-status=success]')",
         )
         .await;
+    let run_id = browser
+        .eval("return location.hash.slice('#/run/'.length)")
+        .await;
+    let run_id = run_id.as_str().expect("the run's id").to_string();
     let statuses = browser
         .eval("return [...document.querySelectorAll('[data-node]')].map(e => e.dataset.status)")
         .await;
@@ -310,6 +315,23 @@ async fn a_run_is_started_watched_and_approved_in_a_browser() {
     let output: Value = serde_json::from_str(output.as_str().unwrap()).unwrap();
     assert_eq!(output, json!({"went": "hello from the browser"}));
     let path = browser.screenshot("run").await;
+
+    // The mesh page lists the cards; the runs page finds the run by its status.
+    browser.go(&format!("{base}/#/mesh")).await;
+    browser
+        .until(
+            "the cards of Gate and Echo",
+            "return !!document.querySelector('[data-card=Gate] a') && \
+             !!document.querySelector('[data-card=Echo]')",
+        )
+        .await;
+    browser.go(&format!("{base}/#/runs?status=success")).await;
+    browser
+        .until(
+            "the run in the list of successes",
+            &format!("return !!document.querySelector('a[href=\"#/run/{run_id}\"]')"),
+        )
+        .await;
     eprintln!("screenshots in {}", path.parent().unwrap().display());
     browser.close().await;
 }
