@@ -154,44 +154,14 @@ async fn send_decision(args: DecideArgs, approve: bool) -> Result<ExitCode> {
             Ok(run) => run,
             Err(why) => return Ok(Err(why)),
         };
-        if let Some(why) = not_waiting(&run, &args.node) {
-            return Ok(Err(why));
-        }
-        let decision = WorkflowApprovalDecision {
-            execution_id: run.execution.0.clone(),
-            node_id: args.node.clone(),
-            decision: if approve {
-                Decision::Approve
-            } else {
-                Decision::Reject
-            },
-            by: args.by.clone(),
-            comment: args.comment.clone(),
-        };
-        let id = format!("decision-{}", uuid::Uuid::new_v4().simple());
-        let message = Message::new(id.clone(), Role::User, vec![Part::data_part(&decision)]);
-        let request = Request::message_send(id.as_str(), message);
         let ns = &target.nats.namespace;
-        Ok::<_, anyhow::Error>(
-            match runs::ask(&conn.client, ns, &run.workflow, &request, signer.as_ref()).await? {
-                Err(why) => Err(why),
-                Ok(Outcome::Error(e)) => Err(e.message),
-                Ok(Outcome::Result(reply)) => match *reply {
-                    AgentReply::Task(t) => {
-                        let text = runs::task_text(&t).unwrap_or_default();
-                        if t.status.state == TaskState::Completed {
-                            Ok(text)
-                        } else {
-                            Err(text)
-                        }
-                    }
-                    _ => Err(format!(
-                        "{} sent an answer that is not a task",
-                        run.workflow
-                    )),
-                },
-            },
-        )
+        let decision = Decided {
+            node: &args.node,
+            approve,
+            by: args.by.as_deref(),
+            comment: args.comment.as_deref(),
+        };
+        send(&conn.client, ns, &run, &decision, signer.as_ref()).await
     }
     .await;
     conn.close().await;
@@ -228,4 +198,64 @@ fn not_waiting(run: &FoundRun, node: &str) -> Option<String> {
             status.as_str()
         )
     })
+}
+
+/// A decision on an approval gate, as [`send`] takes it.
+pub(crate) struct Decided<'a> {
+    /// The approval node.
+    pub(crate) node: &'a str,
+    /// Approve (else reject).
+    pub(crate) approve: bool,
+    /// Who decides (checked against the signing key when the node binds names to keys).
+    pub(crate) by: Option<&'a str>,
+    /// Why.
+    pub(crate) comment: Option<&'a str>,
+}
+
+/// Sends `decision` on `run` to its workflow's nodes, signed by `signer`: the node's
+/// answer, or why the decision cannot be taken (not waiting, refused, nothing serving).
+pub(crate) async fn send(
+    client: &async_nats::Client,
+    ns: &str,
+    run: &FoundRun,
+    decision: &Decided<'_>,
+    signer: Option<&agent_sdk::Signer>,
+) -> Result<std::result::Result<String, String>> {
+    if let Some(why) = not_waiting(run, decision.node) {
+        return Ok(Err(why));
+    }
+    let message = WorkflowApprovalDecision {
+        execution_id: run.execution.0.clone(),
+        node_id: decision.node.to_owned(),
+        decision: if decision.approve {
+            Decision::Approve
+        } else {
+            Decision::Reject
+        },
+        by: decision.by.map(str::to_owned),
+        comment: decision.comment.map(str::to_owned),
+    };
+    let id = format!("decision-{}", uuid::Uuid::new_v4().simple());
+    let message = Message::new(id.clone(), Role::User, vec![Part::data_part(&message)]);
+    let request = Request::message_send(id.as_str(), message);
+    Ok(
+        match runs::ask(client, ns, &run.workflow, &request, signer).await? {
+            Err(why) => Err(why),
+            Ok(Outcome::Error(e)) => Err(e.message),
+            Ok(Outcome::Result(reply)) => match *reply {
+                AgentReply::Task(t) => {
+                    let text = runs::task_text(&t).unwrap_or_default();
+                    if t.status.state == TaskState::Completed {
+                        Ok(text)
+                    } else {
+                        Err(text)
+                    }
+                }
+                _ => Err(format!(
+                    "{} sent an answer that is not a task",
+                    run.workflow
+                )),
+            },
+        },
+    )
 }

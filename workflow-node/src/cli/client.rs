@@ -307,6 +307,46 @@ pub async fn submit(
     }
 }
 
+/// How [`start`] went: the workflow accepted the run, or answered at once with its final
+/// reply (a refused input, or a run that ended before the acceptance was seen).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Started {
+    /// The `Started` event is stored: the run goes on without the caller.
+    Accepted,
+    /// The final reply came first: its state and text.
+    Ended {
+        /// The task's final state.
+        state: TaskState,
+        /// Its message's text parts, joined.
+        text: String,
+    },
+}
+
+/// [`submit`], saying whether the run was accepted or the workflow answered at once.
+pub async fn start(
+    client: &async_nats::Client,
+    ns: &str,
+    workflow: &str,
+    input: &Value,
+    timing: Timing,
+    task: impl Into<StartAs>,
+) -> Result<Started, InvokeError> {
+    let outgoing = start_request(ns, workflow, input, &task.into());
+    let accepted = std::sync::Arc::new(tokio::sync::Notify::new());
+    let told = accepted.clone();
+    let exchange = send_until_answered(client, outgoing, timing, move |_| told.notify_one());
+    tokio::select! {
+        ended = exchange => {
+            let reply = ended.map_err(|e| invoke_error(workflow, ns, timing.timeout, e))?;
+            let task = final_task(reply).expect("send_until_answered returns final replies only");
+            let parts = task.status.message.map(|m| m.parts).unwrap_or_default();
+            let text: Vec<&str> = parts.iter().filter_map(Part::as_text).collect();
+            Ok(Started::Ended { state: task.status.state, text: text.join("\n") })
+        }
+        _ = accepted.notified() => Ok(Started::Accepted),
+    }
+}
+
 fn invoke_error(workflow: &str, ns: &str, timeout: Duration, e: ExchangeError) -> InvokeError {
     let workflow = workflow.to_owned();
     match e {

@@ -11,13 +11,14 @@ pub mod mermaid;
 pub mod plan;
 pub mod run;
 pub mod runs;
-mod runs_show;
+pub(crate) mod runs_show;
 pub mod serve;
 pub mod status;
 pub mod stubs;
 pub mod suite;
 pub mod table;
 pub mod validate;
+pub mod web;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -67,6 +68,8 @@ pub enum Command {
     Test(suite::Args),
     /// Run the demo: a local server, stub agents, the node, one run of an example.
     Demo(demo::Args),
+    /// Serve the web view of a mesh: its cards, runs and approvals (pages and JSON API).
+    Ui(web::Args),
     /// Make an NKey user key: the seed to a file (mode 600), the public key on stdout.
     Keygen(identity::KeygenArgs),
 }

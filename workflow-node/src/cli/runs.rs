@@ -394,7 +394,7 @@ async fn cancel(args: CancelArgs) -> Result<ExitCode> {
 
 /// Asks the workflow's nodes to cancel `run` (`tasks/cancel` by execution id, with the
 /// reason in its metadata, signed by `signer`); the node's answer, or why it refused.
-async fn send_cancel(
+pub(crate) async fn send_cancel(
     client: &async_nats::Client,
     ns: &str,
     run: &FoundRun,

@@ -231,7 +231,7 @@ fn print_changes(before: &FoundRun, after: &FoundRun) {
 
 /// The definition `run` was made with, if it can be had: the one the run names (from the
 /// definitions bucket), `file`, or the card of a node serving the workflow.
-async fn definition(
+pub(super) async fn definition(
     client: &async_nats::Client,
     ns: &str,
     run: &FoundRun,
@@ -315,7 +315,7 @@ async fn card_of(client: &async_nats::Client, ns: &str, name: &str) -> Option<Ag
 
 /// Every node's status: the definition's nodes (pending unless reached), else those the
 /// run has reached.
-fn statuses_of(run: &FoundRun, def: Option<&Workflow>) -> BTreeMap<String, NodeStatus> {
+pub(super) fn statuses_of(run: &FoundRun, def: Option<&Workflow>) -> BTreeMap<String, NodeStatus> {
     let state = &run.record.state;
     match def {
         Some(def) => def
@@ -470,7 +470,7 @@ fn value_line(value: &Value) -> String {
 }
 
 /// The run as `--json` prints it.
-fn view(run: &FoundRun, apart: &Apart, def: Option<&Workflow>, now: Millis) -> Value {
+pub(super) fn view(run: &FoundRun, apart: &Apart, def: Option<&Workflow>, now: Millis) -> Value {
     let r = &run.record;
     let s = &r.state;
     let nodes: Vec<Value> = rows(run, def)

@@ -59,6 +59,16 @@ pub struct Args {
     /// replica after their ack wait.
     #[arg(long, default_value = "25s", value_parser = retention)]
     pub drain_timeout: Duration,
+    /// Serve the web view (pages and JSON API, `docs/http.md`) at `http://ADDR/` (port 0
+    /// picks a free one, printed at start).
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<SocketAddr>,
+    /// The key the starts, cancels and decisions sent from the web view are signed with.
+    #[command(flatten)]
+    pub sign: super::identity::SignArgs,
+    /// Who may use the web view's API.
+    #[command(flatten)]
+    pub access: super::web::AccessArgs,
     /// Approver names and operator keys the node trusts.
     #[command(flatten)]
     pub trust: super::identity::TrustArgs,
@@ -78,6 +88,10 @@ pub fn run(args: Args) -> ExitCode {
         let Some(workflows) = super::load(&args.files) else {
             return Ok(ExitCode::from(1));
         };
+        let access = super::web::Access::new(&args.access)?;
+        if let Some(Err(why)) = args.http.map(|addr| access.check_bind(addr)) {
+            return super::runs::refuse(why);
+        }
         let conn = if args.wait_for_server {
             connect_when_up(&args.nats).await?
         } else {
@@ -114,6 +128,17 @@ pub fn run(args: Args) -> ExitCode {
         if let Some(addr) = node.metrics_addr() {
             eprintln!("metrics at http://{addr}/metrics");
         }
+        let web = match args.http {
+            Some(addr) => {
+                let signer = args.sign.signer()?;
+                let ns = &args.nats.namespace;
+                let client = conn.client.clone();
+                let web = super::web::Web::start(client, ns, signer, access.clone(), addr).await?;
+                eprintln!("web view at http://{}/", web.addr());
+                Some(web)
+            }
+            None => None,
+        };
         let code = tokio::select! {
             signal = wait_for_signal() => {
                 signal?;
@@ -129,6 +154,7 @@ pub fn run(args: Args) -> ExitCode {
                 ExitCode::from(3)
             }
         };
+        drop(web);
         let drain_timeout = args.drain_timeout;
         if tokio::time::timeout(drain_timeout, node.shutdown())
             .await

@@ -1,0 +1,154 @@
+//! Who may use the web view's API: bearer tokens in two roles. A read token may read cards
+//! and runs and follow a run's events; an operator token may also start, cancel, approve
+//! and reject. With no token configured the API is open, which is allowed only on a
+//! loopback address ([`Access::check_bind`]). The pages themselves (HTML, script, Mermaid)
+//! hold no data and are always served; they ask for a token when the API wants one.
+//!
+//! A token goes in `Authorization: Bearer TOKEN`, or, for an event stream (a browser's
+//! `EventSource` sets no headers), as the `access_token` query parameter.
+
+use std::net::SocketAddr;
+
+use anyhow::{bail, Result};
+use axum::extract::{Request, State};
+use axum::http::{header, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use sha2::{Digest, Sha256};
+
+use super::ApiError;
+
+/// The tokens of the web view, as `serve --http` and `ui` take them.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct AccessArgs {
+    /// A token that may read cards and runs over HTTP (repeatable; comma-separated in the
+    /// environment variable).
+    #[arg(
+        long = "http-read-token",
+        value_name = "TOKEN",
+        env = "MESH_HTTP_READ_TOKENS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub read_tokens: Vec<String>,
+    /// A token that may also start, cancel, approve and reject over HTTP (repeatable).
+    #[arg(
+        long = "http-operator-token",
+        value_name = "TOKEN",
+        env = "MESH_HTTP_OPERATOR_TOKENS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub operator_tokens: Vec<String>,
+}
+
+/// What a request may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Role {
+    Read,
+    Operate,
+}
+
+/// The tokens the API accepts (their SHA-256, compared digest to digest).
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    tokens: Vec<([u8; 32], Role)>,
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+impl Access {
+    /// The access `args` describe; an empty token is refused.
+    pub fn new(args: &AccessArgs) -> Result<Access> {
+        let mut tokens = Vec::new();
+        for (list, role, flag) in [
+            (&args.read_tokens, Role::Read, "--http-read-token"),
+            (
+                &args.operator_tokens,
+                Role::Operate,
+                "--http-operator-token",
+            ),
+        ] {
+            for t in list {
+                if t.trim().is_empty() {
+                    bail!("{flag}: a token cannot be empty");
+                }
+                tokens.push((digest(t.trim()), role));
+            }
+        }
+        Ok(Access { tokens })
+    }
+
+    /// Whether any token is required.
+    pub fn enabled(&self) -> bool {
+        !self.tokens.is_empty()
+    }
+
+    /// Refuses to serve an open API on an address other machines can reach.
+    pub fn check_bind(&self, addr: SocketAddr) -> Result<()> {
+        if !self.enabled() && !addr.ip().is_loopback() {
+            bail!(
+                "the web view at {addr} would be open to anyone who reaches it: give \
+                 --http-operator-token (and --http-read-token), or bind it to a loopback \
+                 address such as 127.0.0.1"
+            );
+        }
+        Ok(())
+    }
+
+    fn role_of(&self, token: &str) -> Option<Role> {
+        let d = digest(token);
+        self.tokens
+            .iter()
+            .filter(|(t, _)| *t == d)
+            .map(|(_, r)| *r)
+            .max()
+    }
+}
+
+/// The token a request carries, if any.
+fn token(request: &Request) -> Option<String> {
+    if let Some(v) = request.headers().get(header::AUTHORIZATION) {
+        let v = v.to_str().ok()?;
+        return v.strip_prefix("Bearer ").map(|t| t.trim().to_owned());
+    }
+    let query = request.uri().query()?;
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == "access_token")
+        .map(|(_, v)| v.into_owned())
+}
+
+/// Lets a request through to the API if its token's role allows it: 401 without a known
+/// token, 403 for a read token that tries to change something.
+pub(super) async fn check(State(access): State<Access>, request: Request, next: Next) -> Response {
+    if !access.enabled() || !request.uri().path().starts_with("/api/") {
+        return next.run(request).await;
+    }
+    let needs = if request.method() == Method::GET || request.method() == Method::HEAD {
+        Role::Read
+    } else {
+        Role::Operate
+    };
+    match token(&request).and_then(|t| access.role_of(&t)) {
+        None => {
+            let mut r = ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "this API needs a token: Authorization: Bearer TOKEN",
+            )
+            .into_response();
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+            r
+        }
+        Some(role) if role < needs => ApiError::new(
+            StatusCode::FORBIDDEN,
+            "a read token may not start, cancel or decide: that takes an operator token",
+        )
+        .into_response(),
+        Some(_) => next.run(request).await,
+    }
+}
