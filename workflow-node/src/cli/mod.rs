@@ -9,6 +9,7 @@ pub mod demo;
 pub mod identity;
 pub mod mermaid;
 pub mod plan;
+pub mod probes;
 pub mod run;
 pub mod runs;
 pub(crate) mod runs_show;

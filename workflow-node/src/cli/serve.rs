@@ -59,6 +59,15 @@ pub struct Args {
     /// replica after their ack wait.
     #[arg(long, default_value = "25s", value_parser = retention)]
     pub drain_timeout: Duration,
+    /// Serve liveness (`/livez`) and readiness (`/readyz`) probes at `http://ADDR/` (port 0
+    /// picks a free one, printed at start): ready once started, not while draining or cut
+    /// off from NATS.
+    #[arg(long, value_name = "ADDR", env = "MESH_HEALTH_ADDR")]
+    pub health_addr: Option<SocketAddr>,
+    /// On SIGINT/SIGTERM, how long to stay unready but serving before draining (`5s`), so
+    /// that an orchestrator stops routing to this replica first; a second signal ends it.
+    #[arg(long, default_value = "0s", value_parser = delay)]
+    pub shutdown_delay: Duration,
     /// Serve the web view (pages and JSON API, `docs/http.md`) at `http://ADDR/` (port 0
     /// picks a free one, printed at start).
     #[arg(long, value_name = "ADDR")]
@@ -72,6 +81,10 @@ pub struct Args {
     /// Approver names and operator keys the node trusts.
     #[command(flatten)]
     pub trust: super::identity::TrustArgs,
+}
+
+fn delay(text: &str) -> Result<Duration, String> {
+    workflow_expr::duration::parse(text).map_err(|e| e.to_string())
 }
 
 fn retention(text: &str) -> Result<Duration, String> {
@@ -97,6 +110,11 @@ pub fn run(args: Args) -> ExitCode {
         } else {
             connect(&args.nats).await?
         };
+        let probes = super::probes::Probes::new(conn.client.clone());
+        if let Some(addr) = args.health_addr {
+            let bound = probes.serve(addr).await?;
+            eprintln!("health at http://{bound}/livez and /readyz");
+        }
         let mut config = Config {
             namespace: args.nats.namespace.clone(),
             card_interval: Duration::from_secs_f64(args.card_interval.max(0.1)),
@@ -128,6 +146,7 @@ pub fn run(args: Args) -> ExitCode {
         if let Some(addr) = node.metrics_addr() {
             eprintln!("metrics at http://{addr}/metrics");
         }
+        probes.started(node.health_handle());
         let web = match args.http {
             Some(addr) => {
                 let signer = args.sign.signer()?;
@@ -142,6 +161,14 @@ pub fn run(args: Args) -> ExitCode {
         let code = tokio::select! {
             signal = wait_for_signal() => {
                 signal?;
+                probes.draining();
+                if !args.shutdown_delay.is_zero() {
+                    eprintln!("unready; draining in {} s (or at a second signal)", args.shutdown_delay.as_secs_f64());
+                    tokio::select! {
+                        _ = tokio::time::sleep(args.shutdown_delay) => {}
+                        signal = wait_for_signal() => signal?,
+                    }
+                }
                 eprintln!("draining");
                 ExitCode::SUCCESS
             }

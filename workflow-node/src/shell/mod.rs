@@ -217,7 +217,7 @@ pub struct Shared {
     cards: HashMap<String, AgentCard>,
     artifacts: tokio::sync::OnceCell<object_store::ObjectStore>,
     card_objects: tokio::sync::OnceCell<object_store::ObjectStore>,
-    health: Health,
+    health: Arc<Health>,
     /// This replica's name in runs' histories.
     replica: String,
     metrics: metrics::Metrics,
@@ -606,7 +606,7 @@ impl WorkflowNode {
             cards,
             artifacts: tokio::sync::OnceCell::new(),
             card_objects: tokio::sync::OnceCell::new(),
-            health: Health::default(),
+            health: Arc::default(),
             replica,
             metrics,
             definitions: definitions::Definitions::new(definitions),
@@ -711,6 +711,11 @@ impl WorkflowNode {
     /// Whether the node is doing its work (every workflow's events are being pulled).
     pub fn health(&self) -> &Health {
         &self.shared.health
+    }
+
+    /// The same, shared: for a health endpoint that outlives a borrow of the node.
+    pub fn health_handle(&self) -> Arc<Health> {
+        self.shared.health.clone()
     }
 
     /// Where `/metrics` is served (the port bound, when `Config::metrics` asked for 0);
