@@ -147,19 +147,8 @@ async fn follow(
     let mut changes = inspector.watch(&run.workflow, &run.execution).await?;
     loop {
         tokio::select! {
-            entry = changes.next() => {
-                let entry = match entry {
-                    Some(Ok(e)) => e,
-                    // A missed heartbeat or a server restart: the watch goes on.
-                    Some(Err(e)) => {
-                        tracing::debug!("watch of run {}: {e}", run.execution);
-                        continue;
-                    }
-                    None => anyhow::bail!("the watch of run {} ended", run.execution),
-                };
-                if entry.revision <= run.revision {
-                    continue;
-                }
+            changed = Inspector::changed(&mut changes, &run) => {
+                changed?;
                 let Some(next) = inspector.read_run(&run.workflow, &run.execution).await? else {
                     return refuse(format!("run {} is gone (its retention passed)", run.execution));
                 };

@@ -185,6 +185,26 @@ impl Inspector {
             .context(|| format!("watching {key}"))
     }
 
+    /// Waits until `changes` (the run's [`Inspector::watch`]) shows a revision past
+    /// `run`'s; then read it with [`Inspector::read_run`]. Cancel-safe (it only waits on the
+    /// watch, and drops only entries already seen), so it can race other futures in a
+    /// `select!`. A watch error (a missed heartbeat, a server restart) is skipped.
+    pub async fn changed(changes: &mut kv::Watch, run: &FoundRun) -> Result<()> {
+        loop {
+            match changes.next().await {
+                Some(Ok(entry)) if entry.revision > run.revision => return Ok(()),
+                Some(Ok(_)) => {}
+                Some(Err(e)) => tracing::debug!("watch of run {}: {e}", run.execution),
+                None => {
+                    return Err(Error::Connection {
+                        context: format!("watching run {}", run.execution),
+                        source: "the watch ended".into(),
+                    })
+                }
+            }
+        }
+    }
+
     /// The records under keys matching `pattern` (`{workflow}.{execution}`, with `*`s).
     async fn records(&self, pattern: &str) -> Result<Vec<FoundRun>> {
         let filter = subjects::kv_key(&self.runs.name, pattern);

@@ -131,13 +131,11 @@ impl Seal {
         workflow: &str,
         wire_id: &'a str,
     ) -> std::result::Result<&'a str, SealError> {
-        let Some((id, token)) = wire_id.rsplit_once('-') else {
-            return Err(SealError::NoToken(wire_id.to_owned()));
-        };
-        if token.len() != TOKEN_HEX || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
+        let id = plain_id(wire_id);
+        if id.len() == wire_id.len() {
             return Err(SealError::NoToken(wire_id.to_owned()));
         }
-        let Ok(given) = hex::decode(token) else {
+        let Ok(given) = hex::decode(&wire_id[id.len() + 1..]) else {
             return Err(SealError::NoToken(wire_id.to_owned()));
         };
         self.mac(&[b"call", workflow.as_bytes(), id.as_bytes()])

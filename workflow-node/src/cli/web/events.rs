@@ -82,18 +82,8 @@ async fn feed(
     }
     while !ended(&run) {
         tokio::select! {
-            entry = changes.next() => {
-                let entry = match entry {
-                    Some(Ok(e)) => e,
-                    Some(Err(e)) => {
-                        tracing::debug!("watch of run {}: {e}", run.execution);
-                        continue;
-                    }
-                    None => anyhow::bail!("the watch of run {} ended", run.execution),
-                };
-                if entry.revision <= run.revision {
-                    continue;
-                }
+            changed = Inspector::changed(&mut changes, &run) => {
+                changed?;
                 let Some(next) = inspector.read_run(&run.workflow, &run.execution).await? else {
                     anyhow::bail!("run {} is gone (its retention passed)", run.execution);
                 };
