@@ -62,7 +62,7 @@
 //! handle), [`handler`] (what agents implement), [`client`] ([`call_agent`], the
 //! positional form of [`Mesh::agent`]), [`exchange`] (a request resent while the callee is silent), [`payload`] (the object store; the wrapping conventions are in `messages::payload`), [`schema`]
 //! (JSON Schema checks), [`stub`] (YAML-described stub agents for testing workflows),
-//! [`error`], [`signing`] (NKey signatures proving who asks), [`telemetry`] (logs and OpenTelemetry traces in one call). Inside: `protocol` decodes requests and builds replies without I/O, `server`
+//! [`error`], [`signing`] (NKey signatures proving who asks), [`telemetry`] (logs and OpenTelemetry traces in one call), [`health`] (liveness and readiness probes over HTTP). Inside: `protocol` decodes requests and builds replies without I/O, `server`
 //! runs the loop.
 
 pub mod agent;
@@ -75,6 +75,7 @@ mod dedup;
 pub mod error;
 pub mod exchange;
 pub mod handler;
+pub mod health;
 pub mod mesh;
 pub mod payload;
 mod protocol;

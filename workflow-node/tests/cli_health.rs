@@ -1,7 +1,8 @@
 //! `workflow-node serve --health-addr`: liveness and readiness probes of a real `serve`
 //! process against a real nats-server. Ready once started; unready while cut off from the
 //! server and while draining after SIGTERM (held by `--shutdown-delay` until a second
-//! signal), then a clean exit.
+//! signal), then a clean exit. `workflow-node health` (the image's `HEALTHCHECK`) says the
+//! same in its exit code.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -102,6 +103,20 @@ async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
     (status, body.to_string())
 }
 
+/// `workflow-node health --addr ADDR [--live]`: its exit code and stdout.
+fn health(addr: SocketAddr, live: bool) -> (Option<i32>, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_workflow-node"));
+    command.args(["health", "--addr", &addr.to_string()]);
+    if live {
+        command.arg("--live");
+    }
+    let out = command.output().expect("running workflow-node health");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
 /// Polls `/readyz` until it answers `status` (the body then), within the timeout.
 async fn readiness_becomes(addr: SocketAddr, status: u16) -> String {
     let deadline = tokio::time::Instant::now() + TIMEOUT;
@@ -133,6 +148,10 @@ async fn readiness_follows_start_the_server_and_the_drain() {
         .expect("an address");
     assert_eq!(readiness_becomes(addr, 200).await.trim(), "ready");
     assert_eq!(get(addr, "/livez").await, (200, "ok\n".into()));
+    assert_eq!(health(addr, false), (Some(0), "ready\n".into()));
+    // Asked on the unspecified address it listens on, `health` goes to loopback.
+    let any = SocketAddr::from(([0, 0, 0, 0], addr.port()));
+    assert_eq!(health(any, true), (Some(0), "ok\n".into()));
 
     // Cut off from NATS: unready, and ready again once the server is back.
     server.stop().expect("stop nats-server");
@@ -147,6 +166,8 @@ async fn readiness_follows_start_the_server_and_the_drain() {
     let why = readiness_becomes(addr, 503).await;
     assert!(why.contains("draining"), "{why}");
     serve.line("unready; draining in").await;
+    assert_eq!(health(addr, false).0, Some(1), "not ready while draining");
+    assert_eq!(health(addr, true).0, Some(0), "yet alive");
     // A second signal ends the delay: the drain runs and the process exits cleanly.
     serve.signal();
     let deadline = tokio::time::Instant::now() + TIMEOUT;

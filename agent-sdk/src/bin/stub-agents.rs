@@ -3,12 +3,19 @@
 //! TLS and inbox prefix: flags or `NATS_*` variables (`agent_sdk::ConnectConfig`). Without a URL (flag or `NATS_URL`) it starts a local
 //! nats-server with JetStream in a data directory of its own, and stops it on exit.
 //!
+//! `--health-addr ADDR` serves `/livez` and `/readyz` (`agent_sdk::health`); on SIGTERM it
+//! turns unready, waits `--shutdown-delay` (or a second signal), then stops taking
+//! requests and finishes the calls in hand.
+//!
 //! Exit 2 when it cannot start serving: an invalid file, or a server that does not answer
 //! (at once, naming the URL); once serving, the client reconnects on its own.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
+use agent_sdk::health::{signalled, Probes};
 use agent_sdk::{load_stub_file, serve_stubs, DEFAULT_NAMESPACE};
 use anyhow::{Context, Result};
 use clap::Parser;
@@ -25,9 +32,22 @@ struct Args {
     /// Subject namespace.
     #[arg(long, default_value = DEFAULT_NAMESPACE)]
     namespace: String,
+    /// Serve liveness (`/livez`) and readiness (`/readyz`) probes at `http://ADDR/` (port 0
+    /// picks a free one, printed at start): ready once every agent is subscribed and its
+    /// card out, not while draining or cut off from NATS.
+    #[arg(long, value_name = "ADDR", env = "MESH_HEALTH_ADDR")]
+    health_addr: Option<SocketAddr>,
+    /// On SIGINT/SIGTERM, how long to stay unready but serving before draining (`5s`), so
+    /// that an orchestrator stops routing to this replica first; a second signal ends it.
+    #[arg(long, default_value = "0s", value_parser = delay, env = "MESH_SHUTDOWN_DELAY")]
+    shutdown_delay: Duration,
     /// User, NKey or credentials, TLS and inbox prefix.
     #[command(flatten)]
     connect: agent_sdk::ConnectConfig,
+}
+
+fn delay(text: &str) -> Result<Duration, String> {
+    workflow_expr::duration::parse(text).map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {
@@ -66,7 +86,7 @@ fn main() -> ExitCode {
 
 async fn run(args: Args, stubs: agent_sdk::StubFile) -> Result<()> {
     let mut embedded = None;
-    let url = match args.nats_url {
+    let url = match args.nats_url.clone() {
         Some(url) => url,
         None => {
             let dir = std::env::temp_dir().join(format!("stub-agents-nats-{}", std::process::id()));
@@ -85,7 +105,7 @@ async fn run(args: Args, stubs: agent_sdk::StubFile) -> Result<()> {
             url
         }
     };
-    let result = serve(&url, &args.namespace, &args.connect, stubs).await;
+    let result = serve(&url, &args, stubs).await;
     if let Some((mut server, dir)) = embedded {
         if let Err(e) = server.stop() {
             eprintln!("stub-agents: stopping the local nats-server: {e}");
@@ -95,25 +115,35 @@ async fn run(args: Args, stubs: agent_sdk::StubFile) -> Result<()> {
     result
 }
 
-async fn serve(
-    url: &str,
-    ns: &str,
-    connect: &agent_sdk::ConnectConfig,
-    stubs: agent_sdk::StubFile,
-) -> Result<()> {
-    let client = connect.connect(url).await?;
+async fn serve(url: &str, args: &Args, stubs: agent_sdk::StubFile) -> Result<()> {
+    let ns = &args.namespace;
+    let client = args.connect.connect(url).await?;
+    let probes = Probes::new(client.clone());
+    if let Some(addr) = args.health_addr {
+        let bound = probes
+            .serve(addr)
+            .await
+            .with_context(|| format!("serving the health probes at {addr}"))?;
+        eprintln!("stub-agents: health at http://{bound}/livez and /readyz");
+    }
     let names: Vec<String> = stubs.agents.iter().map(|a| a.name.clone()).collect();
     let handles = serve_stubs(client, ns, stubs).await?;
+    probes.started();
     eprintln!(
         "stub-agents: serving {} in namespace {ns} on {url}; ctrl-c to stop",
         names.join(", ")
     );
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("waiting for SIGTERM")?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r.context("waiting for ctrl-c")?,
-        _ = term.recv() => {}
+    signalled().await.context("waiting for SIGINT or SIGTERM")?;
+    if !args.shutdown_delay.is_zero() {
+        eprintln!(
+            "stub-agents: unready; stopping in {} s (or at a second signal)",
+            args.shutdown_delay.as_secs_f64()
+        );
     }
+    probes
+        .hold_unready(args.shutdown_delay)
+        .await
+        .context("waiting for a second signal")?;
     eprintln!("stub-agents: stopping");
     for h in handles {
         h.stop().await;

@@ -6,10 +6,10 @@ pub mod client;
 pub mod connect;
 pub mod definitions;
 pub mod demo;
+pub mod health;
 pub mod identity;
 pub mod mermaid;
 pub mod plan;
-pub mod probes;
 pub mod run;
 pub mod runs;
 pub(crate) mod runs_show;
@@ -71,6 +71,8 @@ pub enum Command {
     Demo(demo::Args),
     /// Serve the web view of a mesh: its cards, runs and approvals (pages and JSON API).
     Ui(web::Args),
+    /// Ask a running `serve` or `stub-agents` whether it is ready (or live): exit 0 if so.
+    Health(health::Args),
     /// Make an NKey user key: the seed to a file (mode 600), the public key on stdout.
     Keygen(identity::KeygenArgs),
 }

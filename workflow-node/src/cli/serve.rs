@@ -48,7 +48,7 @@ pub struct Args {
     /// Serve metrics in the Prometheus text format at `http://ADDR/metrics` (for example
     /// `0.0.0.0:9464`; port 0 picks a free one, printed at start). Metrics also go over
     /// OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", env = "MESH_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
     /// The words sent to agents and callers: `mesh` (ours) or `reference`
     /// (`structured_invocation_request`/`_result`, status `error`). Both are always read.
@@ -66,7 +66,7 @@ pub struct Args {
     pub health_addr: Option<SocketAddr>,
     /// On SIGINT/SIGTERM, how long to stay unready but serving before draining (`5s`), so
     /// that an orchestrator stops routing to this replica first; a second signal ends it.
-    #[arg(long, default_value = "0s", value_parser = delay)]
+    #[arg(long, default_value = "0s", value_parser = delay, env = "MESH_SHUTDOWN_DELAY")]
     pub shutdown_delay: Duration,
     /// Serve the web view (pages and JSON API, `docs/http.md`) at `http://ADDR/` (port 0
     /// picks a free one, printed at start).
@@ -110,7 +110,7 @@ pub fn run(args: Args) -> ExitCode {
         } else {
             connect(&args.nats).await?
         };
-        let probes = super::probes::Probes::new(conn.client.clone());
+        let probes = agent_sdk::health::Probes::new(conn.client.clone());
         if let Some(addr) = args.health_addr {
             let bound = probes.serve(addr).await?;
             eprintln!("health at http://{bound}/livez and /readyz");
@@ -146,7 +146,14 @@ pub fn run(args: Args) -> ExitCode {
         if let Some(addr) = node.metrics_addr() {
             eprintln!("metrics at http://{addr}/metrics");
         }
-        probes.started(node.health_handle());
+        let health = node.health_handle();
+        probes.started_with(move || match &health.broken()[..] {
+            [] => Ok(()),
+            broken => {
+                let names: Vec<&str> = broken.iter().map(|(w, _)| w.as_str()).collect();
+                Err(format!("events not pulled: {}", names.join(", ")))
+            }
+        });
         let web = match args.http {
             Some(addr) => {
                 let signer = args.sign.signer()?;
@@ -161,14 +168,10 @@ pub fn run(args: Args) -> ExitCode {
         let code = tokio::select! {
             signal = wait_for_signal() => {
                 signal?;
-                probes.draining();
                 if !args.shutdown_delay.is_zero() {
                     eprintln!("unready; draining in {} s (or at a second signal)", args.shutdown_delay.as_secs_f64());
-                    tokio::select! {
-                        _ = tokio::time::sleep(args.shutdown_delay) => {}
-                        signal = wait_for_signal() => signal?,
-                    }
                 }
+                probes.hold_unready(args.shutdown_delay).await?;
                 eprintln!("draining");
                 ExitCode::SUCCESS
             }
