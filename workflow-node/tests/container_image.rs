@@ -112,7 +112,7 @@ impl Drop for Image {
     }
 }
 
-/// A container of the image run attached (`podman run` is the child, its exit status the
+/// A container of the image run attached, with a read-only root file system (`podman run` is the child, its exit status the
 /// container's), with host networking; its stderr lines as they come; removed on drop.
 struct Container {
     name: String,
@@ -127,7 +127,8 @@ impl Container {
         let _ = podman(&["rm", "--force", &name]);
         let health = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let mut child = Command::new("podman")
-            .args(["run", "--rm", "--name", &name, "--network", "host"])
+            // --read-only: as Kubernetes' readOnlyRootFilesystem (deploy/kubernetes/).
+            .args(["run", "--rm", "--read-only", "--name", &name, "--network", "host"])
             .args(["--env", &format!("NATS_URL={nats_url}")])
             .args(["--env", &format!("MESH_HEALTH_ADDR={health}")])
             .args(["--env", "MESH_METRICS_ADDR=127.0.0.1:0"])
