@@ -128,7 +128,15 @@ impl Container {
         let health = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let mut child = Command::new("podman")
             // --read-only: as Kubernetes' readOnlyRootFilesystem (deploy/kubernetes/).
-            .args(["run", "--rm", "--read-only", "--name", &name, "--network", "host"])
+            .args([
+                "run",
+                "--rm",
+                "--read-only",
+                "--name",
+                &name,
+                "--network",
+                "host",
+            ])
             .args(["--env", &format!("NATS_URL={nats_url}")])
             .args(["--env", &format!("MESH_HEALTH_ADDR={health}")])
             .args(["--env", "MESH_METRICS_ADDR=127.0.0.1:0"])
