@@ -134,6 +134,7 @@ async fn serve(url: &str, args: &Args, stubs: agent_sdk::StubFile) -> Result<()>
         names.join(", ")
     );
     signalled().await.context("waiting for SIGINT or SIGTERM")?;
+    probes.draining();
     if !args.shutdown_delay.is_zero() {
         eprintln!(
             "stub-agents: unready; stopping in {} s (or at a second signal)",

@@ -168,6 +168,8 @@ pub fn run(args: Args) -> ExitCode {
         let code = tokio::select! {
             signal = wait_for_signal() => {
                 signal?;
+                // Unready before saying so: whoever reads the line finds /readyz 503.
+                probes.draining();
                 if !args.shutdown_delay.is_zero() {
                     eprintln!("unready; draining in {} s (or at a second signal)", args.shutdown_delay.as_secs_f64());
                 }
