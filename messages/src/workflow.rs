@@ -379,6 +379,11 @@ pub enum NodeOutcome {
     Skipped,
     /// The node was stopped while running.
     Cancelled,
+    /// The node hit its timeout (its call's, or an approval's): a failure of its own kind.
+    /// Added after the first release: a reader that does not know it should take it as
+    /// `failure`.
+    #[serde(rename = "timed_out")]
+    TimedOut,
 }
 
 /// `workflow_node_execution_result`: a node ended.
@@ -457,6 +462,11 @@ pub enum RunOutcome {
     Failure,
     /// The run was cancelled.
     Cancelled,
+    /// The run hit its deadline (`max_workflow_execution_time_seconds`). Added after the
+    /// first release: a reader that does not know it should take it as `failure` (the
+    /// A2A task state of such a run is `failed`).
+    #[serde(rename = "timed_out")]
+    TimedOut,
 }
 
 /// `workflow_execution_result`: a run ended.
@@ -576,6 +586,9 @@ pub enum RunPhase {
     Failure,
     /// It was cancelled.
     Cancelled,
+    /// It hit its deadline.
+    #[serde(rename = "timed_out")]
+    TimedOut,
 }
 
 /// Where a node is, in [`WorkflowRunState`].
@@ -596,6 +609,9 @@ pub enum NodePhase {
     Skipped,
     /// Stopped while running.
     Cancelled,
+    /// Hit its timeout.
+    #[serde(rename = "timed_out")]
+    TimedOut,
 }
 
 /// `workflow_run_state` (ours): where a run is, as `tasks/get` of it answers (in the
