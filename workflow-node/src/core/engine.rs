@@ -574,7 +574,7 @@ impl Cx<'_> {
             self.st.error = Some(RunError {
                 node_id: None,
                 message,
-                kind: None,
+                kind: Some(super::Failure::TIMEOUT.into()),
             });
             self.stop(true);
         }
@@ -596,7 +596,7 @@ impl Cx<'_> {
             self.st.error = Some(RunError {
                 node_id: None,
                 message: "exit handlers did not end before the deadline".into(),
-                kind: None,
+                kind: Some(super::Failure::TIMEOUT.into()),
             });
         }
         self.end_exit_handlers("the run's deadline passed");
