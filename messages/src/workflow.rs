@@ -93,7 +93,8 @@ impl Dialect {
 
     /// Rewrites a workflow DataPart's `data` we are about to send into this dialect's
     /// words: for `Reference`, the node-call names become the reference's and a `status`
-    /// of `failure` becomes `error`. Other data, and everything in `Mesh`, is left as is.
+    /// of `failure` or `timed_out` (which the reference does not know) becomes `error`.
+    /// Other data, and everything in `Mesh`, is left as is.
     pub fn rewrite(self, data: &mut JsonObject) {
         if self == Dialect::Mesh {
             return;
@@ -112,7 +113,10 @@ impl Dialect {
         if let Some(name) = renamed {
             data.insert("type".into(), Value::from(name));
         }
-        if data.get("status").and_then(Value::as_str) == Some("failure") {
+        if matches!(
+            data.get("status").and_then(Value::as_str),
+            Some("failure" | "timed_out")
+        ) {
             data.insert("status".into(), Value::from("error"));
         }
     }
