@@ -2,10 +2,12 @@
 //! items 3 and 6): what the caller, `tasks/get`, the runs bucket and the operator's CLI see,
 //! with two replicas sharing the runs.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+mod metrics_common;
 mod shell_common;
 
 use messages::workflow::{NodePhase, RunOutcome, RunPhase, WorkflowDataPart};
@@ -14,7 +16,7 @@ use serde_json::{json, Value};
 use workflow_node::cli::client::{get_run, invoke, RunResult};
 use workflow_node::core::{NodeStatus, RunStatus};
 use workflow_node::shell::inspect::Inspector;
-use workflow_node::shell::{Config, WorkflowNode};
+use workflow_node::shell::{Config, MetricsConfig, Otlp, WorkflowNode};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -66,7 +68,15 @@ workflow:
 "#;
 
 async fn mesh() -> shell_common::Mesh {
-    shell_common::mesh(STUBS, &[POLICY, HALT, DEADLINE], Config::default()).await
+    let config = Config {
+        metrics: MetricsConfig {
+            addr: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+            otlp: Otlp::Off,
+            ..MetricsConfig::default()
+        },
+        ..Config::default()
+    };
+    shell_common::mesh(STUBS, &[POLICY, HALT, DEADLINE], config).await
 }
 
 async fn run(m: &shell_common::Mesh, workflow: &str, input: Value) -> (RunResult, Vec<RunOutcome>) {
@@ -197,4 +207,26 @@ async fn a_timed_out_node_under_halt_fails_the_run_and_a_deadline_times_it_out()
         .collect();
     assert_eq!(ids, vec![execution.as_str()], "{listed}");
     assert_eq!(listed[0]["status"], "timed_out");
+
+    // Metrics label runs and nodes with the status.
+    for w in ["Halt", "Deadline"] {
+        shell_common::settled(&m.client, w).await;
+    }
+    let addr = m.node.metrics_addr().expect("metrics are served");
+    let s = metrics_common::scrape(addr).await;
+    let ended = |w: &str, status: &str| {
+        s.sum(
+            "workflow_runs_ended_total",
+            &[("workflow", w), ("status", status)],
+        )
+    };
+    assert_eq!(ended("Deadline", "timed_out"), 1.0, "{}", s.text);
+    assert_eq!(ended("Halt", "failure"), 1.0, "{}", s.text);
+    let nodes = |w: &str, status: &str| {
+        s.sum(
+            "workflow_node_duration_seconds_count",
+            &[("workflow", w), ("node_type", "agent"), ("status", status)],
+        )
+    };
+    assert_eq!(nodes("Halt", "timed_out"), 1.0, "{}", s.text);
 }
