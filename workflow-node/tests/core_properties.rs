@@ -399,7 +399,12 @@ fn check_rules(w: &Workflow, sim: &Sim<'_>) -> Result<(), TestCaseError> {
 fn check_policy(w: &Workflow, sim: &Sim<'_>) -> Result<(), TestCaseError> {
     let policy = |id: &str| w.on_failure_of(w.node(id).expect("a node"));
     if let Some(id) = sim.state.error.as_ref().and_then(|e| e.node_id.as_deref()) {
-        prop_assert_eq!(policy(id), OnFailure::Halt, "the run's error names '{}'", id);
+        prop_assert_eq!(
+            policy(id),
+            OnFailure::Halt,
+            "the run's error names '{}'",
+            id
+        );
     }
     for (i, node) in w.nodes.iter().enumerate() {
         let started = sim.state.nodes.get(&node.id).and_then(|n| n.started_at);

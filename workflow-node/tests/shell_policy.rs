@@ -121,9 +121,16 @@ async fn tolerated_failures_let_the_run_succeed_and_every_view_shows_them() {
     .await
     .expect("a second replica");
     let runs = (0..4).map(|i| run(&m, "Policy", json!({"value": 20 + i})));
-    for (i, (r, outcomes)) in futures::future::join_all(runs).await.into_iter().enumerate() {
+    for (i, (r, outcomes)) in futures::future::join_all(runs)
+        .await
+        .into_iter()
+        .enumerate()
+    {
         assert_eq!(r.status, "success", "{:?}", r.error);
-        assert_eq!(r.output, Some(json!({"lookup": null, "result": 2 * (20 + i)})));
+        assert_eq!(
+            r.output,
+            Some(json!({"lookup": null, "result": 2 * (20 + i)}))
+        );
         let node = |id: &str| r.nodes.get(id).map(String::as_str);
         assert_eq!(node("lookup"), Some("failure"), "{:?}", r.nodes);
         assert_eq!(node("slow_lookup"), Some("timed_out"), "{:?}", r.nodes);
@@ -176,7 +183,10 @@ async fn a_timed_out_node_under_halt_fails_the_run_and_a_deadline_times_it_out()
     let m = mesh().await;
     let (r, outcomes) = run(&m, "Halt", json!({})).await;
     assert_eq!(r.status, "failure", "{:?}", r.error);
-    assert_eq!(r.nodes.get("slow_lookup").map(String::as_str), Some("timed_out"));
+    assert_eq!(
+        r.nodes.get("slow_lookup").map(String::as_str),
+        Some("timed_out")
+    );
     assert_eq!(r.nodes.get("after").map(String::as_str), Some("skipped"));
     assert_eq!(outcomes, vec![RunOutcome::Failure]);
 
@@ -185,7 +195,10 @@ async fn a_timed_out_node_under_halt_fails_the_run_and_a_deadline_times_it_out()
     assert_eq!(outcomes, vec![RunOutcome::TimedOut]);
     let error = r.error.unwrap_or_default();
     assert!(error.contains("Workflow Deadline timed out"), "{error}");
-    assert!(error.contains("max_workflow_execution_time_seconds (1 s)"), "{error}");
+    assert!(
+        error.contains("max_workflow_execution_time_seconds (1 s)"),
+        "{error}"
+    );
     assert_eq!(r.nodes.get("lookup").map(String::as_str), Some("cancelled"));
     assert_eq!(r.nodes.get("report").map(String::as_str), Some("success"));
 
@@ -197,7 +210,10 @@ async fn a_timed_out_node_under_halt_fails_the_run_and_a_deadline_times_it_out()
     assert_eq!(state.run.status, RunPhase::TimedOut);
 
     // `runs list --status timed_out` finds it, and only it.
-    let listed = bin(&m.server, &["runs", "list", "--json", "--status", "timed_out"]);
+    let listed = bin(
+        &m.server,
+        &["runs", "list", "--json", "--status", "timed_out"],
+    );
     let listed: Value = serde_json::from_str(&listed).unwrap();
     let ids: Vec<&str> = listed
         .as_array()

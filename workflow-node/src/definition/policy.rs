@@ -85,7 +85,12 @@ pub(crate) fn parse_workflow_policy(w: &mut Fields<'_>, sink: &mut Sink) -> Opti
 
 fn policy_value(f: &Fields<'_>, sink: &mut Sink, field: &str, v: &Value) -> Option<OnFailure> {
     let Some(text) = v.as_str() else {
-        f.wrong(sink, field, "a string (halt, continue or skip_dependents)", v);
+        f.wrong(
+            sink,
+            field,
+            "a string (halt, continue or skip_dependents)",
+            v,
+        );
         return None;
     };
     match OnFailure::parse(text) {

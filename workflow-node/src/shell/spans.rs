@@ -23,9 +23,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::core::{
-    CallPhase, Event, Execution, Millis, RunStatus, Slot, TaskKey, TimerId,
-};
+use crate::core::{CallPhase, Event, Execution, Millis, RunStatus, Slot, TaskKey, TimerId};
 use crate::definition::{Call, NodeId, NodeKind, NodeRole, Workflow};
 
 /// What a span covers; its id is derived from this and the run's execution id.

@@ -41,7 +41,10 @@ fn halt_is_the_default_and_fails_the_run() {
 
 #[test]
 fn continue_records_the_failure_with_a_null_output_and_the_run_goes_on_to_succeed() {
-    for spelling in ["on_failure: continue", "error_policy: {on_failure: continue}"] {
+    for spelling in [
+        "on_failure: continue",
+        "error_policy: {on_failure: continue}",
+    ] {
         let w = diamond(spelling);
         let mut sim = sim(&w);
         let out = sim.run(json!({}));
@@ -50,10 +53,19 @@ fn continue_records_the_failure_with_a_null_output_and_the_run_goes_on_to_succee
         assert_eq!(out.output, Some(json!({"a": null, "x": 1})), "{spelling}");
         assert_eq!(status(&sim, "a"), NodeStatus::Failure);
         assert_eq!(sim.state.nodes["a"].output, Some(json!(null)));
-        assert!(sim.state.nodes["a"].error.as_deref().unwrap().contains("boom"));
+        assert!(sim.state.nodes["a"]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("boom"));
         assert_eq!(status(&sim, "b"), NodeStatus::Success);
         assert_eq!(status(&sim, "c"), NodeStatus::Success);
-        let b_input = &sim.dispatches().iter().find(|d| d.node_id == "b").unwrap().input;
+        let b_input = &sim
+            .dispatches()
+            .iter()
+            .find(|d| d.node_id == "b")
+            .unwrap()
+            .input;
         assert_eq!(b_input, &json!({"a": null}), "{spelling}");
         // The failure is in the progress, as the node's own end.
         assert!(sim.commands.iter().any(|c| matches!(c,
@@ -93,7 +105,10 @@ fn skip_dependents_skips_every_node_downstream_and_the_rest_goes_on() {
     assert_eq!(status(&sim, "x"), NodeStatus::Success);
     assert_eq!(status(&sim, "b"), NodeStatus::Skipped);
     let why_b = sim.state.nodes["b"].error.clone().unwrap();
-    assert!(why_b.contains("'a' failed (on_failure: skip_dependents)"), "{why_b}");
+    assert!(
+        why_b.contains("'a' failed (on_failure: skip_dependents)"),
+        "{why_b}"
+    );
     // `c` also needs `x`, which succeeded: it is skipped all the same, transitively.
     assert_eq!(status(&sim, "c"), NodeStatus::Skipped);
     let why_c = sim.state.nodes["c"].error.clone().unwrap();
@@ -292,7 +307,11 @@ fn the_policy_survives_a_crash_after_every_commit() {
 fn problems(yaml: &str) -> String {
     match parse_str(yaml, "t.yaml") {
         Ok(_) => panic!("expected problems in:\n{yaml}"),
-        Err(p) => p.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("\n"),
+        Err(p) => p
+            .iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join("\n"),
     }
 }
 
@@ -318,19 +337,43 @@ workflow:
         )
     };
     let p = case("", "on_failure: ignore", "");
-    assert!(p.contains("on_failure") && p.contains("expected halt, continue or skip_dependents, found 'ignore'"), "{p}");
+    assert!(
+        p.contains("on_failure")
+            && p.contains("expected halt, continue or skip_dependents, found 'ignore'"),
+        "{p}"
+    );
     let p = case("", "on_failure: retry", "");
     assert!(p.contains("retry_strategy"), "{p}");
-    let p = case("", "on_failure: continue, error_policy: {on_failure: halt}", "");
+    let p = case(
+        "",
+        "on_failure: continue, error_policy: {on_failure: halt}",
+        "",
+    );
     assert!(p.contains("not both"), "{p}");
-    let p = case("", "error_policy: {on_failure: continue, retry: {max_attempts: 3}}", "");
-    assert!(p.contains("error_policy.retry") && p.contains("unknown field"), "{p}");
+    let p = case(
+        "",
+        "error_policy: {on_failure: continue, retry: {max_attempts: 3}}",
+        "",
+    );
+    assert!(
+        p.contains("error_policy.retry") && p.contains("unknown field"),
+        "{p}"
+    );
     let p = case("", "error_policy: continue", "");
-    assert!(p.contains("error_policy") && p.contains("expected a mapping"), "{p}");
+    assert!(
+        p.contains("error_policy") && p.contains("expected a mapping"),
+        "{p}"
+    );
     let p = case("", "error_policy: {}", "");
-    assert!(p.contains("error_policy.on_failure") && p.contains("missing field"), "{p}");
+    assert!(
+        p.contains("error_policy.on_failure") && p.contains("missing field"),
+        "{p}"
+    );
     let p = case("", "input: {}", ", on_failure: skip_dependents");
-    assert!(p.contains("inner") && p.contains("skip_dependents does not apply"), "{p}");
+    assert!(
+        p.contains("inner") && p.contains("skip_dependents does not apply"),
+        "{p}"
+    );
     let p = case("error_policy: {on_failure: rollback}", "input: {}", "");
     assert!(p.contains("'rollback' is not supported"), "{p}");
     // `abort` (seed 001) is read as halt.

@@ -142,7 +142,11 @@ workflow:
         .agent("Echo", |d| Reply::ok(d.input.clone()).after(ms(4_000)));
     let out = sim.run(json!({}));
     assert_eq!(out.status, Some(RunStatus::TimedOut), "{:?}", out.error);
-    assert!(out.error.unwrap().message.contains("exit handlers did not end"));
+    assert!(out
+        .error
+        .unwrap()
+        .message
+        .contains("exit handlers did not end"));
 }
 
 #[test]
