@@ -380,6 +380,7 @@ impl Cx<'_> {
         selected_branch: Option<String>,
     ) {
         let node = &self.wf.nodes[idx];
+        let kept = self.kept_output(idx, status, output.clone());
         let entry = self
             .st
             .nodes
@@ -389,8 +390,6 @@ impl Cx<'_> {
             return;
         }
         entry.status = status;
-        let kept = self.kept_output(idx, status, output.clone());
-        let entry = self.st.nodes.get_mut(&node.id).expect("inserted above");
         entry.output_rev += u32::from(kept.is_some());
         entry.output = kept;
         entry.error = error.clone();
@@ -420,8 +419,7 @@ impl Cx<'_> {
             }
             NodeRole::Inner { .. } => {}
             NodeRole::ExitHandler => {
-                let halts = self.halts_run(idx, status);
-                self.exit_handler_ended(&node.id, halts, error)
+                self.exit_handler_ended(&node.id, self.halts_run(idx, status), error)
             }
         }
     }
@@ -448,8 +446,7 @@ impl Cx<'_> {
         }));
     }
 
-    /// A failed exit handler (`halts`: failed under `halt`) turns a successful run into a
-    /// failed one.
+    /// An exit handler that failed under `halt` turns a successful run into a failed one.
     fn exit_handler_ended(&mut self, id: &str, halts: bool, error: Option<String>) {
         self.st.exit_pending.retain(|pending| pending != id);
         if halts && self.st.outcome == Some(RunStatus::Success) {
