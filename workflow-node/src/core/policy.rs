@@ -8,7 +8,9 @@
 //! | `skip_dependents` | same, output `null`      | skipped, transitively    | goes on        |
 //!
 //! A failure under `continue` or `skip_dependents` is not the run's error: a run whose
-//! only failures were tolerated ends `success`, with its output mapped as usual.
+//! only failures were tolerated ends `success`, with its output mapped as usual. A
+//! conditional or switch that fails takes no branch, so under `continue` its dependents
+//! are skipped too.
 
 use std::collections::HashSet;
 
@@ -17,7 +19,7 @@ use serde_json::Value;
 use super::calls::CallEnd;
 use super::engine::Cx;
 use super::types::NodeStatus;
-use crate::definition::OnFailure;
+use crate::definition::{NodeKind, OnFailure};
 
 impl Cx<'_> {
     /// The policy of the node at `idx`.
@@ -75,6 +77,10 @@ impl Cx<'_> {
         if status.is_failed() {
             return match self.policy_of(d) {
                 OnFailure::Halt => Some(format!("dependency '{d}' did not succeed")),
+                // A conditional or switch that failed chose no branch: none runs.
+                OnFailure::Continue if self.branches(d) => Some(format!(
+                    "no branch taken: '{d}' failed (on_failure: continue)"
+                )),
                 OnFailure::Continue => None,
                 OnFailure::SkipDependents => Some(format!(
                     "dependency '{d}' failed (on_failure: skip_dependents)"
@@ -89,6 +95,16 @@ impl Cx<'_> {
             ));
         }
         None
+    }
+
+    /// Whether node `id` is a conditional or a switch.
+    fn branches(&self, id: &str) -> bool {
+        self.wf.node(id).is_some_and(|n| {
+            matches!(
+                n.kind,
+                NodeKind::Conditional { .. } | NodeKind::Switch { .. }
+            )
+        })
     }
 
     /// The node whose failure under `skip_dependents` skipped `d` (a skipped node), through

@@ -94,6 +94,32 @@ workflow:
 }
 
 #[test]
+fn a_conditional_that_fails_under_continue_takes_no_branch() {
+    let w = wf(r#"
+name: Cond
+workflow:
+  description: d
+  nodes:
+    - {id: pick, type: conditional, condition: "{{workflow.input.n}} > 1", true_branch: big, false_branch: small, on_failure: continue}
+    - {id: big, type: agent, agent_name: Echo, depends_on: [pick], input: {}}
+    - {id: small, type: agent, agent_name: Echo, depends_on: [pick], input: {}}
+    - {id: other, type: agent, agent_name: Echo, input: {o: 1}}
+  output_mapping: {o: "{{other.output.o}}"}
+"#);
+    let mut s = sim(&w);
+    // Ordering an object with a number is an error: the condition fails.
+    let out = s.run(json!({"n": {"x": 1}}));
+    assert_eq!(out.status, Some(RunStatus::Success), "{:?}", out.error);
+    assert_eq!(status(&s, "pick"), NodeStatus::Failure);
+    for branch in ["big", "small"] {
+        assert_eq!(status(&s, branch), NodeStatus::Skipped);
+        let why = s.state.nodes[branch].error.clone().unwrap();
+        assert!(why.contains("no branch taken: 'pick' failed"), "{why}");
+    }
+    assert_eq!(dispatched(&s), vec!["other".to_string()]);
+}
+
+#[test]
 fn skip_dependents_skips_every_node_downstream_and_the_rest_goes_on() {
     let w = diamond("on_failure: skip_dependents");
     let mut sim = sim(&w);
