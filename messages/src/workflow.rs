@@ -93,7 +93,8 @@ impl Dialect {
 
     /// Rewrites a workflow DataPart's `data` we are about to send into this dialect's
     /// words: for `Reference`, the node-call names become the reference's and a `status`
-    /// of `failure` becomes `error`. Other data, and everything in `Mesh`, is left as is.
+    /// of `failure` or `timed_out` (which the reference does not know) becomes `error`.
+    /// Other data, and everything in `Mesh`, is left as is.
     pub fn rewrite(self, data: &mut JsonObject) {
         if self == Dialect::Mesh {
             return;
@@ -112,7 +113,10 @@ impl Dialect {
         if let Some(name) = renamed {
             data.insert("type".into(), Value::from(name));
         }
-        if data.get("status").and_then(Value::as_str) == Some("failure") {
+        if matches!(
+            data.get("status").and_then(Value::as_str),
+            Some("failure" | "timed_out")
+        ) {
             data.insert("status".into(), Value::from("error"));
         }
     }
@@ -379,6 +383,11 @@ pub enum NodeOutcome {
     Skipped,
     /// The node was stopped while running.
     Cancelled,
+    /// The node hit its timeout (its call's, or an approval's): a failure of its own kind.
+    /// Added after the first release: a reader that does not know it should take it as
+    /// `failure`.
+    #[serde(rename = "timed_out")]
+    TimedOut,
 }
 
 /// `workflow_node_execution_result`: a node ended.
@@ -457,6 +466,11 @@ pub enum RunOutcome {
     Failure,
     /// The run was cancelled.
     Cancelled,
+    /// The run hit its deadline (`max_workflow_execution_time_seconds`). Added after the
+    /// first release: a reader that does not know it should take it as `failure` (the
+    /// A2A task state of such a run is `failed`).
+    #[serde(rename = "timed_out")]
+    TimedOut,
 }
 
 /// `workflow_execution_result`: a run ended.
@@ -576,6 +590,9 @@ pub enum RunPhase {
     Failure,
     /// It was cancelled.
     Cancelled,
+    /// It hit its deadline.
+    #[serde(rename = "timed_out")]
+    TimedOut,
 }
 
 /// Where a node is, in [`WorkflowRunState`].
@@ -596,6 +613,9 @@ pub enum NodePhase {
     Skipped,
     /// Stopped while running.
     Cancelled,
+    /// Hit its timeout.
+    #[serde(rename = "timed_out")]
+    TimedOut,
 }
 
 /// `workflow_run_state` (ours): where a run is, as `tasks/get` of it answers (in the

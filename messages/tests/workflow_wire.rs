@@ -137,7 +137,7 @@ fn node_execution_start() {
 
 #[test]
 fn node_execution_result() {
-    for status in ["success", "failure", "skipped", "cancelled"] {
+    for status in ["success", "failure", "skipped", "cancelled", "timed_out"] {
         round_trip::<WorkflowNodeExecutionResult>(json!({
             "type": "workflow_node_execution_result", "node_id": "a", "status": status
         }));
@@ -168,7 +168,7 @@ fn map_progress() {
 
 #[test]
 fn execution_result() {
-    for status in ["success", "failure", "cancelled"] {
+    for status in ["success", "failure", "cancelled", "timed_out"] {
         round_trip::<WorkflowExecutionResult>(json!({
             "type": "workflow_execution_result", "workflow_name": "W", "execution_id": "e",
             "status": status
@@ -232,6 +232,25 @@ fn run_state() {
         "status": "success", "nodes": {},
         "output_artifact_ref": {"name": "e.output.json"}
     }));
+    let timed_out = round_trip::<WorkflowRunState>(json!({
+        "type": "workflow_run_state", "workflow_name": "W", "execution_id": "e",
+        "status": "timed_out", "nodes": {"a": "timed_out", "b": "cancelled"},
+        "error_message": "the run exceeded max_workflow_execution_time_seconds (5 s)"
+    }));
+    assert_eq!(timed_out.status, RunPhase::TimedOut);
+    assert_eq!(timed_out.nodes["a"], NodePhase::TimedOut);
+}
+
+#[test]
+fn the_reference_dialect_says_error_for_a_timeout() {
+    let mut data = json!({"type": "workflow_execution_result", "workflow_name": "W",
+        "execution_id": "e", "status": "timed_out"});
+    Dialect::Reference.rewrite(data.as_object_mut().unwrap());
+    assert_eq!(data["status"], "error");
+    let mut data = json!({"type": "workflow_execution_result", "workflow_name": "W",
+        "execution_id": "e", "status": "timed_out"});
+    Dialect::Mesh.rewrite(data.as_object_mut().unwrap());
+    assert_eq!(data["status"], "timed_out");
 }
 
 #[test]

@@ -18,7 +18,7 @@ use workflow_node::core::sim::{Answer, Reply, Sim};
 use workflow_node::core::{
     apply, Command, Dispatch, Event, NodeStatus, Progress, RunStatus, Slot, TimerId,
 };
-use workflow_node::definition::{NodeKind, NodeRole, Workflow};
+use workflow_node::definition::{NodeKind, NodeRole, OnFailure, Workflow};
 
 #[path = "core_properties/workflows.rs"]
 mod workflows;
@@ -353,7 +353,8 @@ fn check_rules(w: &Workflow, sim: &Sim<'_>) -> Result<(), TestCaseError> {
             );
             if role(node_id) == Some(NodeRole::Main) {
                 last_main_end = Some(k);
-                if *status == NodeStatus::Failure {
+                let halts = w.on_failure_of(w.node(node_id).expect("a node")) == OnFailure::Halt;
+                if status.is_failed() && halts {
                     first_failure.get_or_insert(k);
                 }
             }
@@ -387,6 +388,49 @@ fn check_rules(w: &Workflow, sim: &Sim<'_>) -> Result<(), TestCaseError> {
                 "{} dispatched after a failure under fail_fast",
                 d.sub_task_id
             );
+        }
+    }
+    Ok(())
+}
+
+/// The error policy: only a failure under `halt` is the run's error, and no main node
+/// started while a dependency it does not merely wait for (a join's `wait_for`) had failed
+/// under `halt` or `skip_dependents`.
+fn check_policy(w: &Workflow, sim: &Sim<'_>) -> Result<(), TestCaseError> {
+    let policy = |id: &str| w.on_failure_of(w.node(id).expect("a node"));
+    if let Some(id) = sim.state.error.as_ref().and_then(|e| e.node_id.as_deref()) {
+        prop_assert_eq!(
+            policy(id),
+            OnFailure::Halt,
+            "the run's error names '{}'",
+            id
+        );
+    }
+    for (i, node) in w.nodes.iter().enumerate() {
+        let started = sim.state.nodes.get(&node.id).and_then(|n| n.started_at);
+        if w.graph.roles[i] != NodeRole::Main || started.is_none() {
+            continue;
+        }
+        let wait_for: &[String] = match &node.kind {
+            NodeKind::Join { wait_for, .. } => wait_for,
+            _ => &[],
+        };
+        for d in node.depends_on.iter().filter(|d| !wait_for.contains(d)) {
+            let failed = sim.state.node_status(d).is_failed();
+            prop_assert!(
+                !failed || policy(d) == OnFailure::Continue,
+                "'{}' started after '{}' failed under {:?}",
+                node.id,
+                d,
+                policy(d)
+            );
+            if failed {
+                prop_assert_eq!(
+                    sim.state.nodes[d.as_str()].output.as_ref(),
+                    Some(&json!(null)),
+                    "a continued failure keeps a null output"
+                );
+            }
         }
     }
     Ok(())
@@ -463,6 +507,7 @@ proptest! {
         check_once(&sim.commands)?;
         check_ended(&w, &sim)?;
         check_rules(&w, &sim)?;
+        check_policy(&w, &sim)?;
         check_absorbs(&w, &sim)?;
     }
 
@@ -644,7 +689,7 @@ fn the_deadline_gives_exit_handlers_a_grace_period() {
     let w = load(DEADLINE);
     let mut sim = echo_sim(&w).agent("Slow", |_| Reply::silence());
     let out = sim.run(json!({}));
-    assert_eq!(out.status, Some(RunStatus::Failure));
+    assert_eq!(out.status, Some(RunStatus::TimedOut));
     assert_eq!(sim.state.node_status("cleanup"), NodeStatus::Success);
 }
 
@@ -660,6 +705,6 @@ fn a_redelivered_deadline_does_not_cut_the_exit_handlers_grace() {
             timer: TimerId::Deadline
         }
     ));
-    assert_eq!(out.status, Some(RunStatus::Failure));
+    assert_eq!(out.status, Some(RunStatus::TimedOut));
     assert_eq!(sim.state.node_status("cleanup"), NodeStatus::Success);
 }

@@ -207,7 +207,9 @@ async fn a_parent_whose_call_times_out_cancels_its_child_run() {
     let child = watch.child_calling_slow().await;
 
     let r = run.await.expect("the run");
+    // The node hit its timeout; the run (whose deadline did not pass) failed because of it.
     assert_eq!(r.status, "failure");
+    assert_eq!(r.nodes.get("sub").map(String::as_str), Some("timed_out"));
     let error = r.error.unwrap_or_default();
     assert!(error.contains("timed out after 1 s"), "{error}");
     assert_cancelled(&m.ended_child(&child).await);
@@ -222,7 +224,7 @@ async fn a_parent_past_its_deadline_cancels_its_child_run() {
     let child = watch.child_calling_slow().await;
 
     let r = run.await.expect("the run");
-    assert_eq!(r.status, "failure");
+    assert_eq!(r.status, "timed_out", "{:?}", r.error);
     let error = r.error.unwrap_or_default();
     assert!(
         error.contains("max_workflow_execution_time_seconds"),

@@ -289,6 +289,11 @@ async fn a_run_started_over_http_is_followed_live_approved_and_ends_with_its_out
             .any(|r| r["execution_id"] == id.as_str()),
         "{list}"
     );
+    // `timed_out` is a status the filter takes (no run here has one).
+    let timed_out = get(addr, "/api/runs?workflow=Gate&status=timed_out")
+        .await
+        .json();
+    assert_eq!(timed_out, serde_json::json!([]));
     let none = get(addr, "/api/runs?workflow=Gate&status=running")
         .await
         .json();

@@ -166,7 +166,7 @@ function runPage(id) {
     catch (e) { note.textContent = e.message; }
   };
   const render = async (run) => {
-    const ended = ["success", "failure", "cancelled"].includes(run.status);
+    const ended = ["success", "failure", "cancelled", "timed_out"].includes(run.status);
     const nodes = run.nodes.map((n) => h("tr", { "data-node": n.id, "data-status": n.status },
       h("td", {}, n.id), h("td", {}, n.type), h("td", {}, status(n.status)), h("td", {}, n.attempts || "-"),
       h("td", {}, n.duration_ms === null ? "-" : n.duration_ms + " ms"), h("td", { class: "error" }, n.error || "")));
@@ -207,7 +207,7 @@ function runPage(id) {
 function runsPage() {
   const params = new URLSearchParams(location.hash.split("?")[1] || "");
   const workflow = h("input", { type: "text", name: "workflow", value: params.get("workflow") || "" });
-  const state = h("select", { name: "status" }, ["", "running", "finishing", "success", "failure", "cancelled"]
+  const state = h("select", { name: "status" }, ["", "running", "finishing", "success", "failure", "cancelled", "timed_out"]
     .map((s) => h("option", s === (params.get("status") || "") ? { value: s, selected: "" } : { value: s }, s || "any")));
   const since = h("input", { type: "text", name: "since", placeholder: "1h", value: params.get("since") || "" });
   const list = h("div", {}, "Loading…");

@@ -18,13 +18,14 @@ use messages::jsonrpc::{codes, Outcome, Request, Response};
 use messages::payload::wrap;
 use messages::reply::{final_task, output_part, Output};
 use messages::subjects;
-use messages::workflow::{WorkflowDataPart, WorkflowRunState};
+use messages::workflow::{RunOutcome, WorkflowDataPart, WorkflowRunState};
 use messages::{headers, AgentReply};
 use serde_json::Value;
 /// How a run ended, as its caller sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunResult {
-    /// `success`, `failure` or `cancelled`.
+    /// `success`, `failure`, `cancelled` or `timed_out` (the run hit its deadline: its
+    /// A2A state is `failed`, and its `workflow_execution_result` or summary says so).
     pub status: String,
     /// The output, on success.
     pub output: Option<Value>,
@@ -255,8 +256,15 @@ async fn invoke_in(
     }
     let mut nodes = BTreeMap::new();
     let mut execution_id = None;
+    let mut timed_out = false;
     let reply = send_until_answered(client, outgoing, timing, |update| {
-        on_status(update, &mut nodes, &mut execution_id, &mut progress)
+        let mut seen = |p: &WorkflowDataPart| {
+            if let WorkflowDataPart::ExecutionResult(r) = p {
+                timed_out = r.status == RunOutcome::TimedOut;
+            }
+            progress(p)
+        };
+        on_status(update, &mut nodes, &mut execution_id, &mut seen)
     })
     .await
     .map_err(|e| invoke_error(workflow, ns, timing.timeout, e))?;
@@ -268,9 +276,15 @@ async fn invoke_in(
         Some(Output::Object(uri)) => Some(artifact_output(client, ns, &uri).await?),
         None => None,
     };
+    // Progress is best effort: the summary names a timeout too.
+    let timed_out = timed_out
+        || text
+            .iter()
+            .any(|t| t.starts_with(&format!("Workflow {workflow} timed out")));
     let (status, error) = match task.status.state {
         TaskState::Completed => ("success", None),
         TaskState::Canceled => ("cancelled", Some(text.join("\n"))),
+        _ if timed_out => ("timed_out", Some(text.join("\n"))),
         _ => ("failure", Some(text.join("\n"))),
     };
     Ok(RunResult {

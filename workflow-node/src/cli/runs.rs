@@ -100,6 +100,9 @@ pub enum StatusArg {
     Failure,
     /// It was cancelled.
     Cancelled,
+    /// It hit its deadline.
+    #[value(name = "timed_out", alias = "timed-out")]
+    TimedOut,
 }
 
 impl StatusArg {
@@ -110,6 +113,7 @@ impl StatusArg {
             StatusArg::Success => RunStatus::Success,
             StatusArg::Failure => RunStatus::Failure,
             StatusArg::Cancelled => RunStatus::Cancelled,
+            StatusArg::TimedOut => RunStatus::TimedOut,
         };
         status == want
     }

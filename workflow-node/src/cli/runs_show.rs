@@ -208,7 +208,7 @@ fn print_changes(before: &FoundRun, after: &FoundRun) {
         let why = n
             .error
             .as_deref()
-            .filter(|_| new == NodeStatus::Failure)
+            .filter(|_| new.is_failed())
             .map(|e| format!(": {}", table::short(e, 100)))
             .unwrap_or_default();
         println!("{at}  {id} {} -> {}{took}{why}", old.as_str(), new.as_str());

@@ -9,7 +9,7 @@
 //!     workflow: OrderWorkflow  # optional when the suite has one workflow
 //!     input: {value: 5}
 //!     expect:
-//!       status: success        # success | failure | cancelled
+//!       status: success        # success | failure | cancelled | timed_out
 //!       output: {...}          # exact JSON equality, when present
 //!       error_contains: "..."
 //!       nodes: {handle_small: success, handle_large: skipped}
@@ -172,9 +172,10 @@ pub fn load_suite(path: &Path) -> Result<Suite> {
             }
         }
         if let Some(s) = &case.expect.status {
-            if !["success", "failure", "cancelled"].contains(&s.as_str()) {
+            if !["success", "failure", "cancelled", "timed_out"].contains(&s.as_str()) {
                 bail!(
-                    "{}: cases[{i}].expect.status: '{s}' is not success, failure or cancelled",
+                    "{}: cases[{i}].expect.status: '{s}' is not success, failure, cancelled \
+                     or timed_out",
                     path.display()
                 );
             }

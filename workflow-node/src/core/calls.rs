@@ -474,7 +474,7 @@ workflow:
     }
 
     #[test]
-    fn a_timeout_cancels_the_attempt_at_the_agent_and_counts_as_a_failure() {
+    fn a_timeout_cancels_the_attempt_at_the_agent_and_ends_the_node_timed_out() {
         let wf = retrying("{limit: 0}");
         let (mut run, start) = Run::start(&wf, json!({}));
         let sub_task_id = dispatches(&start)[0].sub_task_id.clone();
@@ -489,7 +489,7 @@ workflow:
             sub_task_id,
             agent: "A".into(),
         }));
-        assert_eq!(run.status("a"), NodeStatus::Failure);
+        assert_eq!(run.status("a"), NodeStatus::TimedOut);
         assert_eq!(run.error("a"), "agent 'A' timed out after 10 s");
         assert_eq!(run.st.nodes["a"].error_kind.as_deref(), Some("timeout"));
     }
@@ -504,7 +504,7 @@ workflow:
             attempt: 1,
         });
         assert!(started_timers(&out).is_empty(), "no retry: {out:?}");
-        assert_eq!(run.status("a"), NodeStatus::Failure);
+        assert_eq!(run.status("a"), NodeStatus::TimedOut);
     }
 
     #[test]

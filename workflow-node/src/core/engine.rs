@@ -224,9 +224,8 @@ impl Cx<'_> {
             .iter()
             .filter(|d| status(d) == NodeStatus::Skipped)
             .count();
-        let broken = wait_for
-            .iter()
-            .any(|d| matches!(status(d), NodeStatus::Failure | NodeStatus::Cancelled));
+        let broken = wait_for.iter().any(|d| self.breaks_join(d));
+        let continued = wait_for.iter().filter(|d| self.continued(d)).count();
         let all_ended = node.depends_on.iter().all(|d| status(d).is_terminal());
         let others_ended = node
             .depends_on
@@ -234,7 +233,7 @@ impl Cx<'_> {
             .filter(|d| !wait_for.contains(d))
             .all(|d| status(d).is_terminal());
         let met = match strategy {
-            JoinStrategy::All => all_ended && !broken && succeeded > 0,
+            JoinStrategy::All => all_ended && !broken && succeeded + continued > 0,
             JoinStrategy::Any => succeeded >= 1,
             JoinStrategy::NOfM(n) => succeeded >= n,
         };
@@ -289,11 +288,8 @@ impl Cx<'_> {
             _ => &[],
         };
         for d in node.depends_on.iter().filter(|d| !wait_for.contains(d)) {
-            if matches!(
-                self.st.node_status(d),
-                NodeStatus::Failure | NodeStatus::Cancelled
-            ) {
-                return Some(format!("dependency '{d}' did not succeed"));
+            if let Some(reason) = self.blocked_by(d) {
+                return Some(reason);
             }
         }
         if !join_met
@@ -384,6 +380,7 @@ impl Cx<'_> {
         selected_branch: Option<String>,
     ) {
         let node = &self.wf.nodes[idx];
+        let kept = self.kept_output(idx, status, output.clone());
         let entry = self
             .st
             .nodes
@@ -393,8 +390,8 @@ impl Cx<'_> {
             return;
         }
         entry.status = status;
-        entry.output_rev += u32::from(output.is_some());
-        entry.output = output.clone();
+        entry.output_rev += u32::from(kept.is_some());
+        entry.output = kept;
         entry.error = error.clone();
         entry.ended_at = Some(self.now);
         entry.detail = None;
@@ -414,14 +411,16 @@ impl Cx<'_> {
         match self.wf.graph.roles[idx] {
             NodeRole::Main => {
                 self.st.unfinished_main -= 1;
-                if status == NodeStatus::Failure {
+                if self.halts_run(idx, status) {
                     self.main_failed(idx, error.unwrap_or_default());
                 }
                 self.work
                     .extend(self.wf.graph.dependents[idx].iter().copied());
             }
             NodeRole::Inner { .. } => {}
-            NodeRole::ExitHandler => self.exit_handler_ended(&node.id, status, error),
+            NodeRole::ExitHandler => {
+                self.exit_handler_ended(&node.id, self.halts_run(idx, status), error)
+            }
         }
     }
 
@@ -447,10 +446,10 @@ impl Cx<'_> {
         }));
     }
 
-    /// A failed exit handler turns a successful run into a failed one.
-    fn exit_handler_ended(&mut self, id: &str, status: NodeStatus, error: Option<String>) {
+    /// An exit handler that failed under `halt` turns a successful run into a failed one.
+    fn exit_handler_ended(&mut self, id: &str, halts: bool, error: Option<String>) {
         self.st.exit_pending.retain(|pending| pending != id);
-        if status == NodeStatus::Failure && self.st.outcome == Some(RunStatus::Success) {
+        if halts && self.st.outcome == Some(RunStatus::Success) {
             self.st.outcome = Some(RunStatus::Failure);
             self.st.output = None;
             self.st.error = Some(RunError {
@@ -572,7 +571,7 @@ impl Cx<'_> {
             self.st.error = Some(RunError {
                 node_id: None,
                 message,
-                kind: None,
+                kind: Some(super::Failure::TIMEOUT.into()),
             });
             self.stop(true);
         }
@@ -589,12 +588,12 @@ impl Cx<'_> {
             return;
         }
         if self.st.outcome == Some(RunStatus::Success) {
-            self.st.outcome = Some(RunStatus::Failure);
+            self.st.outcome = Some(RunStatus::TimedOut);
             self.st.output = None;
             self.st.error = Some(RunError {
                 node_id: None,
                 message: "exit handlers did not end before the deadline".into(),
-                kind: None,
+                kind: Some(super::Failure::TIMEOUT.into()),
             });
         }
         self.end_exit_handlers("the run's deadline passed");
@@ -617,6 +616,8 @@ impl Cx<'_> {
     fn main_done(&mut self) {
         let outcome = if self.st.cancel_requested {
             RunStatus::Cancelled
+        } else if self.st.deadline_passed {
+            RunStatus::TimedOut
         } else if self.st.error.is_some() {
             RunStatus::Failure
         } else {

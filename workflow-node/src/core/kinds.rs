@@ -225,14 +225,20 @@ impl Cx<'_> {
 
     /// Fails a node because one of its calls failed with this error kind. The kind is
     /// recorded before the node ends, so the run's error (decided as it ends) carries it.
+    /// A call that failed with kind `timeout` (its timeout passed) ends it `timed_out`.
     fn fail_with_kind(&mut self, idx: usize, message: String, kind: Option<String>) {
         let id = &self.wf.nodes[idx].id;
+        let status = if kind.as_deref() == Some(super::Failure::TIMEOUT) {
+            NodeStatus::TimedOut
+        } else {
+            NodeStatus::Failure
+        };
         if let Some(node) = self.st.nodes.get_mut(id) {
             if !node.status.is_terminal() {
                 node.error_kind = kind;
             }
         }
-        self.fail(idx, message);
+        self.finish_node(idx, status, None, Some(message));
     }
 
     /// Ends a node as cancelled because the run stopped.
@@ -395,6 +401,7 @@ impl Cx<'_> {
             return;
         };
         let node_id = self.wf.nodes[idx].id.clone();
+        let end = self.tolerate_inner(&def.node, end);
         let Some(map) = self.map_state(idx) else {
             return;
         };
@@ -545,7 +552,7 @@ impl Cx<'_> {
         let NodeKind::Loop(def) = &self.wf.nodes[idx].kind else {
             return;
         };
-        match end {
+        match self.tolerate_inner(&def.node, end) {
             CallEnd::Output(out) => {
                 self.set_inner_status(&def.node, NodeStatus::Success, Some(out));
                 self.iteration_succeeded(idx, def, iteration);
@@ -651,9 +658,11 @@ impl Cx<'_> {
                         let output = json!({"approved": true, "by": null, "timed_out": true});
                         self.finish_node(idx, NodeStatus::Success, Some(output), None)
                     }
-                    OnTimeout::Reject => self.fail(
+                    OnTimeout::Reject => self.finish_node(
                         idx,
-                        format!("no decision within {secs} s (on_timeout: reject)"),
+                        NodeStatus::TimedOut,
+                        None,
+                        Some(format!("no decision within {secs} s (on_timeout: reject)")),
                     ),
                 }
             }

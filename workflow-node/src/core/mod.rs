@@ -15,6 +15,7 @@
 mod calls;
 mod engine;
 mod kinds;
+mod policy;
 mod scope;
 pub mod sim;
 mod state;

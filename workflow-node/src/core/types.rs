@@ -332,6 +332,10 @@ pub enum NodeStatus {
     /// Stopped while running, by a cancel, the deadline, or (exit handlers) the end of
     /// the grace period.
     Cancelled,
+    /// Ended with an error because it hit its timeout: its call's last attempt timed out
+    /// (error kind `timeout`), or an approval got no decision in time (`on_timeout:
+    /// reject`). Counts as a failure everywhere a failure counts.
+    TimedOut,
 }
 
 impl NodeStatus {
@@ -339,8 +343,17 @@ impl NodeStatus {
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
-            NodeStatus::Success | NodeStatus::Failure | NodeStatus::Skipped | NodeStatus::Cancelled
+            NodeStatus::Success
+                | NodeStatus::Failure
+                | NodeStatus::Skipped
+                | NodeStatus::Cancelled
+                | NodeStatus::TimedOut
         )
+    }
+
+    /// Whether the node ended with an error: `Failure` or `TimedOut`.
+    pub fn is_failed(self) -> bool {
+        matches!(self, NodeStatus::Failure | NodeStatus::TimedOut)
     }
 
     /// The status as written in files and events.
@@ -353,6 +366,7 @@ impl NodeStatus {
             NodeStatus::Failure => "failure",
             NodeStatus::Skipped => "skipped",
             NodeStatus::Cancelled => "cancelled",
+            NodeStatus::TimedOut => "timed_out",
         }
     }
 }
@@ -370,8 +384,11 @@ pub enum RunStatus {
     /// A node, the input or output schema, the output mapping, the deadline or an exit
     /// handler failed it.
     Failure,
-    /// Stopped by a cancel request (a deadline or a failure ends as `Failure`).
+    /// Stopped by a cancel request (a failure ends as `Failure`, the deadline as
+    /// `TimedOut`).
     Cancelled,
+    /// Its deadline (`max_workflow_execution_time_seconds`) passed before it ended.
+    TimedOut,
 }
 
 impl RunStatus {
@@ -379,7 +396,7 @@ impl RunStatus {
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
-            RunStatus::Success | RunStatus::Failure | RunStatus::Cancelled
+            RunStatus::Success | RunStatus::Failure | RunStatus::Cancelled | RunStatus::TimedOut
         )
     }
 
@@ -391,6 +408,7 @@ impl RunStatus {
             RunStatus::Success => "success",
             RunStatus::Failure => "failure",
             RunStatus::Cancelled => "cancelled",
+            RunStatus::TimedOut => "timed_out",
         }
     }
 }

@@ -16,6 +16,7 @@ mod model;
 mod nesting;
 mod nodes;
 mod parse;
+mod policy;
 mod problem;
 mod refs;
 
@@ -66,6 +67,7 @@ pub fn parse_str(text: &str, origin: &str) -> Result<Workflow, Vec<Problem>> {
     workflow.nodes = graph::dedup(std::mem::take(&mut workflow.nodes), &ghosts, &mut sink);
     graph::check(&mut workflow, &ghosts, &mut sink);
     refs::check(&workflow, &ghosts, &mut sink);
+    policy::check(&workflow, &mut sink);
     if sink.is_empty() {
         workflow.hash = hash_of(&value);
         workflow.document = value;

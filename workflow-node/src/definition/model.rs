@@ -9,6 +9,8 @@ use std::time::Duration;
 use serde_json::Value;
 use workflow_expr::{Condition, Template};
 
+pub use super::policy::OnFailure;
+
 /// A node's id, unique within one workflow.
 pub type NodeId = String;
 
@@ -46,6 +48,9 @@ pub struct Workflow {
     pub on_exit: ExitHandlers,
     /// `workflow.fail_fast` (default true).
     pub fail_fast: bool,
+    /// `workflow.error_policy.on_failure` (default halt): the policy of a node without
+    /// its own.
+    pub on_failure: OnFailure,
     /// `workflow.max_call_depth` (default 10, from 1 to [`crate::limits::MAX_CALL_DEPTH`]):
     /// a request whose `Mesh-Call-Depth` is larger is refused.
     pub max_call_depth: u32,
@@ -140,6 +145,9 @@ pub struct Node {
     pub depends_on: Vec<NodeId>,
     /// `when`: the node runs only when this holds; otherwise it is skipped.
     pub when: Option<Condition>,
+    /// `on_failure` (or `error_policy.on_failure`): what its failure does to the run;
+    /// `None` takes the workflow's default ([`Workflow::on_failure_of`]).
+    pub on_failure: Option<OnFailure>,
     /// What the node does.
     pub kind: NodeKind,
 }

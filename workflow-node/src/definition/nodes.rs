@@ -52,6 +52,8 @@ const ALL_NODE_FIELDS: &[&str] = &[
     "approvers",
     "message",
     "on_timeout",
+    "on_failure",
+    "error_policy",
 ];
 
 /// The node types, as written.
@@ -123,6 +125,7 @@ pub(crate) fn parse_node(i: usize, v: &Value, default_max_items: usize, sink: &m
         .strings(sink, "depends_on", &["dependencies"])
         .unwrap_or_default();
     let when = f.condition(sink, "when", &[]);
+    let on_failure = super::policy::parse_node_policy(&mut f, sink);
 
     let kind = match type_name.as_deref() {
         Some("agent") => Some(NodeKind::Call(parse_call(&mut f, sink, Target::Agent))),
@@ -162,6 +165,7 @@ pub(crate) fn parse_node(i: usize, v: &Value, default_max_items: usize, sink: &m
                     id,
                     depends_on,
                     when,
+                    on_failure,
                     kind,
                 })),
                 None => Parsed::Nothing,

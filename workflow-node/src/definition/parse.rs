@@ -129,6 +129,7 @@ fn parse_block(block: &Value, top: TopLevel, sink: &mut Sink) -> Option<Draft> {
     let skills = parse_skills(&mut w, sink);
     let on_exit = parse_on_exit(&mut w, sink);
     let fail_fast = w.bool(sink, "fail_fast").unwrap_or(true);
+    let on_failure = super::policy::parse_workflow_policy(&mut w, sink).unwrap_or_default();
     let call_depth_limit = (
         "the ceiling of max_call_depth",
         u64::from(limits::MAX_CALL_DEPTH),
@@ -162,6 +163,7 @@ fn parse_block(block: &Value, top: TopLevel, sink: &mut Sink) -> Option<Draft> {
         skills,
         on_exit,
         fail_fast,
+        on_failure,
         max_call_depth,
         retry_strategy,
         concurrency,

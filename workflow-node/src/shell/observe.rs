@@ -332,7 +332,7 @@ workflow:
         assert_eq!(o.attempts[0].outcome, Outcome::Timeout);
         assert_eq!(o.attempts[0].seconds, Some(1.0));
         assert!(!o.attempts[0].retried);
-        assert_eq!(o.nodes[0].status, NodeStatus::Failure);
+        assert_eq!(o.nodes[0].status, NodeStatus::TimedOut);
         assert_eq!(
             o.run_ended,
             Some(RunEnd {

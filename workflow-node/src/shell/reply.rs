@@ -131,6 +131,7 @@ fn node_outcome(status: NodeStatus) -> NodeOutcome {
         NodeStatus::Success => NodeOutcome::Success,
         NodeStatus::Skipped => NodeOutcome::Skipped,
         NodeStatus::Cancelled => NodeOutcome::Cancelled,
+        NodeStatus::TimedOut => NodeOutcome::TimedOut,
         _ => NodeOutcome::Failure,
     }
 }
@@ -220,6 +221,7 @@ pub(super) fn execution_result_part(
         status: match ending.status {
             RunStatus::Success => RunOutcome::Success,
             RunStatus::Cancelled => RunOutcome::Cancelled,
+            RunStatus::TimedOut => RunOutcome::TimedOut,
             _ => RunOutcome::Failure,
         },
         output_artifact_ref: artifact_ref(Some(ending)),
@@ -382,6 +384,14 @@ fn ended(workflow: &str, status: RunStatus, error: Option<&str>) -> Option<(Task
                 error.unwrap_or("no reason given")
             ),
         ),
+        // A2A has no state of its own for it: `failed`, with the reason said.
+        RunStatus::TimedOut => (
+            TaskState::Failed,
+            format!(
+                "Workflow {workflow} timed out: {}",
+                error.unwrap_or("no reason given")
+            ),
+        ),
         RunStatus::Running | RunStatus::Finishing => return None,
     })
 }
@@ -393,6 +403,7 @@ fn run_phase(status: RunStatus) -> RunPhase {
         RunStatus::Success => RunPhase::Success,
         RunStatus::Failure => RunPhase::Failure,
         RunStatus::Cancelled => RunPhase::Cancelled,
+        RunStatus::TimedOut => RunPhase::TimedOut,
     }
 }
 
@@ -405,6 +416,7 @@ fn node_phase(status: NodeStatus) -> NodePhase {
         NodeStatus::Failure => NodePhase::Failure,
         NodeStatus::Skipped => NodePhase::Skipped,
         NodeStatus::Cancelled => NodePhase::Cancelled,
+        NodeStatus::TimedOut => NodePhase::TimedOut,
     }
 }
 

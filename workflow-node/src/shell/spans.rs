@@ -23,9 +23,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::core::{
-    CallPhase, Event, Execution, Millis, NodeStatus, RunStatus, Slot, TaskKey, TimerId,
-};
+use crate::core::{CallPhase, Event, Execution, Millis, RunStatus, Slot, TaskKey, TimerId};
 use crate::definition::{Call, NodeId, NodeKind, NodeRole, Workflow};
 
 /// What a span covers; its id is derived from this and the run's execution id.
@@ -216,9 +214,11 @@ pub(crate) fn ended(
         if let Some(kind) = &node.error_kind {
             attributes.insert("error.kind".into(), json!(kind));
         }
-        let error = (node.status == NodeStatus::Failure)
+        let error = node
+            .status
+            .is_failed()
             .then(|| node.error.as_deref().map_or_else(|| "failed".into(), clip));
-        if let (Some(e), false) = (&node.error, node.status == NodeStatus::Failure) {
+        if let (Some(e), false) = (&node.error, node.status.is_failed()) {
             attributes.insert("node.reason".into(), json!(clip(e)));
         }
         spans.push(EndedSpan {
@@ -244,7 +244,7 @@ pub(crate) fn ended(
         if let Some(node) = after.error.as_ref().and_then(|e| e.node_id.as_ref()) {
             attributes.insert("error.node_id".into(), json!(node));
         }
-        let error = (after.status == RunStatus::Failure).then(|| {
+        let error = matches!(after.status, RunStatus::Failure | RunStatus::TimedOut).then(|| {
             after
                 .error
                 .as_ref()

@@ -123,6 +123,10 @@ pub fn mermaid_with_status(
             "fill:#f4f4f4,stroke:#bbb,color:#999,stroke-dasharray:4 3",
         ),
         (S::Cancelled, "fill:#e5e7eb,stroke:#4b5563,color:#374151"),
+        (
+            S::TimedOut,
+            "fill:#fee2e2,stroke:#dc2626,color:#7f1d1d,stroke-dasharray:4 3",
+        ),
     ];
     let ids = Ids::new(wf);
     let mut out = mermaid(wf);

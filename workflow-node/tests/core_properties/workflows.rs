@@ -68,6 +68,8 @@ struct NodeSpec {
     when: Option<bool>,
     retry: Option<RetrySpec>,
     timeout_s: Option<u8>,
+    /// `on_failure`: halt, continue, skip_dependents (inner nodes: continue only).
+    policy: Option<u8>,
 }
 
 #[derive(Debug, Clone)]
@@ -117,9 +119,10 @@ fn node_spec() -> impl Strategy<Value = NodeSpec> {
         proptest::option::weighted(0.3, any::<bool>()),
         proptest::option::weighted(0.5, retry_spec()),
         proptest::option::weighted(0.5, 1..30u8),
+        proptest::option::weighted(0.4, 0..3u8),
     )
         .prop_map(
-            |(kind, deps, picks, agent, when, retry, timeout_s)| NodeSpec {
+            |(kind, deps, picks, agent, when, retry, timeout_s, policy)| NodeSpec {
                 kind,
                 deps,
                 picks,
@@ -127,6 +130,7 @@ fn node_spec() -> impl Strategy<Value = NodeSpec> {
                 when,
                 retry,
                 timeout_s,
+                policy,
             },
         )
 }
@@ -418,6 +422,16 @@ pub(crate) fn build(spec: &WorkflowSpec) -> (String, Value) {
                 obj.insert("message".into(), json!("go on? {{workflow.input.f0}}"));
             }
         }
+        if let Some(p) = s.policy {
+            let name = ["halt", "continue", "skip_dependents"][p as usize % 3];
+            obj.insert("on_failure".into(), json!(name));
+        }
+        let inner = inner.map(|mut v| {
+            if s.policy == Some(1) {
+                v["on_failure"] = json!("continue");
+            }
+            v
+        });
         nodes.push(Value::Object(obj));
         nodes.extend(inner);
     }

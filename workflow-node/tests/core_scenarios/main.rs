@@ -7,7 +7,9 @@ mod branches;
 mod fork_join;
 mod loops;
 mod map;
+mod policy;
 mod run;
+mod timed_out;
 
 use std::time::Duration;
 

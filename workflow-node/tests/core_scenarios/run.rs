@@ -7,7 +7,7 @@ use super::loops::{poller, LOOP};
 use super::*;
 
 #[test]
-fn the_workflow_deadline_fails_the_run_and_cancels_running_calls() {
+fn the_workflow_deadline_times_the_run_out_and_cancels_running_calls() {
     let w = wf(r#"
 name: D
 max_workflow_execution_time_seconds: 5
@@ -19,7 +19,7 @@ workflow:
 "#);
     let mut sim = Sim::new(&w).agent("Slow", |_| Reply::silence());
     let out = sim.run(json!({}));
-    assert_eq!(out.status, Some(RunStatus::Failure));
+    assert_eq!(out.status, Some(RunStatus::TimedOut));
     assert!(out
         .error
         .unwrap()

@@ -127,12 +127,13 @@ fn status_named(text: &str) -> Result<RunStatus, ApiError> {
         RunStatus::Success,
         RunStatus::Failure,
         RunStatus::Cancelled,
+        RunStatus::TimedOut,
     ]
     .into_iter()
     .find(|s| s.as_str() == text)
     .ok_or_else(|| {
         ApiError::bad_request(format!(
-            "status '{text}' is not one of running, finishing, success, failure, cancelled"
+            "status '{text}' is not one of running, finishing, success, failure, cancelled, timed_out"
         ))
     })
 }
