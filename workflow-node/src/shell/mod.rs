@@ -284,6 +284,17 @@ pub fn now() -> Millis {
     Millis(u64::try_from(ms).unwrap_or(u64::MAX))
 }
 
+/// How long [`publish_event`] waits before each new try of a publish that failed in a way
+/// that passes (about 6 s in all: a stream's leader election after a server restart).
+const TRANSIENT_WAITS: [Duration; 6] = [
+    Duration::from_millis(100),
+    Duration::from_millis(200),
+    Duration::from_millis(400),
+    Duration::from_millis(800),
+    Duration::from_millis(1600),
+    Duration::from_millis(3000),
+];
+
 /// Publishes an event into a run's stream and waits for the stream to store it; `true`
 /// when it was stored, `false` when the stream already had an event with this `msg_id`
 /// (which makes a second publish of the same event a no-op). A stream that was deleted is
@@ -309,13 +320,35 @@ pub(crate) async fn publish_event(
             .await?;
         ack.await
     };
-    let ack = match publish().await {
-        Err(e) if e.kind() == PublishErrorKind::StreamNotFound => {
+    // "No stream" is also what a clustered stream answers while it elects a leader (a
+    // server restarting), and a timeout what it answers without quorum: both pass, so the
+    // publish is tried again for a few seconds (the message id keeps one copy) before the
+    // error reaches the caller or the worker's retry.
+    let mut remade = false;
+    let mut waits = TRANSIENT_WAITS.iter();
+    let ack = loop {
+        let error = match publish().await {
+            Err(e) => e,
+            ok => break ok,
+        };
+        let kind = error.kind();
+        if kind == PublishErrorKind::StreamNotFound && !remade {
+            remade = true;
             tracing::warn!("the event stream of {workflow} is gone: making it again");
-            worker::consumer(shared, workflow).await?;
-            publish().await
+            if worker::consumer(shared, workflow).await.is_ok() {
+                continue;
+            }
         }
-        other => other,
+        let transient = matches!(
+            kind,
+            PublishErrorKind::StreamNotFound
+                | PublishErrorKind::TimedOut
+                | PublishErrorKind::BrokenPipe
+        );
+        match waits.next() {
+            Some(wait) if transient => tokio::time::sleep(*wait).await,
+            _ => break Err(error),
+        }
     };
     let ack = ack.context(|| format!("storing an event of run {execution}"))?;
     Ok(!ack.duplicate)
