@@ -42,6 +42,7 @@
 //! and fails with an [`ExprError`], never a panic.
 
 mod ast;
+mod check;
 mod condition;
 pub mod duration;
 mod error;
