@@ -330,7 +330,7 @@ impl Cx<'_> {
 
     /// The scope of templates in a node: exit handlers also see the run's outcome.
     pub(super) fn node_scope(&self, idx: usize) -> RunScope<'_> {
-        let mut scope = RunScope::new(self.st);
+        let mut scope = RunScope::new(self.wf, self.st);
         scope.outcome = self.wf.graph.roles[idx] == NodeRole::ExitHandler;
         scope
     }
@@ -651,7 +651,7 @@ impl Cx<'_> {
     }
 
     fn map_output(&mut self) {
-        let scope = RunScope::new(self.st);
+        let scope = RunScope::new(self.wf, self.st);
         let result = self.wf.output_mapping.resolve(&scope);
         let failure = match result {
             Err(e) => Some(format!("output_mapping: {e}")),
