@@ -73,7 +73,12 @@ impl Compiled {
             }
             Expr::In { item, within, .. } => {
                 if let (Some(p), Expr::List(options)) = (self.path_of(item), &**within) {
-                    out.extend(options.iter().filter_map(|o| self.literal(o)).map(|v| (p, v)));
+                    out.extend(
+                        options
+                            .iter()
+                            .filter_map(|o| self.literal(o))
+                            .map(|v| (p, v)),
+                    );
                 }
             }
             _ => {}

@@ -252,8 +252,13 @@ mod tests {
         yes("(1 > 2 ? 'a' : 'b') in ['b']");
         // The branch not taken is not evaluated.
         yes("true ? true : {{a.output.missing}} > 1");
-        let err = eval("{{a.output.n}} ? true : false").unwrap_err().to_string();
-        assert!(err.contains("'?' needs true or false, got a number (5)"), "{err}");
+        let err = eval("{{a.output.n}} ? true : false")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("'?' needs true or false, got a number (5)"),
+            "{err}"
+        );
         for (bad, needle) in [
             ("true ? 1", "no ':'"),
             ("true : 1", "no '?' before it"),
@@ -279,7 +284,9 @@ mod tests {
         yes("concat({{a.output.items}}, [4]) == [1, 2, 3, 4]");
         yes("concat('s=', {{a.output.status}}, {{a.output.missing}}) == 's=ok'");
         yes("concat() == ''");
-        let err = Condition::compile("nope({{a.output.n}}) == 1").unwrap_err().to_string();
+        let err = Condition::compile("nope({{a.output.n}}) == 1")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("unknown function 'nope'"), "{err}");
         assert!(err.contains("coalesce, concat"), "{err}");
     }
@@ -297,12 +304,21 @@ mod tests {
             .collect();
         assert_eq!(
             pairs,
-            ["a.status=\"success\"", "b.status=\"failure\"", "c.status=\"x\"", "c.status=1"]
+            [
+                "a.status=\"success\"",
+                "b.status=\"failure\"",
+                "c.status=\"x\"",
+                "c.status=1"
+            ]
         );
         let c = Condition::compile("length(3) == 1 and contains(1, 'a') and length({{a.x}}) > 0")
             .unwrap();
         assert_eq!(c.problems().len(), 2, "{:?}", c.problems());
-        assert!(c.problems()[1].contains("cannot look for"), "{:?}", c.problems());
+        assert!(
+            c.problems()[1].contains("cannot look for"),
+            "{:?}",
+            c.problems()
+        );
     }
 
     #[test]

@@ -428,7 +428,8 @@ impl Lexer<'_> {
             return self.emit(two, false);
         }
         self.pos += c.len_utf8();
-        let binary_arithmetic = matches!(c, '*' | '/') || matches!(c, '+' | '-') && self.after_value;
+        let binary_arithmetic =
+            matches!(c, '*' | '/') || matches!(c, '+' | '-') && self.after_value;
         if binary_arithmetic && self.mode == (Mode::Hole { arithmetic: false }) {
             return Err(self.fail(format!(
                 "arithmetic is not allowed here: '{c}' in a workflow template (compute in a condition, or with an agent)"
@@ -550,10 +551,7 @@ impl Lexer<'_> {
         match self.frame().ternaries.last_mut() {
             Some(t) => *t = Ternary::InElse,
             None => {
-                return Err(self.fail(format!(
-                    "':' at byte {} has no '?' before it",
-                    self.pos - 1
-                )))
+                return Err(self.fail(format!("':' at byte {} has no '?' before it", self.pos - 1)))
             }
         }
         self.emit("),(", false)?;

@@ -397,8 +397,14 @@ impl Template {
     /// template's expressions (see [`crate::Condition::literal_comparisons`]).
     pub fn literal_comparisons(&self) -> Vec<(&Path, &Value)> {
         let mut out = Vec::new();
-        self.root
-            .holes(&mut |h| out.extend(h.compiled().map(Compiled::literal_comparisons).into_iter().flatten()));
+        self.root.holes(&mut |h| {
+            out.extend(
+                h.compiled()
+                    .map(Compiled::literal_comparisons)
+                    .into_iter()
+                    .flatten(),
+            )
+        });
         out
     }
 
@@ -629,12 +635,7 @@ mod tests {
         assert!(err.to_string().contains("input.s * 2"), "{err}");
         assert!(run(json!("{{call / 0}}")).is_err());
         assert_eq!(run(json!("{{call == 2}}")), Ok(json!(true)));
-        for bad in [
-            "{{call *}}",
-            "{{(call}}",
-            "{{call % 2}}",
-            "{{ {{call}} }}",
-        ] {
+        for bad in ["{{call *}}", "{{(call}}", "{{call % 2}}", "{{ {{call}} }}"] {
             assert!(Template::compile_with(&json!(bad), on).is_err(), "{bad}");
         }
     }
@@ -669,17 +670,24 @@ mod tests {
     #[test]
     fn expressions_in_holes() {
         assert_eq!(resolve(json!("{{ (workflow.input.x) }}")), json!(3));
-        assert_eq!(resolve(json!("{{ length(workflow.input.items) }}")), json!(2));
+        assert_eq!(
+            resolve(json!("{{ length(workflow.input.items) }}")),
+            json!(2)
+        );
         assert_eq!(
             resolve(json!("{{ workflow.input.x > 2 ? 'big' : 'small' }}")),
             json!("big")
         );
         assert_eq!(
-            resolve(json!("n is {{ workflow.input.x == 3 ? 'three' : 'other' }}!")),
+            resolve(json!(
+                "n is {{ workflow.input.x == 3 ? 'three' : 'other' }}!"
+            )),
             json!("n is three!")
         );
         assert_eq!(
-            resolve(json!("{{ coalesce(nosuch.output.x, workflow.input.nothing, fetch.output.list) }}")),
+            resolve(json!(
+                "{{ coalesce(nosuch.output.x, workflow.input.nothing, fetch.output.list) }}"
+            )),
             json!([1, 2])
         );
         assert_eq!(
@@ -699,16 +707,22 @@ mod tests {
             json!({"a": 1})
         );
         assert_eq!(
-            resolve(json!("{{ contains(fetch.output.list, 2) and not fetch.output.flag }}")),
+            resolve(json!(
+                "{{ contains(fetch.output.list, 2) and not fetch.output.flag }}"
+            )),
             json!(false)
         );
         assert_eq!(resolve(json!("{{ coalesce(-1) }}")), json!(-1));
         assert_eq!(
-            resolve(json!("{{ workflow.input.x in [1, 3] ? [item.name] : null }}")),
+            resolve(json!(
+                "{{ workflow.input.x in [1, 3] ? [item.name] : null }}"
+            )),
             json!(["first"])
         );
-        let t = Template::compile(&json!("{{ fetch.output.flag ? b.output.x : coalesce(c.output, 1) }}"))
-            .unwrap();
+        let t = Template::compile(&json!(
+            "{{ fetch.output.flag ? b.output.x : coalesce(c.output, 1) }}"
+        ))
+        .unwrap();
         let paths: Vec<String> = t.paths().iter().map(|p| p.to_string()).collect();
         assert_eq!(paths, ["fetch.output.flag", "b.output.x", "c.output"]);
         let err = Template::compile(&json!("{{ workflow.input.name ? 1 : 2 }}"))
@@ -733,12 +747,22 @@ mod tests {
             .collect();
         assert_eq!(
             pairs,
-            ["a.status=\"success\"", "b.status=\"failure\"", "b.status=\"skiped\""]
+            [
+                "a.status=\"success\"",
+                "b.status=\"failure\"",
+                "b.status=\"skiped\""
+            ]
         );
         let problems = t.problems();
         assert_eq!(problems.len(), 2, "{problems:?}");
-        assert!(problems[0].starts_with("length() always fails"), "{problems:?}");
-        assert!(problems[1].starts_with("fromJSON() always fails"), "{problems:?}");
+        assert!(
+            problems[0].starts_with("length() always fails"),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1].starts_with("fromJSON() always fails"),
+            "{problems:?}"
+        );
         assert!(Template::compile(&json!("{{ length(a.b) }}"))
             .unwrap()
             .problems()

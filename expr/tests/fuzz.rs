@@ -106,8 +106,16 @@ fn condition() -> impl Strategy<Value = String> {
 /// hole, where binary arithmetic is not allowed).
 fn expression(bare: bool) -> impl Strategy<Value = String> {
     let leaf = prop_oneof![
-        path().prop_map(move |p| if bare { p.to_string() } else { format!("{{{{{p}}}}}") }),
-        path().prop_map(move |p| if bare { format!("({p})") } else { format!("'{{{{{p}}}}}'") }),
+        path().prop_map(move |p| if bare {
+            p.to_string()
+        } else {
+            format!("{{{{{p}}}}}")
+        }),
+        path().prop_map(move |p| if bare {
+            format!("({p})")
+        } else {
+            format!("'{{{{{p}}}}}'")
+        }),
         any::<i32>().prop_map(|n| n.to_string()),
         prop::sample::select(vec![
             "true", "false", "null", "'ok'", "\"x'y\"", "2.5", "''"

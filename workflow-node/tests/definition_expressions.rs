@@ -90,3 +90,18 @@ fn every_problem_of_every_expression_is_reported_at_once() {
         ],
     );
 }
+
+#[test]
+fn a_default_that_its_own_schema_rejects_is_a_problem() {
+    let got = problems_of(&doc(
+        "- {id: a, type: agent, agent_name: E, output_schema_override: {type: object, properties: {c: {type: number, default: high}}}}",
+        "input_schema: {type: object, properties: {mode: {enum: [fast, careful], default: slow}, o: {type: object, default: {}, properties: {n: {type: integer, default: 1}}}}}",
+    ));
+    assert_problems(
+        got,
+        &[
+            "t.yaml: workflow: input_schema: the default at /properties/mode/default does not match its schema: \"slow\" is not one of \"fast\" or \"careful\"",
+            "t.yaml: node 'a': output_schema_override: the default at /properties/c/default does not match its schema: \"high\" is not of type \"number\"",
+        ],
+    );
+}

@@ -76,7 +76,9 @@ impl RunScope<'_> {
             Some(Segment::Key(k)) if k == "status" && rest.len() == 1 => {
                 text(self.state.node_status(id).as_str())
             }
-            Some(Segment::Key(k)) if k == "error" && rest.len() == 1 => text(node?.error.as_deref()?),
+            Some(Segment::Key(k)) if k == "error" && rest.len() == 1 => {
+                text(node?.error.as_deref()?)
+            }
             _ => None,
         }
     }

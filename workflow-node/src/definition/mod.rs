@@ -10,6 +10,7 @@
 //!   joins, implicit inputs, and the derived [`Graph`];
 //! - `refs`: what each template and condition may name.
 
+mod defaults;
 mod fields;
 mod graph;
 mod model;

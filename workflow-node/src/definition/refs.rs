@@ -257,7 +257,9 @@ fn status_mismatch(wf: &Workflow, path: &Path, literal: &Value) -> Option<String
         return None;
     }
     Some(match did_you_mean(s, statuses.iter().copied()) {
-        Some(m) => format!("'{shown}' is compared with '{s}', which is not a status (did you mean '{m}'?)"),
+        Some(m) => {
+            format!("'{shown}' is compared with '{s}', which is not a status (did you mean '{m}'?)")
+        }
         None => format!(
             "'{shown}' is compared with '{s}', which is not a status (statuses: {})",
             statuses.join(", ")
