@@ -392,7 +392,7 @@ impl<'a> Fields<'a> {
         }
         match Schema::compile(v) {
             Ok(schema) => {
-                for (at, why) in super::defaults::invalid(v) {
+                for (at, why) in agent_sdk::schema::defaults::invalid(v) {
                     let message = format!("the default at {at} does not match its schema: {why}");
                     self.problem(sink, name, message);
                 }

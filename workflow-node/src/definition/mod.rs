@@ -10,7 +10,6 @@
 //!   joins, implicit inputs, and the derived [`Graph`];
 //! - `refs`: what each template and condition may name.
 
-mod defaults;
 mod fields;
 mod graph;
 mod model;

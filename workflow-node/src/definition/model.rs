@@ -123,7 +123,7 @@ impl Schema {
         Ok(Schema {
             source: source.clone(),
             validator: Arc::new(validator),
-            has_defaults: super::defaults::declares_any(source),
+            has_defaults: agent_sdk::schema::defaults::declares_any(source),
         })
     }
 
@@ -132,7 +132,7 @@ impl Schema {
     /// and defaults"). A value is completed before it is validated or seen by a template.
     pub fn apply_defaults(&self, value: &mut Value) {
         if self.has_defaults {
-            super::defaults::apply(&self.source, value);
+            agent_sdk::schema::defaults::apply(&self.source, value);
         }
     }
 

@@ -1,6 +1,8 @@
 //! `default` in JSON Schemas (issue 17, item 5): the workflow's `input_schema`, its
 //! `output_schema`, and a node's output contract (`output_schema_override`) fill in what a
-//! value leaves out, before the value is validated and before any template sees it.
+//! value leaves out, before the value is validated and before any template sees it; an
+//! agent served by this crate completes its input and its output the same way, so an
+//! answer that leaves out a field with a default passes the contract it was sent.
 //!
 //! The rules, which `docs/semantics.md` states for users:
 //!
@@ -18,17 +20,17 @@
 //!
 //! Pure and deterministic (a definition and a value give one result), so every replica
 //! completes a value the same way. Bounded: recursion goes down the value (at most
-//! [`crate::limits::MAX_JSON_DEPTH`] levels deep), each member once, with at most
+//! [`workflow_expr::limits::MAX_VALUE_DEPTH`] levels deep), each member once, with at most
 //! [`MAX_REF_HOPS`] schemas (`$ref`s and `allOf`s followed) applying to one value.
 
 use serde_json::Value;
 
 /// Most schemas applying to one value (itself, and what its `$ref`s and `allOf`s lead to);
 /// beyond that nothing more is followed.
-pub(crate) const MAX_REF_HOPS: usize = 16;
+pub const MAX_REF_HOPS: usize = 16;
 
 /// Fills `value` in with the defaults `schema` declares (see the module doc).
-pub(crate) fn apply(schema: &Value, value: &mut Value) {
+pub fn apply(schema: &Value, value: &mut Value) {
     let schemas = applicable(schema, vec![schema]);
     if value.is_null() {
         if let Some(d) = schemas.iter().find_map(|s| s.get("default")) {
@@ -39,7 +41,7 @@ pub(crate) fn apply(schema: &Value, value: &mut Value) {
 }
 
 /// Whether `schema` declares a `default` anywhere (so [`apply`] may change a value).
-pub(crate) fn declares_any(schema: &Value) -> bool {
+pub fn declares_any(schema: &Value) -> bool {
     any_key(schema, "default")
 }
 
@@ -70,7 +72,7 @@ fn applicable<'s>(root: &'s Value, start: Vec<&'s Value>) -> Vec<&'s Value> {
 /// Fills one value by `schemas` (all applicable to it), each member once: the work is
 /// linear in the size of the value, whatever the schemas refer to.
 fn fill(root: &Value, schemas: Vec<&Value>, value: &mut Value, depth: usize) {
-    if depth > crate::limits::MAX_JSON_DEPTH {
+    if depth > workflow_expr::limits::MAX_VALUE_DEPTH {
         return;
     }
     match value {
@@ -124,7 +126,7 @@ fn fill(root: &Value, schemas: Vec<&Value>, value: &mut Value, depth: usize) {
 /// Every `default` of `schema` that its own (sub)schema rejects, as `(where, why)`: a
 /// default must be valid where it stands. Subschemas that use `$ref` are not checked
 /// alone (their targets need the root).
-pub(crate) fn invalid(schema: &Value) -> Vec<(String, String)> {
+pub fn invalid(schema: &Value) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let mut stack: Vec<(String, &Value)> = vec![(String::new(), schema)];
     while let Some((at, v)) = stack.pop() {
