@@ -248,3 +248,59 @@ fn given_values_win_over_defaults_and_a_wrong_one_still_fails() {
     let out = sim.run(json!({"mode": "fast"}));
     assert_eq!(out.status, Some(RunStatus::Failure));
 }
+
+#[test]
+fn statuses_metadata_and_defaults_survive_crashes_and_redeliveries() {
+    // Every event's replica dies after its commit (the outbox carries its commands out on
+    // redelivery), and every event is delivered twice: the inputs sent are those of a run
+    // without accidents.
+    let w = wf(STATUSES);
+    let clean = {
+        let mut sim = Sim::new(&w)
+            .agent("A", |_| {
+                Reply::ok(json!({"items": ["x", "y"], "json": "1"}))
+            })
+            .agent("Echo", echo);
+        sim.run(json!({}));
+        sim.dispatches()
+            .iter()
+            .map(|d| d.input.clone())
+            .collect::<Vec<_>>()
+    };
+    let mut sim = Sim::new(&w)
+        .agent("A", |_| {
+            Reply::ok(json!({"items": ["x", "y"], "json": "1"}))
+        })
+        .agent("Echo", echo);
+    sim.outbox = true;
+    sim.crash_after_commit = (0..40).step_by(2).collect();
+    sim.redeliver = (1..40).step_by(2).collect();
+    let out = sim.run(json!({}));
+    assert_eq!(out.status, Some(RunStatus::Success), "{:?}", out.error);
+    assert_eq!(out.finishes, 1);
+    assert!(
+        sim.redeliveries.len() >= 4,
+        "{} redeliveries",
+        sim.redeliveries.len()
+    );
+    let mut inputs: Vec<serde_json::Value> =
+        sim.dispatches().iter().map(|d| d.input.clone()).collect();
+    inputs.dedup();
+    assert_eq!(inputs, clean);
+
+    let w = wf(DEFAULTS);
+    let mut sim = Sim::new(&w).agent("Classifier", |_| Reply::ok(json!({"label": "spam"})));
+    sim.outbox = true;
+    sim.crash_after_commit = [0, 1].into();
+    sim.redeliver = [2, 3].into();
+    let out = sim.run(json!({"text": "hi"}));
+    assert_eq!(out.status, Some(RunStatus::Success), "{:?}", out.error);
+    assert_eq!(
+        out.output.as_ref().map(|o| &o["confidence"]),
+        Some(&json!(0.5))
+    );
+    assert_eq!(
+        sim.state.input["options"],
+        json!({"retries": 2, "tags": ["a"]})
+    );
+}
