@@ -1,6 +1,8 @@
 //! JSON Schema checks of inputs and outputs, reported as one readable line per violation
 //! (`input/items/0: "x" is not of type "number"`).
 
+pub mod defaults;
+
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -10,6 +12,7 @@ use serde_json::Value;
 pub struct Schema {
     source: Value,
     validator: Arc<jsonschema::Validator>,
+    has_defaults: bool,
 }
 
 impl std::fmt::Debug for Schema {
@@ -37,7 +40,15 @@ impl Schema {
         Ok(Schema {
             source: source.clone(),
             validator: Arc::new(validator),
+            has_defaults: defaults::declares_any(source),
         })
+    }
+
+    /// Fills in what `value` leaves out with the schema's `default`s (see [`defaults`]).
+    pub fn apply_defaults(&self, value: &mut Value) {
+        if self.has_defaults {
+            defaults::apply(&self.source, value);
+        }
     }
 
     /// The schema as written.

@@ -514,7 +514,9 @@ async fn process(shared: &Arc<Shared>, call: &Call) -> Outcome {
             return Outcome::failure(format!("the request's output_schema is invalid: {e}"), None)
         }
     };
+    let mut input = input;
     if let Some(schema) = &input_schema {
+        schema.apply_defaults(&mut input);
         let violations = schema.violations("input", &input);
         if !violations.is_empty() {
             return Outcome::Failure {
@@ -556,13 +558,14 @@ async fn process(shared: &Arc<Shared>, call: &Call) -> Outcome {
         }
     }
     let _abort = AbortOnDrop(task.abort_handle());
-    let output = match (&mut task).await {
+    let mut output = match (&mut task).await {
         Ok(Ok(output)) => output,
         Ok(Err(e)) => return Outcome::failure(e.message, e.kind),
         Err(e) if e.is_panic() => return Outcome::failure("the agent's handler panicked", None),
         Err(_) => return Outcome::Canceled,
     };
     if let Some(schema) = &output_schema {
+        schema.apply_defaults(&mut output);
         let violations = schema.violations("output", &output);
         if !violations.is_empty() {
             return Outcome::Failure {

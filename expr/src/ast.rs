@@ -8,7 +8,7 @@ use crate::error::{clip, ExprError};
 use crate::lex::{lex, Lexed, Mode};
 use crate::limits::MAX_EXPR_DEPTH;
 use crate::template::{resolve_pieces, Piece};
-use crate::value::{arith, describe, json_eq, negate, order, type_name, ArithOp};
+use crate::value::{arith, concat, describe, json_eq, negate, order, type_name, ArithOp};
 use crate::{Path, Scope};
 use evalexpr::{DefaultNumericTypes, Node, Operator};
 use serde_json::Value;
@@ -44,6 +44,21 @@ pub(crate) enum Func {
     Contains,
     ToJson,
     FromJson,
+    Coalesce,
+    Concat,
+}
+
+impl Func {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Func::Length => "length",
+            Func::Contains => "contains",
+            Func::ToJson => "toJSON",
+            Func::FromJson => "fromJSON",
+            Func::Coalesce => "coalesce",
+            Func::Concat => "concat",
+        }
+    }
 }
 
 /// An expression tree over [`Leaf`] indexes.
@@ -63,13 +78,15 @@ pub(crate) enum Expr {
     },
     Arith(ArithOp, Box<Expr>, Box<Expr>),
     Call(Func, Vec<Expr>),
+    /// `a ? b : c`.
+    Cond(Box<Expr>, Box<Expr>, Box<Expr>),
 }
 
 /// A compiled expression: the tree and the values its leaves stand for.
 #[derive(Debug, Clone)]
 pub(crate) struct Compiled {
-    expr: Expr,
-    leaves: Vec<Leaf>,
+    pub(crate) expr: Expr,
+    pub(crate) leaves: Vec<Leaf>,
 }
 
 /// Why a conversion failed.
@@ -89,10 +106,7 @@ type Conv<T> = Result<T, ConvError>;
 impl Compiled {
     /// Lexes, parses and converts `text`.
     pub(crate) fn compile(text: &str, mode: Mode) -> Result<Compiled, ExprError> {
-        let what = match mode {
-            Mode::Condition => "condition",
-            Mode::Arithmetic => "template",
-        };
+        let what = mode.what();
         let fail = |reason: String| ExprError::Parse {
             what,
             text: clip(text),
@@ -202,6 +216,23 @@ impl Compiled {
                 let (a, b) = (self.eval_expr(a, scope)?, self.eval_expr(b, scope)?);
                 Cow::Owned(arith(*op, &a, &b)?)
             }
+            Expr::Cond(c, then, other) => {
+                if self.boolean(c, scope, "?")? {
+                    self.eval_expr(then, scope)?
+                } else {
+                    self.eval_expr(other, scope)?
+                }
+            }
+            // Lazy: the arguments after the first non-null one are not evaluated.
+            Expr::Call(Func::Coalesce, args) => {
+                for a in args {
+                    let v = self.eval_expr(a, scope)?;
+                    if !v.is_null() {
+                        return Ok(v);
+                    }
+                }
+                Cow::Owned(Value::Null)
+            }
             Expr::Call(f, args) => {
                 let mut values = Vec::with_capacity(args.len());
                 for a in args {
@@ -239,7 +270,7 @@ fn contains(haystack: &Value, needle: &Value) -> Result<bool, String> {
     }
 }
 
-fn call(f: Func, args: &[Cow<'_, Value>]) -> Result<Value, String> {
+pub(crate) fn call(f: Func, args: &[Cow<'_, Value>]) -> Result<Value, String> {
     match (f, args) {
         (Func::Length, [x]) => match &**x {
             Value::String(s) => Ok(Value::from(s.chars().count())),
@@ -250,6 +281,16 @@ fn call(f: Func, args: &[Cow<'_, Value>]) -> Result<Value, String> {
         },
         (Func::Contains, [h, n]) => contains(h, n).map(Value::Bool),
         (Func::ToJson, [x]) => Ok(Value::String(x.to_string())),
+        (Func::Coalesce, _) => Ok(args
+            .iter()
+            .find(|v| !v.is_null())
+            .map_or(Value::Null, |v| (**v).clone())),
+        (Func::Concat, _) => Ok(concat(
+            args.iter()
+                .filter(|v| !v.is_null())
+                .map(|v| (**v).clone())
+                .collect(),
+        )),
         (Func::FromJson, [x]) => match &**x {
             Value::String(s) => {
                 serde_json::from_str(s).map_err(|e| format!("fromJSON(): not JSON ({e})"))
@@ -327,12 +368,21 @@ impl Converter {
                     "__not" => Expr::Not(Box::new(self.convert(arg, depth + 1)?)),
                     "__neg" => Expr::Neg(Box::new(self.convert(arg, depth + 1)?)),
                     "__in" => return Err("'in' needs a value on its left".to_string().into()),
+                    "__if" => match <[Expr; 3]>::try_from(self.args(arg, depth)?) {
+                        Ok([c, then, other]) => {
+                            Expr::Cond(Box::new(c), Box::new(then), Box::new(other))
+                        }
+                        Err(_) => return Err("a '? :' is malformed".to_string().into()),
+                    },
                     name => {
+                        // `None`: any number of arguments.
                         let (func, arity) = match name {
-                            "length" => (Func::Length, 1),
-                            "contains" => (Func::Contains, 2),
-                            "toJSON" => (Func::ToJson, 1),
-                            "fromJSON" => (Func::FromJson, 1),
+                            "length" => (Func::Length, Some(1)),
+                            "contains" => (Func::Contains, Some(2)),
+                            "toJSON" => (Func::ToJson, Some(1)),
+                            "fromJSON" => (Func::FromJson, Some(1)),
+                            "coalesce" => (Func::Coalesce, None),
+                            "concat" => (Func::Concat, None),
                             _ => {
                                 return Err("an operator is missing between two values"
                                     .to_string()
@@ -340,12 +390,16 @@ impl Converter {
                             }
                         };
                         let args = self.args(arg, depth)?;
-                        if args.len() != arity {
-                            return Err(format!(
-                                "{name}() takes {arity} argument(s), got {}",
-                                args.len()
-                            )
-                            .into());
+                        match arity {
+                            Some(n) if args.len() != n => {
+                                return Err(format!(
+                                    "{name}() takes {n} argument{}, got {}",
+                                    if n == 1 { "" } else { "s" },
+                                    args.len()
+                                )
+                                .into())
+                            }
+                            _ => {}
                         }
                         Expr::Call(func, args)
                     }

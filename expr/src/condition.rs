@@ -54,6 +54,18 @@ impl Condition {
         self.compiled.paths().collect()
     }
 
+    /// Every `path == literal`, `path != literal` and `path in [literals]`, as `(path,
+    /// literal)`: for a validator that knows which values a path can hold.
+    pub fn literal_comparisons(&self) -> Vec<(&Path, &Value)> {
+        self.compiled.literal_comparisons()
+    }
+
+    /// What is wrong whatever the values: a function applied to literals that it fails on
+    /// (`length(5)`, `fromJSON('x')`). One message each; empty when nothing is.
+    pub fn problems(&self) -> Vec<String> {
+        self.compiled.problems()
+    }
+
     /// The text the condition was compiled from.
     pub fn source(&self) -> &str {
         &self.source
@@ -224,6 +236,89 @@ mod tests {
         assert!(eval("length(1) == 1").is_err());
         assert!(Condition::compile("length(1, 2) == 1").is_err());
         assert!(Condition::compile("contains('a') == 1").is_err());
+    }
+
+    #[test]
+    fn ternaries() {
+        yes("({{a.output.n}} > 3 ? 'big' : 'small') == 'big'");
+        yes("{{a.output.flag}} ? true : false");
+        no("{{a.output.n}} > 100 ? true : false");
+        // Right-associative, and loosest of all: the condition is the whole operand.
+        yes("{{a.output.n}} > 100 ? false : {{a.output.n}} > 4 ? true : false");
+        yes("false or {{a.output.flag}} ? {{a.output.n}} == 5 : false");
+        yes("true ? false ? false : true : false");
+        yes("length([1, true ? 2 : 3, 4]) == 3");
+        yes("contains(true ? {{a.output.tags}} : [], 'x')");
+        yes("(1 > 2 ? 'a' : 'b') in ['b']");
+        // The branch not taken is not evaluated.
+        yes("true ? true : {{a.output.missing}} > 1");
+        let err = eval("{{a.output.n}} ? true : false")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("'?' needs true or false, got a number (5)"),
+            "{err}"
+        );
+        for (bad, needle) in [
+            ("true ? 1", "no ':'"),
+            ("true : 1", "no '?' before it"),
+            ("? 1 : 2", "needs a condition"),
+            ("true ? : 2", "needs a value"),
+            ("true ? 1 :", "else part"),
+            ("true ? 1 : 2 : 3", "no '?' before it"),
+            ("(true ? 1) : 2", "no ':'"),
+            ("[true ? 1, 2 : 3]", "no ':'"),
+        ] {
+            let err = Condition::compile(bad).unwrap_err().to_string();
+            assert!(err.contains(needle), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn coalesce_and_concat_as_functions() {
+        yes("coalesce({{a.output.missing}}, {{a.output.nothing}}, 'x') == 'x'");
+        yes("coalesce({{a.output.missing}}) == null");
+        yes("coalesce() == null");
+        // Lazy: a later argument that would fail is not evaluated.
+        yes("coalesce(1, fromJSON('nope')) == 1");
+        yes("concat({{a.output.items}}, [4]) == [1, 2, 3, 4]");
+        yes("concat('s=', {{a.output.status}}, {{a.output.missing}}) == 's=ok'");
+        yes("concat() == ''");
+        let err = Condition::compile("nope({{a.output.n}}) == 1")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown function 'nope'"), "{err}");
+        assert!(err.contains("coalesce, concat"), "{err}");
+    }
+
+    #[test]
+    fn what_is_known_without_values() {
+        let c = Condition::compile(
+            "'{{a.status}}' == 'success' or 'failure' != {{b.status}} or {{c.status}} in ['x', 1] or {{d.output}} == {{e.output}}",
+        )
+        .unwrap();
+        let pairs: Vec<String> = c
+            .literal_comparisons()
+            .iter()
+            .map(|(p, v)| format!("{p}={v}"))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                "a.status=\"success\"",
+                "b.status=\"failure\"",
+                "c.status=\"x\"",
+                "c.status=1"
+            ]
+        );
+        let c = Condition::compile("length(3) == 1 and contains(1, 'a') and length({{a.x}}) > 0")
+            .unwrap();
+        assert_eq!(c.problems().len(), 2, "{:?}", c.problems());
+        assert!(
+            c.problems()[1].contains("cannot look for"),
+            "{:?}",
+            c.problems()
+        );
     }
 
     #[test]

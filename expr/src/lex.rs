@@ -12,25 +12,46 @@ use crate::template::split_text;
 use serde_json::{Number, Value};
 use std::fmt::Write;
 
-/// What the text is: a condition (paths inside `{{ }}`, keywords, lists, functions) or the
-/// arithmetic inside one template hole (bare paths, `+ - * /`, parentheses).
+/// What the text is: a condition (paths inside `{{ }}`) or the expression inside one
+/// template hole (bare paths). Both have keywords, lists, functions and `a ? b : c`; a hole
+/// has the binary arithmetic operators `+ - * /` only when `arithmetic` is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
     Condition,
-    Arithmetic,
+    Hole { arithmetic: bool },
 }
 
 impl Mode {
-    fn what(self) -> &'static str {
+    pub(crate) fn what(self) -> &'static str {
         match self {
             Mode::Condition => "condition",
-            Mode::Arithmetic => "template",
+            Mode::Hole { .. } => "template",
         }
     }
 }
 
-/// The functions conditions may call, by their canonical name.
-pub(crate) const FUNCTIONS: [&str; 4] = ["length", "contains", "toJSON", "fromJSON"];
+/// The functions expressions may call, by their canonical name.
+pub(crate) const FUNCTIONS: [&str; 6] = [
+    "length", "contains", "toJSON", "fromJSON", "coalesce", "concat",
+];
+
+/// A `? :` not yet closed: its `:` is still to come, or it is in its else part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ternary {
+    AwaitingElse,
+    InElse,
+}
+
+/// One level of brackets (the base level is the whole text): where its current operand
+/// starts in the output, and the ternaries open at this level. `a ? b : c` is written
+/// `__if((a),(b),(c))` for evalexpr, which has no ternary: the `__if((` goes in at the
+/// operand's start when the `?` is seen, which is why the start is kept. A ternary binds
+/// looser than every operator, so its condition is the whole operand up to the `?`.
+#[derive(Debug, Default)]
+struct Frame {
+    start: usize,
+    ternaries: Vec<Ternary>,
+}
 
 /// Lexer output: evalexpr source text and the values its identifiers stand for.
 pub(crate) struct Lexed {
@@ -45,6 +66,10 @@ struct Lexer<'t> {
     out: String,
     leaves: Vec<Leaf>,
     brackets: Vec<char>,
+    /// One per open bracket, and one for the whole text.
+    frames: Vec<Frame>,
+    /// Ternaries open at every level; each counts as two levels of nesting.
+    open_ternaries: usize,
     tokens: usize,
     /// Whether the last token ends a value (so `+` is binary and `-` is a subtraction).
     after_value: bool,
@@ -59,6 +84,8 @@ pub(crate) fn lex(text: &str, mode: Mode) -> Result<Lexed, ExprError> {
         out: String::with_capacity(text.len() + 16),
         leaves: Vec::new(),
         brackets: Vec::new(),
+        frames: vec![Frame::default()],
+        open_ternaries: 0,
         tokens: 0,
         after_value: false,
     };
@@ -66,6 +93,7 @@ pub(crate) fn lex(text: &str, mode: Mode) -> Result<Lexed, ExprError> {
     if let Some(open) = lexer.brackets.last() {
         return Err(lexer.fail(format!("'{open}' is never closed")));
     }
+    lexer.end_operand()?;
     Ok(Lexed {
         src: lexer.out,
         leaves: lexer.leaves,
@@ -116,7 +144,7 @@ impl Lexer<'_> {
     }
 
     fn open(&mut self, bracket: char) -> Result<(), ExprError> {
-        if self.brackets.len() >= MAX_NESTING {
+        if self.brackets.len() + 2 * self.open_ternaries >= MAX_NESTING {
             return Err(ExprError::Limit {
                 what: "bracket nesting depth",
                 limit: MAX_NESTING,
@@ -157,7 +185,7 @@ impl Lexer<'_> {
             } else if c.is_alphabetic() || c == '_' {
                 match self.mode {
                     Mode::Condition => self.word()?,
-                    Mode::Arithmetic => self.bare_path()?,
+                    Mode::Hole { .. } => self.hole_word()?,
                 }
             } else {
                 self.operator(c)?;
@@ -169,7 +197,7 @@ impl Lexer<'_> {
 
     /// `{{path}}` in a condition.
     fn template_path(&mut self) -> Result<(), ExprError> {
-        if self.mode == Mode::Arithmetic {
+        if self.mode != Mode::Condition {
             return Err(self.fail("'{{' cannot appear inside a template hole".into()));
         }
         let inner_start = self.pos + 2;
@@ -325,6 +353,7 @@ impl Lexer<'_> {
         match function {
             Some(f) if called => self.emit(f, false),
             Some(f) => Err(self.fail(format!("'{f}' is a function: write {f}(...)"))),
+            None if called => Err(self.fail(unknown_function(&word))),
             None if self.rest().starts_with(['.', '[']) => Err(self.fail(format!(
                 "bare path starting with '{word}': write paths as {{{{{word}...}}}}"
             ))),
@@ -334,12 +363,28 @@ impl Lexer<'_> {
         }
     }
 
-    /// A path (or `true`/`false`/`null`) inside a template hole.
-    fn bare_path(&mut self) -> Result<(), ExprError> {
-        let bytes = self.rest();
+    /// A word inside a template hole: a keyword, a function name before `(`, or a path.
+    fn hole_word(&mut self) -> Result<(), ExprError> {
+        let end = self.path_len();
+        let text = &self.rest()[..end];
+        let simple = !text.contains(['.', '[', '-']);
+        let called = self.rest()[end..].trim_start().starts_with('(');
+        let keyword = matches!(
+            text.to_ascii_lowercase().as_str(),
+            "and" | "or" | "not" | "in" | "true" | "false" | "null" | "none"
+        );
+        if simple && (called || keyword) {
+            self.word()
+        } else {
+            self.bare_path()
+        }
+    }
+
+    /// The length of the path-shaped text at the current position.
+    fn path_len(&self) -> usize {
         let mut end = 0;
         let mut in_index = false;
-        for (i, c) in bytes.char_indices() {
+        for (i, c) in self.rest().char_indices() {
             let ok = if in_index {
                 c.is_ascii_digit() || c == ']'
             } else {
@@ -355,6 +400,13 @@ impl Lexer<'_> {
             };
             end = i + c.len_utf8();
         }
+        end
+    }
+
+    /// A path (or `true`/`false`/`null`) inside a template hole.
+    fn bare_path(&mut self) -> Result<(), ExprError> {
+        let end = self.path_len();
+        let bytes = self.rest();
         let word = &bytes[..end];
         let leaf = match word {
             "true" => Leaf::Const(Value::Bool(true)),
@@ -371,27 +423,29 @@ impl Lexer<'_> {
     fn operator(&mut self, c: char) -> Result<(), ExprError> {
         let two = self.rest().get(..2).unwrap_or("").to_string();
         let two = two.as_str();
-        let arithmetic_only = |l: &Self, op: &str| {
-            l.fail(format!(
-                "'{op}' is not allowed inside {{{{ }}}}: only + - * / and parentheses"
-            ))
-        };
-        let cmp = matches!(two, "==" | "!=" | "<=" | ">=" | "&&" | "||");
-        if cmp {
-            if self.mode == Mode::Arithmetic {
-                return Err(arithmetic_only(self, two));
-            }
+        if matches!(two, "==" | "!=" | "<=" | ">=" | "&&" | "||") {
             self.pos += 2;
             return self.emit(two, false);
         }
         self.pos += c.len_utf8();
+        let binary_arithmetic =
+            matches!(c, '*' | '/') || matches!(c, '+' | '-') && self.after_value;
+        if binary_arithmetic && self.mode == (Mode::Hole { arithmetic: false }) {
+            return Err(self.fail(format!(
+                "arithmetic is not allowed here: '{c}' in a workflow template (compute in a condition, or with an agent)"
+            )));
+        }
         match c {
             '(' => {
                 self.open('(')?;
-                self.emit("(", false)
+                self.emit("(", false)?;
+                self.push_frame();
+                Ok(())
             }
             ')' => {
+                self.end_operand()?;
                 self.close(')')?;
+                self.frames.pop();
                 self.emit(")", true)
             }
             '+' if !self.after_value => Ok(()),
@@ -400,27 +454,33 @@ impl Lexer<'_> {
             '-' if self.out.ends_with(" __not") || self.out.ends_with(" __in") => {
                 self.emit("__neg", false)
             }
-            '+' | '-' | '*' | '/' => {
-                let mut buf = [0u8; 4];
-                self.emit(c.encode_utf8(&mut buf), false)
-            }
-            _ if self.mode == Mode::Arithmetic => Err(arithmetic_only(self, &c.to_string())),
-            '<' | '>' | '!' => {
+            '+' | '-' | '*' | '/' | '<' | '>' | '!' => {
                 let mut buf = [0u8; 4];
                 self.emit(c.encode_utf8(&mut buf), false)
             }
             '[' => {
                 self.open('[')?;
-                self.emit("__list(", false)
+                self.emit("__list(", false)?;
+                self.push_frame();
+                Ok(())
             }
             ']' => {
+                self.end_operand()?;
                 self.close(']')?;
+                self.frames.pop();
                 self.emit(")", true)
             }
             ',' if self.brackets.is_empty() => {
                 Err(self.fail("',' outside a list or a function call".into()))
             }
-            ',' => self.emit(",", false),
+            ',' => {
+                self.end_operand()?;
+                self.emit(",", false)?;
+                self.mark_operand_start();
+                Ok(())
+            }
+            '?' => self.question(),
+            ':' => self.colon(),
             '=' => Err(self.fail("use '==' to compare ('=' alone is not an operator)".into())),
             '&' | '|' => Err(self.fail(format!("use '{c}{c}' (or 'and'/'or')"))),
             other => Err(self.fail(format!(
@@ -429,4 +489,97 @@ impl Lexer<'_> {
             ))),
         }
     }
+
+    /// The operand of the innermost bracket starts here.
+    fn push_frame(&mut self) {
+        self.frames.push(Frame {
+            start: self.out.len(),
+            ternaries: Vec::new(),
+        });
+    }
+
+    fn frame(&mut self) -> &mut Frame {
+        if self.frames.is_empty() {
+            self.frames.push(Frame::default());
+        }
+        let last = self.frames.len() - 1;
+        &mut self.frames[last]
+    }
+
+    fn mark_operand_start(&mut self) {
+        let at = self.out.len();
+        self.frame().start = at;
+    }
+
+    /// `?`: what came since the operand's start is the condition.
+    fn question(&mut self) -> Result<(), ExprError> {
+        if !self.after_value {
+            return Err(self.fail(format!(
+                "'?' at byte {} needs a condition on its left",
+                self.pos - 1
+            )));
+        }
+        if self.brackets.len() + 2 * (self.open_ternaries + 1) > MAX_NESTING {
+            return Err(ExprError::Limit {
+                what: "bracket nesting depth",
+                limit: MAX_NESTING,
+            });
+        }
+        let start = self.frame().start;
+        self.out.insert_str(start, " __if((");
+        self.open_ternaries += 1;
+        self.frame().ternaries.push(Ternary::AwaitingElse);
+        self.emit("),(", false)?;
+        self.mark_operand_start();
+        Ok(())
+    }
+
+    /// `:`: ends the then part of the innermost ternary still waiting for it (closing the
+    /// ternaries nested in that then part).
+    fn colon(&mut self) -> Result<(), ExprError> {
+        if !self.after_value {
+            return Err(self.fail(format!(
+                "':' at byte {} needs a value on its left",
+                self.pos - 1
+            )));
+        }
+        while self.frame().ternaries.last() == Some(&Ternary::InElse) {
+            self.frame().ternaries.pop();
+            self.open_ternaries -= 1;
+            self.emit("))", true)?;
+        }
+        match self.frame().ternaries.last_mut() {
+            Some(t) => *t = Ternary::InElse,
+            None => {
+                return Err(self.fail(format!("':' at byte {} has no '?' before it", self.pos - 1)))
+            }
+        }
+        self.emit("),(", false)?;
+        self.mark_operand_start();
+        Ok(())
+    }
+
+    /// The end of an operand (a closing bracket, a comma, the end of the text) closes the
+    /// ternaries open at its level.
+    fn end_operand(&mut self) -> Result<(), ExprError> {
+        while let Some(t) = self.frame().ternaries.pop() {
+            if t == Ternary::AwaitingElse {
+                return Err(self.fail("a '?' has no ':' after it (write a ? b : c)".into()));
+            }
+            if !self.after_value {
+                return Err(self.fail("the else part after ':' is empty".into()));
+            }
+            self.open_ternaries -= 1;
+            self.emit("))", true)?;
+        }
+        Ok(())
+    }
+}
+
+/// The message for a call of a function that does not exist.
+pub(crate) fn unknown_function(name: &str) -> String {
+    format!(
+        "unknown function '{name}' (the functions are {})",
+        FUNCTIONS.join(", ")
+    )
 }

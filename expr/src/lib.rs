@@ -1,16 +1,21 @@
 //! The workflow expression language, shared by the workflow node and by agents.
 //!
-//! - [`Template`]: a JSON value in which strings may hold `{{path}}` templates and objects may
-//!   be the operators `{"coalesce": [...]}` and `{"concat": [...]}`.
+//! - [`Template`]: a JSON value in which strings may hold `{{path}}` templates or
+//!   `{{ expression }}`s (bare paths, functions, `a ? b : c`) and objects may be the
+//!   operators `{"coalesce": [...]}` and `{"concat": [...]}`.
 //! - [`Condition`]: a boolean expression over typed values (`when`, `condition`, switch
-//!   cases, loop conditions).
+//!   cases, loop conditions), with the functions `length`, `contains`, `toJSON`,
+//!   `fromJSON`, `coalesce`, `concat` and the ternary `a ? b : c`.
+//! - [`Condition::literal_comparisons`], [`Condition::problems`] (and the same on
+//!   [`Template`]): what a validator can tell without values.
 //! - [`Path`] and [`Scope`]: how a template names a value and how the caller supplies it.
 //! - [`duration`]: the duration syntax of workflow files (`"5s"`, `"1m"`, `"250ms"`).
 //! - [`to_text`]: how a value reads when interpolated into text; [`limits`]: the bounds.
 //!
 //! Inside the crate: `lex` turns condition text into evalexpr syntax with every value bound to
-//! a generated name, `ast` keeps evalexpr's parse as our own tree and evaluates it on JSON
-//! values, `value` holds the comparison and arithmetic rules, `template` the template tree.
+//! a generated name (and `a ? b : c` into a call, evalexpr having no ternary), `ast` keeps
+//! evalexpr's parse as our own tree and evaluates it on JSON values, `value` holds the
+//! comparison and arithmetic rules, `template` the template tree, `check` the static checks.
 //!
 //! Rules every caller relies on:
 //!
@@ -42,6 +47,7 @@
 //! and fails with an [`ExprError`], never a panic.
 
 mod ast;
+mod check;
 mod condition;
 pub mod duration;
 mod error;

@@ -9,8 +9,8 @@ use crate::ast::Compiled;
 use crate::error::{clip, reason, ExprError};
 use crate::lex::Mode;
 use crate::limits::{deeper_than, MAX_NESTING, MAX_TEXT_LEN, MAX_VALUE_DEPTH};
-use crate::path::parse_reference;
-use crate::value::push_text;
+use crate::path::{is_ident_char, parse_reference};
+use crate::value::{concat, push_text};
 use crate::{Path, Scope};
 use serde_json::{Map, Value};
 
@@ -68,6 +68,14 @@ impl Piece {
 }
 
 impl Hole {
+    /// The expression, when the hole is one.
+    fn compiled(&self) -> Option<&Compiled> {
+        match self {
+            Hole::Path(_) => None,
+            Hole::Expr(c, _) => Some(c),
+        }
+    }
+
     fn paths(&self) -> Box<dyn Iterator<Item = &Path> + '_> {
         match self {
             Hole::Path(p) => Box::new(std::iter::once(p)),
@@ -103,7 +111,8 @@ impl Hole {
     }
 }
 
-/// Compiles the text between `{{` and `}}`.
+/// Compiles the text between `{{` and `}}`: a path when it is one (the common case, and
+/// what a name alone always is), else an expression with bare paths.
 fn hole(inner: &str, arithmetic: bool) -> Result<Hole, ExprError> {
     if inner.trim().is_empty() {
         return Err(template_error(inner, "'{{ }}' is empty".into()));
@@ -112,20 +121,19 @@ fn hole(inner: &str, arithmetic: bool) -> Result<Hole, ExprError> {
         Ok(path) => return Ok(Hole::Path(path)),
         Err(e) => e,
     };
-    if arithmetic {
-        let compiled = Compiled::compile(inner, Mode::Arithmetic)?;
-        return Ok(Hole::Expr(Box::new(compiled), inner.trim().to_string()));
-    }
-    if Compiled::compile(inner, Mode::Arithmetic).is_ok() {
-        return Err(template_error(
+    let path_shaped = inner
+        .trim()
+        .chars()
+        .all(|c| is_ident_char(c) || matches!(c, '.' | '[' | ']'));
+    match Compiled::compile(inner, Mode::Hole { arithmetic }) {
+        Ok(compiled) => Ok(Hole::Expr(Box::new(compiled), inner.trim().to_string())),
+        Err(e @ ExprError::Limit { .. }) => Err(e),
+        Err(_) if path_shaped => Err(template_error(
             inner,
-            format!("arithmetic is not allowed here: '{{{{{inner}}}}}' must be a path such as workflow.input.x"),
-        ));
+            format!("'{{{{{inner}}}}}' is not a path: {}", reason(&path_error)),
+        )),
+        Err(e) => Err(e),
     }
-    Err(template_error(
-        inner,
-        format!("'{{{{{inner}}}}}' is not a path: {}", reason(&path_error)),
-    ))
 }
 
 fn template_error(text: &str, reason: String) -> ExprError {
@@ -316,6 +324,23 @@ impl Node {
         })
     }
 
+    /// Calls `f` on every hole.
+    fn holes<'a>(&'a self, f: &mut dyn FnMut(&'a Hole)) {
+        match self {
+            Node::Literal(_) => {}
+            Node::Whole(h) => f(h),
+            Node::Text(pieces) => pieces.iter().for_each(|p| {
+                if let Piece::Hole(h) = p {
+                    f(h)
+                }
+            }),
+            Node::Array(items) | Node::Coalesce(items) | Node::Concat(items) => {
+                items.iter().for_each(|n| n.holes(f))
+            }
+            Node::Object(members) => members.iter().for_each(|(_, n)| n.holes(f)),
+        }
+    }
+
     fn paths<'a>(&'a self, out: &mut Vec<&'a Path>) {
         match self {
             Node::Literal(_) => {}
@@ -327,25 +352,6 @@ impl Node {
             Node::Object(members) => members.iter().for_each(|(_, n)| n.paths(out)),
         }
     }
-}
-
-/// `concat` of the non-null values: arrays joined when every one is an array, text otherwise
-/// (no values at all gives the empty string).
-fn concat(values: Vec<Value>) -> Value {
-    if !values.is_empty() && values.iter().all(Value::is_array) {
-        let mut out = Vec::new();
-        for v in values {
-            if let Value::Array(items) = v {
-                out.extend(items);
-            }
-        }
-        return Value::Array(out);
-    }
-    let mut out = String::new();
-    for v in &values {
-        push_text(&mut out, v);
-    }
-    Value::String(out)
 }
 
 impl Template {
@@ -384,6 +390,30 @@ impl Template {
     pub fn paths(&self) -> Vec<&Path> {
         let mut out = Vec::new();
         self.root.paths(&mut out);
+        out
+    }
+
+    /// Every `path == literal`, `path != literal` and `path in [literals]` inside the
+    /// template's expressions (see [`crate::Condition::literal_comparisons`]).
+    pub fn literal_comparisons(&self) -> Vec<(&Path, &Value)> {
+        let mut out = Vec::new();
+        self.root.holes(&mut |h| {
+            out.extend(
+                h.compiled()
+                    .map(Compiled::literal_comparisons)
+                    .into_iter()
+                    .flatten(),
+            )
+        });
+        out
+    }
+
+    /// What is wrong whatever the values, in the template's expressions (see
+    /// [`crate::Condition::problems`]).
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        self.root
+            .holes(&mut |h| out.extend(h.compiled().map(Compiled::problems).into_iter().flatten()));
         out
     }
 
@@ -565,7 +595,10 @@ mod tests {
             ("{{a..b}}", "not a path"),
             ("{{a[x]}}", "not a path"),
             ("{{input.value * 2}}", "arithmetic is not allowed"),
-            ("{{ (a) }}", "arithmetic is not allowed"),
+            ("{{ (a) + 1 }}", "arithmetic is not allowed"),
+            ("{{ nope(a) }}", "unknown function 'nope'"),
+            ("{{ a ? b }}", "no ':'"),
+            ("{{ length(a, b) }}", "takes 1 argument"),
         ] {
             let err = Template::compile(&json!(bad)).unwrap_err();
             assert!(
@@ -601,13 +634,8 @@ mod tests {
         assert!(matches!(err, ExprError::Eval { .. }), "{err}");
         assert!(err.to_string().contains("input.s * 2"), "{err}");
         assert!(run(json!("{{call / 0}}")).is_err());
-        for bad in [
-            "{{call == 2}}",
-            "{{call *}}",
-            "{{(call}}",
-            "{{call % 2}}",
-            "{{ {{call}} }}",
-        ] {
+        assert_eq!(run(json!("{{call == 2}}")), Ok(json!(true)));
+        for bad in ["{{call *}}", "{{(call}}", "{{call % 2}}", "{{ {{call}} }}"] {
             assert!(Template::compile_with(&json!(bad), on).is_err(), "{bad}");
         }
     }
@@ -637,6 +665,108 @@ mod tests {
             ok = json!([ok]);
         }
         assert!(Template::compile(&ok).is_ok());
+    }
+
+    #[test]
+    fn expressions_in_holes() {
+        assert_eq!(resolve(json!("{{ (workflow.input.x) }}")), json!(3));
+        assert_eq!(
+            resolve(json!("{{ length(workflow.input.items) }}")),
+            json!(2)
+        );
+        assert_eq!(
+            resolve(json!("{{ workflow.input.x > 2 ? 'big' : 'small' }}")),
+            json!("big")
+        );
+        assert_eq!(
+            resolve(json!(
+                "n is {{ workflow.input.x == 3 ? 'three' : 'other' }}!"
+            )),
+            json!("n is three!")
+        );
+        assert_eq!(
+            resolve(json!(
+                "{{ coalesce(nosuch.output.x, workflow.input.nothing, fetch.output.list) }}"
+            )),
+            json!([1, 2])
+        );
+        assert_eq!(
+            resolve(json!("{{ concat(fetch.output.list, [3]) }}")),
+            json!([1, 2, 3])
+        );
+        assert_eq!(
+            resolve(json!("{{ concat('a-', workflow.input.name, null, 1) }}")),
+            json!("a-Ann1")
+        );
+        assert_eq!(
+            resolve(json!("{{ toJSON(fetch.output.obj) }}")),
+            json!(r#"{"k":[1]}"#)
+        );
+        assert_eq!(
+            resolve(json!("{{ fromJSON('{\"a\": 1}') }}")),
+            json!({"a": 1})
+        );
+        assert_eq!(
+            resolve(json!(
+                "{{ contains(fetch.output.list, 2) and not fetch.output.flag }}"
+            )),
+            json!(false)
+        );
+        assert_eq!(resolve(json!("{{ coalesce(-1) }}")), json!(-1));
+        assert_eq!(
+            resolve(json!(
+                "{{ workflow.input.x in [1, 3] ? [item.name] : null }}"
+            )),
+            json!(["first"])
+        );
+        let t = Template::compile(&json!(
+            "{{ fetch.output.flag ? b.output.x : coalesce(c.output, 1) }}"
+        ))
+        .unwrap();
+        let paths: Vec<String> = t.paths().iter().map(|p| p.to_string()).collect();
+        assert_eq!(paths, ["fetch.output.flag", "b.output.x", "c.output"]);
+        let err = Template::compile(&json!("{{ workflow.input.name ? 1 : 2 }}"))
+            .unwrap()
+            .resolve(&scope())
+            .unwrap_err();
+        assert!(err.to_string().contains("'?' needs true or false"), "{err}");
+    }
+
+    #[test]
+    fn what_is_known_without_values() {
+        let t = Template::compile(&json!({
+            "a": "{{ a.status == 'success' ? 1 : 2 }}",
+            "b": ["{{ length(5) }}", "x {{ b.status in ['failure', 'skiped'] }}"],
+            "c": "{{ fromJSON('[1') }}"
+        }))
+        .unwrap();
+        let pairs: Vec<String> = t
+            .literal_comparisons()
+            .iter()
+            .map(|(p, v)| format!("{p}={v}"))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                "a.status=\"success\"",
+                "b.status=\"failure\"",
+                "b.status=\"skiped\""
+            ]
+        );
+        let problems = t.problems();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems[0].starts_with("length() always fails"),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1].starts_with("fromJSON() always fails"),
+            "{problems:?}"
+        );
+        assert!(Template::compile(&json!("{{ length(a.b) }}"))
+            .unwrap()
+            .problems()
+            .is_empty());
     }
 
     /// A scope that counts lookups.

@@ -111,6 +111,25 @@ pub(crate) fn order(a: &Value, b: &Value) -> Result<Ordering, String> {
     }
 }
 
+/// `concat` of the non-null values: arrays joined when every one is an array, text otherwise
+/// (no values at all gives the empty string).
+pub(crate) fn concat(values: Vec<Value>) -> Value {
+    if !values.is_empty() && values.iter().all(Value::is_array) {
+        let mut out = Vec::new();
+        for v in values {
+            if let Value::Array(items) = v {
+                out.extend(items);
+            }
+        }
+        return Value::Array(out);
+    }
+    let mut out = String::new();
+    for v in &values {
+        push_text(&mut out, v);
+    }
+    Value::String(out)
+}
+
 /// The value's type and, when short, the value itself, for error messages.
 pub(crate) fn describe(value: &Value) -> String {
     match value {

@@ -99,19 +99,37 @@ fn path() -> impl Strategy<Value = &'static str> {
 /// A well-formed condition operand or condition, fully parenthesised, so that every
 /// generated text must compile.
 fn condition() -> impl Strategy<Value = String> {
+    expression(false)
+}
+
+/// A well-formed expression: with paths in `{{ }}` (a condition) or bare (inside a template
+/// hole, where binary arithmetic is not allowed).
+fn expression(bare: bool) -> impl Strategy<Value = String> {
     let leaf = prop_oneof![
-        path().prop_map(|p| format!("{{{{{p}}}}}")),
-        path().prop_map(|p| format!("'{{{{{p}}}}}'")),
+        path().prop_map(move |p| if bare {
+            p.to_string()
+        } else {
+            format!("{{{{{p}}}}}")
+        }),
+        path().prop_map(move |p| if bare {
+            format!("({p})")
+        } else {
+            format!("'{{{{{p}}}}}'")
+        }),
         any::<i32>().prop_map(|n| n.to_string()),
         prop::sample::select(vec![
             "true", "false", "null", "'ok'", "\"x'y\"", "2.5", "''"
         ])
         .prop_map(str::to_string),
     ];
-    leaf.prop_recursive(6, 64, 4, |inner| {
+    leaf.prop_recursive(6, 64, 4, move |inner| {
         let cmp = prop::sample::select(vec!["==", "!=", "<", "<=", ">", ">="]);
         let logic = prop::sample::select(vec!["and", "or", "&&", "||"]);
-        let arith = prop::sample::select(vec!["+", "-", "*", "/"]);
+        let arith = if bare {
+            prop::sample::select(vec!["==", "!="])
+        } else {
+            prop::sample::select(vec!["+", "-", "*", "/"])
+        };
         prop_oneof![
             (inner.clone(), cmp, inner.clone()).prop_map(|(a, op, b)| format!("({a} {op} {b})")),
             (inner.clone(), logic, inner.clone()).prop_map(|(a, op, b)| format!("({a} {op} {b})")),
@@ -125,6 +143,14 @@ fn condition() -> impl Strategy<Value = String> {
             (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("contains({a}, {b})")),
             inner.clone().prop_map(|a| format!("toJSON({a})")),
             inner.clone().prop_map(|a| format!("fromJSON({a})")),
+            (inner.clone(), inner.clone(), inner.clone())
+                .prop_map(|(c, a, b)| format!("({c} ? {a} : {b})")),
+            (inner.clone(), inner.clone(), inner.clone())
+                .prop_map(|(c, a, b)| format!("{c} ? {a} : {b} ? {c} : {a}")),
+            prop::collection::vec(inner.clone(), 0..4)
+                .prop_map(|l| format!("coalesce({})", l.join(", "))),
+            prop::collection::vec(inner.clone(), 0..4)
+                .prop_map(|l| format!("concat({})", l.join(", "))),
         ]
     })
 }
@@ -182,6 +208,20 @@ proptest! {
     }
 
     #[test]
+    fn grammar_built_expressions_in_template_holes_compile(text in expression(true)) {
+        for value in [json!(format!("{{{{ {text} }}}}")), json!(format!("x {{{{{text}}}}} y"))] {
+            match Template::compile(&value) {
+                Ok(t) => match t.resolve(&scope()) {
+                    Ok(v) => prop_assert!(!deeper_than(&v, MAX_VALUE_DEPTH)),
+                    Err(e) => assert_clear(&e),
+                },
+                // Only a limit may refuse a well-formed expression.
+                Err(e) => prop_assert!(matches!(e, ExprError::Limit { .. }), "{}: {}", text, e),
+            }
+        }
+    }
+
+    #[test]
     fn grammar_built_templates_resolve_bounded(t in template()) {
         match Template::compile(&t) {
             Ok(compiled) => match compiled.resolve(&scope()) {
@@ -200,7 +240,14 @@ proptest! {
 #[test]
 fn nesting_100_000_deep_is_refused() {
     const DEEP: usize = 100_000;
-    for (open, close) in [("(", ")"), ("[", "]"), ("length(", ")"), ("not (", ")")] {
+    for (open, close) in [
+        ("(", ")"),
+        ("[", "]"),
+        ("length(", ")"),
+        ("not (", ")"),
+        ("(true ? ", " : 1)"),
+        ("coalesce(", ")"),
+    ] {
         let text = format!("{}true{}", open.repeat(DEEP), close.repeat(DEEP));
         let err = Condition::compile(&text).unwrap_err();
         assert!(matches!(err, ExprError::Limit { .. }), "{open}: {err}");
@@ -210,6 +257,8 @@ fn nesting_100_000_deep_is_refused() {
         "!".repeat(DEEP) + "true",
         "-".repeat(DEEP) + "1",
         "{{".repeat(DEEP) + &"}}".repeat(DEEP),
+        "true ? 1 : ".repeat(DEEP) + "2",
+        "true ? ".repeat(DEEP) + "1" + &" : 2".repeat(DEEP),
     ] {
         let err = Condition::compile(&chain).unwrap_err();
         assert_clear(&err);

@@ -18,11 +18,18 @@ fuzz_target!(|data: &[u8]| {
     };
     if let Ok(c) = Condition::compile(text) {
         let _ = c.evaluate(&scope);
+        let _ = (c.problems(), c.literal_comparisons());
     }
     for arithmetic in [false, true] {
         let options = TemplateOptions { arithmetic };
         if let Ok(t) = Template::compile_with(&Value::String(text.to_string()), options) {
             let _ = t.resolve(&scope);
+        }
+        // The same text as an expression inside one hole (`{{ a ? b : c }}`).
+        let hole = Value::String(format!("{{{{{text}}}}}"));
+        if let Ok(t) = Template::compile_with(&hole, options) {
+            let _ = t.resolve(&scope);
+            let _ = (t.problems(), t.literal_comparisons());
         }
     }
 });

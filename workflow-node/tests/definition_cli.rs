@@ -63,3 +63,23 @@ fn a_missing_file_is_a_problem() {
         "{stderr}"
     );
 }
+
+#[test]
+fn expression_problems_are_all_listed_and_exit_1() {
+    let bad = fixture("bad_expressions.yaml");
+    let (code, stdout, stderr) = validate(std::slice::from_ref(&bad));
+    assert_eq!(code, 1, "{stdout}");
+    let b = bad.display();
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        lines,
+        vec![
+            format!("{b}: workflow: input_schema: the default at /properties/mode/default does not match its schema: \"slow\" is not one of \"fast\" or \"careful\""),
+            format!("{b}: node 'check': input: cannot parse template '{{{{ lenght(fetch.output.items) }}}}': unknown function 'lenght' (the functions are length, contains, toJSON, fromJSON, coalesce, concat)"),
+            format!("{b}: node 'report': input: cannot parse template '{{{{ check.status == 'success' ? 'ok' }}}}': a '?' has no ':' after it (write a ? b : c)"),
+            format!("{b}: node 'check': when: '{{{{fetch.status}}}}' is compared with 'succes', which is not a status (did you mean 'success'?)"),
+            format!("{b}: node 'report': instruction: '{{{{fetch.result}}}}' names no field of node 'fetch': a node has output, status and error (its output's fields are under output, as in {{{{fetch.output.x}}}})"),
+            format!("{b}: node 'report': instruction: '{{{{run.owner}}}}' names nothing: the run has run.id and run.started_at"),
+        ]
+    );
+}

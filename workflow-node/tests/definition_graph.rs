@@ -253,7 +253,7 @@ fn templates_name_only_upstream_nodes_and_valid_roots() {
             "t.yaml: node 'c': when: '{{_map_item}}' is available only in the inner node of a map",
             "t.yaml: node 'c': instruction: '{{_loop_iteration}}' is available only in the inner node of a loop and in the loop's condition",
             "t.yaml: node 'd': input: '{{workflow.status}}' is available only in exit handlers",
-            "t.yaml: node 'd': input: '{{workflow.foo}}' names nothing: a template can use workflow.input (and workflow.status, workflow.error in exit handlers)",
+            "t.yaml: node 'd': input: '{{workflow.foo}}' names nothing: a template can use workflow.input, workflow.name, workflow.version (and workflow.status, workflow.error in exit handlers)",
         ],
     );
 }

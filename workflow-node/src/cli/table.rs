@@ -67,9 +67,7 @@ pub fn time(at: Option<Millis>) -> String {
 
 /// `2026-11-26T10:42:03.123Z` (RFC 3339, UTC), for JSON; `None` for none.
 pub fn rfc3339(at: Option<Millis>) -> Option<String> {
-    let m = at.filter(|m| m.0 > 0)?;
-    let (date, clock) = civil(m);
-    Some(format!("{date}T{clock}.{:03}Z", m.0 % 1000))
+    at.filter(|m| m.0 > 0).map(Millis::rfc3339)
 }
 
 /// `10:42:03`: the time of day in UTC.
@@ -79,23 +77,7 @@ pub fn clock(at: Millis) -> String {
 
 /// The date and the time of day of `at`, in UTC.
 fn civil(at: Millis) -> (String, String) {
-    let secs = at.0 / 1000;
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (
-        format!("{year:04}-{month:02}-{day:02}"),
-        format!("{:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60),
-    )
+    at.civil()
 }
 
 /// A duration for people: `850ms`, `12.3s`, `4m05s`, `2h03m`, `3d04h`.

@@ -187,14 +187,20 @@ impl Cx<'_> {
             .is_some_and(|c| c.attempt == attempt && matches!(c.phase, CallPhase::Running { .. }))
     }
 
-    pub(super) fn call_succeeded(&mut self, key: TaskKey, attempt: u32, output: Value) {
+    pub(super) fn call_succeeded(&mut self, key: TaskKey, attempt: u32, mut output: Value) {
         if !self.running(&key, attempt) {
             return;
         }
-        let violations = self
+        // The output contract's defaults fill in what the agent left out, before the
+        // contract is checked and before any template sees the output.
+        let contract = self
             .call_def(&key)
-            .and_then(|c| c.output_schema_override.as_ref())
-            .map(|s| s.violations(&output))
+            .and_then(|c| c.output_schema_override.as_ref());
+        if let Some(schema) = contract {
+            schema.apply_defaults(&mut output);
+        }
+        let violations = contract
+            .map(|s| s.violations_as_is(&output))
             .unwrap_or_default();
         if !violations.is_empty() {
             let message = format!(

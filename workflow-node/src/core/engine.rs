@@ -118,6 +118,11 @@ impl Cx<'_> {
         self.st.started_at = self.now;
         self.st.deadline = self.now.plus(self.wf.max_execution_time);
         self.st.input = input;
+        // Before anything sees the input: validation, templates, the progress that
+        // reports it. Deterministic, so a replayed start completes it the same way.
+        if let Some(schema) = &self.wf.input_schema {
+            schema.apply_defaults(&mut self.st.input);
+        }
         self.st.unfinished_main = self
             .wf
             .graph
@@ -139,7 +144,7 @@ impl Cx<'_> {
             return;
         }
         if let Some(schema) = &self.wf.input_schema {
-            let violations = schema.violations(&self.st.input);
+            let violations = schema.violations_as_is(&self.st.input);
             if !violations.is_empty() {
                 self.st.error = Some(RunError {
                     node_id: None,
@@ -326,7 +331,7 @@ impl Cx<'_> {
 
     /// The scope of templates in a node: exit handlers also see the run's outcome.
     pub(super) fn node_scope(&self, idx: usize) -> RunScope<'_> {
-        let mut scope = RunScope::new(self.st);
+        let mut scope = RunScope::new(self.wf, self.st);
         scope.outcome = self.wf.graph.roles[idx] == NodeRole::ExitHandler;
         scope
     }
@@ -652,16 +657,19 @@ impl Cx<'_> {
     }
 
     fn map_output(&mut self) {
-        let scope = RunScope::new(self.st);
+        let scope = RunScope::new(self.wf, self.st);
         let result = self.wf.output_mapping.resolve(&scope);
         let failure = match result {
             Err(e) => Some(format!("output_mapping: {e}")),
-            Ok(output) => {
+            Ok(mut output) => {
+                if let Some(schema) = &self.wf.output_schema {
+                    schema.apply_defaults(&mut output);
+                }
                 let violations = self
                     .wf
                     .output_schema
                     .as_ref()
-                    .map(|s| s.violations(&output))
+                    .map(|s| s.violations_as_is(&output))
                     .unwrap_or_default();
                 if violations.is_empty() {
                     self.st.output = Some(output);

@@ -571,7 +571,7 @@ impl Cx<'_> {
     /// Evaluates the loop's condition after an iteration: the loop ends (condition false,
     /// limit reached, run stopped) or goes on.
     fn iteration_succeeded(&mut self, idx: usize, def: &LoopNode, iteration: u32) {
-        let mut scope = RunScope::new(self.st);
+        let mut scope = RunScope::new(self.wf, self.st);
         scope.loop_iteration = Some(iteration);
         let completed = iteration + 1;
         let output =
@@ -719,12 +719,12 @@ impl Cx<'_> {
                     Some(Detail::Map(m)) => m.items.get(i as usize).unwrap_or(&Value::Null),
                     _ => &Value::Null,
                 };
-                let mut scope = RunScope::new(self.st);
+                let mut scope = RunScope::new(self.wf, self.st);
                 scope.map_item = Some((item, i));
                 resolve_call(call, &scope, || item.clone())
             }
             (NodeKind::Call(call), Slot::Iteration(i)) => {
-                let mut scope = RunScope::new(self.st);
+                let mut scope = RunScope::new(self.wf, self.st);
                 scope.loop_iteration = Some(i);
                 resolve_call(call, &scope, || self.implicit_input(idx))
             }

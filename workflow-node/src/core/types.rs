@@ -21,6 +21,33 @@ impl Millis {
                 .saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         )
     }
+
+    /// `2026-11-26T10:42:03.123Z`: RFC 3339 in UTC, to the millisecond.
+    pub fn rfc3339(self) -> String {
+        let (date, clock) = self.civil();
+        format!("{date}T{clock}.{:03}Z", self.0 % 1000)
+    }
+
+    /// The date (`2026-11-26`) and the time of day (`10:42:03`), in UTC.
+    pub fn civil(self) -> (String, String) {
+        let secs = self.0 / 1000;
+        let days = (secs / 86_400) as i64;
+        let rem = secs % 86_400;
+        // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        (
+            format!("{year:04}-{month:02}-{day:02}"),
+            format!("{:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60),
+        )
+    }
 }
 
 /// The id of one run. Made of `[A-Za-z0-9-]` (no `_`: sub-task ids use `_` as separator).

@@ -390,11 +390,14 @@ impl<'a> Fields<'a> {
             self.wrong(sink, name, "a JSON Schema (a mapping)", v);
             return None;
         }
-        match jsonschema::validator_for(v) {
-            Ok(validator) => Some(Schema {
-                source: v.clone(),
-                validator: std::sync::Arc::new(validator),
-            }),
+        match Schema::compile(v) {
+            Ok(schema) => {
+                for (at, why) in agent_sdk::schema::defaults::invalid(v) {
+                    let message = format!("the default at {at} does not match its schema: {why}");
+                    self.problem(sink, name, message);
+                }
+                Some(schema)
+            }
             Err(e) => {
                 let at = e.instance_path().to_string();
                 let message = if at.is_empty() {

@@ -108,6 +108,9 @@ pub struct Schema {
     /// The validator compiled from `source`, behind an `Arc` so that cloning a workflow
     /// does not compile it again.
     pub validator: Arc<jsonschema::Validator>,
+    /// Whether `source` declares a `default` anywhere: only then does
+    /// [`Schema::apply_defaults`] change a value.
+    pub has_defaults: bool,
 }
 
 impl std::fmt::Debug for Schema {
@@ -119,8 +122,38 @@ impl std::fmt::Debug for Schema {
 }
 
 impl Schema {
-    /// Every violation of `value`, one message each (`"/path: message"`), empty when valid.
+    /// Compiles `source`; the error says why it is not a valid JSON Schema.
+    pub fn compile(source: &Value) -> Result<Schema, jsonschema::ValidationError<'static>> {
+        let validator = jsonschema::validator_for(source).map_err(|e| e.to_owned())?;
+        Ok(Schema {
+            source: source.clone(),
+            validator: Arc::new(validator),
+            has_defaults: agent_sdk::schema::defaults::declares_any(source),
+        })
+    }
+
+    /// Fills in what `value` leaves out with the schema's `default`s (nested objects,
+    /// array items, `allOf` and local `$ref`s too; see `docs/semantics.md`, "Expressions
+    /// and defaults"). A value is completed before it is validated or seen by a template.
+    pub fn apply_defaults(&self, value: &mut Value) {
+        if self.has_defaults {
+            agent_sdk::schema::defaults::apply(&self.source, value);
+        }
+    }
+
+    /// Every violation of `value` once its defaults are applied (see
+    /// [`Schema::apply_defaults`]), one message each (`"/path: message"`), empty when valid.
     pub fn violations(&self, value: &Value) -> Vec<String> {
+        if self.has_defaults {
+            let mut completed = value.clone();
+            self.apply_defaults(&mut completed);
+            return self.violations_as_is(&completed);
+        }
+        self.violations_as_is(value)
+    }
+
+    /// Every violation of `value` as it is (a value already completed).
+    pub fn violations_as_is(&self, value: &Value) -> Vec<String> {
         self.validator
             .iter_errors(value)
             .map(|e| {

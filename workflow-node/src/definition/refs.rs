@@ -1,11 +1,15 @@
-//! What templates and conditions may name: `workflow.input` everywhere, `workflow.status`
+//! What templates and conditions may name: `workflow.input`, `workflow.name` and
+//! `workflow.version` everywhere, `run.id` and `run.started_at` everywhere, `workflow.status`
 //! and `workflow.error` in exit handlers, nodes that run before the user (transitively
-//! upstream), `_map_item`/`_map_index` in a map's inner node, and `_loop_iteration` in a
-//! loop's inner node and its condition.
+//! upstream) with their `output`, `status` and `error`, `_map_item`/`_map_index` in a map's
+//! inner node, and `_loop_iteration` in a loop's inner node and its condition. Beyond names,
+//! what can be told without values: a status compared with a string that is no status, a
+//! function applied to literals it fails on.
 
 use std::collections::{HashMap, HashSet};
 
-use workflow_expr::{Path, Segment};
+use serde_json::Value;
+use workflow_expr::{Condition, Path, Segment, Template};
 
 use super::fields::did_you_mean;
 use super::graph::ancestors;
@@ -21,6 +25,51 @@ struct Allowed {
     exit: bool,
     /// The position of the node using the expression (none for `output_mapping`).
     user: Option<usize>,
+}
+
+/// The statuses a node can have (`timed_out`: a node that hit its timeout).
+pub(crate) const NODE_STATUSES: &[&str] = &[
+    "pending",
+    "running",
+    "waiting",
+    "success",
+    "failure",
+    "skipped",
+    "cancelled",
+    "timed_out",
+];
+
+/// The statuses a run can have, as `workflow.status` shows them to exit handlers.
+const RUN_STATUSES: &[&str] = &["success", "failure", "cancelled", "timed_out"];
+
+/// One expression of the file: a template or a condition.
+#[derive(Clone, Copy)]
+enum Used<'a> {
+    Template(&'a Template),
+    Condition(&'a Condition),
+}
+
+impl<'a> Used<'a> {
+    fn paths(self) -> Vec<&'a Path> {
+        match self {
+            Used::Template(t) => t.paths(),
+            Used::Condition(c) => c.paths(),
+        }
+    }
+
+    fn literal_comparisons(self) -> Vec<(&'a Path, &'a Value)> {
+        match self {
+            Used::Template(t) => t.literal_comparisons(),
+            Used::Condition(c) => c.literal_comparisons(),
+        }
+    }
+
+    fn problems(self) -> Vec<String> {
+        match self {
+            Used::Template(t) => t.problems(),
+            Used::Condition(c) => c.problems(),
+        }
+    }
 }
 
 /// `{{root.a[0].b}}`, for messages.
@@ -97,53 +146,51 @@ pub(crate) fn check(wf: &Workflow, ghosts: &HashSet<String>, sink: &mut Sink) {
             }
         };
         allowed.user = Some(i);
-        let mut uses: Vec<(String, Vec<&Path>)> = Vec::new();
+        let mut uses: Vec<(String, Used<'_>)> = Vec::new();
         if let Some(w) = &node.when {
-            uses.push(("when".into(), w.paths()));
+            uses.push(("when".into(), Used::Condition(w)));
         }
         match &node.kind {
             NodeKind::Call(call) => {
                 if let Some(t) = &call.input {
-                    uses.push(("input".into(), t.paths()));
+                    uses.push(("input".into(), Used::Template(t)));
                 }
                 if let Some(t) = &call.instruction {
-                    uses.push(("instruction".into(), t.paths()));
+                    uses.push(("instruction".into(), Used::Template(t)));
                 }
             }
             NodeKind::Conditional { condition, .. } => {
-                uses.push(("condition".into(), condition.paths()))
+                uses.push(("condition".into(), Used::Condition(condition)))
             }
             NodeKind::Switch { cases, .. } => {
                 for (k, c) in cases.iter().enumerate() {
-                    uses.push((format!("cases[{k}].when"), c.condition.paths()));
+                    uses.push((format!("cases[{k}].when"), Used::Condition(&c.condition)));
                 }
             }
             NodeKind::Map(m) => {
                 if let MapItems::Template(t) = &m.items {
-                    uses.push(("items".into(), t.paths()));
+                    uses.push(("items".into(), Used::Template(t)));
                 }
             }
             NodeKind::Fork { branches, .. } => {
                 for (k, b) in branches.iter().enumerate() {
                     if let Some(t) = &b.call.input {
-                        uses.push((format!("branches[{k}].input"), t.paths()));
+                        uses.push((format!("branches[{k}].input"), Used::Template(t)));
                     }
                     if let Some(t) = &b.call.instruction {
-                        uses.push((format!("branches[{k}].instruction"), t.paths()));
+                        uses.push((format!("branches[{k}].instruction"), Used::Template(t)));
                     }
                 }
             }
             NodeKind::Approval(a) => {
                 if let Some(t) = &a.message {
-                    uses.push(("message".into(), t.paths()));
+                    uses.push(("message".into(), Used::Template(t)));
                 }
             }
             NodeKind::Join { .. } | NodeKind::Loop(_) => {}
         }
-        for (field, paths) in uses {
-            for p in paths {
-                check_path(wf, ghosts, &allowed, Some(&node.id), &field, p, sink);
-            }
+        for (field, used) in uses {
+            check_used(wf, ghosts, &allowed, Some(&node.id), &field, used, sink);
         }
         if let NodeKind::Loop(l) = &node.kind {
             let mut inner = Allowed {
@@ -156,14 +203,84 @@ pub(crate) fn check(wf: &Workflow, ghosts: &HashSet<String>, sink: &mut Sink) {
             if let Some(&t) = index.get(&l.node) {
                 inner.nodes.insert(t);
             }
-            for p in l.condition.paths() {
-                check_path(wf, ghosts, &inner, Some(&node.id), "condition", p, sink);
-            }
+            let used = Used::Condition(&l.condition);
+            check_used(wf, ghosts, &inner, Some(&node.id), "condition", used, sink);
         }
     }
     let out = everything_main();
-    for p in wf.output_mapping.paths() {
-        check_path(wf, ghosts, &out, None, "output_mapping", p, sink);
+    let used = Used::Template(&wf.output_mapping);
+    check_used(wf, ghosts, &out, None, "output_mapping", used, sink);
+}
+
+/// Checks what one expression names, the statuses it compares with, and its functions.
+fn check_used(
+    wf: &Workflow,
+    ghosts: &HashSet<String>,
+    allowed: &Allowed,
+    node: Option<&str>,
+    field: &str,
+    used: Used<'_>,
+    sink: &mut Sink,
+) {
+    for p in used.paths() {
+        check_path(wf, ghosts, allowed, node, field, p, sink);
+    }
+    for (path, literal) in used.literal_comparisons() {
+        if let Some(message) = status_mismatch(wf, path, literal) {
+            sink.push(node, field, message);
+        }
+    }
+    for message in used.problems() {
+        sink.push(node, field, message);
+    }
+}
+
+/// The problem with comparing `path` to `literal`, when `path` is a status (a node's, or the
+/// run's in `workflow.status`) and `literal` is no such status.
+fn status_mismatch(wf: &Workflow, path: &Path, literal: &Value) -> Option<String> {
+    let [Segment::Key(k)] = path.rest.as_slice() else {
+        return None;
+    };
+    let statuses = match (path.root.as_str(), k.as_str()) {
+        ("workflow", "status") => RUN_STATUSES,
+        (root, "status") if wf.graph.index.contains_key(root) => NODE_STATUSES,
+        _ => return None,
+    };
+    let shown = render(path);
+    let Value::String(s) = literal else {
+        return Some(format!(
+            "'{shown}' is compared with {literal}, but a status is a string ({})",
+            statuses.join(", ")
+        ));
+    };
+    if statuses.contains(&s.as_str()) {
+        return None;
+    }
+    Some(match did_you_mean(s, statuses.iter().copied()) {
+        Some(m) => {
+            format!("'{shown}' is compared with '{s}', which is not a status (did you mean '{m}'?)")
+        }
+        None => format!(
+            "'{shown}' is compared with '{s}', which is not a status (statuses: {})",
+            statuses.join(", ")
+        ),
+    })
+}
+
+/// The problem with what a path names below a node, if any: a node has `output` (and what
+/// is inside it), `status` and `error`.
+fn node_field(path: &Path, shown: &str) -> Option<String> {
+    match path.rest.as_slice() {
+        [] => None,
+        [Segment::Key(k), ..] if k == "output" => None,
+        [Segment::Key(k)] if k == "status" || k == "error" => None,
+        [Segment::Key(k), _, ..] if k == "status" || k == "error" => Some(format!(
+            "'{shown}': a node's {k} is a string, with nothing inside it"
+        )),
+        _ => Some(format!(
+            "'{shown}' names no field of node '{}': a node has output, status and error (its output's fields are under output, as in {{{{{}.output.x}}}})",
+            path.root, path.root
+        )),
     }
 }
 
@@ -181,11 +298,18 @@ fn check_path(
     let message = match path.root.as_str() {
         "workflow" => match path.rest.first() {
             Some(Segment::Key(k)) if k == "input" => None,
+            Some(Segment::Key(k)) if (k == "name" || k == "version") && path.rest.len() == 1 => None,
             Some(Segment::Key(k)) if k == "status" || k == "error" => {
                 (!allowed.exit).then(|| format!("'{shown}' is available only in exit handlers"))
             }
             _ => Some(format!(
-                "'{shown}' names nothing: a template can use workflow.input (and workflow.status, workflow.error in exit handlers)"
+                "'{shown}' names nothing: a template can use workflow.input, workflow.name, workflow.version (and workflow.status, workflow.error in exit handlers)"
+            )),
+        },
+        "run" if !index.contains_key("run") => match path.rest.as_slice() {
+            [Segment::Key(k)] if k == "id" || k == "started_at" => None,
+            _ => Some(format!(
+                "'{shown}' names nothing: the run has run.id and run.started_at"
             )),
         },
         "_map_item" | "_map_index" => (!allowed.map_item)
@@ -194,7 +318,7 @@ fn check_path(
             format!("'{shown}' is available only in the inner node of a loop and in the loop's condition")
         }),
         root => match index.get(root) {
-            Some(j) if allowed.nodes.contains(j) => None,
+            Some(j) if allowed.nodes.contains(j) => node_field(path, &shown),
             Some(j) if allowed.user == Some(*j) => Some(format!("'{shown}' names the node itself")),
             Some(_) if allowed.user.is_none() || allowed.exit => {
                 Some(format!("'{shown}' names '{root}', which is not a node of the main DAG"))

@@ -267,7 +267,16 @@ pub(crate) fn build(spec: &WorkflowSpec) -> (String, Value) {
                 obj.insert("type".into(), json!("agent"));
                 call_fields(s, &mut obj);
                 if let Some(w) = s.when {
-                    obj.insert("when".into(), json!(w.to_string()));
+                    // A dependency has ended well (or was skipped) whenever its dependent's
+                    // `when` is evaluated, so this holds exactly when `w` does, and a status
+                    // not yet final (or wrong) would change what runs.
+                    let when = match deps[i].first() {
+                        Some(&d) => {
+                            format!("{{{{{}.status}}}} in ['success', 'skipped'] and {w}", id(d))
+                        }
+                        None => w.to_string(),
+                    };
+                    obj.insert("when".into(), json!(when));
                 }
                 if deps[i].len() >= 2 || s.picks[0] % 2 == 0 {
                     obj.insert("input".into(), explicit_input());

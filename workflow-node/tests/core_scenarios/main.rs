@@ -4,6 +4,7 @@
 mod agent;
 mod approval;
 mod branches;
+mod expressions;
 mod fork_join;
 mod loops;
 mod map;
