@@ -94,6 +94,34 @@ workflow:
 }
 
 #[test]
+fn a_continued_failure_is_seen_as_failure_by_status_in_conditions_and_templates() {
+    let w = wf(r#"
+name: ByStatus
+workflow:
+  description: d
+  nodes:
+    - {id: a, type: agent, agent_name: Bad, on_failure: continue}
+    - {id: fallback, type: agent, agent_name: Echo, depends_on: [a], when: "{{a.status}} == 'failure'", input: {was: "{{a.status}}", why: "{{a.error}}"}}
+    - {id: normal, type: agent, agent_name: Echo, depends_on: [a], when: "{{a.status}} == 'success'", input: {}}
+  output_mapping: {was: "{{fallback.output.was}}", said: "{{ a.status == 'failure' ? 'fell back' : 'fine' }}"}
+"#);
+    let mut sim = sim(&w);
+    let out = sim.run(json!({}));
+    assert_eq!(out.status, Some(RunStatus::Success));
+    let output = out.output.unwrap();
+    assert_eq!(output["was"], json!("failure"));
+    assert_eq!(output["said"], json!("fell back"));
+    assert_eq!(status(&sim, "normal"), NodeStatus::Skipped);
+    let fallback_input = &sim
+        .dispatches()
+        .iter()
+        .find(|d| d.node_id == "fallback")
+        .unwrap()
+        .input;
+    assert!(fallback_input["why"].as_str().unwrap().contains("boom"));
+}
+
+#[test]
 fn a_conditional_that_fails_under_continue_takes_no_branch() {
     let w = wf(r#"
 name: Cond
