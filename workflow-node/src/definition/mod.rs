@@ -16,10 +16,12 @@ mod model;
 mod nesting;
 mod nodes;
 mod parse;
+mod pause;
 mod problem;
 mod refs;
 
 pub use model::*;
+pub use pause::PauseSettings;
 pub use problem::{Problem, SyntaxError};
 
 use std::path::{Path, PathBuf};

@@ -7,6 +7,8 @@ mod branches;
 mod fork_join;
 mod loops;
 mod map;
+mod pause;
+mod retry;
 mod run;
 
 use std::time::Duration;
