@@ -134,3 +134,20 @@ impl Cx<'_> {
             .collect()
     }
 }
+
+impl super::state::Execution {
+    /// Whether the run is paused (a run that ended while paused is not).
+    pub fn is_paused(&self) -> bool {
+        self.paused.is_some() && !self.status.is_terminal()
+    }
+
+    /// The run's status as shown to people and callers: `paused` while paused, else its
+    /// [`super::RunStatus`].
+    pub fn shown_status(&self) -> &'static str {
+        if self.is_paused() {
+            "paused"
+        } else {
+            self.status.as_str()
+        }
+    }
+}
