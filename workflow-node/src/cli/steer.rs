@@ -19,7 +19,8 @@ use serde_json::json;
 
 use super::client::{exchange, new_task_id};
 use super::runs::{ask, find, open, refuse, task_text, Target};
-use crate::core::RunStatus;
+use crate::core::{ExecutionId, RunStatus};
+use crate::shell::inspect::FoundRun;
 
 /// Arguments of `runs pause` and `runs resume`.
 #[derive(Debug, clap::Args)]
@@ -67,38 +68,9 @@ pub(crate) async fn control(args: ControlArgs, action: RunControl) -> Result<Exi
             Ok(run) => run,
             Err(why) => return Ok(Err(why)),
         };
-        let control = WorkflowRunControl {
-            execution_id: run.execution.0.clone(),
-            action,
-            reason: args.reason.clone(),
-        };
-        let message_id = format!("{}-{}", action.as_str(), uuid::Uuid::new_v4().simple());
-        let message = Message::new(
-            message_id.clone(),
-            Role::User,
-            vec![Part::data_part(&control)],
-        );
-        let request = Request::message_send(message_id.as_str(), message);
         let ns = &target.nats.namespace;
-        let answer = ask(&conn.client, ns, &run.workflow, &request, signer.as_ref()).await?;
-        Ok::<_, anyhow::Error>(match answer {
-            Err(why) => Err(why),
-            Ok(Outcome::Error(e)) => Err(e.message),
-            Ok(Outcome::Result(r)) => match *r {
-                AgentReply::Task(t) => {
-                    let text = task_text(&t).unwrap_or_default();
-                    if t.status.state == TaskState::Completed {
-                        Ok(text)
-                    } else {
-                        Err(text)
-                    }
-                }
-                _ => Err(format!(
-                    "{} gave an answer that is not a task",
-                    run.workflow
-                )),
-            },
-        })
+        let reason = args.reason.as_deref();
+        send_control(&conn.client, ns, &run, action, reason, signer.as_ref()).await
     }
     .await;
     conn.close().await;
@@ -113,6 +85,94 @@ pub(crate) async fn control(args: ControlArgs, action: RunControl) -> Result<Exi
         }
         Err(why) => refuse(why),
     }
+}
+
+/// Asks the workflow's nodes to pause or resume `run` (a `workflow_run_control` signed by
+/// `signer`); the node's answer, or why it refused.
+pub(crate) async fn send_control(
+    client: &async_nats::Client,
+    ns: &str,
+    run: &FoundRun,
+    action: RunControl,
+    reason: Option<&str>,
+    signer: Option<&agent_sdk::Signer>,
+) -> Result<std::result::Result<String, String>> {
+    let control = WorkflowRunControl {
+        execution_id: run.execution.0.clone(),
+        action,
+        reason: reason.map(str::to_string),
+    };
+    let message_id = format!("{}-{}", action.as_str(), uuid::Uuid::new_v4().simple());
+    let message = Message::new(
+        message_id.clone(),
+        Role::User,
+        vec![Part::data_part(&control)],
+    );
+    let request = Request::message_send(message_id.as_str(), message);
+    let answer = ask(client, ns, &run.workflow, &request, signer).await?;
+    Ok(match answer {
+        Err(why) => Err(why),
+        Ok(Outcome::Error(e)) => Err(e.message),
+        Ok(Outcome::Result(r)) => match *r {
+            AgentReply::Task(t) => {
+                let text = task_text(&t).unwrap_or_default();
+                if t.status.state == TaskState::Completed {
+                    Ok(text)
+                } else {
+                    Err(text)
+                }
+            }
+            _ => Err(format!(
+                "{} gave an answer that is not a task",
+                run.workflow
+            )),
+        },
+    })
+}
+
+/// The `message/send` that retries `run` as a new run with task id `task_id`, signed by
+/// `signer`.
+fn retry_request(
+    ns: &str,
+    run: &FoundRun,
+    task_id: &str,
+    signer: Option<agent_sdk::Signer>,
+) -> Result<Outgoing> {
+    let retried = WorkflowRetry {
+        execution_id: run.execution.0.clone(),
+    };
+    let mut message = Message::new(
+        task_id.to_string(),
+        Role::User,
+        vec![Part::data_part(&retried)],
+    );
+    message.task_id = Some(task_id.to_string());
+    let request = Request::message_send(task_id, message);
+    Ok(Outgoing {
+        subject: subjects::agent_request(ns, &run.workflow),
+        id: task_id.into(),
+        headers: async_nats::HeaderMap::new(),
+        body: serde_json::to_vec(&request)?.into(),
+        signer,
+    })
+}
+
+/// Retries `run` as a new run and returns its execution id once the workflow accepted it,
+/// or why it refused.
+pub(crate) async fn send_retry(
+    client: &async_nats::Client,
+    ns: &str,
+    run: &FoundRun,
+    signer: Option<agent_sdk::Signer>,
+    timing: Timing,
+) -> Result<std::result::Result<ExecutionId, String>> {
+    let task_id = new_task_id();
+    let execution = crate::shell::names::execution_id(&run.workflow, &task_id);
+    let outgoing = retry_request(ns, run, &task_id, signer)?;
+    Ok(match detach(outgoing, client, timing).await? {
+        Some(why) => Err(why),
+        None => Ok(execution),
+    })
 }
 
 /// Runs `runs retry`.
@@ -145,34 +205,17 @@ pub(crate) async fn retry(args: RetryArgs) -> Result<ExitCode> {
         ));
     }
     let ns = target.nats.namespace.clone();
-    let task_id = new_task_id();
-    let execution = crate::shell::names::execution_id(&run.workflow, &task_id);
-    let retried = WorkflowRetry {
-        execution_id: run.execution.0.clone(),
-    };
-    let mut message = Message::new(task_id.clone(), Role::User, vec![Part::data_part(&retried)]);
-    message.task_id = Some(task_id.clone());
-    let request = Request::message_send(task_id.as_str(), message);
-    let outgoing = Outgoing {
-        subject: subjects::agent_request(&ns, &run.workflow),
-        id: task_id.as_str().into(),
-        headers: async_nats::HeaderMap::new(),
-        body: serde_json::to_vec(&request)?.into(),
-        signer,
-    };
     let timing = Timing {
         timeout,
         resend_interval,
     };
-    if !target.json && !args.detach {
-        eprintln!("retrying run {} as run {execution}", run.execution);
-    }
     if args.detach {
-        let refused = detach(outgoing, &conn.client, timing).await;
+        let sent = send_retry(&conn.client, &ns, &run, signer, timing).await;
         conn.close().await;
-        if let Some(why) = refused? {
-            return refuse(why);
-        }
+        let execution = match sent? {
+            Ok(execution) => execution,
+            Err(why) => return refuse(why),
+        };
         if target.json {
             println!(
                 "{}",
@@ -182,6 +225,12 @@ pub(crate) async fn retry(args: RetryArgs) -> Result<ExitCode> {
             println!("{execution}");
         }
         return Ok(ExitCode::SUCCESS);
+    }
+    let task_id = new_task_id();
+    let execution = crate::shell::names::execution_id(&run.workflow, &task_id);
+    let outgoing = retry_request(&ns, &run, &task_id, signer)?;
+    if !target.json {
+        eprintln!("retrying run {} as run {execution}", run.execution);
     }
     let progress = super::run::show_progress;
     let result = exchange(
