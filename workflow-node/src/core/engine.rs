@@ -127,6 +127,7 @@ impl Cx<'_> {
         self.out.push(Command::Progress(Progress::RunStarted {
             input: self.st.input.clone(),
         }));
+        self.report_kept();
         if self.st.cancel_requested {
             self.st.error = Some(RunError {
                 node_id: None,

@@ -23,7 +23,7 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use super::state::{Execution, NodeState};
-use super::types::{ExecutionId, NodeStatus};
+use super::types::{Command, ExecutionId, NodeStatus, Progress};
 use crate::definition::{NodeKind, NodeRole, Workflow};
 
 /// The state a retry of `old` (an ended run of `workflow`) named `id` starts from: the
@@ -142,6 +142,27 @@ impl super::engine::Cx<'_> {
             self.wf.graph.roots.clone()
         } else {
             self.wf.graph.topo_order.clone()
+        }
+    }
+
+    /// A starting retry says which nodes it keeps, as they ended, so that its callers
+    /// see every node of the run.
+    pub(super) fn report_kept(&mut self) {
+        if self.st.retry_of.is_none() {
+            return;
+        }
+        for node in &self.wf.nodes {
+            let Some(kept) = self.st.nodes.get(&node.id) else {
+                continue;
+            };
+            self.out.push(Command::Progress(Progress::NodeFinished {
+                node_id: node.id.clone(),
+                status: kept.status,
+                output: kept.output.clone(),
+                error: kept.error.clone(),
+                condition_result: None,
+                selected_branch: None,
+            }));
         }
     }
 

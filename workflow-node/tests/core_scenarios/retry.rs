@@ -70,6 +70,12 @@ fn a_retry_keeps_what_succeeded_and_runs_the_failed_node_and_what_follows() {
     );
     assert_eq!(second.state.retry_of, Some(ExecutionId("sim".into())));
     assert_eq!(second.state.nodes["a"], first.state.nodes["a"]);
+    // Its callers hear of the kept node as ended, with its output.
+    let reported = second.commands.iter().any(|c| {
+        matches!(c, Command::Progress(Progress::NodeFinished { node_id, status: NodeStatus::Success, output: Some(o), .. })
+            if node_id == "a" && *o == json!({"v": 7}))
+    });
+    assert!(reported, "{:?}", second.commands);
 }
 
 #[test]
