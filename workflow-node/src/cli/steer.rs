@@ -130,16 +130,17 @@ pub(crate) async fn send_control(
     })
 }
 
-/// The `message/send` that retries `run` as a new run with task id `task_id`, signed by
-/// `signer`.
-fn retry_request(
+/// The `message/send` that retries run `run` (its workflow and execution id) as a new run
+/// with task id `task_id`, signed by `signer`.
+pub(crate) fn retry_request(
     ns: &str,
-    run: &FoundRun,
+    run: (&str, &ExecutionId),
     task_id: &str,
     signer: Option<agent_sdk::Signer>,
 ) -> Result<Outgoing> {
+    let (workflow, execution) = run;
     let retried = WorkflowRetry {
-        execution_id: run.execution.0.clone(),
+        execution_id: execution.0.clone(),
     };
     let mut message = Message::new(
         task_id.to_string(),
@@ -149,7 +150,7 @@ fn retry_request(
     message.task_id = Some(task_id.to_string());
     let request = Request::message_send(task_id, message);
     Ok(Outgoing {
-        subject: subjects::agent_request(ns, &run.workflow),
+        subject: subjects::agent_request(ns, workflow),
         id: task_id.into(),
         headers: async_nats::HeaderMap::new(),
         body: serde_json::to_vec(&request)?.into(),
@@ -168,7 +169,7 @@ pub(crate) async fn send_retry(
 ) -> Result<std::result::Result<ExecutionId, String>> {
     let task_id = new_task_id();
     let execution = crate::shell::names::execution_id(&run.workflow, &task_id);
-    let outgoing = retry_request(ns, run, &task_id, signer)?;
+    let outgoing = retry_request(ns, (&run.workflow, &run.execution), &task_id, signer)?;
     Ok(match detach(outgoing, client, timing).await? {
         Some(why) => Err(why),
         None => Ok(execution),
@@ -228,7 +229,7 @@ pub(crate) async fn retry(args: RetryArgs) -> Result<ExitCode> {
     }
     let task_id = new_task_id();
     let execution = crate::shell::names::execution_id(&run.workflow, &task_id);
-    let outgoing = retry_request(&ns, &run, &task_id, signer)?;
+    let outgoing = retry_request(&ns, (&run.workflow, &run.execution), &task_id, signer)?;
     if !target.json {
         eprintln!("retrying run {} as run {execution}", run.execution);
     }
@@ -253,9 +254,9 @@ pub(crate) async fn retry(args: RetryArgs) -> Result<ExitCode> {
     })
 }
 
-/// Sends the retry until the workflow accepts it (`None`), or answers it at once with a
+/// Sends a start until the workflow accepts it (`None`), or answers it at once with a
 /// final reply (`Some`: a refusal, its text).
-async fn detach(
+pub(crate) async fn detach(
     outgoing: Outgoing,
     client: &async_nats::Client,
     timing: Timing,
