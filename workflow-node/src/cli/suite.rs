@@ -263,7 +263,11 @@ async fn run_suite(path: &Path, nats: &NatsArgs, timing: Timing) -> Result<(usiz
             let retried = retry(&conn.client, &ns, &workflow, first, timing, &keys).await;
             approver.abort();
             match retried {
-                Ok(r) => problems.extend(check(&step.expect, &r).into_iter().map(|p| format!("retry: {p}"))),
+                Ok(r) => problems.extend(
+                    check(&step.expect, &r)
+                        .into_iter()
+                        .map(|p| format!("retry: {p}")),
+                ),
                 Err(e) => problems.push(format!("retry: {e:#}")),
             }
         }
@@ -455,7 +459,8 @@ async fn spawn_approver(
                 }
             }
             let answer = send(bytes, signer).await;
-            if let Some(resumed) = control(messages::control::RunControl::Resume).filter(|_| pause) {
+            if let Some(resumed) = control(messages::control::RunControl::Resume).filter(|_| pause)
+            {
                 if let Err(e) = send(resumed, own).await {
                     eprintln!("resuming run {} failed: {e}", req.execution_id);
                 }

@@ -35,26 +35,22 @@ pub fn retry_state(workflow: &Workflow, old: &Execution, id: ExecutionId) -> Exe
     state.retry_of = Some(old.id.clone());
     let again = runs_again(workflow, old);
     let branch_skipped = branches_not_taken(workflow, old, &again);
-    for (idx, node) in workflow.nodes.iter().enumerate() {
-        let main = match workflow.graph.roles[idx] {
-            NodeRole::Main => idx,
-            NodeRole::Inner { owner } => owner,
-            NodeRole::ExitHandler => continue,
-        };
-        if again.contains(&main) {
-            continue;
-        }
-        let Some(kept) = old.nodes.get(&node.id) else {
-            continue;
-        };
-        // An inner node follows its owner, kept as it ended.
-        let keep = main != idx
-            || match kept.status {
+    let keeps = |idx: usize| {
+        !again.contains(&idx)
+            && match old.node_status(&workflow.nodes[idx].id) {
                 NodeStatus::Success => true,
                 NodeStatus::Skipped => branch_skipped.contains(&idx),
                 _ => false,
-            };
-        if keep {
+            }
+    };
+    for (idx, node) in workflow.nodes.iter().enumerate() {
+        let keep = match workflow.graph.roles[idx] {
+            NodeRole::Main => keeps(idx),
+            // An inner node follows its owner, kept as it ended.
+            NodeRole::Inner { owner } => keeps(owner),
+            NodeRole::ExitHandler => false,
+        };
+        if let Some(kept) = old.nodes.get(&node.id).filter(|_| keep) {
             state.nodes.insert(node.id.clone(), kept_state(kept));
         }
     }
