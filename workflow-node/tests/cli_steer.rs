@@ -349,7 +349,7 @@ fn a_failed_run_is_retried_from_its_failed_node_as_a_new_run_linked_to_it() {
 #[test]
 fn only_the_owner_or_an_operator_may_retry_a_signed_run() {
     let m = mesh();
-    let owner = agent_sdk::Signer::from_seed_file(&m.keys.path().join("owner")).unwrap();
+    let owner = agent_sdk::Signer::from_seed_file(m.keys.path().join("owner")).unwrap();
     let task_id = new_task_id();
     let id = names::execution_id("Flaky", &task_id).0;
     let start = workflow_node::cli::client::StartAs {
@@ -385,7 +385,7 @@ fn only_the_owner_or_an_operator_may_retry_a_signed_run() {
     assert_eq!(
         run.record.caller.signer.as_deref(),
         Some(
-            agent_sdk::Signer::from_seed_file(&m.keys.path().join("owner"))
+            agent_sdk::Signer::from_seed_file(m.keys.path().join("owner"))
                 .unwrap()
                 .public_key()
                 .to_string()
