@@ -47,8 +47,8 @@ impl DataPartType for WorkflowRunControl {
     const TYPE: &'static str = "workflow_run_control";
 }
 
-/// `workflow_retry` (ours): start a new run that retries an ended run (failed or
-/// cancelled) from the nodes that did not succeed, with its input and its definition
+/// `workflow_retry` (ours): start a new run that retries a run that ended without success
+/// from the nodes that did not succeed, with its input and its definition
 /// version. The request is a start like any other: its task id names the new run, and its
 /// caller gets the new run's progress and final reply.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

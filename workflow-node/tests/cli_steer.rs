@@ -46,7 +46,9 @@ struct Mesh {
     server: mesh_tests::NatsServer,
     rt: Runtime,
     client: async_nats::Client,
-    _node: WorkflowNode,
+    /// The replica serving the workflows (replaced by [`Mesh::replace_replica`]).
+    node: std::sync::Mutex<Option<WorkflowNode>>,
+    config: Config,
     _agents: Vec<agent_sdk::AgentHandle>,
     /// Lets `Held` answer, once per notification.
     release: Arc<Notify>,
@@ -115,20 +117,15 @@ fn mesh() -> Mesh {
         for a in agents(release.clone(), held_tx, counted.clone()) {
             handles.push(a.serve(client.clone()).await.unwrap());
         }
-        let workflows = [STEPS, FLAKY]
-            .iter()
-            .map(|y| workflow_node::definition::parse_str(y, "t.yaml").unwrap())
-            .collect();
-        let node = WorkflowNode::start(client.clone(), workflows, config)
-            .await
-            .unwrap();
+        let node = replica(&client, &config).await;
         (client, node, handles)
     });
     Mesh {
         server,
         rt,
         client,
-        _node: node,
+        node: std::sync::Mutex::new(Some(node)),
+        config,
         _agents: handles,
         release,
         held: std::sync::Mutex::new(held_rx),
@@ -137,7 +134,27 @@ fn mesh() -> Mesh {
     }
 }
 
+/// A replica serving the test's workflows.
+async fn replica(client: &async_nats::Client, config: &Config) -> WorkflowNode {
+    let workflows = [STEPS, FLAKY]
+        .iter()
+        .map(|y| workflow_node::definition::parse_str(y, "t.yaml").unwrap())
+        .collect();
+    WorkflowNode::start(client.clone(), workflows, config.clone())
+        .await
+        .unwrap()
+}
+
 impl Mesh {
+    /// Shuts the replica down and starts another in its place (what a rolling restart
+    /// does): whatever a run keeps must be in its committed record.
+    fn replace_replica(&self) {
+        let old = self.node.lock().unwrap().take().expect("a replica");
+        self.rt.block_on(old.shutdown());
+        let new = self.rt.block_on(replica(&self.client, &self.config));
+        *self.node.lock().unwrap() = Some(new);
+    }
+
     /// The command with `args` against this mesh, signed by `who`'s key if given.
     fn cli(&self, who: Option<&str>, args: &[&str]) -> Output {
         let mut c = Command::new(env!("CARGO_BIN_EXE_workflow-node"));
@@ -338,7 +355,7 @@ fn a_failed_run_is_retried_from_its_failed_node_as_a_new_run_linked_to_it() {
     // A run that succeeded has nothing to retry; an unknown one is named.
     refused(
         m.cli(Some("operator"), &["runs", "retry", &new_id]),
-        "only a failed or cancelled run can be retried",
+        "only a run that ended without success can be retried",
     );
     refused(
         m.cli(Some("operator"), &["runs", "retry", "nosuchrun"]),
@@ -392,4 +409,30 @@ fn only_the_owner_or_an_operator_may_retry_a_signed_run() {
                 .as_str()
         )
     );
+}
+
+#[test]
+fn a_pause_outlives_the_replica_that_recorded_it() {
+    let m = mesh();
+    let (id, result) = m.start("Steps");
+    m.wait_held();
+    let out = m.cli(Some("operator"), &["runs", "pause", &id]);
+    ok(&out);
+    m.wait_run("Steps", &id, |r| r.record.state.is_paused());
+    m.replace_replica();
+    // The new replica records the call that was in flight, and keeps the run paused.
+    m.release.notify_one();
+    let run = m.wait_run("Steps", &id, |r| {
+        r.record.state.node_status("first") == NodeStatus::Success
+    });
+    assert!(run.record.state.is_paused());
+    assert!(
+        !run.record.attempts.contains_key("second"),
+        "second was never sent"
+    );
+    let out = m.cli(Some("operator"), &["runs", "resume", &id]);
+    ok(&out);
+    let result = m.rt.block_on(result).unwrap();
+    assert_eq!(result.status, "success", "{result:?}");
+    assert_eq!(m.counted.load(Ordering::SeqCst), 1);
 }

@@ -48,7 +48,7 @@ pub enum RunsCommand {
     Pause(super::steer::ControlArgs),
     /// Resume a paused run where it stopped.
     Resume(super::steer::ControlArgs),
-    /// Retry a failed or cancelled run as a new run: the nodes that succeeded are kept, the
+    /// Retry a run that ended without success as a new run: the nodes that succeeded are kept, the
     /// failed node and what depends on it run again; waits for its final reply.
     Retry(super::steer::RetryArgs),
 }

@@ -19,7 +19,7 @@ use serde_json::json;
 
 use super::client::{exchange, new_task_id};
 use super::runs::{ask, find, open, refuse, task_text, Target};
-use crate::core::{ExecutionId, RunStatus};
+use crate::core::ExecutionId;
 use crate::shell::inspect::FoundRun;
 
 /// Arguments of `runs pause` and `runs resume`.
@@ -40,7 +40,7 @@ pub struct ControlArgs {
 /// Arguments of `runs retry`.
 #[derive(Debug, clap::Args)]
 pub struct RetryArgs {
-    /// Which run: a failed or cancelled one.
+    /// Which run: one that ended without success (failed, cancelled).
     #[command(flatten)]
     pub target: Target,
     /// How long to wait for the new run's final reply, e.g. 30s, 5m.
@@ -196,11 +196,10 @@ pub(crate) async fn retry(args: RetryArgs) -> Result<ExitCode> {
             return Err(e);
         }
     };
-    let status = run.record.state.status;
-    if !matches!(status, RunStatus::Failure | RunStatus::Cancelled) {
+    if !run.record.state.retryable() {
         conn.close().await;
         return refuse(format!(
-            "run {} is {}: only a failed or cancelled run can be retried",
+            "run {} is {}: only a run that ended without success can be retried",
             run.execution,
             run.record.state.shown_status()
         ));

@@ -23,7 +23,7 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use super::state::{Execution, NodeState};
-use super::types::{Command, ExecutionId, NodeStatus, Progress};
+use super::types::{Command, ExecutionId, NodeStatus, Progress, RunStatus};
 use crate::definition::{NodeKind, NodeRole, Workflow};
 
 /// The state a retry of `old` (an ended run of `workflow`) named `id` starts from: the
@@ -127,6 +127,13 @@ fn branches_not_taken(
         }
     }
     out
+}
+
+impl Execution {
+    /// Whether a retry of this run may start: it ended, and not with success.
+    pub fn retryable(&self) -> bool {
+        self.status.is_terminal() && self.status != RunStatus::Success
+    }
 }
 
 impl super::engine::Cx<'_> {

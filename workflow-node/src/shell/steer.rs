@@ -87,7 +87,7 @@ async fn steerable(
     Ok((execution, record))
 }
 
-/// The run a retry retries: one that ended failed or cancelled, with what it kept apart
+/// The run a retry retries: one that ended without success (failed, cancelled), with what it kept apart
 /// read back, and the definition it ran with.
 pub(super) async fn retry_source(
     shared: &Shared,
@@ -96,19 +96,15 @@ pub(super) async fn retry_source(
     r: &WorkflowRetry,
 ) -> std::result::Result<(Arc<Workflow>, RunRecord), String> {
     let (execution, mut record) = steerable(shared, served, msg, &r.execution_id).await?;
-    match record.state.status {
-        RunStatus::Failure | RunStatus::Cancelled => {}
-        RunStatus::Success => {
-            return Err(format!(
-                "run {execution} succeeded: there is nothing to retry"
-            ))
-        }
-        status => {
-            return Err(format!(
-                "run {execution} has not ended (it is {}): only a failed or cancelled run can be retried",
-                status.as_str()
-            ))
-        }
+    if !record.state.retryable() {
+        let status = record.state.shown_status();
+        return Err(if record.state.status == RunStatus::Success {
+            format!("run {execution} succeeded: there is nothing to retry")
+        } else {
+            format!(
+                "run {execution} has not ended (it is {status}): only a run that ended without success can be retried"
+            )
+        });
     }
     let key = names::run_key(&served.name, &execution);
     store::load_apart(shared, &key, &mut record)

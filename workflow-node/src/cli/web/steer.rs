@@ -14,7 +14,6 @@ use serde_json::json;
 use super::api::{find, object, refused, text};
 use super::{json_response, ApiError, ApiResult, Ctx};
 use crate::cli::steer;
-use crate::core::RunStatus;
 
 /// How long a retry waits for the workflow to accept the new run.
 const RETRY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -52,10 +51,9 @@ async fn control(
 /// run has not ended, or succeeded.
 pub(super) async fn retry(State(ctx): State<Ctx>, Path(id): Path<String>) -> ApiResult {
     let (_, run) = find(&ctx, &id).await?;
-    let status = run.record.state.status;
-    if !matches!(status, RunStatus::Failure | RunStatus::Cancelled) {
+    if !run.record.state.retryable() {
         return Err(ApiError::conflict(format!(
-            "run {} is {}: only a failed or cancelled run can be retried",
+            "run {} is {}: only a run that ended without success can be retried",
             run.execution,
             run.record.state.shown_status()
         )));
