@@ -9,8 +9,7 @@
 //! | `CancelRequested` | cancel running calls, skip the rest, run the cancel handlers      |
 //! | `ApprovalDecided` | end a waiting approval                                            |
 //! | `Abandoned`       | end the run failed at once: cancel calls, skip the rest          |
-//! | `PauseRequested`  | stop dispatching new calls (see `pause`)                          |
-//! | `ResumeRequested` | dispatch what waited (see `pause`)                                |
+//! | `Pause/ResumeRequested` | see `pause`                                                |
 //!
 //! A node is considered when one of its dependencies ends; consideration goes through a
 //! work list, so cascades of skips never recurse. Unstarted runs absorb every event but
@@ -122,7 +121,6 @@ impl Cx<'_> {
         self.st.started_at = self.now;
         self.st.deadline = self.now.plus(self.wf.max_execution_time);
         self.st.input = input;
-        // A retry starts with the nodes it keeps (see `retry`).
         self.st.unfinished_main = self.main_to_end();
         self.out.push(Command::Progress(Progress::RunStarted {
             input: self.st.input.clone(),
@@ -158,8 +156,7 @@ impl Cx<'_> {
             timer: TimerId::Deadline,
             at: self.st.deadline,
         });
-        let first = self.first_considered();
-        self.work.extend(first);
+        self.work.extend(self.first_considered());
     }
 
     /// Drains the work list, then ends the main DAG or the run when their time has come.
@@ -515,7 +512,6 @@ impl Cx<'_> {
     /// and exit handlers are cancelled, every other node skipped.
     fn abandon(&mut self, reason: String) {
         self.st.started = true;
-        self.st.paused = None;
         self.st.error = Some(RunError {
             node_id: None,
             message: reason,
@@ -532,7 +528,6 @@ impl Cx<'_> {
             return;
         }
         self.st.cancel_requested = true;
-        // A paused run stops as any other: its cancel handlers must be able to run.
         self.lift_pause();
         let message = match reason {
             Some(r) => format!("cancelled: {r}"),
@@ -569,7 +564,6 @@ impl Cx<'_> {
             return;
         }
         self.st.deadline_passed = true;
-        // The deadline ends a pause: the exit handlers run in their grace.
         self.lift_pause();
         let limit = self.wf.max_execution_time.as_secs();
         if self.st.status == RunStatus::Running {

@@ -14,7 +14,8 @@
 //!
 //! By default the run's deadline and its approvals' timeouts keep running while it is
 //! paused (`workflow.pause` in the definition says otherwise). A cancel or the deadline
-//! ends the pause: the run stops as it would unpaused, and its exit handlers run.
+//! ends the pause ([`Cx::lift_pause`], called by both): the run stops as it would unpaused,
+//! and its exit handlers must be able to run.
 //! Pausing a paused run, or resuming one not paused, changes nothing; so do both before
 //! the run started or after it ended.
 
