@@ -5,6 +5,7 @@
 //! - [`jsonrpc`]: the JSON-RPC 2.0 envelope ([`Request`], [`Response`], error codes).
 //! - [`card`]: the [`AgentCard`] and its extensions (agent type, schemas, visualization).
 //! - [`workflow`]: the workflow DataParts (`workflow_node_request`, ...).
+//! - [`control`]: pausing, resuming and retrying a run (`workflow_run_control`, `workflow_retry`).
 //! - [`payload`]: how values travel in parts (wrapping, `nats-object://` references).
 //! - [`reply`]: reading a final reply into an output or a failure.
 //! - [`sub_task`]: the sub-task id a workflow node gives each attempt of a call.
@@ -15,6 +16,7 @@
 
 pub mod a2a;
 pub mod card;
+pub mod control;
 pub mod headers;
 pub mod jsonrpc;
 pub mod msg_id;

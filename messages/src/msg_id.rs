@@ -20,6 +20,12 @@ pub fn run_cancel(execution: &str, signer: Option<&str>) -> String {
     }
 }
 
+/// A pause or resume (`action`) of a run, by the request that asked it (`request`: its
+/// message id): each request is one fact, so a pause after a resume is not dropped.
+pub fn run_control(execution: &str, action: &str, request: &str) -> String {
+    format!("{action}.{execution}.{request}")
+}
+
 /// The decision on `node`'s approval gate in a run: the first decision wins, later ones
 /// are dropped.
 pub fn approval_decision(execution: &str, node: &str) -> String {

@@ -584,6 +584,8 @@ pub enum RunPhase {
     Running,
     /// Its main DAG ended; exit handlers run.
     Finishing,
+    /// It is paused: it dispatches no new call until it is resumed.
+    Paused,
     /// It succeeded.
     Success,
     /// It failed.

@@ -608,3 +608,42 @@ async fn tokens_give_read_or_operator_access_and_an_open_api_stays_on_loopback()
     let e = Access::new(&empty).expect_err("an empty token").to_string();
     assert!(e.contains("--http-read-token"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_is_paused_resumed_and_retried_over_http() {
+    let mesh = mesh().await;
+    let web = mesh.web(Some(&mesh.alice)).await;
+    let addr = web.addr();
+    let id = start(addr, "again").await;
+    let path = format!("/api/runs/{id}");
+    get_until(addr, &path, |r| node_status(r, "gate") == "waiting").await;
+
+    let a = post(addr, &format!("{path}/pause"), &json!({"reason": "lunch"})).await;
+    assert_eq!(a.status, 202, "{}", a.body);
+    get_until(addr, &path, |r| r["status"] == "paused").await;
+    let a = post(addr, &format!("{path}/pause"), &json!({})).await;
+    assert_eq!(a.status, 409, "{}", a.body);
+    assert!(a.body.contains("already paused"), "{}", a.body);
+    let a = post(addr, &format!("{path}/resume"), &json!({})).await;
+    assert_eq!(a.status, 202, "{}", a.body);
+    get_until(addr, &path, |r| r["status"] == "running").await;
+
+    // A run still going cannot be retried; once rejected, it can.
+    let a = post(addr, &format!("{path}/retry"), &json!({})).await;
+    assert_eq!(a.status, 409, "{}", a.body);
+    let a = post(addr, &format!("{path}/reject"), &json!({"node": "gate"})).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    get_until(addr, &path, |r| r["status"] == "failure").await;
+    let a = post(addr, &format!("{path}/retry"), &json!({})).await;
+    assert_eq!(a.status, 202, "{}", a.body);
+    let v = a.json();
+    assert_eq!(v["retry_of"], json!(id), "{v}");
+    let retry = v["execution_id"].as_str().expect("the new run").to_string();
+    // `first` is kept; the rejected gate asks again.
+    let run = get_until(addr, &format!("/api/runs/{retry}"), |r| {
+        node_status(r, "gate") == "waiting"
+    })
+    .await;
+    assert_eq!(run["retry_of"], json!(id), "{run}");
+    assert_eq!(node_status(&run, "first"), "success", "{run}");
+}

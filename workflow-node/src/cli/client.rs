@@ -243,6 +243,22 @@ async fn invoke_in(
     input: &Value,
     timing: Timing,
     task: &StartAs,
+    progress: impl FnMut(&WorkflowDataPart),
+    trace: Option<async_nats::HeaderMap>,
+) -> Result<RunResult, InvokeError> {
+    let outgoing = start_request(ns, workflow, input, task);
+    exchange(client, ns, workflow, outgoing, timing, progress, trace).await
+}
+
+/// Sends a start (`outgoing`) to `workflow` until it is answered, calling `progress` with
+/// each update's DataPart, and reads the final reply: what [`invoke_as`] and a retry of a
+/// run (`workflow-node runs retry`) share.
+pub(crate) async fn exchange(
+    client: &async_nats::Client,
+    ns: &str,
+    workflow: &str,
+    mut outgoing: Outgoing,
+    timing: Timing,
     mut progress: impl FnMut(&WorkflowDataPart),
     trace: Option<async_nats::HeaderMap>,
 ) -> Result<RunResult, InvokeError> {
@@ -250,7 +266,6 @@ async fn invoke_in(
         .as_ref()
         .and_then(|h| h.get(headers::TRACEPARENT))
         .and_then(|tp| tp.as_str().split('-').nth(1).map(String::from));
-    let mut outgoing = start_request(ns, workflow, input, task);
     if let Some(trace) = trace {
         outgoing.headers = trace;
     }

@@ -226,7 +226,7 @@ async fn cancel_on_ctrl_c(
     }
 }
 
-fn print_result(result: &RunResult, as_json: bool) {
+pub(crate) fn print_result(result: &RunResult, as_json: bool) {
     if as_json {
         let v = json!({"status": result.status, "output": result.output, "error": result.error});
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());

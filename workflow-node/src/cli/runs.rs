@@ -1,4 +1,4 @@
-//! `workflow-node runs list|show|watch|history|cancel`: the operator's view of the runs of
+//! `workflow-node runs list|show|watch|history|cancel|pause|resume|retry`: the operator's view of the runs of
 //! a namespace, read straight from the runs bucket and the history stream
 //! ([`crate::shell::inspect`]); a cancel goes to the workflow's nodes, which check it.
 //!
@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
+use messages::control::RunControl;
 use messages::jsonrpc::{Method, Outcome, Request, Response, TaskIdParams};
 use messages::{subjects, AgentReply};
 use serde_json::{json, Value};
@@ -43,6 +44,13 @@ pub enum RunsCommand {
     History(Target),
     /// Cancel a run.
     Cancel(CancelArgs),
+    /// Pause a run: it dispatches no new call (calls in flight end) until resumed.
+    Pause(super::steer::ControlArgs),
+    /// Resume a paused run where it stopped.
+    Resume(super::steer::ControlArgs),
+    /// Retry a run that ended without success as a new run: the nodes that succeeded are kept, the
+    /// failed node and what depends on it run again; waits for its final reply.
+    Retry(super::steer::RetryArgs),
 }
 
 /// Which run, and how to print it.
@@ -103,11 +111,18 @@ pub enum StatusArg {
     /// It hit its deadline.
     #[value(name = "timed_out", alias = "timed-out")]
     TimedOut,
+    /// It is paused (`runs pause`).
+    Paused,
 }
 
 impl StatusArg {
-    fn matches(self, status: RunStatus) -> bool {
+    fn matches(self, run: &crate::core::Execution) -> bool {
+        if self == StatusArg::Paused || run.is_paused() {
+            return self == StatusArg::Paused && run.is_paused();
+        }
+        let status = run.status;
         let want = match self {
+            StatusArg::Paused => return false,
             StatusArg::Running => RunStatus::Running,
             StatusArg::Finishing => RunStatus::Finishing,
             StatusArg::Success => RunStatus::Success,
@@ -143,6 +158,9 @@ pub fn run(args: Args) -> ExitCode {
             RunsCommand::Watch(a) => runs_show::watch(a).await,
             RunsCommand::History(a) => history(a).await,
             RunsCommand::Cancel(a) => cancel(a).await,
+            RunsCommand::Pause(a) => super::steer::control(a, RunControl::Pause).await,
+            RunsCommand::Resume(a) => super::steer::control(a, RunControl::Resume).await,
+            RunsCommand::Retry(a) => super::steer::retry(a).await,
         }
     })
 }
@@ -232,8 +250,7 @@ async fn list(args: ListArgs) -> Result<ExitCode> {
     let after = since.map(|d| now.0.saturating_sub(duration_ms(d)));
     runs.retain(|r| {
         let s = &r.record.state;
-        args.status.is_none_or(|want| want.matches(s.status))
-            && after.is_none_or(|a| s.started_at.0 >= a)
+        args.status.is_none_or(|want| want.matches(s)) && after.is_none_or(|a| s.started_at.0 >= a)
     });
     runs.sort_by(|a, b| {
         let key = |r: &FoundRun| (r.record.state.started_at, r.execution.0.clone());
@@ -253,7 +270,7 @@ async fn list(args: ListArgs) -> Result<ExitCode> {
             t.row(vec![
                 r.execution.0.clone(),
                 r.workflow.clone(),
-                s.status.as_str().into(),
+                s.shown_status().into(),
                 table::time(Some(s.started_at)),
                 table::span(Some(s.started_at), r.record.ended_at, now),
                 caller(r).unwrap_or("-").into(),
@@ -294,11 +311,17 @@ pub(crate) fn summary(run: &FoundRun, now: crate::core::Millis) -> Value {
     json!({
         "execution_id": run.execution.0,
         "workflow": run.workflow,
-        "status": s.status.as_str(),
+        "status": s.shown_status(),
         "started_at": table::rfc3339(Some(s.started_at)),
         "ended_at": table::rfc3339(run.record.ended_at),
         "duration_ms": duration,
         "caller": caller(run),
+        "retry_of": s.retry_of.as_ref().map(|r| &r.0),
+        "paused_since": s
+            .paused
+            .as_ref()
+            .filter(|_| s.is_paused())
+            .map(|p| table::rfc3339(Some(p.since))),
     })
 }
 

@@ -386,11 +386,25 @@ fn render(run: &FoundRun, apart: &Apart, def: Option<&Workflow>, now: Millis) ->
         "run {} of {}: {}\n  started {}, took {}, caller {}\n",
         run.execution,
         run.workflow,
-        s.status.as_str(),
+        s.shown_status(),
         table::time(Some(s.started_at)),
         table::span(Some(s.started_at), r.ended_at, now),
         runs::caller(run).unwrap_or("-"),
     );
+    if let Some(paused) = s.paused.as_ref().filter(|_| s.is_paused()) {
+        let why = paused
+            .reason
+            .as_deref()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "  paused since {}{why}\n",
+            table::time(Some(paused.since))
+        ));
+    }
+    if let Some(old) = &s.retry_of {
+        out.push_str(&format!("  retry of run {old}\n"));
+    }
     if let Some(hash) = &r.definition {
         match def.filter(|d| d.hash == *hash) {
             Some(d) => out.push_str(&format!("  definition version {} ({hash})\n", d.version)),

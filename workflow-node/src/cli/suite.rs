@@ -13,6 +13,10 @@
 //!       output: {...}          # exact JSON equality, when present
 //!       error_contains: "..."
 //!       nodes: {handle_small: success, handle_large: skipped}
+//!     pause_while_deciding: true # pause before each decision, resume after
+//!     retry:                   # then retry the run from its failed node, and check that
+//!       approvals: [{node: gate, decision: approve}]
+//!       expect: {status: success}
 //! ```
 
 use std::collections::BTreeMap;
@@ -75,7 +79,26 @@ pub struct Case {
     /// Decisions to give when the run asks for approval.
     #[serde(default)]
     pub approvals: Vec<ApprovalStep>,
+    /// Pause the run before giving each decision, and resume it after: a paused run takes
+    /// decisions and carries on where it stopped once resumed.
+    #[serde(default)]
+    pub pause_while_deciding: bool,
     /// What must hold.
+    pub expect: Expect,
+    /// Once the run is checked, retry it from its failed node (`runs retry`), with these
+    /// decisions, and check the retry.
+    #[serde(default)]
+    pub retry: Option<RetryStep>,
+}
+
+/// A retry of a case's run, and what must hold of it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryStep {
+    /// Decisions to give when the retry asks for approval.
+    #[serde(default)]
+    pub approvals: Vec<ApprovalStep>,
+    /// What must hold of the retry.
     pub expect: Expect,
 }
 
@@ -226,20 +249,29 @@ async fn run_suite(path: &Path, nats: &NatsArgs, timing: Timing) -> Result<(usiz
                 names.join(", ")
             ),
         };
-        let approver = if case.approvals.is_empty() {
-            None
-        } else {
-            let steps = case.approvals.clone();
-            Some(spawn_approver(&conn.client, &ns, &workflow, steps, keys.clone()).await?)
-        };
+        let steps = (case.approvals.clone(), case.pause_while_deciding);
+        let approver = spawn_approver(&conn.client, &ns, &workflow, steps, keys.clone()).await?;
         let result = invoke(&conn.client, &ns, &workflow, &case.input, timing, |_| {}).await;
-        if let Some(task) = approver {
-            task.abort();
-        }
-        let problems = match result {
-            Ok(r) => check(&case.expect, &r),
-            Err(e) => vec![format!("{:#}", anyhow::Error::from(e))],
+        approver.abort();
+        let mut problems = match &result {
+            Ok(r) => check(&case.expect, r),
+            Err(e) => vec![format!("{e:#}")],
         };
+        if let (Some(step), Ok(first)) = (&case.retry, &result) {
+            let steps = (step.approvals.clone(), false);
+            let approver =
+                spawn_approver(&conn.client, &ns, &workflow, steps, keys.clone()).await?;
+            let retried = retry(&conn.client, &ns, &workflow, first, timing, &keys).await;
+            approver.abort();
+            match retried {
+                Ok(r) => problems.extend(
+                    check(&step.expect, &r)
+                        .into_iter()
+                        .map(|p| format!("retry: {p}")),
+                ),
+                Err(e) => problems.push(format!("retry: {e:#}")),
+            }
+        }
         if problems.is_empty() {
             passed += 1;
             println!("  ok   {}", case.name);
@@ -255,6 +287,26 @@ async fn run_suite(path: &Path, nats: &NatsArgs, timing: Timing) -> Result<(usiz
     drop(stubs);
     conn.close().await;
     Ok((passed, failed))
+}
+
+/// Retries the run `first` ended, signed with the suite's own (operator) key; its result.
+async fn retry(
+    client: &async_nats::Client,
+    ns: &str,
+    workflow: &str,
+    first: &RunResult,
+    timing: Timing,
+    keys: &BTreeMap<String, agent_sdk::Signer>,
+) -> Result<RunResult> {
+    let execution = first
+        .execution_id
+        .as_deref()
+        .ok_or_else(|| anyhow!("the run never said its execution id"))?;
+    let execution = crate::core::ExecutionId(execution.to_string());
+    let task_id = super::client::new_task_id();
+    let signer = keys.get("").cloned();
+    let outgoing = super::steer::retry_request(ns, (workflow, &execution), &task_id, signer)?;
+    Ok(super::client::exchange(client, ns, workflow, outgoing, timing, |_| {}, None).await?)
 }
 
 /// What differs between a result and the expectations (empty: the case passes).
@@ -336,9 +388,10 @@ async fn spawn_approver(
     client: &async_nats::Client,
     ns: &str,
     workflow: &str,
-    steps: Vec<ApprovalStep>,
+    steps: (Vec<ApprovalStep>, bool),
     keys: BTreeMap<String, agent_sdk::Signer>,
 ) -> Result<tokio::task::JoinHandle<()>> {
+    let (steps, pause) = steps;
     use futures::StreamExt;
     use messages::a2a::{Message, Part, Role};
     use messages::jsonrpc::Request;
@@ -386,10 +439,33 @@ async fn spawn_approver(
                 .and_then(|b| keys.get(b))
                 .or_else(|| keys.get(""))
                 .expect("the suite's own key is always there");
-            let headers = signer.sign(&subject, &bytes, std::time::SystemTime::now());
-            let answer = client
-                .request_with_headers(subject.clone(), headers, bytes.into())
-                .await;
+            let own = keys.get("").expect("the suite's own key is always there");
+            let control = |action| {
+                let control = messages::control::WorkflowRunControl {
+                    execution_id: req.execution_id.clone(),
+                    action,
+                    reason: Some("the suite pauses while it decides".into()),
+                };
+                let id = format!("{}-{}", action.as_str(), uuid::Uuid::new_v4().simple());
+                let message = Message::new(id.clone(), Role::User, vec![Part::data_part(&control)]);
+                serde_json::to_vec(&Request::message_send(id.as_str(), message)).ok()
+            };
+            let send = |bytes: Vec<u8>, signer: &agent_sdk::Signer| {
+                let headers = signer.sign(&subject, &bytes, std::time::SystemTime::now());
+                client.request_with_headers(subject.clone(), headers, bytes.into())
+            };
+            if let Some(paused) = control(messages::control::RunControl::Pause).filter(|_| pause) {
+                if let Err(e) = send(paused, own).await {
+                    eprintln!("pausing run {} failed: {e}", req.execution_id);
+                }
+            }
+            let answer = send(bytes, signer).await;
+            if let Some(resumed) = control(messages::control::RunControl::Resume).filter(|_| pause)
+            {
+                if let Err(e) = send(resumed, own).await {
+                    eprintln!("resuming run {} failed: {e}", req.execution_id);
+                }
+            }
             let refused = answer.ok().and_then(|a| {
                 let v: Value = serde_json::from_slice(&a.payload).ok()?;
                 (v["result"]["status"]["state"] == "failed").then(|| v.to_string())

@@ -84,7 +84,8 @@ impl Cx<'_> {
 
     fn queue_or_dispatch(&mut self, key: TaskKey) {
         let limit = self.wf.concurrency.map_or(u32::MAX, |c| c as u32);
-        if self.st.in_flight >= limit {
+        // A paused run dispatches nothing: the call waits in the queue for the resume.
+        if self.st.in_flight >= limit || self.paused() {
             self.st.queue.push_back(key);
         } else {
             self.dispatch(&key);
@@ -163,8 +164,14 @@ impl Cx<'_> {
     /// A running call stopped holding a slot: hand the slot to the oldest queued call.
     fn release_slot(&mut self) {
         self.st.in_flight = self.st.in_flight.saturating_sub(1);
+        self.dispatch_queued();
+    }
+
+    /// Dispatches queued calls, oldest first, while slots are free and the run is not
+    /// paused.
+    pub(super) fn dispatch_queued(&mut self) {
         let limit = self.wf.concurrency.map_or(u32::MAX, |c| c as u32);
-        while self.st.in_flight < limit {
+        while self.st.in_flight < limit && !self.paused() {
             let Some(key) = self.st.queue.pop_front() else {
                 break;
             };

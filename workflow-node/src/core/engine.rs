@@ -9,6 +9,7 @@
 //! | `CancelRequested` | cancel running calls, skip the rest, run the cancel handlers      |
 //! | `ApprovalDecided` | end a waiting approval                                            |
 //! | `Abandoned`       | end the run failed at once: cancel calls, skip the rest          |
+//! | `Pause/ResumeRequested` | see `pause`                                                |
 //!
 //! A node is considered when one of its dependencies ends; consideration goes through a
 //! work list, so cascades of skips never recurse. Unstarted runs absorb every event but
@@ -81,6 +82,8 @@ pub fn apply(
             by,
             comment,
         } => cx.approval_decided(&node, approved, by, comment),
+        Event::PauseRequested { reason } => cx.pause(reason),
+        Event::ResumeRequested => cx.resume(),
     }
     cx.settle();
     cx.out
@@ -123,16 +126,11 @@ impl Cx<'_> {
         if let Some(schema) = &self.wf.input_schema {
             schema.apply_defaults(&mut self.st.input);
         }
-        self.st.unfinished_main = self
-            .wf
-            .graph
-            .roles
-            .iter()
-            .filter(|r| **r == NodeRole::Main)
-            .count() as u32;
+        self.st.unfinished_main = self.main_to_end();
         self.out.push(Command::Progress(Progress::RunStarted {
             input: self.st.input.clone(),
         }));
+        self.report_kept();
         if self.st.cancel_requested {
             self.st.error = Some(RunError {
                 node_id: None,
@@ -163,7 +161,7 @@ impl Cx<'_> {
             timer: TimerId::Deadline,
             at: self.st.deadline,
         });
-        self.work.extend(self.wf.graph.roots.iter().copied());
+        self.work.extend(self.first_considered());
     }
 
     /// Drains the work list, then ends the main DAG or the run when their time has come.
@@ -534,6 +532,7 @@ impl Cx<'_> {
             return;
         }
         self.st.cancel_requested = true;
+        self.lift_pause();
         let message = match reason {
             Some(r) => format!("cancelled: {r}"),
             None => "cancelled".to_string(),
@@ -569,6 +568,7 @@ impl Cx<'_> {
             return;
         }
         self.st.deadline_passed = true;
+        self.lift_pause();
         let limit = self.wf.max_execution_time.as_secs();
         if self.st.status == RunStatus::Running {
             let message =

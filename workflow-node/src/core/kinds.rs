@@ -622,6 +622,9 @@ impl Cx<'_> {
     /// [`TIMER_EARLY_TOLERANCE_MS`], the clock skew allowed between replicas) is ignored:
     /// the event names a timer, the record says when it is due.
     pub(super) fn timer_fired(&mut self, timer: TimerId) {
+        if self.suspended(&timer) {
+            return;
+        }
         if let Some(due) = self.due(&timer) {
             if self.now.0.saturating_add(TIMER_EARLY_TOLERANCE_MS) < due.0 {
                 return;

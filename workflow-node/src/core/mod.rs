@@ -10,12 +10,16 @@
 //! - `engine`: readiness, node ends, stopping, the end of the run.
 //! - `calls`: one agent call's life: queue, dispatch, timeout, retry with backoff.
 //! - `kinds`: what each node type does when it starts and when its calls end.
+//! - `pause`: pausing and resuming a run.
+//! - `retry`: the state a retry of an ended run starts from.
 //! - [`sim`]: a simulator with scripted agents on virtual time, for tests and benches.
 
 mod calls;
 mod engine;
 mod kinds;
 mod policy;
+mod pause;
+mod retry;
 mod scope;
 pub mod sim;
 mod state;
@@ -25,6 +29,8 @@ mod types;
 
 pub use calls::{call_of, call_request};
 pub use engine::apply;
+pub use pause::Paused;
+pub use retry::retry_state;
 pub use state::{CallPhase, CallState, Detail, Execution, ForkState, MapState, NodeState};
 pub use types::{
     Command, Dispatch, Event, ExecutionId, Failure, FailureClass, Millis, NodeStatus, Progress,

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::pause::Paused;
 use super::types::{ExecutionId, Millis, NodeStatus, RunError, RunStatus, TaskKey};
 use crate::definition::NodeId;
 
@@ -59,6 +60,14 @@ pub struct Execution {
     /// The run's output: set by `output_mapping` when the main DAG succeeds, cleared if
     /// the run then fails or is cancelled; `None` before that.
     pub output: Option<Value>,
+    /// Set while the run is paused: it dispatches no new call until it is resumed (see
+    /// `pause`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<Paused>,
+    /// The run this one retries (`workflow-node runs retry`): it started with that run's
+    /// input and definition, and with the nodes that succeeded there (see `retry`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_of: Option<ExecutionId>,
 }
 
 /// Reads a field that is there as `Some`, `null` included (an absent one is `None` by
@@ -225,6 +234,8 @@ impl Execution {
             outcome: None,
             exit_pending: Vec::new(),
             output: None,
+            paused: None,
+            retry_of: None,
         }
     }
 

@@ -337,6 +337,14 @@ pub enum Event {
         #[serde(default)]
         comment: Option<String>,
     },
+    /// Someone asked to pause the run: it dispatches no new call until resumed.
+    PauseRequested {
+        /// Why, if said.
+        #[serde(default)]
+        reason: Option<String>,
+    },
+    /// Someone asked to resume a paused run.
+    ResumeRequested,
 }
 
 /// A node's status.

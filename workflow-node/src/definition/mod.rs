@@ -17,10 +17,12 @@ mod nesting;
 mod nodes;
 mod parse;
 mod policy;
+mod pause;
 mod problem;
 mod refs;
 
 pub use model::*;
+pub use pause::PauseSettings;
 pub use problem::{Problem, SyntaxError};
 
 use std::path::{Path, PathBuf};

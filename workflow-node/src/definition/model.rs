@@ -59,6 +59,8 @@ pub struct Workflow {
     /// `workflow.concurrency`: most nodes (agent calls, map items included) in flight at once
     /// for one run; `None` is unlimited.
     pub concurrency: Option<usize>,
+    /// `workflow.pause`: whether a paused run's deadline and approval timeouts stop.
+    pub pause: super::PauseSettings,
     /// The `workflow` block exactly as written (snake_case or camelCase), for the agent
     /// card's `workflow_config`.
     pub source: Value,

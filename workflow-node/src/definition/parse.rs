@@ -146,6 +146,7 @@ fn parse_block(block: &Value, top: TopLevel, sink: &mut Sink) -> Option<Draft> {
     let concurrency = w
         .int(sink, "concurrency", 1)
         .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+    let pause = super::pause::parse_pause(&mut w, sink);
     w.finish(sink, "the workflow block", &[]);
 
     let workflow = Workflow {
@@ -167,6 +168,7 @@ fn parse_block(block: &Value, top: TopLevel, sink: &mut Sink) -> Option<Draft> {
         max_call_depth,
         retry_strategy,
         concurrency,
+        pause,
         source: block.clone(),
         document: Value::Null,
         hash: String::new(),

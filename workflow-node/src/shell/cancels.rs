@@ -153,7 +153,7 @@ struct Sent {
 
 /// The run a cancel names: by the task id `caller` started it with, else by its execution
 /// id; with how it was named.
-async fn find(
+pub(super) async fn find(
     shared: &Shared,
     workflow: &Workflow,
     caller: Option<&str>,

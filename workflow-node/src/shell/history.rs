@@ -153,6 +153,11 @@ pub(super) fn entry(
                 .unwrap_or_default();
             e.detail = Some(format!("{word}{by}{comment}"));
         }
+        Event::PauseRequested { reason } => {
+            e.event = "pause_requested".into();
+            e.detail = reason.clone();
+        }
+        Event::ResumeRequested => e.event = "resume_requested".into(),
     }
     e.detail = e.detail.map(|d| truncate(d, DETAIL_MAX));
     e

@@ -49,6 +49,7 @@ mod scrape;
 pub mod seal;
 pub mod spans;
 pub mod statuses;
+mod steer;
 mod store;
 pub mod timers;
 mod traces;

@@ -37,7 +37,7 @@ use super::outbox;
 use super::record::{ApprovalAsk, Caller, OutboxEntry, RunRecord};
 use super::spans::{self, EndedSpan};
 use super::Envelope;
-use crate::core::{self, Command, Event, Execution, ExecutionId, Millis, NodeStatus};
+use crate::core::{self, Command, Detail, Event, Execution, ExecutionId, Millis, NodeStatus};
 use crate::definition::Workflow;
 
 /// A run as the driver found it for one event.
@@ -382,6 +382,14 @@ fn note(record: &mut RunRecord, commands: &[Command], now: Millis) {
     record
         .asks
         .retain(|node, _| state.node_status(node) == NodeStatus::Waiting);
+    // A resumed run moves suspended approval timeouts (see `core::pause`).
+    for (node, ask) in record.asks.iter_mut() {
+        if let Some(Detail::Approval { deadline }) =
+            state.nodes.get(node).and_then(|n| n.detail.as_ref())
+        {
+            ask.deadline = *deadline;
+        }
+    }
     if state.status.is_terminal() && record.ended_at.is_none() {
         record.ended_at = Some(now);
     }

@@ -326,7 +326,11 @@ pub(super) fn run_state(
     let run = WorkflowRunState {
         workflow_name: workflow.name.clone(),
         execution_id: execution.0.clone(),
-        status: run_phase(state.status),
+        status: if state.is_paused() {
+            RunPhase::Paused
+        } else {
+            run_phase(state.status)
+        },
         nodes,
         output: ending.and_then(|e| e.output.clone()),
         output_artifact_ref: artifact_ref(ending),
@@ -345,6 +349,7 @@ pub(super) fn run_state(
                 waiting.join(", ")
             ),
         ),
+        None if state.is_paused() => (TaskState::Working, format!("Workflow {name} is paused")),
         None => (TaskState::Working, format!("Workflow {name} is running")),
     };
     parts.push(Part::text(summary));

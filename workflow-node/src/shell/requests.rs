@@ -25,6 +25,7 @@ use std::time::SystemTime;
 use async_nats::HeaderMap;
 use futures::StreamExt;
 use messages::a2a::{Message, Part, TaskState};
+use messages::control::{WorkflowRetry, WorkflowRunControl};
 use messages::jsonrpc::{codes, ErrorObject, Method, Request};
 use messages::workflow::{Decision, WorkflowApprovalDecision, WorkflowNodeRequest, PIN_VERSION};
 use messages::{headers, msg_id, subjects};
@@ -35,7 +36,7 @@ use super::error::{Context, Result};
 use super::record::{Caller, RunRecord};
 use super::reply;
 use super::wire::{self, InputSource};
-use super::{cancels, effects, identity, names, publish_event, store, Envelope, Shared};
+use super::{cancels, effects, identity, names, publish_event, steer, store, Envelope, Shared};
 use crate::core::{Event, ExecutionId, NodeStatus};
 use crate::definition::{NodeKind, Workflow};
 
@@ -200,6 +201,16 @@ async fn handle(
                     Err(t) => answer(TaskState::Failed, &message.message_id, t),
                 };
             }
+            if let Some(control) = message.find_data::<WorkflowRunControl>() {
+                let text = match control {
+                    Ok(c) => steer::control(shared, workflow, msg, &message.message_id, c).await,
+                    Err(e) => Err(format!("malformed workflow_run_control: {e}")),
+                };
+                return match text {
+                    Ok(t) => answer(TaskState::Completed, &message.message_id, t),
+                    Err(t) => answer(TaskState::Failed, &message.message_id, t),
+                };
+            }
             start(shared, workflow, msg, message, id, reply_to).await
         }
     }
@@ -287,7 +298,7 @@ async fn approve(
 /// ended run or attaches its caller to the running one. `Some`: the answer to send now.
 async fn start(
     shared: &Shared,
-    workflow: &Workflow,
+    workflow: &Arc<Workflow>,
     msg: &async_nats::Message,
     message: Message,
     id: Value,
@@ -340,9 +351,20 @@ async fn start(
                 .map(str::to_string)
                 .unwrap_or_else(|| v.to_string())
         });
+    // A retry runs with the definition and the input of the run it retries.
+    let retried = match message.find_data::<WorkflowRetry>() {
+        None => None,
+        Some(Err(e)) => return refuse(format!("malformed workflow_retry: {e}")),
+        Some(Ok(r)) => match steer::retry_source(shared, workflow, msg, &r).await {
+            Ok(found) => Some(found),
+            Err(text) => return refuse(text),
+        },
+    };
     let pinned_workflow;
-    let workflow = match pinned {
-        Some(version) => match shared.definitions.pinned(workflow, &version).await {
+    let workflow = match (pinned, &retried) {
+        (_, Some((old_workflow, _))) => &**old_workflow,
+        (None, None) => &**workflow,
+        (Some(version), None) => match shared.definitions.pinned(workflow, &version).await {
             Ok(Some(found)) => {
                 pinned_workflow = found;
                 &*pinned_workflow
@@ -350,9 +372,12 @@ async fn start(
             Ok(None) => workflow,
             Err(e) => return refuse(e.to_string()),
         },
-        None => workflow,
     };
-    let input = match input_of(shared, workflow, &message).await {
+    let input = match &retried {
+        Some((_, old)) => Ok(old.state.input.clone()),
+        None => input_of(shared, workflow, &message).await,
+    };
+    let input = match input {
         Ok(input) => input,
         Err(text) => return refuse(text),
     };
@@ -398,7 +423,14 @@ async fn start(
         Some(record) if record.state.started => {
             join(shared, workflow, &execution, &record, caller, input).await
         }
-        _ => begin(shared, workflow, &execution, caller, input).await,
+        _ => {
+            if let Some((_, old)) = &retried {
+                if let Err(e) = steer::seed(shared, workflow, &execution, old, &caller).await {
+                    return refuse(format!("could not start the retry: {e}"));
+                }
+            }
+            begin(shared, workflow, &execution, caller, input).await
+        }
     };
     outcome.unwrap_or_else(|e| refuse(format!("could not start the run: {e}")))
 }

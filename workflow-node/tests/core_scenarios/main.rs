@@ -9,6 +9,8 @@ mod fork_join;
 mod loops;
 mod map;
 mod policy;
+mod pause;
+mod retry;
 mod run;
 mod timed_out;
 

@@ -33,6 +33,9 @@ pub(super) fn router(ctx: Ctx) -> Router {
         .route("/api/runs/{id}/history", get(run_history))
         .route("/api/runs/{id}/events", get(events::stream))
         .route("/api/runs/{id}/cancel", post(cancel))
+        .route("/api/runs/{id}/pause", post(super::steer::pause))
+        .route("/api/runs/{id}/resume", post(super::steer::resume))
+        .route("/api/runs/{id}/retry", post(super::steer::retry))
         .route("/api/runs/{id}/approve", post(approve))
         .route("/api/runs/{id}/reject", post(reject))
         .route("/api/workflows/{name}/runs", post(start))
@@ -211,7 +214,7 @@ async fn run_history(State(ctx): State<Ctx>, Path(id): Path<String>) -> ApiResul
 }
 
 /// The body as a JSON object (an empty body is an empty object).
-fn object(body: &Bytes) -> Result<serde_json::Map<String, Value>, ApiError> {
+pub(super) fn object(body: &Bytes) -> Result<serde_json::Map<String, Value>, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(serde_json::Map::new());
     }
@@ -225,7 +228,7 @@ fn object(body: &Bytes) -> Result<serde_json::Map<String, Value>, ApiError> {
 }
 
 /// Field `name` of `body` as text, if present; anything else than a string is refused.
-fn text<'a>(
+pub(super) fn text<'a>(
     body: &'a serde_json::Map<String, Value>,
     name: &str,
 ) -> Result<Option<&'a str>, ApiError> {
@@ -365,7 +368,7 @@ async fn cancel(State(ctx): State<Ctx>, Path(id): Path<String>, body: Bytes) -> 
 }
 
 /// A request the workflow's node refused: 403 when it is about who asks, 409 otherwise.
-fn refused(why: String) -> ApiError {
+pub(super) fn refused(why: String) -> ApiError {
     let lower = why.to_lowercase();
     if ["sign", "may not", "nobody can decide"]
         .iter()

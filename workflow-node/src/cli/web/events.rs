@@ -107,7 +107,7 @@ async fn feed(
             () = tx.closed() => return Ok(()),
         }
     }
-    let v = json!({"execution_id": run.execution.0, "status": run.record.state.status.as_str()});
+    let v = json!({"execution_id": run.execution.0, "status": run.record.state.shown_status()});
     let _ = tx.send(event("end", &v)).await;
     Ok(())
 }

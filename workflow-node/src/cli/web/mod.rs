@@ -9,6 +9,7 @@ mod api;
 mod cards;
 mod events;
 mod pages;
+mod steer;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;

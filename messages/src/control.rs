@@ -1,0 +1,93 @@
+//! DataParts that steer a run that exists (issue 17): pause or resume it, or retry it once
+//! it has ended. They travel in a `message/send` to the workflow's request subject, as an
+//! approval decision does, and are checked against the same authority as a `tasks/cancel`
+//! of the run (signed by the key that started it, or an operator's, when it was signed).
+
+use serde::{Deserialize, Serialize};
+
+use crate::a2a::DataPartType;
+
+/// What a [`WorkflowRunControl`] asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunControl {
+    /// Stop dispatching new calls: calls in flight end and are recorded, the rest waits.
+    Pause,
+    /// Carry on where the pause stopped.
+    Resume,
+}
+
+impl RunControl {
+    /// The word on the wire (`pause`, `resume`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunControl::Pause => "pause",
+            RunControl::Resume => "resume",
+        }
+    }
+}
+
+/// `workflow_run_control` (ours): pause or resume a running run. Answered at once with a
+/// completed task saying it was recorded, or a failed one saying why not (unknown run, run
+/// ended, not permitted).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "workflow_run_control")]
+pub struct WorkflowRunControl {
+    /// The run's execution id (or the task id its caller started it with, under the
+    /// request's `Mesh-Caller`).
+    pub execution_id: String,
+    /// Pause or resume.
+    pub action: RunControl,
+    /// Why, for people (kept in the run's history).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl DataPartType for WorkflowRunControl {
+    const TYPE: &'static str = "workflow_run_control";
+}
+
+/// `workflow_retry` (ours): start a new run that retries a run that ended without success
+/// from the nodes that did not succeed, with its input and its definition
+/// version. The request is a start like any other: its task id names the new run, and its
+/// caller gets the new run's progress and final reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "workflow_retry")]
+pub struct WorkflowRetry {
+    /// The execution id of the run to retry.
+    pub execution_id: String,
+}
+
+impl DataPartType for WorkflowRetry {
+    const TYPE: &'static str = "workflow_retry";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn control_parts_have_their_documented_shape() {
+        let c = WorkflowRunControl {
+            execution_id: "e1".into(),
+            action: RunControl::Pause,
+            reason: None,
+        };
+        assert_eq!(
+            serde_json::to_value(&c).unwrap(),
+            json!({"type": "workflow_run_control", "execution_id": "e1", "action": "pause"})
+        );
+        let r = WorkflowRetry {
+            execution_id: "e1".into(),
+        };
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            json!({"type": "workflow_retry", "execution_id": "e1"})
+        );
+        let bad = serde_json::from_value::<WorkflowRunControl>(
+            json!({"type": "workflow_run_control", "execution_id": "e1", "action": "stop"}),
+        );
+        assert!(bad.is_err());
+    }
+}
