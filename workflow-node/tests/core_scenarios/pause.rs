@@ -77,7 +77,7 @@ fn by_default_the_deadline_keeps_running_while_paused() {
     let mut sim = Sim::new(&w).agent("Slow", slow);
     sim.at(ms(50), pause());
     let out = sim.run(json!({}));
-    assert_eq!(out.status, Some(RunStatus::Failure));
+    assert_eq!(out.status, Some(RunStatus::TimedOut));
     assert!(out
         .error
         .unwrap()
