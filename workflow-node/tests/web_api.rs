@@ -621,6 +621,17 @@ async fn a_run_is_paused_resumed_and_retried_over_http() {
     let a = post(addr, &format!("{path}/pause"), &json!({"reason": "lunch"})).await;
     assert_eq!(a.status, 202, "{}", a.body);
     get_until(addr, &path, |r| r["status"] == "paused").await;
+    // The list filters on it, as `runs list --status paused` does.
+    let listed = |v: &Value| {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["execution_id"] == json!(id))
+    };
+    let paused = get(addr, "/api/runs?status=paused").await.json();
+    assert!(listed(&paused), "{paused}");
+    let running = get(addr, "/api/runs?status=running").await.json();
+    assert!(!listed(&running), "{running}");
     let a = post(addr, &format!("{path}/pause"), &json!({})).await;
     assert_eq!(a.status, 409, "{}", a.body);
     assert!(a.body.contains("already paused"), "{}", a.body);

@@ -116,7 +116,8 @@ pub enum StatusArg {
 }
 
 impl StatusArg {
-    fn matches(self, run: &crate::core::Execution) -> bool {
+    /// Whether `run` has this status (`Paused`: it is paused, whatever is below).
+    pub(crate) fn matches(self, run: &crate::core::Execution) -> bool {
         if self == StatusArg::Paused || run.is_paused() {
             return self == StatusArg::Paused && run.is_paused();
         }

@@ -17,8 +17,8 @@
 mod calls;
 mod engine;
 mod kinds;
-mod policy;
 mod pause;
+mod policy;
 mod retry;
 mod scope;
 pub mod sim;

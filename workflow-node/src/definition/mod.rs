@@ -16,8 +16,8 @@ mod model;
 mod nesting;
 mod nodes;
 mod parse;
-mod policy;
 mod pause;
+mod policy;
 mod problem;
 mod refs;
 

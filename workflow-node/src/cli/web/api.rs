@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use super::{events, json_response, ApiError, ApiResult, Ctx};
 use crate::cli::client::{self, InvokeError, StartAs};
 use crate::cli::{approvals, runs, runs_show, table};
-use crate::core::{ExecutionId, Millis, RunStatus};
+use crate::core::{ExecutionId, Millis};
 use crate::shell::inspect::{FoundRun, Inspector};
 use crate::shell::{now, Error as ShellError};
 
@@ -123,20 +123,12 @@ pub(super) async fn find(ctx: &Ctx, id: &str) -> Result<(Inspector, FoundRun), A
     }
 }
 
-fn status_named(text: &str) -> Result<RunStatus, ApiError> {
-    [
-        RunStatus::Running,
-        RunStatus::Finishing,
-        RunStatus::Success,
-        RunStatus::Failure,
-        RunStatus::Cancelled,
-        RunStatus::TimedOut,
-    ]
-    .into_iter()
-    .find(|s| s.as_str() == text)
-    .ok_or_else(|| {
+/// The status filter `text` names, as `runs list --status` reads it (a paused run is
+/// `paused`, whatever its status below the pause).
+fn status_named(text: &str) -> Result<runs::StatusArg, ApiError> {
+    <runs::StatusArg as clap::ValueEnum>::from_str(text, false).map_err(|_| {
         ApiError::bad_request(format!(
-            "status '{text}' is not one of running, finishing, success, failure, cancelled, timed_out"
+            "status '{text}' is not one of running, finishing, paused, success, failure, cancelled, timed_out"
         ))
     })
 }
@@ -170,7 +162,7 @@ async fn list_runs(State(ctx): State<Ctx>, RawQuery(query): RawQuery) -> ApiResu
     });
     found.retain(|r| {
         let s = &r.record.state;
-        status.is_none_or(|want| s.status == want) && after.is_none_or(|a| s.started_at.0 >= a)
+        status.is_none_or(|want| want.matches(s)) && after.is_none_or(|a| s.started_at.0 >= a)
     });
     found.sort_by(|a, b| {
         let key = |r: &FoundRun| (r.record.state.started_at, r.execution.0.clone());
