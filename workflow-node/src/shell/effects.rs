@@ -15,11 +15,12 @@ use messages::{headers, msg_id, subjects};
 use serde_json::{json, Value};
 
 use super::error::{Context, Result};
+use super::final_claim::{Claimant, Markers};
 use super::record::Caller;
 use super::reply::{self, Ending};
 use super::timers::TimerRecord;
 use super::traces::RunTrace;
-use super::{names, now, publish_event, store, Envelope, Shared};
+use super::{names, now, publish_event, Envelope, Shared};
 use crate::core::{
     Command, Dispatch, Event, ExecutionId, Failure, FailureClass, RunError, RunStatus, Slot,
 };
@@ -336,25 +337,27 @@ impl RunContext<'_> {
         ending(self.shared, self.execution, status, output, error).await
     }
 
-    /// Sends `caller` the final reply, unless another replica claimed it first. The claim
-    /// is final: whoever makes it sends the reply, and nobody else ever does, even if the
-    /// claimer dies before sending or its reply is lost with its connection. A reply lost
-    /// that way is recovered by the caller, which resends its request (same task id) and
-    /// is answered from the ended run's record. So no caller ever gets two final replies
-    /// for one request, and one that resends gets its answer.
+    /// Sends `caller` the final reply, unless another replica has the right to
+    /// ([`super::final_claim`]): no caller gets two final replies for one request, and one whose
+    /// reply was lost with a dying replica resends its request (same task id) and is
+    /// answered from the ended run's record.
     async fn final_reply(&self, caller: &Caller, ending: &Ending) -> Result<()> {
         let Some(reply_to) = &caller.reply_to else {
             return Ok(());
         };
         let marker = names::final_marker(&self.workflow.name, self.execution, caller);
-        let retention = Some(self.shared.config.retention);
-        let claimed = store::put(self.shared, &marker, CLAIMED.into(), Some(0), retention);
-        let Some(claim) = claimed.await? else {
-            return Ok(()); // claimed before: sent, or lost with its claimer
+        let markers = Markers::of(self.shared);
+        let now = std::time::SystemTime::now();
+        let claimed = markers.claim(&marker, Claimant::Finisher, now).await?;
+        let Some(claim) = claimed else {
+            return Ok(()); // another replica's to send, or sent
         };
         let dialect = self.shared.config.dialect;
         let (bytes, task_id) =
             reply::final_reply(self.workflow, self.execution, caller, ending, dialect);
+        let Some(committed) = markers.commit(&marker, claim).await? else {
+            return Ok(()); // taken over while this replica was slow
+        };
         let mut h = HeaderMap::new();
         h.insert(headers::MSG_ID, msg_id::final_reply(&task_id).as_str());
         self.shared
@@ -362,23 +365,10 @@ impl RunContext<'_> {
             .publish_with_headers(reply_to.clone(), h, bytes.into())
             .await
             .context(|| format!("sending the final reply of run {}", self.execution))?;
-        // For inspection only: the claim alone keeps the reply single.
-        let sent = format!("sent:{}", ending.status.as_str());
-        let marked = store::put(self.shared, &marker, sent.into(), Some(claim), retention);
-        if let Err(e) = marked.await {
-            tracing::debug!("marking the final reply {marker} sent failed: {e}");
-        }
+        let status = ending.status.as_str();
+        markers.mark_sent(&marker, committed, status).await;
         Ok(())
     }
-}
-
-/// A final-reply marker's value once a replica has claimed the sending of the reply.
-const CLAIMED: &str = "claimed";
-
-/// Whether a final-reply marker's value says the reply was sent (`sent:{status}`, written
-/// after the reply on the same connection), not only claimed.
-pub(super) fn reply_marked_sent(marker: &[u8]) -> bool {
-    marker.starts_with(b"sent:")
 }
 
 /// How run `execution` ended, as its callers are told: an output larger than the inline

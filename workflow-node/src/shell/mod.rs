@@ -29,6 +29,7 @@ mod cancels;
 pub mod definitions;
 mod effects;
 mod error;
+mod final_claim;
 mod health;
 pub mod history;
 mod identity;

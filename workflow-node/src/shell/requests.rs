@@ -33,6 +33,7 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use super::error::{Context, Result};
+use super::final_claim::{Claimant, Markers};
 use super::record::{Caller, RunRecord};
 use super::reply;
 use super::wire::{self, InputSource};
@@ -563,7 +564,9 @@ async fn accept(shared: &Shared, workflow: &Workflow, execution: &ExecutionId, c
     }
 }
 
-/// The final reply of an ended run, for a caller that asked again.
+/// The final reply of an ended run, for a caller that asked again: sent only with the
+/// right to send it ([`super::final_claim`]), which the replica ending the run may hold (its reply
+/// is on its way, or the run's outbox has yet to send it), so that no caller gets two.
 async fn answer_ended(
     shared: &Shared,
     workflow: &Workflow,
@@ -571,39 +574,8 @@ async fn answer_ended(
     record: &RunRecord,
     caller: &Caller,
 ) -> Result<Option<Vec<u8>>> {
-    if reply_in_flight(shared, workflow, execution, record, caller).await? {
-        // A sign of life, so that the caller waits for the reply on its way.
-        if let Some(status_to) = &caller.status_to {
-            let text = Part::text(format!(
-                "run {execution} has ended: its final reply was just sent to this address"
-            ));
-            let bytes = reply::status_update(caller, execution, TaskState::Working, text);
-            let _ = shared.client.publish(status_to.clone(), bytes.into()).await;
-        }
-        return Ok(None);
-    }
-    let ending = ended_run(shared, execution, record).await?;
-    Ok(Some(
-        reply::final_reply(workflow, execution, caller, &ending, shared.config.dialect).0,
-    ))
-}
-
-/// How long a final reply claimed but not yet marked sent counts as on its way.
-const CLAIM_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Whether a final reply to `caller`'s address was claimed (or marked sent) less than
-/// `Config::reply_in_flight` ago: the reply is on its way there (a resend crossed it), and
-/// answering would make two. A caller that lost the reply resends again after its resend
-/// interval and is answered then.
-async fn reply_in_flight(
-    shared: &Shared,
-    workflow: &Workflow,
-    execution: &ExecutionId,
-    record: &RunRecord,
-    caller: &Caller,
-) -> Result<bool> {
     let Some(address) = &caller.reply_to else {
-        return Ok(false);
+        return Ok(None);
     };
     // The starting caller's reply is claimed once per run; another address's per address.
     let marker = if record.caller.reply_to.as_ref() == Some(address) {
@@ -615,19 +587,28 @@ async fn reply_in_flight(
         };
         names::final_marker(&workflow.name, execution, &attached)
     };
-    let Some((value, at)) = store::written_at(shared, &marker).await? else {
-        return Ok(false);
+    let markers = Markers::of(shared);
+    let now = SystemTime::now();
+    let committed = match markers.claim(&marker, Claimant::Answerer, now).await? {
+        Some(claim) => {
+            let ending = ended_run(shared, execution, record).await?;
+            let dialect = shared.config.dialect;
+            let bytes = reply::final_reply(workflow, execution, caller, &ending, dialect).0;
+            markers.commit(&marker, claim).await?.map(|_| bytes)
+        }
+        None => None,
     };
-    let age = SystemTime::now().duration_since(at).unwrap_or_default();
-    // Marked sent: the server had the reply (the mark follows it on the same connection).
-    // Only claimed: its claimer sends within moments, or died before the reply left (a
-    // kill -9), and then the caller must be answered from the record soon.
-    let grace = if effects::reply_marked_sent(&value) {
-        shared.config.reply_in_flight
-    } else {
-        CLAIM_GRACE.min(shared.config.reply_in_flight)
-    };
-    Ok(age < grace)
+    if committed.is_none() {
+        // A sign of life, so that the caller waits for the reply on its way.
+        if let Some(status_to) = &caller.status_to {
+            let text = Part::text(format!(
+                "run {execution} has ended: its final reply is on its way to this address"
+            ));
+            let bytes = reply::status_update(caller, execution, TaskState::Working, text);
+            let _ = shared.client.publish(status_to.clone(), bytes.into()).await;
+        }
+    }
+    Ok(committed)
 }
 
 /// How the ended run of `record` ended, as its callers are told.

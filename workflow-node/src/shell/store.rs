@@ -143,22 +143,21 @@ pub(super) async fn read(shared: &Shared, key: &str) -> Result<Option<(u64, byte
     read_from(&shared.runs, key).await
 }
 
-/// The current value of `key` and when it was written (its time on the server); `None`
-/// when it has no value.
+/// The current value of `key`, when it was written (its time on the server) and its
+/// revision; `None` when it has no value.
 pub(super) async fn written_at(
-    shared: &Shared,
+    bucket: &async_nats::jetstream::kv::Store,
     key: &str,
-) -> Result<Option<(bytes::Bytes, SystemTime)>> {
+) -> Result<Option<(bytes::Bytes, SystemTime, u64)>> {
     use async_nats::jetstream::stream::LastRawMessageErrorKind;
-    let subject = messages::subjects::kv_key(&shared.runs.name, key);
-    match shared
-        .runs
+    let subject = messages::subjects::kv_key(&bucket.name, key);
+    match bucket
         .stream
         .get_last_raw_message_by_subject(&subject)
         .await
     {
         Ok(m) if m.payload.is_empty() => Ok(None),
-        Ok(m) => Ok(Some((m.payload, m.time.into()))),
+        Ok(m) => Ok(Some((m.payload, m.time.into(), m.sequence))),
         Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
         Err(e) => Err(e).context(|| format!("reading {key}")),
     }
@@ -325,6 +324,18 @@ pub(super) async fn put(
     expected: Option<u64>,
     ttl: Option<Duration>,
 ) -> Result<Option<u64>> {
+    put_in(&shared.js, &shared.runs, key, bytes, expected, ttl).await
+}
+
+/// [`put`] into any bucket.
+pub(super) async fn put_in(
+    js: &async_nats::jetstream::Context,
+    bucket: &async_nats::jetstream::kv::Store,
+    key: &str,
+    bytes: Vec<u8>,
+    expected: Option<u64>,
+    ttl: Option<Duration>,
+) -> Result<Option<u64>> {
     use async_nats::jetstream::context::PublishErrorKind;
     let mut h = async_nats::HeaderMap::new();
     if let Some(revision) = expected {
@@ -336,11 +347,8 @@ pub(super) async fn put(
     if let Some(ttl) = ttl {
         h.insert(async_nats::header::NATS_MESSAGE_TTL, ttl_secs(ttl).as_str());
     }
-    let subject = messages::subjects::kv_key(&shared.runs.name, key);
-    let sent = shared
-        .js
-        .publish_with_headers(subject, h, bytes.into())
-        .await;
+    let subject = messages::subjects::kv_key(&bucket.name, key);
+    let sent = js.publish_with_headers(subject, h, bytes.into()).await;
     match async { sent?.await }.await {
         Ok(ack) => Ok(Some(ack.sequence)),
         Err(e) if e.kind() == PublishErrorKind::WrongLastSequence || wrong_last_sequence(&e) => {

@@ -1,0 +1,205 @@
+//! Who sends a caller its final reply: exactly one of the replicas that end the run (its
+//! outbox, run again after a crash) and those answering a request sent again for the
+//! ended run. The right to send is a KV marker per reply address, in two steps:
+//!
+//! 1. **Claimed**: made by create-only write (or taken over, see below). Whoever claims
+//!    builds the reply, then
+//! 2. **commits**: a compare-and-swap of its own claim to `sending`, made just before
+//!    the reply leaves. Only a committed sender sends; a claim taken over meanwhile makes
+//!    the commit fail, and the slow claimer sends nothing.
+//!
+//! A claim not committed within [`CLAIM_GRACE`] is taken to be its claimer's death (a
+//! kill -9) and may be taken over by compare-and-swap at the revision read, so a caller
+//! that resends is answered soon. A committed reply (`sending`, then `sent:{status}`) is
+//! taken to be on its way, for `Config::reply_in_flight`: only then may an answerer send
+//! it again, to a caller that evidently lost it. Time decides only between a dead claimer
+//! and a slow one before the commit, where a wrong guess costs a slow claimer its turn,
+//! never a second reply.
+
+use std::time::{Duration, SystemTime};
+
+use async_nats::jetstream::{kv, Context};
+
+use super::error::Result;
+use super::{store, Shared};
+
+/// How long a claim not yet committed is its claimer's to commit.
+pub(super) const CLAIM_GRACE: Duration = Duration::from_secs(2);
+
+/// A marker's value while claimed, before the commit.
+const CLAIMED: &str = "claimed";
+/// A marker's value once its claimer committed to sending.
+const SENDING: &str = "sending";
+
+/// Who asks for the right to send.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Claimant {
+    /// A replica ending the run (or its outbox run again): sends to callers in the record.
+    Finisher,
+    /// A replica answering a request sent again: a reply committed longer ago than
+    /// `Config::reply_in_flight` counts as lost, and is sent again.
+    Answerer,
+}
+
+/// Where the markers live, and how long they count.
+pub(super) struct Markers<'a> {
+    js: &'a Context,
+    bucket: &'a kv::Store,
+    /// How long a marker is kept (the run's retention).
+    retention: Duration,
+    /// How long a committed reply counts as on its way.
+    in_flight: Duration,
+}
+
+impl<'a> Markers<'a> {
+    /// The markers of `shared`'s runs bucket.
+    pub(super) fn of(shared: &'a Shared) -> Self {
+        Markers {
+            js: &shared.js,
+            bucket: &shared.runs,
+            retention: shared.config.retention,
+            in_flight: shared.config.reply_in_flight,
+        }
+    }
+
+    async fn put(&self, marker: &str, value: &str, expected: u64) -> Result<Option<u64>> {
+        let (js, bucket, ttl) = (self.js, self.bucket, Some(self.retention));
+        store::put_in(js, bucket, marker, value.into(), Some(expected), ttl).await
+    }
+
+    /// Takes the right to send the reply under `marker`, `now` being the time: the
+    /// revision to [`Markers::commit`] at, or `None` when another replica has it (or had
+    /// it, and its reply counts as on its way).
+    pub(super) async fn claim(
+        &self,
+        marker: &str,
+        who: Claimant,
+        now: SystemTime,
+    ) -> Result<Option<u64>> {
+        if let Some(created) = self.put(marker, CLAIMED, 0).await? {
+            return Ok(Some(created));
+        }
+        let Some((value, at, revision)) = store::written_at(self.bucket, marker).await? else {
+            // Gone between the two reads (its retention ran out): start again.
+            return self.put(marker, CLAIMED, 0).await;
+        };
+        let age = now.duration_since(at).unwrap_or_default();
+        let free = if value.as_ref() == CLAIMED.as_bytes() {
+            age >= CLAIM_GRACE
+        } else {
+            who == Claimant::Answerer && age >= self.in_flight
+        };
+        if !free {
+            return Ok(None);
+        }
+        self.put(marker, CLAIMED, revision).await
+    }
+
+    /// Commits to sending under the claim made at `revision`: the revision of the commit,
+    /// or `None` when the claim was taken over meanwhile (then nothing may be sent).
+    pub(super) async fn commit(&self, marker: &str, revision: u64) -> Result<Option<u64>> {
+        self.put(marker, SENDING, revision).await
+    }
+
+    /// Marks the reply committed at `revision` as handed to the server (for inspection:
+    /// the commit alone keeps the reply single).
+    pub(super) async fn mark_sent(&self, marker: &str, revision: u64, status: &str) {
+        let sent = format!("sent:{status}");
+        if let Err(e) = self.put(marker, &sent, revision).await {
+            tracing::debug!("marking the final reply {marker} sent failed: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Against a real nats-server: the markers' compare-and-swaps are the protocol.
+
+    use super::*;
+
+    const IN_FLIGHT: Duration = Duration::from_secs(30);
+
+    /// A server, its JetStream and a bucket made as the runs bucket is.
+    async fn bucket() -> (mesh_tests::NatsServer, Context, kv::Store) {
+        let server = mesh_tests::nats();
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let js = async_nats::jetstream::new(client);
+        let store = super::super::kv_bucket(&js, "claims", 1).await.unwrap();
+        (server, js, store)
+    }
+
+    fn markers<'a>(js: &'a Context, bucket: &'a kv::Store) -> Markers<'a> {
+        Markers {
+            js,
+            bucket,
+            retention: Duration::from_secs(3600),
+            in_flight: IN_FLIGHT,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_answer_first_leaves_the_finisher_nothing_to_send_however_late_it_comes() {
+        let (_server, js, bucket) = bucket().await;
+        let m = markers(&js, &bucket);
+        let now = SystemTime::now();
+        // A resent request met the ended run before its outbox sent the final reply.
+        let claim = m.claim("r1", Claimant::Answerer, now).await.unwrap();
+        assert!(m.commit("r1", claim.unwrap()).await.unwrap().is_some());
+        // The outbox runs now, or after a crash, a day later: it must not send again.
+        for later in [now, now + Duration::from_secs(86_400)] {
+            let claim = m.claim("r1", Claimant::Finisher, later).await.unwrap();
+            assert_eq!(claim, None, "the finisher may not send after an answer");
+        }
+        // An answerer may send again only once the reply counts as lost.
+        let soon = m.claim("r1", Claimant::Answerer, now).await.unwrap();
+        assert_eq!(soon, None);
+        let lost = now + IN_FLIGHT + Duration::from_secs(1);
+        assert!(m
+            .claim("r1", Claimant::Answerer, lost)
+            .await
+            .unwrap()
+            .is_some());
+    }
+
+    #[tokio::test]
+    async fn a_slow_claimer_whose_claim_was_taken_over_sends_nothing() {
+        let (_server, js, bucket) = bucket().await;
+        let m = markers(&js, &bucket);
+        let now = SystemTime::now();
+        let slow = m
+            .claim("r2", Claimant::Finisher, now)
+            .await
+            .unwrap()
+            .unwrap();
+        // Within the grace the claim is its claimer's.
+        assert_eq!(m.claim("r2", Claimant::Answerer, now).await.unwrap(), None);
+        // Past it, the claimer counts as dead and an answerer takes over...
+        let later = now + CLAIM_GRACE + Duration::from_secs(1);
+        let taken = m.claim("r2", Claimant::Answerer, later).await.unwrap();
+        let taken = taken.expect("a stale claim is taken over");
+        // ...so the claimer, only slow, finds its commit refused and sends nothing.
+        assert_eq!(m.commit("r2", slow).await.unwrap(), None);
+        assert!(m.commit("r2", taken).await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_committed_reply_is_not_taken_over_by_another_finisher() {
+        let (_server, js, bucket) = bucket().await;
+        let m = markers(&js, &bucket);
+        let now = SystemTime::now();
+        let claim = m
+            .claim("r3", Claimant::Finisher, now)
+            .await
+            .unwrap()
+            .unwrap();
+        let committed = m.commit("r3", claim).await.unwrap().unwrap();
+        m.mark_sent("r3", committed, "success").await;
+        let later = now + Duration::from_secs(86_400);
+        assert_eq!(
+            m.claim("r3", Claimant::Finisher, later).await.unwrap(),
+            None
+        );
+        let (value, _, _) = store::written_at(&bucket, "r3").await.unwrap().unwrap();
+        assert_eq!(value.as_ref(), b"sent:success");
+    }
+}
