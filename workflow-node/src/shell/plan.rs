@@ -36,6 +36,7 @@ use super::observe::{observe, Observed};
 use super::outbox;
 use super::record::{ApprovalAsk, Caller, OutboxEntry, RunRecord};
 use super::spans::{self, EndedSpan};
+use super::wake::{self, WakeWrite};
 use super::Envelope;
 use crate::core::{self, Command, Event, Execution, ExecutionId, Millis, NodeStatus};
 use crate::definition::Workflow;
@@ -98,6 +99,11 @@ pub(super) struct Steps {
     pub(super) commands: Vec<Command>,
     /// The event's history entry, published with `commands` (see `history`).
     pub(super) history: Option<HistoryEntry>,
+    /// The run's wake entry to write or remove with `commands` (see `wake`).
+    pub(super) wake: Option<WakeWrite>,
+    /// Whether `commands` arm and disarm one entry per timer: a replayed outbox entry
+    /// committed before wakes existed.
+    pub(super) legacy_timers: bool,
     /// Written last, if nothing moved the entry meanwhile.
     pub(super) tidy: Option<Commit>,
     /// To cache with the revision of the last write that succeeded; `None` caches nothing.
@@ -241,6 +247,7 @@ pub(super) fn abandoned(
         caller: envelope.caller,
         attach: false,
         definition: envelope.definition,
+        wake: None,
     };
     (
         envelope,
@@ -318,6 +325,8 @@ fn attach(
         results: Vec::new(),
         history: Some(entry.clone()),
         spans: Vec::new(),
+        wake: None,
+        timers_in_wake: true,
     });
     let bytes = bulk::encode(&mut record)?;
     record.entry_bytes = bytes.len();
@@ -334,6 +343,8 @@ fn attach(
         after: Vec::new(),
         commands,
         history: Some(entry),
+        wake: None,
+        legacy_timers: false,
         tidy: None,
         apart_for: apart_for(&record.state, now),
         ending: None,
@@ -417,6 +428,8 @@ fn replay(
         after: bulk::result_writes(run_key, &entry.results)?,
         commands: outbox::thicken(workflow, &mut record.state, entry.commands),
         history: entry.history,
+        wake: entry.wake,
+        legacy_timers: !entry.timers_in_wake,
         apart_for: apart_for(&record.state, now),
         ending: None,
         keep: tidy.is_some().then_some(record),
@@ -458,14 +471,21 @@ fn apply(
     // learns of them. Items and results are left out of the copy (an event that changes a
     // result always has commands), so it costs nothing per item of a large map.
     let before = bulk::without_bulk(&mut record, Execution::clone);
-    let commands = core::apply(workflow, &mut record.state, envelope.event.clone(), now);
+    let (commands, fired) = apply_events(workflow, &mut record, envelope, now);
+    // What the metrics and spans see: for a wake, the first timer it fired.
+    let fired_event = match (envelope.wake, fired.first()) {
+        (Some(_), Some(timer)) => Some(Event::TimerFired {
+            timer: timer.clone(),
+        }),
+        _ => None,
+    };
+    let event = fired_event.as_ref().unwrap_or(&envelope.event);
     if matches!(envelope.event, Event::Abandoned { .. }) {
         // The failure must be stored whatever made the run's events fail: keep its
         // control state, drop its outputs (the callers' answer carries the error only).
         bulk::drop_outputs(&mut record);
     }
     let spans = if traced {
-        let event = &envelope.event;
         let times = &mut record.call_times;
         spans::ended(workflow, &before, &record.state, event, times, now)
     } else {
@@ -473,7 +493,10 @@ fn apply(
         record.call_times.clear();
         Vec::new()
     };
-    if commands.is_empty() && bulk::without_bulk(&mut record, |s| *s == before) {
+    // Numbered as the commit that would arm it (`history_entry` counts it below).
+    let next = record.applied + 1;
+    let wake = wake::rewake(&mut record, envelope.wake, next);
+    if commands.is_empty() && wake.is_none() && bulk::without_bulk(&mut record, |s| *s == before) {
         if from_cache {
             return Ok(Plan::Reload);
         }
@@ -481,13 +504,20 @@ fn apply(
             keep: revision.map(|r| (r, Box::new(record))),
         });
     }
-    let observed = observe(workflow, &before, &record.state, &envelope.event, now);
+    let observed = observe(workflow, &before, &record.state, event, now);
     // An entry stays until its event is acked, whoever committed it.
     record.outbox.retain(|e| !settled.contains(&e.seq));
     let results = bulk::item_results(workflow, &record, &envelope.event);
     let after = bulk::result_writes(run_key, &results)?;
     note(&mut record, &commands, now);
-    let entry = history_entry(&mut record, envelope, stamp);
+    let mut entry = history_entry(&mut record, envelope, stamp);
+    if envelope.wake.is_some() {
+        let keys: Vec<String> = fired.iter().map(core::TimerId::key).collect();
+        entry.detail = Some(match keys.is_empty() {
+            true => "wake: no timer due".into(),
+            false => format!("wake: {}", keys.join(", ")),
+        });
+    }
     record.outbox.push(OutboxEntry {
         seq: delivery.seq,
         at: now,
@@ -495,6 +525,8 @@ fn apply(
         results,
         history: Some(entry.clone()),
         spans: spans::for_outbox(&spans),
+        wake: wake.clone(),
+        timers_in_wake: true,
     });
     // What the commit refers to goes first: items of a map that just started, outputs
     // kept apart.
@@ -522,6 +554,8 @@ fn apply(
         after,
         commands,
         history: Some(entry),
+        wake,
+        legacy_timers: false,
         tidy: None,
         apart_for: apart_for(&record.state, now),
         ending: ended.then(|| ending(&record, run_key)).transpose()?,
@@ -529,6 +563,41 @@ fn apply(
         observed,
         spans,
     })))
+}
+
+/// Applies the envelope's event to the run's state, keeping its pending timers in step;
+/// for a wake, `TimerFired` for every pending timer due by it instead, earliest first
+/// (see `wake`). The commands, and the timers a wake fired.
+fn apply_events(
+    workflow: &Workflow,
+    record: &mut RunRecord,
+    envelope: &Envelope,
+    now: Millis,
+) -> (Vec<Command>, Vec<core::TimerId>) {
+    let Some(fired_wake) = envelope.wake else {
+        let commands = core::apply(workflow, &mut record.state, envelope.event.clone(), now);
+        if let Event::TimerFired { timer } = &envelope.event {
+            // A timer of its own entry (armed before wakes existed) fired.
+            record.timers.remove(&timer.key());
+        }
+        wake::track(&mut record.timers, &commands);
+        return (commands, Vec::new());
+    };
+    // The replica that fired the wake found it due by its clock; the core tolerates that
+    // much skew (and ignores a timer fired earlier than that).
+    let tolerated = now.0.saturating_add(core::TIMER_EARLY_TOLERANCE_MS);
+    let cutoff = Millis(fired_wake.at.0.min(tolerated).max(now.0));
+    let due = wake::take_due(&mut record.timers, cutoff);
+    let mut commands = Vec::new();
+    for timer in &due {
+        let event = Event::TimerFired {
+            timer: timer.clone(),
+        };
+        let out = core::apply(workflow, &mut record.state, event, now);
+        wake::track(&mut record.timers, &out);
+        commands.extend(out);
+    }
+    (commands, due)
 }
 
 /// What happens to the keys beside an entry when its run ends.

@@ -622,14 +622,22 @@ async fn perform(
         shared.metrics.observed(&ctx.workflow.name, &steps.observed);
     }
     let after = store::start_puts(shared, steps.after, ttl).await?;
+    let wake = match &steps.wake {
+        Some(write) => ctx.write_wake(write).await?,
+        None => None,
+    };
     let history = match &steps.history {
         Some(entry) => Some(history::publish(shared, &ctx.workflow.name, execution, entry).await?),
         None => None,
     };
-    ctx.carry_out(&steps.commands)
+    ctx.carry_out(&steps.commands, steps.legacy_timers)
         .await
         .context(|| format!("carrying out the commands of run {execution}"))?;
     after.stored().await?;
+    if let Some(ack) = wake {
+        ack.await
+            .context(|| format!("arming the wake of run {execution}"))?;
+    }
     if let Some(history) = history {
         history.stored(shared).await?;
     }

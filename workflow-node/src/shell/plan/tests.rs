@@ -48,6 +48,7 @@ fn start() -> Envelope {
         }),
         attach: false,
         definition: None,
+        wake: None,
     }
 }
 
@@ -302,6 +303,8 @@ fn settled_entries_are_dropped_at_the_next_commit_and_others_stay() {
         results: Vec::new(),
         history: None,
         spans: Vec::new(),
+        wake: None,
+        timers_in_wake: true,
     });
     let loaded = Loaded {
         settled: BTreeSet::from([1]),
