@@ -34,7 +34,7 @@ async fn a_call_in_flight_still_times_out_after_its_replica_is_killed() {
     let server = mesh_tests::nats();
     let dir = tempfile::tempdir().expect("tempdir");
     let client = async_nats::connect(server.url()).await.expect("connect");
-    let stub_file = agent_sdk::stub::load_stub_file(&write_file(dir.path(), "stubs.yaml", STUBS))
+    let stub_file = agent_sdk::stub::load_stub_file(write_file(dir.path(), "stubs.yaml", STUBS))
         .expect("stub file");
     let _stubs = agent_sdk::stub::serve_stubs(client.clone(), "mesh", stub_file)
         .await

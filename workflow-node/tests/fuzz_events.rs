@@ -59,6 +59,8 @@ fn run(
         history: None,
         spans: Vec::new(),
         wake: None,
+        group: Vec::new(),
+        more_history: Vec::new(),
         timers_in_wake: true,
     });
     let mut envelopes: Vec<Envelope> = sim

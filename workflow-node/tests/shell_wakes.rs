@@ -62,7 +62,12 @@ async fn timer_writes(client: &async_nats::Client) -> u64 {
         .get_stream(format!("KV_{}", names::timers_bucket("mesh")))
         .await
         .expect("the timers bucket");
-    stream.info().await.expect("stream info").state.last_sequence
+    stream
+        .info()
+        .await
+        .expect("stream info")
+        .state
+        .last_sequence
 }
 
 #[tokio::test]

@@ -29,6 +29,7 @@ mod cancels;
 pub mod definitions;
 mod effects;
 mod error;
+mod grouped;
 mod health;
 pub mod history;
 mod identity;

@@ -97,8 +97,9 @@ pub(super) struct Steps {
     pub(super) after: Vec<Write>,
     /// Carried out after the commit.
     pub(super) commands: Vec<Command>,
-    /// The event's history entry, published with `commands` (see `history`).
-    pub(super) history: Option<HistoryEntry>,
+    /// The history entries of the events committed (one per event; none for a replay of
+    /// an entry without one), published with `commands` (see `history`).
+    pub(super) history: Vec<HistoryEntry>,
     /// The run's wake entry to write or remove with `commands` (see `wake`).
     pub(super) wake: Option<WakeWrite>,
     /// Whether `commands` arm and disarm one entry per timer: a replayed outbox entry
@@ -153,7 +154,13 @@ pub(super) enum Plan {
 /// outbox: committed before, maybe not carried out. The driver then skips loading
 /// anything the event itself would need.
 pub(super) fn replays(record: &RunRecord, delivery: Delivery) -> bool {
-    delivery.delivered > 1 && record.outbox.iter().any(|e| e.seq == delivery.seq)
+    delivery.delivered > 1 && record.outbox.iter().any(|e| holds(e, delivery.seq))
+}
+
+/// Whether outbox entry `e` holds the commands of event `seq` (its own, or one committed
+/// with it).
+fn holds(e: &OutboxEntry, seq: u64) -> bool {
+    e.seq == seq || e.group.contains(&seq)
 }
 
 /// Decides what `envelope` does to the run `loaded` holds, at wall-clock `stamp.now`;
@@ -230,6 +237,7 @@ pub(super) fn plan(
         delivery,
         stamp,
         traced,
+        keep_entry: false,
     };
     apply(workflow, run_key, record, envelope, applying)
 }
@@ -326,6 +334,8 @@ fn attach(
         history: Some(entry.clone()),
         spans: Vec::new(),
         wake: None,
+        group: Vec::new(),
+        more_history: Vec::new(),
         timers_in_wake: true,
     });
     let bytes = bulk::encode(&mut record)?;
@@ -342,7 +352,7 @@ fn attach(
         }),
         after: Vec::new(),
         commands,
-        history: Some(entry),
+        history: vec![entry],
         wake: None,
         legacy_timers: false,
         tidy: None,
@@ -410,7 +420,7 @@ fn replay(
     let pos = record
         .outbox
         .iter()
-        .position(|e| e.seq == delivery.seq)
+        .position(|e| holds(e, delivery.seq))
         .expect("replay is planned only when the entry is in the outbox");
     let entry = record.outbox.remove(pos);
     let tidy = match revision {
@@ -427,7 +437,11 @@ fn replay(
         commit: None,
         after: bulk::result_writes(run_key, &entry.results)?,
         commands: outbox::thicken(workflow, &mut record.state, entry.commands),
-        history: entry.history,
+        history: entry
+            .history
+            .into_iter()
+            .chain(entry.more_history)
+            .collect(),
         wake: entry.wake,
         legacy_timers: !entry.timers_in_wake,
         apart_for: apart_for(&record.state, now),
@@ -447,6 +461,9 @@ struct Applying<'a> {
     delivery: Delivery,
     stamp: Stamp<'a>,
     traced: bool,
+    /// Leave the event's outbox entry in the record kept (a group commit: the next event's
+    /// commit must hold it too).
+    keep_entry: bool,
 }
 
 /// Applies the event to the core and plans its commit.
@@ -464,6 +481,7 @@ fn apply(
         delivery,
         stamp,
         traced,
+        keep_entry,
     } = applying;
     let now = stamp.now;
     // Some events change the state without any command (a fork branch that is not the
@@ -526,6 +544,8 @@ fn apply(
         history: Some(entry.clone()),
         spans: spans::for_outbox(&spans),
         wake: wake.clone(),
+        group: Vec::new(),
+        more_history: Vec::new(),
         timers_in_wake: true,
     });
     // What the commit refers to goes first: items of a map that just started, outputs
@@ -540,7 +560,9 @@ fn apply(
         .sum::<usize>();
     // Once carried out, this replica's copy needs the entry no more; KV keeps it until
     // the next commit, for a redelivery.
-    record.outbox.pop();
+    if !keep_entry {
+        record.outbox.pop();
+    }
     let ended = record.state.status.is_terminal();
     Ok(Plan::Perform(Box::new(Steps {
         callers: record.callers(),
@@ -553,13 +575,14 @@ fn apply(
         }),
         after,
         commands,
-        history: Some(entry),
+        history: vec![entry],
         wake,
         legacy_timers: false,
         tidy: None,
         apart_for: apart_for(&record.state, now),
         ending: ended.then(|| ending(&record, run_key)).transpose()?,
-        keep: (!ended).then_some(record),
+        // A group commit goes on with the record, ended or not (see `group`).
+        keep: (!ended || keep_entry).then_some(record),
         observed,
         spans,
     })))
@@ -616,6 +639,9 @@ fn ending(record: &RunRecord, run_key: &str) -> Result<Ending, serde_json::Error
 fn apart_for(state: &Execution, now: Millis) -> Millis {
     Millis(state.deadline.0.saturating_sub(now.0))
 }
+
+pub(super) mod group;
+pub(super) use group::plan_group;
 
 #[cfg(test)]
 mod tests;

@@ -74,6 +74,15 @@ pub struct OutboxEntry {
     /// The run's wake entry to write or remove (see `wake`): written again on a replay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wake: Option<WakeWrite>,
+    /// The other events committed with this one (a group commit, see `plan::group`):
+    /// a redelivery of any of them replays the entry, which holds all their commands,
+    /// results, history entries and wake writes. Every event of a group is acked only once
+    /// all of it is carried out, so the entry goes with `seq`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub group: Vec<u64>,
+    /// The history entries of the events in `group`, after `history`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more_history: Vec<HistoryEntry>,
     /// Whether the entry's timers are kept as the run's wake (every entry committed since
     /// wakes exist). A replayed entry from before arms its `StartTimer` commands one entry
     /// per timer, as it was committed to.
