@@ -164,3 +164,46 @@ fn merge_wakes(first: Option<WakeWrite>, next: Option<WakeWrite>) -> Option<Wake
     };
     Some(WakeWrite { arm, drop })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shell::wake::Wake;
+
+    fn wake(n: u64) -> Wake {
+        Wake {
+            at: Millis(n * 100),
+            n,
+        }
+    }
+
+    fn write(arm: Option<u64>, drop: Option<u64>) -> Option<WakeWrite> {
+        Some(WakeWrite {
+            arm: arm.map(|n| (wake(n), core::TimerId::Deadline)),
+            drop: drop.map(wake),
+        })
+    }
+
+    #[test]
+    fn a_wake_armed_and_superseded_in_one_group_is_never_written() {
+        // The group's first event arms 1 over the wake before the group (0); the next
+        // arms 2 over 1: write 2, drop 0.
+        assert_eq!(
+            merge_wakes(write(Some(1), Some(0)), write(Some(2), Some(1))),
+            write(Some(2), Some(0))
+        );
+        // The run ends in the group: drop only the wake from before it.
+        assert_eq!(
+            merge_wakes(write(Some(1), Some(0)), write(None, Some(1))),
+            write(None, Some(0))
+        );
+        assert_eq!(
+            merge_wakes(None, write(Some(3), None)),
+            write(Some(3), None)
+        );
+        assert_eq!(
+            merge_wakes(write(Some(3), None), None),
+            write(Some(3), None)
+        );
+    }
+}
