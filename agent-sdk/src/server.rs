@@ -419,7 +419,13 @@ async fn run_call(shared: Arc<Shared>, call: Call, seq: u64, canceled: oneshot::
         None => Outcome::Canceled,
         Some(_permit) => {
             shared.calls().started(&call.task_id, seq);
-            send_status(&shared, &call, TaskState::Working).await;
+            // A sign of life at once, for callers that resend after silence. A workflow's
+            // call gets none: the workflow node times its calls out instead of resending,
+            // and drops a bare `working` (one message per call saved on its hot path);
+            // the heartbeats below still go to it while the handler runs.
+            if call.node_request.is_none() {
+                send_status(&shared, &call, TaskState::Working).await;
+            }
             let work = process(&shared, &call);
             tokio::pin!(work);
             // Signs of life, so a caller that resends after silence does not.

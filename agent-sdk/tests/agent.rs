@@ -91,21 +91,14 @@ async fn a_workflow_call_gets_a_successful_node_result() -> Result<()> {
     assert_eq!(result.retry_count, 1);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 
-    // A `working` status update went to Mesh-Status-To first.
-    let update: messages::Response = serde_json::from_slice(&next(&mut statuses).await?.payload)?;
-    match update.outcome {
-        Outcome::Result(r) => match *r {
-            messages::AgentReply::StatusUpdate(u) => {
-                assert_eq!(
-                    (u.task_id.as_str(), u.status.state),
-                    ("e1_double_0_2", TaskState::Working)
-                );
-                assert!(!u.is_final);
-            }
-            other => panic!("expected a status update, got {other:?}"),
-        },
-        other => panic!("expected a result, got {other:?}"),
-    }
+    // A workflow's call gets no `working` update at once (the node drops bare ones and
+    // times its calls out). One sent would have been published before the reply, on the
+    // same connection, so it would be in hand already.
+    let early = futures::FutureExt::now_or_never(futures::StreamExt::next(&mut statuses));
+    assert!(
+        early.is_none(),
+        "a status update came before the reply: {early:?}"
+    );
     Ok(())
 }
 

@@ -58,6 +58,10 @@ fn run(
         results: Vec::new(),
         history: None,
         spans: Vec::new(),
+        wake: None,
+        group: Vec::new(),
+        more_history: Vec::new(),
+        timers_in_wake: true,
     });
     let mut envelopes: Vec<Envelope> = sim
         .events
@@ -69,6 +73,7 @@ fn run(
         caller: Some(caller),
         attach: true,
         definition: Some("abc".into()),
+        wake: None,
     });
     (record, envelopes)
 }

@@ -336,6 +336,7 @@ async fn an_event_delivered_again_is_counted_as_a_redelivery_and_its_run_once() 
         caller: Some(Caller::default()),
         attach: false,
         definition: None,
+        wake: None,
     };
     let js = async_nats::jetstream::new(client.clone());
     let subject = messages::subjects::run_events("mesh", "Chain", &execution.0);

@@ -26,7 +26,7 @@ use crate::definition::{
 /// How much earlier than the record says a timer may fire and still count: the clock
 /// skew allowed between replicas (a timer fires by its replica's clock, the event is
 /// applied by another's). Earlier than that it is not a timer of ours.
-pub(super) const TIMER_EARLY_TOLERANCE_MS: u64 = 60_000;
+pub const TIMER_EARLY_TOLERANCE_MS: u64 = 60_000;
 
 impl Cx<'_> {
     /// Starts a node whose dependencies allow it (and whose `when` held).

@@ -276,6 +276,7 @@ fn unloaded_map_ending<'r>(
     workflow: &Workflow,
     record: &'r RunRecord,
     event: &Event,
+    ahead: u32,
 ) -> Option<&'r String> {
     let Event::CallSucceeded { task, .. } = event else {
         return None;
@@ -292,18 +293,20 @@ fn unloaded_map_ending<'r>(
     let Some(Detail::Map(map)) = record.state.nodes.get(id)?.detail.as_ref() else {
         return None;
     };
-    (!r.results_loaded && map.done + 1 >= r.total).then_some(id)
+    (!r.results_loaded && map.done + ahead >= r.total).then_some(id)
 }
 
-/// Before applying `event`, when it may end an externalised map whose results are not
-/// loaded: fills in the results still in outbox entries, and returns the map and the
-/// indices of the results to read from their keys (`store::load_results`).
+/// Before applying `event` (and `ahead - 1` more events with it, a group commit), when
+/// they may end an externalised map whose results are not loaded: fills in the results
+/// still in outbox entries, and returns the map and the indices of the results to read
+/// from their keys (`store::load_results`).
 pub(super) fn results_wanted(
     workflow: &Workflow,
     record: &mut RunRecord,
     event: &Event,
+    ahead: u32,
 ) -> Option<(String, Vec<u32>)> {
-    let id = unloaded_map_ending(workflow, record, event)?.clone();
+    let id = unloaded_map_ending(workflow, record, event, ahead)?.clone();
     let pending: Vec<ItemResult> = record
         .outbox
         .iter()

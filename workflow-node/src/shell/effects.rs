@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
+use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::HeaderMap;
 use messages::a2a::{Message, Part, Role, TaskState};
 use messages::jsonrpc::Request;
@@ -20,6 +21,7 @@ use super::record::Caller;
 use super::reply::{self, Ending};
 use super::timers::TimerRecord;
 use super::traces::RunTrace;
+use super::wake::WakeWrite;
 use super::{names, now, publish_event, Envelope, Shared};
 use crate::core::{
     Command, Dispatch, Event, ExecutionId, Failure, FailureClass, RunError, RunStatus, Slot,
@@ -40,14 +42,17 @@ impl RunContext<'_> {
     /// command is safe to carry out again, and the outbox does so when the event comes
     /// back. Disarming a timer is the exception: one left armed only costs a no-op event.
     ///
-    /// Timer writes are pipelined: each is sent in order, and their acks are awaited
-    /// together at the end, so a dispatch does not wait behind a KV round trip, while the
-    /// event is still acked only once every timer is stored.
-    pub(super) async fn carry_out(&self, commands: &[Command]) -> Result<()> {
+    /// Timers are the run's wake (`wake`), written by [`write_wake`](Self::write_wake):
+    /// `StartTimer` and `CancelTimer` write nothing here, except for an outbox entry
+    /// committed before wakes existed (`legacy_timers`), whose timers have entries of
+    /// their own. Those writes are pipelined: sent in order, their acks awaited together
+    /// at the end.
+    pub(super) async fn carry_out(&self, commands: &[Command], legacy_timers: bool) -> Result<()> {
         let mut timer_acks = Vec::new();
         let mut disarm_acks = Vec::new();
         for command in commands {
             match command {
+                Command::CancelTimer { .. } | Command::StartTimer { .. } if !legacy_timers => {}
                 Command::CancelTimer { timer } => {
                     disarm_acks.push(self.disarm(&timer.key()).await?);
                 }
@@ -57,6 +62,7 @@ impl RunContext<'_> {
                         execution: self.execution.clone(),
                         timer: timer.clone(),
                         at: *at,
+                        wake: None,
                     };
                     timer_acks.push(self.arm(&timer.key(), &rec).await?);
                 }
@@ -135,12 +141,31 @@ impl RunContext<'_> {
             .unwrap_or_else(|| NOBODY.get_or_init(Caller::default))
     }
 
+    /// Starts the writes of the run's wake entry: the new wake armed (its ack, to await
+    /// before the event is acked) and the old one removed (a failure only costs a wake
+    /// that fires for nothing).
+    pub(super) async fn write_wake(&self, write: &WakeWrite) -> Result<Option<PublishAckFuture>> {
+        if let Some(old) = &write.drop {
+            match self.disarm(&old.key()).await {
+                Ok(ack) => drop(ack),
+                Err(e) => tracing::debug!("dropping wake {} failed: {e}", old.key()),
+            }
+        }
+        let Some((wake, timer)) = &write.arm else {
+            return Ok(None);
+        };
+        let rec = TimerRecord {
+            workflow: self.workflow.name.clone(),
+            execution: self.execution.clone(),
+            timer: timer.clone(),
+            at: wake.at,
+            wake: Some(wake.n),
+        };
+        self.arm(&wake.key(), &rec).await.map(Some)
+    }
+
     /// Starts writing a timer's entry; the returned ack says it is stored.
-    async fn arm(
-        &self,
-        timer: &str,
-        rec: &TimerRecord,
-    ) -> Result<async_nats::jetstream::context::PublishAckFuture> {
+    async fn arm(&self, timer: &str, rec: &TimerRecord) -> Result<PublishAckFuture> {
         let key = names::timer_key(&self.workflow.name, self.execution, timer);
         let subject = subjects::kv_key(&names::timers_bucket(&self.shared.ns), &key);
         // A timer nobody disarms (its run's end was lost with a replica) still goes.
@@ -160,10 +185,7 @@ impl RunContext<'_> {
 
     /// Starts purging a timer's entry with a marker that expires (per-message TTL), so
     /// disarmed timers leave nothing behind in the bucket.
-    async fn disarm(
-        &self,
-        timer: &str,
-    ) -> Result<async_nats::jetstream::context::PublishAckFuture> {
+    async fn disarm(&self, timer: &str) -> Result<PublishAckFuture> {
         let key = names::timer_key(&self.workflow.name, self.execution, timer);
         let subject = subjects::kv_key(&names::timers_bucket(&self.shared.ns), &key);
         let mut h = HeaderMap::new();

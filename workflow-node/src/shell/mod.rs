@@ -30,6 +30,7 @@ pub mod definitions;
 mod effects;
 mod error;
 mod final_claim;
+mod grouped;
 mod health;
 pub mod history;
 mod identity;
@@ -54,6 +55,7 @@ mod steer;
 mod store;
 pub mod timers;
 mod traces;
+pub mod wake;
 pub mod wire;
 mod worker;
 
@@ -193,6 +195,10 @@ pub struct Envelope {
     /// replica that took the request serves, or the version the caller pinned).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub definition: Option<String>,
+    /// On a `TimerFired` published by a run's wake entry: that wake. The run's worker then
+    /// fires every pending timer due by it (see `wake`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake: Option<wake::Wake>,
 }
 
 impl Envelope {
@@ -203,6 +209,7 @@ impl Envelope {
             caller: None,
             attach: false,
             definition: None,
+            wake: None,
         }
     }
 }

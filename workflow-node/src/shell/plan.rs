@@ -36,6 +36,7 @@ use super::observe::{observe, Observed};
 use super::outbox;
 use super::record::{ApprovalAsk, Caller, OutboxEntry, RunRecord};
 use super::spans::{self, EndedSpan};
+use super::wake::{self, WakeWrite};
 use super::Envelope;
 use crate::core::{self, Command, Detail, Event, Execution, ExecutionId, Millis, NodeStatus};
 use crate::definition::Workflow;
@@ -96,8 +97,14 @@ pub(super) struct Steps {
     pub(super) after: Vec<Write>,
     /// Carried out after the commit.
     pub(super) commands: Vec<Command>,
-    /// The event's history entry, published with `commands` (see `history`).
-    pub(super) history: Option<HistoryEntry>,
+    /// The history entries of the events committed (one per event; none for a replay of
+    /// an entry without one), published with `commands` (see `history`).
+    pub(super) history: Vec<HistoryEntry>,
+    /// The run's wake entry to write or remove with `commands` (see `wake`).
+    pub(super) wake: Option<WakeWrite>,
+    /// Whether `commands` arm and disarm one entry per timer: a replayed outbox entry
+    /// committed before wakes existed.
+    pub(super) legacy_timers: bool,
     /// Written last, if nothing moved the entry meanwhile.
     pub(super) tidy: Option<Commit>,
     /// To cache with the revision of the last write that succeeded; `None` caches nothing.
@@ -147,7 +154,13 @@ pub(super) enum Plan {
 /// outbox: committed before, maybe not carried out. The driver then skips loading
 /// anything the event itself would need.
 pub(super) fn replays(record: &RunRecord, delivery: Delivery) -> bool {
-    delivery.delivered > 1 && record.outbox.iter().any(|e| e.seq == delivery.seq)
+    delivery.delivered > 1 && record.outbox.iter().any(|e| holds(e, delivery.seq))
+}
+
+/// Whether outbox entry `e` holds the commands of event `seq` (its own, or one committed
+/// with it).
+fn holds(e: &OutboxEntry, seq: u64) -> bool {
+    e.seq == seq || e.group.contains(&seq)
 }
 
 /// Decides what `envelope` does to the run `loaded` holds, at wall-clock `stamp.now`;
@@ -224,6 +237,7 @@ pub(super) fn plan(
         delivery,
         stamp,
         traced,
+        keep_entry: false,
     };
     apply(workflow, run_key, record, envelope, applying)
 }
@@ -241,6 +255,7 @@ pub(super) fn abandoned(
         caller: envelope.caller,
         attach: false,
         definition: envelope.definition,
+        wake: None,
     };
     (
         envelope,
@@ -318,6 +333,10 @@ fn attach(
         results: Vec::new(),
         history: Some(entry.clone()),
         spans: Vec::new(),
+        wake: None,
+        group: Vec::new(),
+        more_history: Vec::new(),
+        timers_in_wake: true,
     });
     let bytes = bulk::encode(&mut record)?;
     record.entry_bytes = bytes.len();
@@ -333,7 +352,9 @@ fn attach(
         }),
         after: Vec::new(),
         commands,
-        history: Some(entry),
+        history: vec![entry],
+        wake: None,
+        legacy_timers: false,
         tidy: None,
         apart_for: apart_for(&record.state, now),
         ending: None,
@@ -407,7 +428,7 @@ fn replay(
     let pos = record
         .outbox
         .iter()
-        .position(|e| e.seq == delivery.seq)
+        .position(|e| holds(e, delivery.seq))
         .expect("replay is planned only when the entry is in the outbox");
     let entry = record.outbox.remove(pos);
     let tidy = match revision {
@@ -424,7 +445,13 @@ fn replay(
         commit: None,
         after: bulk::result_writes(run_key, &entry.results)?,
         commands: outbox::thicken(workflow, &mut record.state, entry.commands),
-        history: entry.history,
+        history: entry
+            .history
+            .into_iter()
+            .chain(entry.more_history)
+            .collect(),
+        wake: entry.wake,
+        legacy_timers: !entry.timers_in_wake,
         apart_for: apart_for(&record.state, now),
         ending: None,
         keep: tidy.is_some().then_some(record),
@@ -442,6 +469,9 @@ struct Applying<'a> {
     delivery: Delivery,
     stamp: Stamp<'a>,
     traced: bool,
+    /// Leave the event's outbox entry in the record kept (a group commit: the next event's
+    /// commit must hold it too).
+    keep_entry: bool,
 }
 
 /// Applies the event to the core and plans its commit.
@@ -459,6 +489,7 @@ fn apply(
         delivery,
         stamp,
         traced,
+        keep_entry,
     } = applying;
     let now = stamp.now;
     // Some events change the state without any command (a fork branch that is not the
@@ -466,14 +497,21 @@ fn apply(
     // learns of them. Items and results are left out of the copy (an event that changes a
     // result always has commands), so it costs nothing per item of a large map.
     let before = bulk::without_bulk(&mut record, Execution::clone);
-    let commands = core::apply(workflow, &mut record.state, envelope.event.clone(), now);
+    let (commands, fired) = apply_events(workflow, &mut record, envelope, now);
+    // What the metrics and spans see: for a wake, the first timer it fired.
+    let fired_event = match (envelope.wake, fired.first()) {
+        (Some(_), Some(timer)) => Some(Event::TimerFired {
+            timer: timer.clone(),
+        }),
+        _ => None,
+    };
+    let event = fired_event.as_ref().unwrap_or(&envelope.event);
     if matches!(envelope.event, Event::Abandoned { .. }) {
         // The failure must be stored whatever made the run's events fail: keep its
         // control state, drop its outputs (the callers' answer carries the error only).
         bulk::drop_outputs(&mut record);
     }
     let spans = if traced {
-        let event = &envelope.event;
         let times = &mut record.call_times;
         spans::ended(workflow, &before, &record.state, event, times, now)
     } else {
@@ -481,7 +519,10 @@ fn apply(
         record.call_times.clear();
         Vec::new()
     };
-    if commands.is_empty() && bulk::without_bulk(&mut record, |s| *s == before) {
+    // Numbered as the commit that would arm it (`history_entry` counts it below).
+    let next = record.applied + 1;
+    let wake = wake::rewake(&mut record, envelope.wake, next);
+    if commands.is_empty() && wake.is_none() && bulk::without_bulk(&mut record, |s| *s == before) {
         if from_cache {
             return Ok(Plan::Reload);
         }
@@ -489,13 +530,20 @@ fn apply(
             keep: revision.map(|r| (r, Box::new(record))),
         });
     }
-    let observed = observe(workflow, &before, &record.state, &envelope.event, now);
+    let observed = observe(workflow, &before, &record.state, event, now);
     // An entry stays until its event is acked, whoever committed it.
     record.outbox.retain(|e| !settled.contains(&e.seq));
     let results = bulk::item_results(workflow, &record, &envelope.event);
     let after = bulk::result_writes(run_key, &results)?;
     note(&mut record, &commands, now);
-    let entry = history_entry(&mut record, envelope, stamp);
+    let mut entry = history_entry(&mut record, envelope, stamp);
+    if envelope.wake.is_some() {
+        let keys: Vec<String> = fired.iter().map(core::TimerId::key).collect();
+        entry.detail = Some(match keys.is_empty() {
+            true => "wake: no timer due".into(),
+            false => format!("wake: {}", keys.join(", ")),
+        });
+    }
     record.outbox.push(OutboxEntry {
         seq: delivery.seq,
         at: now,
@@ -503,6 +551,10 @@ fn apply(
         results,
         history: Some(entry.clone()),
         spans: spans::for_outbox(&spans),
+        wake: wake.clone(),
+        group: Vec::new(),
+        more_history: Vec::new(),
+        timers_in_wake: true,
     });
     // What the commit refers to goes first: items of a map that just started, outputs
     // kept apart.
@@ -516,7 +568,9 @@ fn apply(
         .sum::<usize>();
     // Once carried out, this replica's copy needs the entry no more; KV keeps it until
     // the next commit, for a redelivery.
-    record.outbox.pop();
+    if !keep_entry {
+        record.outbox.pop();
+    }
     let ended = record.state.status.is_terminal();
     Ok(Plan::Perform(Box::new(Steps {
         callers: record.callers(),
@@ -529,14 +583,52 @@ fn apply(
         }),
         after,
         commands,
-        history: Some(entry),
+        history: vec![entry],
+        wake,
+        legacy_timers: false,
         tidy: None,
         apart_for: apart_for(&record.state, now),
         ending: ended.then(|| ending(&record, run_key)).transpose()?,
-        keep: (!ended).then_some(record),
+        // A group commit goes on with the record, ended or not (see `group`).
+        keep: (!ended || keep_entry).then_some(record),
         observed,
         spans,
     })))
+}
+
+/// Applies the envelope's event to the run's state, keeping its pending timers in step;
+/// for a wake, `TimerFired` for every pending timer due by it instead, earliest first
+/// (see `wake`). The commands, and the timers a wake fired.
+fn apply_events(
+    workflow: &Workflow,
+    record: &mut RunRecord,
+    envelope: &Envelope,
+    now: Millis,
+) -> (Vec<Command>, Vec<core::TimerId>) {
+    let Some(fired_wake) = envelope.wake else {
+        let commands = core::apply(workflow, &mut record.state, envelope.event.clone(), now);
+        if let Event::TimerFired { timer } = &envelope.event {
+            // A timer of its own entry (armed before wakes existed) fired.
+            record.timers.remove(&timer.key());
+        }
+        wake::track(&mut record.timers, &commands);
+        return (commands, Vec::new());
+    };
+    // The replica that fired the wake found it due by its clock; the core tolerates that
+    // much skew (and ignores a timer fired earlier than that).
+    let tolerated = now.0.saturating_add(core::TIMER_EARLY_TOLERANCE_MS);
+    let cutoff = Millis(fired_wake.at.0.min(tolerated).max(now.0));
+    let due = wake::take_due(&mut record.timers, cutoff);
+    let mut commands = Vec::new();
+    for timer in &due {
+        let event = Event::TimerFired {
+            timer: timer.clone(),
+        };
+        let out = core::apply(workflow, &mut record.state, event, now);
+        wake::track(&mut record.timers, &out);
+        commands.extend(out);
+    }
+    (commands, due)
 }
 
 /// What happens to the keys beside an entry when its run ends.
@@ -555,6 +647,9 @@ fn ending(record: &RunRecord, run_key: &str) -> Result<Ending, serde_json::Error
 fn apart_for(state: &Execution, now: Millis) -> Millis {
     Millis(state.deadline.0.saturating_sub(now.0))
 }
+
+pub(super) mod group;
+pub(super) use group::plan_group;
 
 #[cfg(test)]
 mod tests;

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use super::bulk::{ItemResult, MapRef};
 use super::history::HistoryEntry;
 use super::spans::{CallTimes, EndedSpan};
+use super::wake::{PendingTimer, Wake, WakeWrite};
 use crate::core::{Command, Execution, Millis, TaskKey};
 
 /// Who started a run and where its answers go.
@@ -70,6 +71,23 @@ pub struct OutboxEntry {
     /// back before it was acked, as its commands are carried out again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub spans: Vec<EndedSpan>,
+    /// The run's wake entry to write or remove (see `wake`): written again on a replay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake: Option<WakeWrite>,
+    /// The other events committed with this one (a group commit, see `plan::group`):
+    /// a redelivery of any of them replays the entry, which holds all their commands,
+    /// results, history entries and wake writes. Every event of a group is acked only once
+    /// all of it is carried out, so the entry goes with `seq`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub group: Vec<u64>,
+    /// The history entries of the events in `group`, after `history`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more_history: Vec<HistoryEntry>,
+    /// Whether the entry's timers are kept as the run's wake (every entry committed since
+    /// wakes exist). A replayed entry from before arms its `StartTimer` commands one entry
+    /// per timer, as it was committed to.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timers_in_wake: bool,
 }
 
 /// One run's entry in the runs bucket, under the run's key `{workflow}.{execution}`;
@@ -128,6 +146,14 @@ pub struct RunRecord {
     /// caller's trace context in `caller.traceparent`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub call_times: BTreeMap<TaskKey, CallTimes>,
+    /// The timers the run has started and not yet seen fire or cancelled, by key: the
+    /// wake fires them (see `wake`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub timers: BTreeMap<String, PendingTimer>,
+    /// The run's wake entry in the timers bucket, as last armed by a commit: no later
+    /// than the earliest of `timers`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake: Option<Wake>,
     /// Outputs already measured, by node and `output_rev`: small ones are not measured
     /// again at every event. Not stored: a replica that loads the run measures once.
     #[serde(skip)]
@@ -160,6 +186,8 @@ impl RunRecord {
             ended_at: None,
             attempts: BTreeMap::new(),
             asks: BTreeMap::new(),
+            timers: BTreeMap::new(),
+            wake: None,
             outputs_measured: BTreeMap::new(),
             entry_bytes: 0,
             held_bytes: 0,

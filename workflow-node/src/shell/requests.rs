@@ -495,6 +495,7 @@ async fn begin(
         caller: Some(caller.clone()),
         attach: false,
         definition: Some(workflow.hash.clone()),
+        wake: None,
     };
     let msg_id = msg_id::run_start(&execution.0);
     let stored = publish_event(shared, &workflow.name, execution, &msg_id, &envelope).await?;
@@ -531,6 +532,7 @@ async fn join(
         caller: Some(caller),
         attach: true,
         definition: None,
+        wake: None,
     };
     attach(shared, workflow, execution, envelope).await
 }

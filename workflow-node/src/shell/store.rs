@@ -254,8 +254,9 @@ pub(super) async fn load_results(
     key: &str,
     record: &mut RunRecord,
     event: &Event,
+    ahead: u32,
 ) -> Result<()> {
-    let Some((id, wanted)) = bulk::results_wanted(workflow, record, event) else {
+    let Some((id, wanted)) = bulk::results_wanted(workflow, record, event, ahead) else {
         return Ok(());
     };
     let id_ref = &id;

@@ -18,6 +18,7 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::error::{Context, Result};
+use super::wake::Wake;
 use super::{now, publish_event, Envelope, Shared};
 use crate::core::{Event, ExecutionId, Millis, TimerId};
 
@@ -34,7 +35,16 @@ pub struct TimerRecord {
     /// Wall-clock deadline: it fires no earlier than this by the firing replica's clock.
     /// Also part of the firing's message id, so a re-armed timer fires anew.
     pub at: Millis,
+    /// For a run's wake (see `wake`): the commit that armed it. Its firing then fires
+    /// every pending timer of the run due by `at`; `timer` is the earliest of them when
+    /// it was armed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake: Option<u64>,
 }
+
+/// A timer armed from its entry: the record and the entry's revision (its firing removes
+/// that revision only, never an entry written over it since).
+type Held = (TimerRecord, u64);
 
 /// How long a timer whose firing failed waits before the next try.
 const RETRY: Duration = Duration::from_secs(1);
@@ -43,20 +53,20 @@ const RETRY: Duration = Duration::from_secs(1);
 /// or, after a failed firing, the retry. No I/O and no clock: `now` comes in.
 #[derive(Debug, Default)]
 pub(crate) struct Armed {
-    records: HashMap<String, (Millis, TimerRecord)>,
+    records: HashMap<String, (Millis, Held)>,
     wakes: BTreeSet<(Millis, String)>,
 }
 
 impl Armed {
     /// Arms `rec` under `key` for its deadline, replacing what was armed there.
-    pub(crate) fn arm(&mut self, key: String, rec: TimerRecord) {
-        let at = rec.at;
+    pub(crate) fn arm(&mut self, key: String, rec: Held) {
+        let at = rec.0.at;
         self.arm_at(key, rec, at);
     }
 
     /// Arms `rec` to be looked at again at `wake` (a retry); the record, and so the message
     /// id of its firing, is unchanged.
-    pub(crate) fn arm_at(&mut self, key: String, rec: TimerRecord, wake: Millis) {
+    pub(crate) fn arm_at(&mut self, key: String, rec: Held, wake: Millis) {
         self.disarm(&key);
         self.wakes.insert((wake, key.clone()));
         self.records.insert(key, (wake, rec));
@@ -76,7 +86,7 @@ impl Armed {
 
     /// Takes out the timers due by `now` (wake time at or before it), earliest first; the
     /// others stay armed, to be looked at again at [`next_wake`](Self::next_wake).
-    pub(crate) fn take_due(&mut self, now: Millis) -> Vec<(String, TimerRecord)> {
+    pub(crate) fn take_due(&mut self, now: Millis) -> Vec<(String, Held)> {
         let mut due = Vec::new();
         while let Some((wake, key)) = self.wakes.first().cloned() {
             if wake > now {
@@ -144,7 +154,7 @@ async fn on_entry(shared: &Shared, armed: &mut Armed, entry: Entry) {
         return;
     }
     match serde_json::from_slice::<TimerRecord>(&entry.value) {
-        Ok(rec) => armed.arm(entry.key, rec),
+        Ok(rec) => armed.arm(entry.key, (rec, entry.revision)),
         Err(e) => {
             tracing::warn!(
                 "timer entry {} (revision {}) is not a timer ({e}): purging it",
@@ -159,14 +169,15 @@ async fn on_entry(shared: &Shared, armed: &mut Armed, entry: Entry) {
     }
 }
 
-/// Publishes the timer's event and deletes its entry.
-async fn fire(shared: &Shared, key: &str, rec: &TimerRecord) -> Result<()> {
+/// Publishes the timer's event and deletes its entry (the revision that fired).
+async fn fire(shared: &Shared, key: &str, (rec, revision): &Held) -> Result<()> {
     let msg_id = messages::msg_id::timer_fired(key, rec.at.0);
-    let envelope = Envelope::event(Event::TimerFired {
+    let mut envelope = Envelope::event(Event::TimerFired {
         timer: rec.timer.clone(),
     });
+    envelope.wake = rec.wake.map(|n| Wake { at: rec.at, n });
     publish_event(shared, &rec.workflow, &rec.execution, &msg_id, &envelope).await?;
-    if let Err(e) = purge(shared, key, None).await {
+    if let Err(e) = purge(shared, key, Some(*revision)).await {
         tracing::debug!("{e}");
     }
     Ok(())
@@ -203,16 +214,18 @@ async fn purge(shared: &Shared, key: &str, revision: Option<u64>) -> Result<()> 
 mod tests {
     use super::*;
 
-    fn rec(at: u64) -> TimerRecord {
-        TimerRecord {
+    fn rec(at: u64) -> Held {
+        let rec = TimerRecord {
             workflow: "W".into(),
             execution: ExecutionId("e".into()),
             timer: TimerId::Deadline,
             at: Millis(at),
-        }
+            wake: None,
+        };
+        (rec, 1)
     }
 
-    fn keys(due: &[(String, TimerRecord)]) -> Vec<&str> {
+    fn keys(due: &[(String, Held)]) -> Vec<&str> {
         due.iter().map(|(k, _)| k.as_str()).collect()
     }
 
@@ -261,7 +274,7 @@ mod tests {
         assert!(armed.take_due(Millis(1009)).is_empty());
         let due = armed.take_due(Millis(1010));
         assert_eq!(
-            due[0].1.at,
+            due[0].1 .0.at,
             Millis(10),
             "the message id stays that of the deadline"
         );

@@ -25,19 +25,19 @@ use tokio::sync::mpsc;
 use super::cache::RunCache;
 use super::effects::RunContext;
 use super::error::{Context, Error, Result};
-use super::history;
 use super::lease::Leases;
 use super::plan::{self, Delivery, Loaded, Plan, Stamp, Steps};
 use super::record::RunRecord;
 use super::retry::{Failures, Next};
 use super::traces::RunTrace;
 use super::wire::{interpret_reply, reply_event, ReplyMeaning};
+use super::{grouped, history};
 use super::{names, now, seal, store, Envelope, Shared};
 use crate::core::{self, Event, ExecutionId, TaskKey};
 use crate::definition::Workflow;
 
 /// Compare-and-swap attempts on one event before it is given back to the stream.
-const MAX_CONFLICTS: usize = 64;
+pub(super) const MAX_CONFLICTS: usize = 64;
 
 /// Creates (or finds) the workflow's event stream and the shared consumer.
 pub(super) async fn consumer(
@@ -223,7 +223,7 @@ impl Backoff {
 }
 
 /// The run an event belongs to, from its subject.
-fn execution_of(ns: &str, workflow: &str, subject: &str) -> Option<ExecutionId> {
+pub(super) fn execution_of(ns: &str, workflow: &str, subject: &str) -> Option<ExecutionId> {
     let events = subjects::run_events_all(ns, workflow);
     let responses = subjects::agent_response_all(ns, workflow);
     let token = subjects::last_token(subject);
@@ -237,7 +237,7 @@ fn execution_of(ns: &str, workflow: &str, subject: &str) -> Option<ExecutionId> 
 }
 
 /// A cached run: its KV revision and record.
-type Cache = RunCache;
+pub(super) type Cache = RunCache;
 
 async fn worker(
     shared: Arc<Shared>,
@@ -247,39 +247,117 @@ async fn worker(
     to_ack: mpsc::UnboundedSender<(u64, jetstream::Message)>,
 ) {
     let budget = shared.config.cache_bytes / shared.config.workers.max(1);
-    let mut cache = Cache::new(budget);
-    let mut failures = Failures::default();
-    while let Some((lease, msg)) = rx.recv().await {
+    let mut w = Worker {
+        shared,
+        workflow,
+        leases,
+        to_ack,
+        cache: Cache::new(budget),
+        failures: Failures::default(),
+    };
+    while let Some(first) = rx.recv().await {
+        // Whatever else waits is taken too: events of one run in it are committed together.
+        let mut batch = vec![first];
+        while batch.len() < grouped::BATCH_MAX {
+            match rx.try_recv() {
+                Ok(more) => batch.push(more),
+                Err(_) => break,
+            }
+        }
+        for run in grouped::by_run(&w.shared.ns, &w.workflow.name, batch) {
+            w.run_events(run).await;
+        }
+    }
+}
+
+/// How long the events of a group that failed wait before they come back, one by one.
+const GROUP_RETRY: Duration = Duration::from_millis(200);
+
+/// One worker task's state: what it processes events with.
+pub(super) struct Worker {
+    pub(super) shared: Arc<Shared>,
+    pub(super) workflow: Arc<Workflow>,
+    leases: Arc<Leases>,
+    to_ack: mpsc::UnboundedSender<(u64, jetstream::Message)>,
+    pub(super) cache: Cache,
+    failures: Failures,
+}
+
+impl Worker {
+    /// Processes events of one run, in order: together with one commit when they can be
+    /// (see `grouped`), one by one otherwise.
+    async fn run_events(&mut self, run: Vec<(u64, jetstream::Message)>) {
+        if run.len() > 1 {
+            match grouped::process(self, &run).await {
+                Some(Ok(emitted)) => {
+                    for (lease, msg) in run {
+                        self.settle(lease, msg, Ok(emitted)).await;
+                    }
+                    return;
+                }
+                Some(Err(e)) => {
+                    // Each comes back alone (a redelivery is never grouped), and is then
+                    // replayed from its outbox entry if the commit held, or applied and
+                    // retried or abandoned by the rules for one event.
+                    tracing::warn!(
+                        "a group of {} events failed ({e}): giving them back",
+                        run.len()
+                    );
+                    for (lease, msg) in run {
+                        let _ = msg.ack_with(AckKind::Nak(Some(GROUP_RETRY))).await;
+                        self.leases.release(lease);
+                    }
+                    return;
+                }
+                None => {}
+            }
+        }
+        for (lease, msg) in run {
+            self.one(lease, msg).await;
+        }
+    }
+
+    /// Processes one event, then acks it or gives it back.
+    async fn one(&mut self, lease: u64, msg: jetstream::Message) {
+        let processed = process(&self.shared, &self.workflow, &mut self.cache, &msg, None).await;
+        self.settle(lease, msg, processed).await;
+    }
+
+    /// After an event was processed (alone or in a group): acks it (once its spans are
+    /// exported, if it emitted any) or gives it back to come again, and releases its lease.
+    async fn settle(&mut self, lease: u64, msg: jetstream::Message, processed: Result<bool>) {
         let (seq, delivered) = msg
             .info()
             .map(|i| (i.stream_sequence, i.delivered))
             .unwrap_or((0, 1));
+        let (shared, workflow) = (&self.shared, &self.workflow);
         if delivered > 1 {
             shared.metrics.redelivered(&workflow.name);
         }
-        let processed = process(&shared, &workflow, &mut cache, &msg, None).await;
         shared
             .metrics
             .event_processed(&workflow.name, processed.is_ok());
         match processed {
             Ok(emitted) => {
-                failures.done(seq);
+                self.failures.done(seq);
                 if emitted {
                     // Acked (and its lease released) once its spans are exported.
-                    if let Err(mpsc::error::SendError((lease, msg))) = to_ack.send((lease, msg)) {
+                    if let Err(mpsc::error::SendError((lease, msg))) =
+                        self.to_ack.send((lease, msg))
+                    {
                         ack(&msg).await;
-                        leases.release(lease);
+                        self.leases.release(lease);
                     }
-                    continue;
+                    return;
                 }
                 ack(&msg).await;
             }
             Err(e) => {
-                let next = failures.failed(seq, &e, shared.config.max_deliver);
-                failed(&shared, &workflow, &mut cache, &msg, e, next).await;
+                let next = self.failures.failed(seq, &e, shared.config.max_deliver);
+                failed(shared, workflow, &mut self.cache, &msg, e, next).await;
             }
         }
-        leases.release(lease);
+        self.leases.release(lease);
     }
 }
 
@@ -363,7 +441,7 @@ async fn failed(
 /// event (an agent's status update) or cannot be read (logged). An output artifact that
 /// cannot be read for now (a lost connection) is an error, so the event comes back; one
 /// that does not exist fails the call.
-async fn decode(
+pub(super) async fn decode(
     shared: &Shared,
     workflow: &Workflow,
     msg: &jetstream::Message,
@@ -542,7 +620,7 @@ async fn process(
 /// place: the definition the run started with (the one this replica serves, or the one the
 /// run names), the results of a map it may end, and which outbox entries are settled. An
 /// event naming a node that definition does not have is an error that fails the run.
-async fn load(
+pub(super) async fn load(
     shared: &Shared,
     current: &Arc<Workflow>,
     key: &str,
@@ -581,7 +659,7 @@ async fn load(
     }
     if let Some(record) = loaded.record.as_mut() {
         if !plan::replays(record, delivery) {
-            store::load_results(shared, &workflow, key, record, &envelope.event).await?;
+            store::load_results(shared, &workflow, key, record, &envelope.event, 1).await?;
             loaded.settled = store::settled(shared, &workflow.name, record, delivery.seq).await?;
         }
     }
@@ -589,7 +667,7 @@ async fn load(
 }
 
 /// The node an agent's answer or a decision names, when `workflow` has no such node.
-fn unknown_node<'e>(workflow: &Workflow, event: &'e Event) -> Option<&'e str> {
+pub(super) fn unknown_node<'e>(workflow: &Workflow, event: &'e Event) -> Option<&'e str> {
     let node = match event {
         Event::CallSucceeded { task, .. } | Event::CallFailed { task, .. } => &task.node,
         Event::ApprovalDecided { node, .. } => node,
@@ -600,7 +678,7 @@ fn unknown_node<'e>(workflow: &Workflow, event: &'e Event) -> Option<&'e str> {
 
 /// Performs `steps` in order (see `plan`). `None`: the commit lost to another replica's,
 /// nothing was carried out. Otherwise what to cache, if anything.
-async fn perform(
+pub(super) async fn perform(
     ctx: &RunContext<'_>,
     key: &str,
     steps: Steps,
@@ -622,16 +700,24 @@ async fn perform(
         shared.metrics.observed(&ctx.workflow.name, &steps.observed);
     }
     let after = store::start_puts(shared, steps.after, ttl).await?;
-    let history = match &steps.history {
-        Some(entry) => Some(history::publish(shared, &ctx.workflow.name, execution, entry).await?),
+    let wake = match &steps.wake {
+        Some(write) => ctx.write_wake(write).await?,
         None => None,
     };
-    ctx.carry_out(&steps.commands)
+    let mut history = Vec::with_capacity(steps.history.len());
+    for entry in &steps.history {
+        history.push(history::publish(shared, &ctx.workflow.name, execution, entry).await?);
+    }
+    ctx.carry_out(&steps.commands, steps.legacy_timers)
         .await
         .context(|| format!("carrying out the commands of run {execution}"))?;
     after.stored().await?;
-    if let Some(history) = history {
-        history.stored(shared).await?;
+    if let Some(ack) = wake {
+        ack.await
+            .context(|| format!("arming the wake of run {execution}"))?;
+    }
+    for pending in history {
+        pending.stored(shared).await?;
     }
     if let Some(tidy) = steps.tidy {
         // A failure is harmless: the next commit drops the entry.

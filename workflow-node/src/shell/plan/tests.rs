@@ -48,6 +48,7 @@ fn start() -> Envelope {
         }),
         attach: false,
         definition: None,
+        wake: None,
     }
 }
 
@@ -212,10 +213,10 @@ fn a_result_is_committed_on_the_revision_read() {
     assert_eq!(commit.revision, Some(4));
     let stored = decode(&commit.bytes);
     assert_eq!(stored.applied, 2, "the second event to change the run");
-    assert_eq!(s.history.as_ref().map(|h| h.n), Some(2));
+    assert_eq!(s.history.first().map(|h| h.n), Some(2));
     assert_eq!(
         stored.outbox.last().and_then(|e| e.history.clone()),
-        s.history,
+        s.history.first().cloned(),
         "kept for a replay"
     );
     assert_eq!(stored.attempts.get("b"), Some(&1));
@@ -254,11 +255,11 @@ fn a_redelivered_event_still_in_the_outbox_is_carried_out_again_not_reapplied() 
         .unwrap(),
     );
     assert!(s.commit.is_none(), "a replay commits nothing new");
-    let entry = original.history.clone().expect("a history entry");
+    let entry = original.history.first().cloned().expect("a history entry");
     assert_eq!((entry.n, entry.event.as_str()), (1, "started"));
     assert_eq!(
         s.history,
-        Some(entry),
+        vec![entry],
         "the same history entry is published again, with the same number"
     );
     assert_eq!(
@@ -302,6 +303,10 @@ fn settled_entries_are_dropped_at_the_next_commit_and_others_stay() {
         results: Vec::new(),
         history: None,
         spans: Vec::new(),
+        wake: None,
+        group: Vec::new(),
+        more_history: Vec::new(),
+        timers_in_wake: true,
     });
     let loaded = Loaded {
         settled: BTreeSet::from([1]),
@@ -732,4 +737,66 @@ fn untraced_nothing_is_kept_for_spans() {
     let stored = decode(&s.commit.expect("a commit").bytes);
     assert!(stored.call_times.is_empty());
     assert!(stored.outbox.iter().all(|e| e.spans.is_empty()));
+}
+
+#[test]
+fn events_waiting_together_are_committed_once_with_one_outbox_entry_for_all() {
+    let wf = workflow();
+    let (record, a) = started(&wf);
+    let b = TaskKey {
+        node: "b".into(),
+        ..a.task.clone()
+    };
+    let (ea, eb) = (succeeded(a.task.clone()), succeeded(b));
+    let events = [(&ea, first(2)), (&eb, first(3))];
+    let planned = plan_group(&wf, "k", fresh(1, record), &events, stamp(9), false);
+    let s = steps(planned.unwrap().expect("a group"));
+    let commit = s.commit.expect("one commit");
+    assert_eq!(commit.revision, Some(1));
+    assert!(commit.ends_run, "b's result ended the run");
+    let stored = decode(&commit.bytes);
+    let seqs: Vec<u64> = stored.outbox.iter().map(|e| e.seq).collect();
+    assert_eq!(
+        seqs,
+        [1, 2],
+        "the start's entry (not settled) and one for the group"
+    );
+    let entry = &stored.outbox[1];
+    assert_eq!(entry.group, [3]);
+    let numbers: Vec<u64> = s.history.iter().map(|h| h.n).collect();
+    assert_eq!(numbers, [2, 3], "a history entry per event, in order");
+    assert!(s
+        .commands
+        .iter()
+        .any(|c| matches!(c, Command::Dispatch(d) if d.node_id == "b")));
+    assert!(s
+        .commands
+        .iter()
+        .any(|c| matches!(c, Command::Finish { .. })));
+
+    // The second event, delivered again before the group was acked, replays the entry.
+    let again = Delivery {
+        seq: 3,
+        delivered: 2,
+    };
+    let r = steps(
+        plan(
+            &wf,
+            "k",
+            &execution(),
+            fresh(2, stored),
+            &eb,
+            again,
+            stamp(10),
+        )
+        .unwrap(),
+    );
+    assert!(r.commit.is_none(), "a replay commits nothing new");
+    assert_eq!(r.history, s.history, "the group's history entries again");
+    // All but b's dispatch: b's call ended in the group, so it is not sent again.
+    assert_eq!(r.commands.len(), s.commands.len() - 1);
+    assert!(r
+        .commands
+        .iter()
+        .any(|c| matches!(c, Command::Finish { .. })));
 }
