@@ -29,9 +29,9 @@ mod types;
 
 pub use calls::{call_of, call_request};
 pub use engine::apply;
+pub use kinds::TIMER_EARLY_TOLERANCE_MS;
 pub use pause::Paused;
 pub use retry::retry_state;
-pub use kinds::TIMER_EARLY_TOLERANCE_MS;
 pub use state::{CallPhase, CallState, Detail, Execution, ForkState, MapState, NodeState};
 pub use types::{
     Command, Dispatch, Event, ExecutionId, Failure, FailureClass, Millis, NodeStatus, Progress,
