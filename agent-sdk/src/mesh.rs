@@ -318,6 +318,8 @@ pub enum Progress {
     AgentStatus(WorkflowAgentStatus),
     /// The run ended (its final reply follows).
     RunFinished(WorkflowExecutionResult),
+    /// The run was paused or resumed.
+    RunSteered(messages::control::WorkflowRunSteered),
     /// A status update with text and no workflow DataPart (an agent's own words).
     Status {
         /// The task's state in the update.
@@ -348,6 +350,7 @@ impl Progress {
                 WorkflowDataPart::ApprovalRequest(p) => Some(Progress::ApprovalRequested(p)),
                 WorkflowDataPart::AgentStatus(p) => Some(Progress::AgentStatus(p)),
                 WorkflowDataPart::ExecutionResult(p) => Some(Progress::RunFinished(p)),
+                WorkflowDataPart::RunSteered(p) => Some(Progress::RunSteered(p)),
                 _ => None,
             })
             .collect();

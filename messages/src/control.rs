@@ -62,6 +62,24 @@ impl DataPartType for WorkflowRetry {
     const TYPE: &'static str = "workflow_retry";
 }
 
+/// `workflow_run_steered` (ours): a progress update telling a run's callers that it was
+/// paused or resumed (sent as a `working` status update, like the other progress parts).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "workflow_run_steered")]
+pub struct WorkflowRunSteered {
+    /// The run.
+    pub execution_id: String,
+    /// What was done to it: `pause` or `resume`.
+    pub action: RunControl,
+    /// Why, as the pause request said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl DataPartType for WorkflowRunSteered {
+    const TYPE: &'static str = "workflow_run_steered";
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,6 +102,15 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&r).unwrap(),
             json!({"type": "workflow_retry", "execution_id": "e1"})
+        );
+        let steered = WorkflowRunSteered {
+            execution_id: "e1".into(),
+            action: RunControl::Pause,
+            reason: Some("lunch".into()),
+        };
+        assert_eq!(
+            serde_json::to_value(&steered).unwrap(),
+            json!({"type": "workflow_run_steered", "execution_id": "e1", "action": "pause", "reason": "lunch"})
         );
         let bad = serde_json::from_value::<WorkflowRunControl>(
             json!({"type": "workflow_run_control", "execution_id": "e1", "action": "stop"}),

@@ -676,6 +676,8 @@ pub enum WorkflowDataPart {
     /// `workflow_agent_status`: progress, an agent's status update on one of the run's
     /// calls.
     AgentStatus(WorkflowAgentStatus),
+    /// `workflow_run_steered`: progress, the run was paused or resumed.
+    RunSteered(crate::control::WorkflowRunSteered),
 }
 
 /// Every `type` [`WorkflowDataPart`] understands.
@@ -691,6 +693,7 @@ pub const WORKFLOW_DATA_PART_TYPES: &[&str] = &[
     "workflow_approval_decision",
     "workflow_run_state",
     "workflow_agent_status",
+    "workflow_run_steered",
     REFERENCE_NODE_REQUEST,
     REFERENCE_NODE_RESULT,
 ];
@@ -721,6 +724,7 @@ impl WorkflowDataPart {
             WorkflowDataPart::ApprovalDecision(_) => WorkflowApprovalDecision::TYPE,
             WorkflowDataPart::RunState(_) => WorkflowRunState::TYPE,
             WorkflowDataPart::AgentStatus(_) => WorkflowAgentStatus::TYPE,
+            WorkflowDataPart::RunSteered(_) => crate::control::WorkflowRunSteered::TYPE,
         }
     }
 }
@@ -740,6 +744,7 @@ impl Serialize for WorkflowDataPart {
             WorkflowDataPart::ApprovalDecision(p) => p.serialize(s),
             WorkflowDataPart::RunState(p) => p.serialize(s),
             WorkflowDataPart::AgentStatus(p) => p.serialize(s),
+            WorkflowDataPart::RunSteered(p) => p.serialize(s),
         }
     }
 }
@@ -776,6 +781,7 @@ impl<'de> Deserialize<'de> for WorkflowDataPart {
             "workflow_approval_decision" => parse(value).map(WorkflowDataPart::ApprovalDecision),
             "workflow_run_state" => parse(value).map(WorkflowDataPart::RunState),
             "workflow_agent_status" => parse(value).map(WorkflowDataPart::AgentStatus),
+            "workflow_run_steered" => parse(value).map(WorkflowDataPart::RunSteered),
             other => return Err(D::Error::unknown_variant(other, WORKFLOW_DATA_PART_TYPES)),
         };
         parsed.map_err(D::Error::custom)

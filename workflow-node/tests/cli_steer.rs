@@ -5,10 +5,12 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_sdk::{handler_fn, AgentBuilder, AgentError, NodeRequest};
+use messages::control::RunControl;
+use messages::workflow::WorkflowDataPart;
 use serde_json::{json, Value};
 use tokio::runtime::Runtime;
 use tokio::sync::{mpsc, Notify};
@@ -174,9 +176,24 @@ impl Mesh {
 
     /// Starts a run of `workflow` in the background; its execution id, and its result.
     fn start(&self, workflow: &str) -> (String, tokio::task::JoinHandle<RunResult>) {
+        let (execution, handle, _) = self.start_watched(workflow);
+        (execution, handle)
+    }
+
+    /// [`Self::start`], with the progress its caller is told, as it comes.
+    fn start_watched(
+        &self,
+        workflow: &str,
+    ) -> (
+        String,
+        tokio::task::JoinHandle<RunResult>,
+        Arc<Mutex<Vec<WorkflowDataPart>>>,
+    ) {
         let task_id = new_task_id();
         let execution = names::execution_id(workflow, &task_id).0;
         let (client, workflow) = (self.client.clone(), workflow.to_string());
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let progress = told.clone();
         let handle = self.rt.spawn(async move {
             invoke_as(
                 &client,
@@ -185,12 +202,12 @@ impl Mesh {
                 &json!({}),
                 TIMEOUT,
                 &task_id,
-                |_| {},
+                |p| progress.lock().unwrap().push(p.clone()),
             )
             .await
             .expect("a final reply")
         });
-        (execution, handle)
+        (execution, handle, told)
     }
 
     /// Waits until `Held` has been called.
@@ -252,7 +269,7 @@ fn refused(out: Output, message: &str) {
 #[test]
 fn a_paused_run_records_its_call_in_flight_dispatches_nothing_and_resumes_where_it_stopped() {
     let m = mesh();
-    let (id, result) = m.start("Steps");
+    let (id, result, told) = m.start_watched("Steps");
     m.wait_held();
     // Naming a run by its execution id takes its owner's or an operator's key.
     refused(m.cli(None, &["runs", "pause", &id]), "operator's signature");
@@ -297,6 +314,26 @@ fn a_paused_run_records_its_call_in_flight_dispatches_nothing_and_resumes_where_
     let result = m.rt.block_on(result).unwrap();
     assert_eq!(result.status, "success", "{result:?}");
     assert_eq!(result.output, Some(json!({"done": 1})));
+    // Its caller was told of the pause, with its reason, and of the resume, in order.
+    let steered: Vec<(RunControl, Option<String>)> = told
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|p| match p {
+            WorkflowDataPart::RunSteered(s) => {
+                assert_eq!(s.execution_id, id);
+                Some((s.action, s.reason.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        steered,
+        vec![
+            (RunControl::Pause, Some("maintenance".to_string())),
+            (RunControl::Resume, None)
+        ]
+    );
     refused(
         m.cli(Some("operator"), &["runs", "resume", &id]),
         "already ended (success)",

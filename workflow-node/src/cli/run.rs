@@ -275,6 +275,18 @@ pub fn show_progress(part: &WorkflowDataPart) {
                 .unwrap_or_default();
             format!("  {} {status}{why}", r.node_id)
         }
+        WorkflowDataPart::RunSteered(r) => {
+            let why = r
+                .reason
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default();
+            let done = match r.action {
+                messages::control::RunControl::Pause => "paused",
+                messages::control::RunControl::Resume => "resumed",
+            };
+            format!("run {} {done}{why}", r.execution_id)
+        }
         WorkflowDataPart::MapProgress(m) => format!(
             "  {} {}/{} items",
             m.node_id, m.completed_items, m.total_items

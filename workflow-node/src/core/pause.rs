@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use super::engine::Cx;
 use super::state::Detail;
-use super::types::{Command, Millis, NodeStatus, TimerId};
+use super::types::{Command, Millis, NodeStatus, Progress, TimerId};
 
 /// A pause in force.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,6 +45,9 @@ impl Cx<'_> {
         if self.paused() {
             return;
         }
+        self.out.push(Command::Progress(Progress::RunPaused {
+            reason: reason.clone(),
+        }));
         self.st.paused = Some(Paused {
             since: self.now,
             reason,
@@ -68,6 +71,7 @@ impl Cx<'_> {
             return;
         }
         self.lift_pause();
+        self.out.push(Command::Progress(Progress::RunResumed));
         self.dispatch_queued();
     }
 

@@ -534,6 +534,13 @@ pub enum Progress {
         /// The branch a conditional or switch took.
         selected_branch: Option<NodeId>,
     },
+    /// The run was paused (`PauseRequested`): nothing new is dispatched until a resume.
+    RunPaused {
+        /// Why, as the request said.
+        reason: Option<String>,
+    },
+    /// The run was resumed (`ResumeRequested`): what waited is dispatched.
+    RunResumed,
     /// A map item ended.
     MapProgress {
         /// The map node (not its inner node).

@@ -5,6 +5,7 @@
 use messages::a2a::{
     AgentReply, Message, Part, Role, TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
+use messages::control::{RunControl, WorkflowRunSteered};
 use messages::payload::{wrap, JSON_MIME};
 use messages::workflow::{
     ArtifactRef, MapStatus, NodeOutcome, NodePhase, ResultStatus, RunOutcome, RunPhase,
@@ -109,6 +110,16 @@ pub(super) fn progress_part(
                 metadata: omitted(size),
             })
         }
+        Progress::RunPaused { reason } => Part::data_part(&WorkflowRunSteered {
+            execution_id: execution.0.clone(),
+            action: RunControl::Pause,
+            reason: reason.clone(),
+        }),
+        Progress::RunResumed => Part::data_part(&WorkflowRunSteered {
+            execution_id: execution.0.clone(),
+            action: RunControl::Resume,
+            reason: None,
+        }),
         Progress::MapProgress {
             node_id,
             total_items,

@@ -110,6 +110,36 @@ fn pausing_twice_or_resuming_a_run_not_paused_changes_nothing() {
 }
 
 #[test]
+fn callers_are_told_of_a_pause_with_its_reason_and_of_the_resume() {
+    let w = chain("");
+    let mut sim = Sim::new(&w).agent("Slow", slow);
+    sim.apply(Event::Started { input: json!({}) });
+    let told = |sim: &Sim<'_>| -> Vec<Progress> {
+        sim.commands
+            .iter()
+            .filter_map(|c| match c {
+                Command::Progress(p @ (Progress::RunPaused { .. } | Progress::RunResumed)) => {
+                    Some(p.clone())
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    sim.apply(pause());
+    sim.apply(pause()); // already paused: nothing new to tell
+    assert_eq!(
+        told(&sim),
+        vec![Progress::RunPaused {
+            reason: Some("maintenance".into())
+        }]
+    );
+    sim.apply(Event::ResumeRequested);
+    sim.apply(Event::ResumeRequested); // not paused: nothing new
+    assert_eq!(told(&sim).len(), 2);
+    assert_eq!(told(&sim)[1], Progress::RunResumed);
+}
+
+#[test]
 fn a_retry_whose_backoff_ends_while_paused_waits_for_the_resume() {
     let w = wf(r#"
 name: R
