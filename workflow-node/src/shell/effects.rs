@@ -377,18 +377,12 @@ impl RunContext<'_> {
         let dialect = self.shared.config.dialect;
         let (bytes, task_id) =
             reply::final_reply(self.workflow, self.execution, caller, ending, dialect);
-        let Some(committed) = markers.commit(&marker, claim).await? else {
-            return Ok(()); // taken over while this replica was slow
-        };
-        let mut h = HeaderMap::new();
-        h.insert(headers::MSG_ID, msg_id::final_reply(&task_id).as_str());
-        self.shared
-            .client
-            .publish_with_headers(reply_to.clone(), h, bytes.into())
+        let msg_id = msg_id::final_reply(&task_id);
+        let status = ending.status.as_str();
+        markers
+            .send(&marker, claim, reply_to, bytes, &msg_id, status)
             .await
             .context(|| format!("sending the final reply of run {}", self.execution))?;
-        let status = ending.status.as_str();
-        markers.mark_sent(&marker, committed, status).await;
         Ok(())
     }
 }

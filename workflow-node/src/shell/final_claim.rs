@@ -10,21 +10,27 @@
 //!
 //! A claim not committed within [`CLAIM_GRACE`] is taken to be its claimer's death (a
 //! kill -9) and may be taken over by compare-and-swap at the revision read, so a caller
-//! that resends is answered soon. A committed reply (`sending`, then `sent:{status}`) is
-//! taken to be on its way, for `Config::reply_in_flight`: only then may an answerer send
-//! it again, to a caller that evidently lost it. Time decides only between a dead claimer
-//! and a slow one before the commit, where a wrong guess costs a slow claimer its turn,
-//! never a second reply.
+//! that resends is answered soon. So may a commit not marked sent within [`SENDING_GRACE`]:
+//! a publish only fills the connection's buffer, and a process killed before the buffer is
+//! written loses the reply it committed to (the `sent:{status}` mark, a JetStream write on
+//! the same connection, is answered only after the reply reached the server). A reply
+//! marked sent is on its way, for `Config::reply_in_flight`: only then may an answerer send
+//! it again, to a caller that evidently lost it. Time decides only whether a silent sender
+//! is dead or slow: a wrong guess about a claim costs a slow claimer its turn (its commit
+//! fails), never a second reply; about a commit, a sender frozen for [`SENDING_GRACE`]
+//! between two messages on one connection would send a second one.
 
 use std::time::{Duration, SystemTime};
 
 use async_nats::jetstream::{kv, Context};
 
-use super::error::Result;
+use super::error::{Context as _, Result};
 use super::{store, Shared};
 
 /// How long a claim not yet committed is its claimer's to commit.
 pub(super) const CLAIM_GRACE: Duration = Duration::from_secs(2);
+/// How long a committed reply not yet marked sent is its sender's to send.
+pub(super) const SENDING_GRACE: Duration = Duration::from_secs(10);
 
 /// A marker's value while claimed, before the commit.
 const CLAIMED: &str = "claimed";
@@ -43,6 +49,7 @@ pub(super) enum Claimant {
 
 /// Where the markers live, and how long they count.
 pub(super) struct Markers<'a> {
+    client: &'a async_nats::Client,
     js: &'a Context,
     bucket: &'a kv::Store,
     /// How long a marker is kept (the run's retention).
@@ -55,6 +62,7 @@ impl<'a> Markers<'a> {
     /// The markers of `shared`'s runs bucket.
     pub(super) fn of(shared: &'a Shared) -> Self {
         Markers {
+            client: &shared.client,
             js: &shared.js,
             bucket: &shared.runs,
             retention: shared.config.retention,
@@ -84,10 +92,10 @@ impl<'a> Markers<'a> {
             return self.put(marker, CLAIMED, 0).await;
         };
         let age = now.duration_since(at).unwrap_or_default();
-        let free = if value.as_ref() == CLAIMED.as_bytes() {
-            age >= CLAIM_GRACE
-        } else {
-            who == Claimant::Answerer && age >= self.in_flight
+        let free = match value.as_ref() {
+            v if v == CLAIMED.as_bytes() => age >= CLAIM_GRACE,
+            v if v == SENDING.as_bytes() => age >= SENDING_GRACE,
+            _ => who == Claimant::Answerer && age >= self.in_flight,
         };
         if !free {
             return Ok(None);
@@ -99,6 +107,31 @@ impl<'a> Markers<'a> {
     /// or `None` when the claim was taken over meanwhile (then nothing may be sent).
     pub(super) async fn commit(&self, marker: &str, revision: u64) -> Result<Option<u64>> {
         self.put(marker, SENDING, revision).await
+    }
+
+    /// Sends the final reply `bytes` to `to` under the claim made at `claim`: commits,
+    /// publishes (with `msg_id` as `Nats-Msg-Id`, for callers that de-duplicate), and marks
+    /// it sent with `status`. `false`: the claim was taken over, and nothing was sent.
+    pub(super) async fn send(
+        &self,
+        marker: &str,
+        claim: u64,
+        to: &str,
+        bytes: Vec<u8>,
+        msg_id: &str,
+        status: &str,
+    ) -> Result<bool> {
+        let Some(committed) = self.commit(marker, claim).await? else {
+            return Ok(false);
+        };
+        let mut h = async_nats::HeaderMap::new();
+        h.insert(messages::headers::MSG_ID, msg_id);
+        self.client
+            .publish_with_headers(to.to_string(), h, bytes.into())
+            .await
+            .context(|| format!("sending the final reply {marker}"))?;
+        self.mark_sent(marker, committed, status).await;
+        Ok(true)
     }
 
     /// Marks the reply committed at `revision` as handed to the server (for inspection:
@@ -116,22 +149,36 @@ mod tests {
     //! Against a real nats-server: the markers' compare-and-swaps are the protocol.
 
     use super::*;
+    use futures::StreamExt;
 
     const IN_FLIGHT: Duration = Duration::from_secs(30);
 
-    /// A server, its JetStream and a bucket made as the runs bucket is.
-    async fn bucket() -> (mesh_tests::NatsServer, Context, kv::Store) {
-        let server = mesh_tests::nats();
-        let client = async_nats::connect(server.url()).await.unwrap();
-        let js = async_nats::jetstream::new(client);
-        let store = super::super::kv_bucket(&js, "claims", 1).await.unwrap();
-        (server, js, store)
+    /// A server, a client, its JetStream and a bucket made as the runs bucket is.
+    struct Bench {
+        _server: mesh_tests::NatsServer,
+        client: async_nats::Client,
+        js: Context,
+        bucket: kv::Store,
     }
 
-    fn markers<'a>(js: &'a Context, bucket: &'a kv::Store) -> Markers<'a> {
-        Markers {
+    async fn bench() -> Bench {
+        let server = mesh_tests::nats();
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let js = async_nats::jetstream::new(client.clone());
+        let bucket = super::super::kv_bucket(&js, "claims", 1).await.unwrap();
+        Bench {
+            _server: server,
+            client,
             js,
             bucket,
+        }
+    }
+
+    fn markers(b: &Bench) -> Markers<'_> {
+        Markers {
+            client: &b.client,
+            js: &b.js,
+            bucket: &b.bucket,
             retention: Duration::from_secs(3600),
             in_flight: IN_FLIGHT,
         }
@@ -139,12 +186,29 @@ mod tests {
 
     #[tokio::test]
     async fn an_answer_first_leaves_the_finisher_nothing_to_send_however_late_it_comes() {
-        let (_server, js, bucket) = bucket().await;
-        let m = markers(&js, &bucket);
+        let b = bench().await;
+        let m = markers(&b);
         let now = SystemTime::now();
         // A resent request met the ended run before its outbox sent the final reply.
+        let mut inbox = b.client.subscribe("caller.inbox").await.unwrap();
         let claim = m.claim("r1", Claimant::Answerer, now).await.unwrap();
-        assert!(m.commit("r1", claim.unwrap()).await.unwrap().is_some());
+        let reply = b"final".to_vec();
+        let sent = m.send(
+            "r1",
+            claim.unwrap(),
+            "caller.inbox",
+            reply,
+            "final.t1",
+            "success",
+        );
+        assert!(sent.await.unwrap());
+        let got = inbox.next().await.unwrap();
+        assert_eq!(got.payload.as_ref(), b"final");
+        let id = got
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(messages::headers::MSG_ID));
+        assert_eq!(id.map(|v| v.as_str()), Some("final.t1"));
         // The outbox runs now, or after a crash, a day later: it must not send again.
         for later in [now, now + Duration::from_secs(86_400)] {
             let claim = m.claim("r1", Claimant::Finisher, later).await.unwrap();
@@ -163,8 +227,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_slow_claimer_whose_claim_was_taken_over_sends_nothing() {
-        let (_server, js, bucket) = bucket().await;
-        let m = markers(&js, &bucket);
+        let b = bench().await;
+        let m = markers(&b);
         let now = SystemTime::now();
         let slow = m
             .claim("r2", Claimant::Finisher, now)
@@ -183,9 +247,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_reply_committed_but_never_marked_sent_is_sent_by_another_after_the_grace() {
+        let b = bench().await;
+        let m = markers(&b);
+        let now = SystemTime::now();
+        // The sender committed, then died before its buffered reply left the process.
+        let claim = m
+            .claim("r4", Claimant::Finisher, now)
+            .await
+            .unwrap()
+            .unwrap();
+        m.commit("r4", claim).await.unwrap().unwrap();
+        for who in [Claimant::Finisher, Claimant::Answerer] {
+            assert_eq!(m.claim("r4", who, now).await.unwrap(), None, "{who:?}");
+        }
+        let later = now + SENDING_GRACE + Duration::from_secs(1);
+        let again = m.claim("r4", Claimant::Answerer, later).await.unwrap();
+        assert!(m.commit("r4", again.unwrap()).await.unwrap().is_some());
+    }
+
+    #[tokio::test]
     async fn a_committed_reply_is_not_taken_over_by_another_finisher() {
-        let (_server, js, bucket) = bucket().await;
-        let m = markers(&js, &bucket);
+        let b = bench().await;
+        let m = markers(&b);
         let now = SystemTime::now();
         let claim = m
             .claim("r3", Claimant::Finisher, now)
@@ -199,7 +283,7 @@ mod tests {
             m.claim("r3", Claimant::Finisher, later).await.unwrap(),
             None
         );
-        let (value, _, _) = store::written_at(&bucket, "r3").await.unwrap().unwrap();
+        let (value, _, _) = store::written_at(&b.bucket, "r3").await.unwrap().unwrap();
         assert_eq!(value.as_ref(), b"sent:success");
     }
 }

@@ -591,16 +591,21 @@ async fn answer_ended(
     };
     let markers = Markers::of(shared);
     let now = SystemTime::now();
-    let committed = match markers.claim(&marker, Claimant::Answerer, now).await? {
+    let sent = match markers.claim(&marker, Claimant::Answerer, now).await? {
         Some(claim) => {
             let ending = ended_run(shared, execution, record).await?;
             let dialect = shared.config.dialect;
-            let bytes = reply::final_reply(workflow, execution, caller, &ending, dialect).0;
-            markers.commit(&marker, claim).await?.map(|_| bytes)
+            let (bytes, task_id) =
+                reply::final_reply(workflow, execution, caller, &ending, dialect);
+            let msg_id = msg_id::final_reply(&task_id);
+            let status = ending.status.as_str();
+            markers
+                .send(&marker, claim, address, bytes, &msg_id, status)
+                .await?
         }
-        None => None,
+        None => false,
     };
-    if committed.is_none() {
+    if !sent {
         // A sign of life, so that the caller waits for the reply on its way.
         if let Some(status_to) = &caller.status_to {
             let text = Part::text(format!(
@@ -610,7 +615,8 @@ async fn answer_ended(
             let _ = shared.client.publish(status_to.clone(), bytes.into()).await;
         }
     }
-    Ok(committed)
+    // Sent (and marked so) here, not returned: the mark must follow the reply.
+    Ok(None)
 }
 
 /// How the ended run of `record` ended, as its callers are told.
