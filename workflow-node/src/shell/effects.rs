@@ -375,12 +375,9 @@ impl RunContext<'_> {
             return Ok(()); // another replica's to send, or sent
         };
         let dialect = self.shared.config.dialect;
-        let (bytes, task_id) =
-            reply::final_reply(self.workflow, self.execution, caller, ending, dialect);
-        let msg_id = msg_id::final_reply(&task_id);
-        let status = ending.status.as_str();
+        let reply = reply::final_reply(self.workflow, self.execution, caller, ending, dialect);
         markers
-            .send(&marker, claim, reply_to, bytes, &msg_id, status)
+            .send(&marker, claim, reply_to, reply, ending.status)
             .await
             .context(|| format!("sending the final reply of run {}", self.execution))?;
         Ok(())

@@ -24,13 +24,16 @@ use std::time::{Duration, SystemTime};
 
 use async_nats::jetstream::{kv, Context};
 
+use messages::msg_id;
+
 use super::error::{Context as _, Result};
 use super::{store, Shared};
+use crate::core::RunStatus;
 
 /// How long a claim not yet committed is its claimer's to commit.
-pub(super) const CLAIM_GRACE: Duration = Duration::from_secs(2);
+const CLAIM_GRACE: Duration = Duration::from_secs(2);
 /// How long a committed reply not yet marked sent is its sender's to send.
-pub(super) const SENDING_GRACE: Duration = Duration::from_secs(10);
+const SENDING_GRACE: Duration = Duration::from_secs(10);
 
 /// A marker's value while claimed, before the commit.
 const CLAIMED: &str = "claimed";
@@ -76,7 +79,7 @@ impl<'a> Markers<'a> {
     }
 
     /// Takes the right to send the reply under `marker`, `now` being the time: the
-    /// revision to [`Markers::commit`] at, or `None` when another replica has it (or had
+    /// revision to [`Markers::send`] under, or `None` when another replica has it (or had
     /// it, and its reply counts as on its way).
     pub(super) async fn claim(
         &self,
@@ -105,41 +108,45 @@ impl<'a> Markers<'a> {
 
     /// Commits to sending under the claim made at `revision`: the revision of the commit,
     /// or `None` when the claim was taken over meanwhile (then nothing may be sent).
-    pub(super) async fn commit(&self, marker: &str, revision: u64) -> Result<Option<u64>> {
+    async fn commit(&self, marker: &str, revision: u64) -> Result<Option<u64>> {
         self.put(marker, SENDING, revision).await
     }
 
-    /// Sends the final reply `bytes` to `to` under the claim made at `claim`: commits,
-    /// publishes (with `msg_id` as `Nats-Msg-Id`, for callers that de-duplicate), and marks
-    /// it sent with `status`. `false`: the claim was taken over, and nothing was sent.
+    /// Sends a final reply (bytes and task id, as `reply::final_reply` makes them) to `to`
+    /// under the claim made at `claim`: commits, publishes (with `Nats-Msg-Id:
+    /// final.{task id}`, for callers that de-duplicate), and marks it sent with `status`.
+    /// `false`: the claim was taken over, and nothing was sent.
     pub(super) async fn send(
         &self,
         marker: &str,
         claim: u64,
         to: &str,
-        bytes: Vec<u8>,
-        msg_id: &str,
-        status: &str,
+        (bytes, task_id): (Vec<u8>, String),
+        status: RunStatus,
     ) -> Result<bool> {
         let Some(committed) = self.commit(marker, claim).await? else {
             return Ok(false);
         };
         let mut h = async_nats::HeaderMap::new();
-        h.insert(messages::headers::MSG_ID, msg_id);
+        h.insert(
+            messages::headers::MSG_ID,
+            msg_id::final_reply(&task_id).as_str(),
+        );
         self.client
             .publish_with_headers(to.to_string(), h, bytes.into())
             .await
             .context(|| format!("sending the final reply {marker}"))?;
-        self.mark_sent(marker, committed, status).await;
+        self.mark_sent(marker, committed, status.as_str()).await;
         Ok(true)
     }
 
-    /// Marks the reply committed at `revision` as handed to the server (for inspection:
-    /// the commit alone keeps the reply single).
-    pub(super) async fn mark_sent(&self, marker: &str, revision: u64, status: &str) {
+    /// Marks the reply committed at `revision` as handed to the server. Until it is, the
+    /// commit is taken over after [`SENDING_GRACE`]: a mark that fails leaves the reply to
+    /// be sent again then, so it is worth a warning.
+    async fn mark_sent(&self, marker: &str, revision: u64, status: &str) {
         let sent = format!("sent:{status}");
         if let Err(e) = self.put(marker, &sent, revision).await {
-            tracing::debug!("marking the final reply {marker} sent failed: {e}");
+            tracing::warn!("marking the final reply {marker} sent failed: {e}");
         }
     }
 }
@@ -192,14 +199,13 @@ mod tests {
         // A resent request met the ended run before its outbox sent the final reply.
         let mut inbox = b.client.subscribe("caller.inbox").await.unwrap();
         let claim = m.claim("r1", Claimant::Answerer, now).await.unwrap();
-        let reply = b"final".to_vec();
+        let reply = (b"final".to_vec(), "t1".to_string());
         let sent = m.send(
             "r1",
             claim.unwrap(),
             "caller.inbox",
             reply,
-            "final.t1",
-            "success",
+            RunStatus::Success,
         );
         assert!(sent.await.unwrap());
         let got = inbox.next().await.unwrap();
@@ -208,7 +214,8 @@ mod tests {
             .headers
             .as_ref()
             .and_then(|h| h.get(messages::headers::MSG_ID));
-        assert_eq!(id.map(|v| v.as_str()), Some("final.t1"));
+        let want = msg_id::final_reply("t1");
+        assert_eq!(id.map(|v| v.as_str()), Some(want.as_str()));
         // The outbox runs now, or after a crash, a day later: it must not send again.
         for later in [now, now + Duration::from_secs(86_400)] {
             let claim = m.claim("r1", Claimant::Finisher, later).await.unwrap();

@@ -595,12 +595,9 @@ async fn answer_ended(
         Some(claim) => {
             let ending = ended_run(shared, execution, record).await?;
             let dialect = shared.config.dialect;
-            let (bytes, task_id) =
-                reply::final_reply(workflow, execution, caller, &ending, dialect);
-            let msg_id = msg_id::final_reply(&task_id);
-            let status = ending.status.as_str();
+            let reply = reply::final_reply(workflow, execution, caller, &ending, dialect);
             markers
-                .send(&marker, claim, address, bytes, &msg_id, status)
+                .send(&marker, claim, address, reply, ending.status)
                 .await?
         }
         None => false,
