@@ -2,7 +2,7 @@
 //!
 //! `cargo run --release -p workflow-node --bin mesh-bench -- SCENARIO [--nats-url URL
 //! [--monitor-url URL]] [--json FILE]`, SCENARIO one of `chain`, `throughput`, `map`,
-//! `replicas`, `resume`, `all`. Starts its own nats-server (monitoring on an ephemeral
+//! `replicas`, `resume`, `all`, `pull`. Starts its own nats-server (monitoring on an ephemeral
 //! loopback port) unless given a URL; prints a table; writes one JSON object per scenario
 //! with `--json`. With monitoring, `chain`, `throughput`, `map` and every floor also report
 //! the server's own counts (JetStream writes, messages and bytes in and out) per node
@@ -33,7 +33,10 @@ enum Scenario {
     Replicas,
     /// `kill -9` of a replica mid-chain: time to the next dispatch.
     Resume,
-    /// Every scenario, in that order.
+    /// The event pull's batch and expiry and the worker count: `throughput` at 64 in flight
+    /// and `chain` per setting. Not part of `all`.
+    Pull,
+    /// Every scenario but `pull`, in that order.
     All,
 }
 
@@ -105,6 +108,7 @@ async fn run(args: Args) -> Result<()> {
             Scenario::Map => mesh_bench::map::map(&env).await?,
             Scenario::Replicas => procs::replicas(&env).await?,
             Scenario::Resume => procs::resume(&env).await?,
+            Scenario::Pull => mesh_bench::pull::pull(&env).await?,
             Scenario::All => unreachable!("expanded above"),
         };
         print_table(&report);

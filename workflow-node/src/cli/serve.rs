@@ -30,6 +30,17 @@ pub struct Args {
     /// Seconds an event may be in hand before another replica takes it over.
     #[arg(long, default_value_t = 5.0)]
     pub ack_wait: f64,
+    /// Worker tasks per workflow: the runs of a workflow are spread over them, and each
+    /// works on one event (or one run's group of events) at a time.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub workers: u32,
+    /// Events a replica asks its workflow's consumer for at a time (see the README's
+    /// "Figures" for what was measured).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub pull_batch: u32,
+    /// How long one ask for events stays open on the server (`30s`; at least 1s).
+    #[arg(long, default_value = "30s", value_parser = retention)]
+    pub pull_expires: Duration,
     /// Replicas of the streams and buckets (3 on a 3-node cluster).
     #[arg(long, default_value_t = 1)]
     pub replicas: usize,
@@ -120,6 +131,11 @@ pub fn run(args: Args) -> ExitCode {
             card_interval: Duration::from_secs_f64(args.card_interval.max(0.1)),
             ack_wait: Duration::from_secs_f64(args.ack_wait.max(0.5)),
             replicas: args.replicas,
+            workers: args.workers as usize,
+            pull: crate::shell::Pull {
+                batch: args.pull_batch as usize,
+                expires: args.pull_expires,
+            },
             max_concurrent_requests: args.max_concurrent_requests as usize,
             limits: crate::limits::Limits {
                 max_request_bytes: usize::try_from(args.max_request_bytes).unwrap_or(usize::MAX),

@@ -15,6 +15,7 @@
 //! - [`sim`]: a simulator with scripted agents on virtual time, for tests and benches.
 
 mod calls;
+mod control;
 mod engine;
 mod kinds;
 mod pause;

@@ -30,7 +30,7 @@ use serde_json::Value;
 
 use super::names::{input_key, items_key, node_output_key, result_key, run_output_key};
 use super::record::RunRecord;
-use crate::core::{Detail, Event, Execution, MapState, Slot};
+use crate::core::{Detail, Event, MapState, Slot};
 use crate::definition::{NodeRole, Workflow};
 
 /// Maps with at most this many items stay inline in the run's entry.
@@ -429,18 +429,6 @@ pub(super) fn drop_outputs(record: &mut RunRecord) {
             map.results.iter_mut().for_each(|r| *r = Value::Null);
         }
     }
-}
-
-/// `f` applied to the run's state with what is large set aside (every running map's
-/// items and results, the outputs kept apart; they are put back after): a clone or
-/// comparison of a run then costs nothing per item or per large output. An event that
-/// changes any of them always has commands, so a comparison without them still tells
-/// whether an event without commands changed the state.
-pub(super) fn without_bulk<T>(record: &mut RunRecord, f: impl FnOnce(&Execution) -> T) -> T {
-    let aside = Aside::take(record, |_| true);
-    let out = f(&record.state);
-    aside.put_back(record);
-    out
 }
 
 /// The writes of item results.

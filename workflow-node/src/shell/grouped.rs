@@ -134,8 +134,14 @@ pub(super) async fn process(
                 match perform(&ctx, &key, *steps).await {
                     Err(e) => return Some(Err(e)),
                     Ok(None) => continue,
-                    Ok(Some(kept)) => {
-                        if let Some((rev, kept)) = kept {
+                    Ok(Some(held)) => {
+                        // A group's tail is finished here: its events are acked together.
+                        if let Some(tail) = held.tail {
+                            if let Err(e) = tail.finish().await {
+                                return Some(Err(e));
+                            }
+                        }
+                        if let Some((rev, kept)) = held.keep {
                             w.cache.keep(execution.clone(), rev, kept);
                         }
                         return Some(Ok(emits));

@@ -494,9 +494,9 @@ fn apply(
     let now = stamp.now;
     // Some events change the state without any command (a fork branch that is not the
     // last to end): those must be committed too, or the next replica to load the run never
-    // learns of them. Items and results are left out of the copy (an event that changes a
-    // result always has commands), so it costs nothing per item of a large map.
-    let before = bulk::without_bulk(&mut record, Execution::clone);
+    // learns of them. The copy is of the control state only (see `core::control`): it
+    // costs nothing per byte of input, output or map item.
+    let before = record.state.control();
     let (commands, fired) = apply_events(workflow, &mut record, envelope, now);
     // What the metrics and spans see: for a wake, the first timer it fired.
     let fired_event = match (envelope.wake, fired.first()) {
@@ -522,7 +522,7 @@ fn apply(
     // Numbered as the commit that would arm it (`history_entry` counts it below).
     let next = record.applied + 1;
     let wake = wake::rewake(&mut record, envelope.wake, next);
-    if commands.is_empty() && wake.is_none() && bulk::without_bulk(&mut record, |s| *s == before) {
+    if commands.is_empty() && wake.is_none() && record.state.same_control(&before) {
         if from_cache {
             return Ok(Plan::Reload);
         }

@@ -12,12 +12,15 @@
 //! replica killed before that leaves the event to be delivered again, and the next one
 //! emits its spans again from the outbox, so a kill loses none.
 
+use std::collections::HashSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{pull, AckPolicy};
 use async_nats::jetstream::{self, stream, AckKind};
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use messages::{headers, subjects};
 use tokio::sync::mpsc;
@@ -29,7 +32,7 @@ use super::lease::Leases;
 use super::plan::{self, Delivery, Loaded, Plan, Stamp, Steps};
 use super::record::RunRecord;
 use super::retry::{Failures, Next};
-use super::traces::RunTrace;
+use super::tail::Tail;
 use super::wire::{interpret_reply, reply_event, ReplyMeaning};
 use super::{grouped, history};
 use super::{names, now, seal, store, Envelope, Shared};
@@ -153,10 +156,19 @@ pub(super) async fn run(
 /// The workflow's consumer and a pull on it.
 async fn pull(shared: &Shared, workflow: &str) -> Result<pull::Stream> {
     let consumer = consumer(shared, workflow).await?;
-    consumer.messages().await.map_err(|e| Error::Setup {
-        resource: format!("the pull of {workflow}'s events"),
-        source: e.into(),
-    })
+    let super::Pull { batch, expires } = shared.config.pull;
+    let expires = expires.max(Duration::from_secs(1));
+    consumer
+        .stream()
+        .max_messages_per_batch(batch.max(1))
+        .expires(expires)
+        .heartbeat(expires / 2)
+        .messages()
+        .await
+        .map_err(|e| Error::Setup {
+            resource: format!("the pull of {workflow}'s events"),
+            source: e.into(),
+        })
 }
 
 /// Hands pulled events to their workers until the pull breaks; says why it did.
@@ -254,8 +266,21 @@ async fn worker(
         to_ack,
         cache: Cache::new(budget),
         failures: Failures::default(),
+        tails: FuturesUnordered::new(),
+        tailing: HashSet::new(),
     };
-    while let Some(first) = rx.recv().await {
+    loop {
+        // Tails that end are settled while no event waits (see `tail`).
+        let first = tokio::select! {
+            Some(done) = w.tails.next(), if !w.tails.is_empty() => {
+                w.tail_done(done).await;
+                continue;
+            }
+            first = rx.recv() => match first {
+                Some(first) => first,
+                None => break,
+            },
+        };
         // Whatever else waits is taken too: events of one run in it are committed together.
         let mut batch = vec![first];
         while batch.len() < grouped::BATCH_MAX {
@@ -268,7 +293,14 @@ async fn worker(
             w.run_events(run).await;
         }
     }
+    while let Some(done) = w.tails.next().await {
+        w.tail_done(done).await;
+    }
 }
+
+/// An event whose tail was finished: its lease, the event, its run, and how it went
+/// (whether it emitted spans).
+type TailDone = (u64, jetstream::Message, ExecutionId, Result<bool>);
 
 /// How long the events of a group that failed wait before they come back, one by one.
 const GROUP_RETRY: Duration = Duration::from_millis(200);
@@ -281,12 +313,23 @@ pub(super) struct Worker {
     to_ack: mpsc::UnboundedSender<(u64, jetstream::Message)>,
     pub(super) cache: Cache,
     failures: Failures,
+    /// The tails being finished (see `tail`), each settling its event when it ends.
+    tails: FuturesUnordered<BoxFuture<'static, TailDone>>,
+    /// The runs whose last event's tail is among `tails`: their next event waits for it.
+    tailing: HashSet<ExecutionId>,
 }
 
 impl Worker {
     /// Processes events of one run, in order: together with one commit when they can be
     /// (see `grouped`), one by one otherwise.
     async fn run_events(&mut self, run: Vec<(u64, jetstream::Message)>) {
+        let (ns, wf) = (&self.shared.ns, &self.workflow.name);
+        if let Some(execution) = run
+            .first()
+            .and_then(|(_, m)| execution_of(ns, wf, &m.subject))
+        {
+            self.wait_for_tail(&execution).await;
+        }
         if run.len() > 1 {
             match grouped::process(self, &run).await {
                 Some(Ok(emitted)) => {
@@ -317,10 +360,48 @@ impl Worker {
         }
     }
 
-    /// Processes one event, then acks it or gives it back.
+    /// Processes one event, then acks it or gives it back; once its commands are out, its
+    /// tail is left to finish while the worker goes on (see `tail`).
     async fn one(&mut self, lease: u64, msg: jetstream::Message) {
         let processed = process(&self.shared, &self.workflow, &mut self.cache, &msg, None).await;
-        self.settle(lease, msg, processed).await;
+        match processed {
+            Ok((emitted, Some(tail))) => {
+                let execution = tail.execution.clone();
+                self.tailing.insert(execution.clone());
+                let finishing = tokio::spawn(tail.finish());
+                self.tails.push(Box::pin(async move {
+                    let finished = match finishing.await {
+                        Ok(done) => done.map(|_| emitted),
+                        Err(e) => Err(Error::Refused(format!(
+                            "finishing the event of run {execution} failed: {e}"
+                        ))),
+                    };
+                    (lease, msg, execution, finished)
+                }));
+            }
+            Ok((emitted, None)) => self.settle(lease, msg, Ok(emitted)).await,
+            Err(e) => self.settle(lease, msg, Err(e)).await,
+        }
+    }
+
+    /// Settles the tails that end until none is left of `execution`'s.
+    async fn wait_for_tail(&mut self, execution: &ExecutionId) {
+        while self.tailing.contains(execution) {
+            match self.tails.next().await {
+                Some(done) => self.tail_done(done).await,
+                None => self.tailing.clear(),
+            }
+        }
+    }
+
+    /// Settles an event whose tail ended. A tail that failed leaves its run's cached copy
+    /// behind it (it lacks the event's outbox entry, which the event's return needs).
+    async fn tail_done(&mut self, (lease, msg, execution, finished): TailDone) {
+        self.tailing.remove(&execution);
+        if finished.is_err() {
+            let _ = self.cache.take(&execution);
+        }
+        self.settle(lease, msg, finished).await;
     }
 
     /// After an event was processed (alone or in a group): acks it (once its spans are
@@ -411,7 +492,12 @@ async fn failed(
         "abandoning the run of the event on {}: {reason}",
         msg.subject
     );
-    match process(shared, workflow, cache, msg, Some(reason)).await {
+    match finished(
+        process(shared, workflow, cache, msg, Some(reason)).await,
+        cache,
+    )
+    .await
+    {
         Ok(emitted) => {
             if emitted {
                 agent_sdk::telemetry::flush().await;
@@ -435,6 +521,19 @@ async fn failed(
                 .await;
         }
     }
+}
+
+/// `processed` with its tail, if any, finished here: whether it emitted spans.
+async fn finished(processed: Result<(bool, Option<Tail>)>, cache: &mut Cache) -> Result<bool> {
+    let (emitted, tail) = processed?;
+    if let Some(tail) = tail {
+        let execution = tail.execution.clone();
+        if let Err(e) = tail.finish().await {
+            let _ = cache.take(&execution);
+            return Err(e);
+        }
+    }
+    Ok(emitted)
 }
 
 /// Decodes an event message into its run and event; `None` for a message that is no
@@ -544,16 +643,17 @@ fn artifact_output(name: &str, read: Result<serde_json::Value>) -> Result<ReplyM
 }
 
 /// The whole path of one event: decode it, then load its run, plan, and perform the plan,
-/// until a commit holds (or the plan needs none). Whether it emitted spans.
+/// until a commit holds (or the plan needs none). Whether it emits spans, and its tail
+/// when one is left to finish.
 async fn process(
     shared: &Arc<Shared>,
     workflow: &Arc<Workflow>,
     cache: &mut Cache,
     msg: &jetstream::Message,
     abandon: Option<String>,
-) -> Result<bool> {
+) -> Result<(bool, Option<Tail>)> {
     let Some((execution, mut envelope)) = decode(shared, workflow, msg).await? else {
-        return Ok(false);
+        return Ok((false, None));
     };
     let info = msg
         .info()
@@ -589,7 +689,7 @@ async fn process(
                 if let Some((rev, kept)) = keep {
                     cache.keep(execution.clone(), rev, *kept);
                 }
-                return Ok(false);
+                return Ok((false, None));
             }
             Plan::Reload => continue,
             Plan::Perform(mut steps) => {
@@ -601,11 +701,11 @@ async fn process(
                     execution: &execution,
                     callers: &callers,
                 };
-                if let Some(kept) = perform(&ctx, &key, *steps).await? {
-                    if let Some((rev, kept)) = kept {
+                if let Some(held) = perform(&ctx, &key, *steps).await? {
+                    if let Some((rev, kept)) = held.keep {
                         cache.keep(execution.clone(), rev, kept);
                     }
-                    return Ok(emits);
+                    return Ok((emits, held.tail));
                 }
             }
         }
@@ -676,13 +776,17 @@ pub(super) fn unknown_node<'e>(workflow: &Workflow, event: &'e Event) -> Option<
     workflow.node(node).is_none().then_some(node.as_str())
 }
 
-/// Performs `steps` in order (see `plan`). `None`: the commit lost to another replica's,
-/// nothing was carried out. Otherwise what to cache, if anything.
-pub(super) async fn perform(
-    ctx: &RunContext<'_>,
-    key: &str,
-    steps: Steps,
-) -> Result<Option<Option<(u64, RunRecord)>>> {
+/// What [`perform`] did when its commit held: what to cache, and the event's tail, when it
+/// was left for the caller to finish (see `tail`).
+pub(super) struct Held {
+    pub(super) keep: Option<(u64, RunRecord)>,
+    pub(super) tail: Option<Tail>,
+}
+
+/// Performs `steps` in order (see `plan`) up to the commands; the tail is left to the
+/// caller, unless a tidy commit (whose revision is what to cache) makes it part of this.
+/// `None`: the commit lost to another replica's, nothing was carried out.
+pub(super) async fn perform(ctx: &RunContext<'_>, key: &str, steps: Steps) -> Result<Option<Held>> {
     let (shared, execution) = (ctx.shared, ctx.execution);
     let ttl = Duration::from_millis(steps.apart_for.0) + shared.config.retention;
     store::start_puts(shared, steps.before, ttl)
@@ -711,31 +815,30 @@ pub(super) async fn perform(
     ctx.carry_out(&steps.commands, steps.legacy_timers)
         .await
         .context(|| format!("carrying out the commands of run {execution}"))?;
-    after.stored().await?;
-    if let Some(ack) = wake {
-        ack.await
-            .context(|| format!("arming the wake of run {execution}"))?;
+    let tidied = steps.tidy.is_some();
+    let tail = Tail {
+        shared: shared.clone(),
+        execution: execution.clone(),
+        key: key.to_string(),
+        after,
+        wake,
+        history,
+        tidy: steps.tidy,
+        ending: steps.ending,
+        spans: steps.spans,
+        traceparent: ctx.callers.first().and_then(|c| c.traceparent.clone()),
+    };
+    if tidied {
+        revision = tail.finish().await?;
+        return Ok(Some(Held {
+            keep: revision.zip(steps.keep),
+            tail: None,
+        }));
     }
-    for pending in history {
-        pending.stored(shared).await?;
-    }
-    if let Some(tidy) = steps.tidy {
-        // A failure is harmless: the next commit drops the entry.
-        revision = store::cas(shared, execution, key, tidy)
-            .await
-            .ok()
-            .flatten();
-    }
-    if let Some(ending) = steps.ending {
-        store::end(shared, ending).await?;
-    }
-    // Last: the commit held and the commands are carried out. A replica that dies before
-    // this leaves the event to come back, and the spans are emitted with its replay.
-    if !steps.spans.is_empty() {
-        let traceparent = ctx.callers.first().and_then(|c| c.traceparent.as_deref());
-        RunTrace::new(execution, traceparent).emit(&steps.spans);
-    }
-    Ok(Some(revision.zip(steps.keep)))
+    Ok(Some(Held {
+        keep: revision.zip(steps.keep),
+        tail: Some(tail),
+    }))
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! - `scenarios`: `chain` and `throughput` with an in-process node.
 //! - `map`: `map`, likewise, with a meter of the KV bytes written.
 //! - `wiretap`: which messages a node costs, by kind of subject.
+//! - `pull`: the event pull's batch and expiry, and the worker count, one setting at a time.
 //! - `procs`: `replicas` and `resume` with `workflow-node serve` processes.
 
 pub(crate) mod counters;
@@ -13,6 +14,7 @@ pub(crate) mod env;
 pub(crate) mod floor;
 pub(crate) mod map;
 pub(crate) mod procs;
+pub(crate) mod pull;
 pub(crate) mod scenarios;
 pub(crate) mod wiretap;
 

@@ -35,12 +35,23 @@ impl Mesh {
     /// Starts the node and the agent in a namespace of the scenario's, and waits until
     /// they are ready.
     pub(crate) async fn start(env: &Env, scenario: &str, workflow: Workflow) -> Result<Mesh> {
+        Mesh::start_with(env, scenario, vec![workflow], Config::default()).await
+    }
+
+    /// [`Mesh::start`] with several workflows and the node's settings (its namespace is
+    /// the scenario's).
+    pub(crate) async fn start_with(
+        env: &Env,
+        scenario: &str,
+        workflows: Vec<Workflow>,
+        config: Config,
+    ) -> Result<Mesh> {
         let ns = env::namespace(scenario);
         let config = Config {
             namespace: ns.clone(),
-            ..Config::default()
+            ..config
         };
-        let node = WorkflowNode::start(env.connect().await?, vec![workflow], config)
+        let node = WorkflowNode::start(env.connect().await?, workflows, config)
             .await
             .map_err(anyhow::Error::msg)?;
         let probe = Arc::new(AgentProbe::default());
@@ -132,7 +143,7 @@ pub(crate) async fn batch(
 }
 
 /// Nodes in the chain.
-const CHAIN_NODES: usize = 10;
+pub(crate) const CHAIN_NODES: usize = 10;
 /// Chain runs under the wiretap, after the timed ones.
 const WIRETAP_RUNS: usize = 20;
 
