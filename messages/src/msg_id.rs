@@ -61,6 +61,12 @@ pub fn history(execution: &str, n: u64) -> String {
     format!("history.{execution}.{n}")
 }
 
+/// The de-duplication id of the history entries `first..=last` of a run, published as one
+/// message.
+pub fn history_batch(execution: &str, first: u64, last: u64) -> String {
+    format!("history.{execution}.{first}-{last}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,7 @@ use async_nats::jetstream;
 use super::effects::RunContext;
 use super::error::{Context, Error, Result};
 use super::plan::{self, Delivery, Plan, Stamp};
-use super::worker::{decode, load, perform, unknown_node, Worker, MAX_CONFLICTS};
+use super::worker::{decode, load, perform, unknown_node, Known, Worker, MAX_CONFLICTS};
 use super::{names, now, store, Envelope};
 use crate::core::ExecutionId;
 
@@ -78,7 +78,7 @@ pub(super) async fn process(
         return None;
     }
     let key = names::run_key(&workflow.name, &execution);
-    let mut cached = w.cache.take(&execution);
+    let mut cached = w.cache.take(&execution).map(Known::cached);
     let traced = agent_sdk::telemetry::active();
     for _ in 0..MAX_CONFLICTS {
         let (first, first_delivery) = (&events[0].0, events[0].1);

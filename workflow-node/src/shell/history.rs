@@ -3,16 +3,19 @@
 //! `{ns}.wf.{workflow}.history.{execution}`). The event stream is a work queue and forgets
 //! what it delivered; this one remembers, for `workflow-node runs history`.
 //!
-//! An entry is made by `plan` with the commit that applies its event and kept in that
-//! commit's outbox entry, so it goes the way of the event's other commands: published after
-//! the commit holds, and published again when a redelivered event replays its outbox entry
-//! (a replica died between the commit and the ack). It is numbered by the run's count of
-//! commits (`RunRecord::applied`), which the compare-and-swap makes a total order, and
-//! published with `Nats-Msg-Id: history.{execution}.{n}`: the stream keeps one copy of a
-//! replay within its duplicate window, and readers drop a later copy by its number. So an
-//! entry is never lost (the event is not acked before the stream stored it) and never
-//! shown twice, and the cost per event is one publish whose ack is awaited alongside the
-//! event's other writes.
+//! An entry is made by `plan` with the commit that applies its event, numbered by the run's
+//! count of commits (`RunRecord::applied`), which the compare-and-swap makes a total order,
+//! and held in the run's record (`RunRecord::history_held`), so it is as durable as the
+//! commit. Once [`HELD_MAX`] entries are held, or the run has ended, the commit that holds
+//! the last one takes them all out of the record and into its outbox entry, and they go
+//! the way of the event's other commands: published after the commit holds, as **one**
+//! message (a JSON array; a single entry is published as an object, as before), and
+//! published again when a redelivered event replays its outbox entry. The message id is
+//! `history.{execution}.{first}-{last}` (`.{n}` for one entry): the stream keeps one copy of
+//! a replay within its duplicate window, and readers drop a later copy by number. Readers
+//! ([`crate::shell::inspect::Inspector::history`]) add the entries still held in the
+//! record. So an entry is never lost and never shown twice, and a run's history costs one
+//! write per 16 events instead of one per event.
 
 use std::time::Duration;
 
@@ -22,8 +25,12 @@ use messages::{headers, msg_id, subjects};
 use serde::{Deserialize, Serialize};
 
 use super::error::{Context, Error, Result};
+use super::record::RunRecord;
 use super::{names, Envelope, Shared};
 use crate::core::{Event, ExecutionId, Millis, RunStatus, Slot};
+
+/// History entries a run's record holds before they are published together.
+pub const HELD_MAX: usize = 16;
 
 /// The longest detail an entry keeps (an agent's error message may be long).
 const DETAIL_MAX: usize = 300;
@@ -237,30 +244,61 @@ pub(super) struct Pending {
 }
 
 /// Starts publishing `entry` of run `execution`; [`Pending::stored`] waits for the stream.
+/// Holds `entry` in the run's record; what to publish now: every entry held, once
+/// [`HELD_MAX`] are or the run has ended (see the module doc), nothing otherwise.
+pub(super) fn hold(record: &mut RunRecord, entry: HistoryEntry) -> Vec<HistoryEntry> {
+    record.history_held.push(entry);
+    if record.history_held.len() >= HELD_MAX || record.state.status.is_terminal() {
+        std::mem::take(&mut record.history_held)
+    } else {
+        Vec::new()
+    }
+}
+
+/// Starts publishing `entries` (in order) as one message; `None` when there are none.
 pub(super) async fn publish(
     shared: &Shared,
     workflow: &str,
     execution: &ExecutionId,
-    entry: &HistoryEntry,
-) -> Result<Pending> {
+    entries: &[HistoryEntry],
+) -> Result<Option<Pending>> {
+    let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
+        return Ok(None);
+    };
     let subject = subjects::run_history(&shared.ns, workflow, &execution.0);
     let mut h = HeaderMap::new();
-    h.insert(
-        headers::MSG_ID,
-        msg_id::history(&execution.0, entry.n).as_str(),
-    );
-    let bytes: bytes::Bytes = serde_json::to_vec(entry)?.into();
+    let (id, bytes) = if entries.len() == 1 {
+        (
+            msg_id::history(&execution.0, first.n),
+            serde_json::to_vec(first)?,
+        )
+    } else {
+        (
+            msg_id::history_batch(&execution.0, first.n, last.n),
+            serde_json::to_vec(entries)?,
+        )
+    };
+    h.insert(headers::MSG_ID, id.as_str());
+    let bytes: bytes::Bytes = bytes.into();
     let ack = shared
         .js
         .publish_with_headers(subject.clone(), h.clone(), bytes.clone())
         .await
         .context(|| format!("publishing the history of run {execution}"))?;
-    Ok(Pending {
+    Ok(Some(Pending {
         subject,
         headers: h,
         bytes,
         ack,
-    })
+    }))
+}
+
+/// The entries of one message of the history stream: one entry, or several in an array.
+pub fn parse(payload: &[u8]) -> serde_json::Result<Vec<HistoryEntry>> {
+    match serde_json::from_slice::<HistoryEntry>(payload) {
+        Ok(entry) => Ok(vec![entry]),
+        Err(_) => serde_json::from_slice(payload),
+    }
 }
 
 impl Pending {
@@ -328,6 +366,50 @@ mod tests {
         });
         let e = entry(&started, 1, Millis(1), "r1", RunStatus::Running);
         assert_eq!(e.detail.as_deref(), Some("input 7 bytes"));
+    }
+
+    #[test]
+    fn a_message_holds_one_entry_or_several() {
+        let at = |n| {
+            entry(
+                &Envelope::event(Event::ResumeRequested),
+                n,
+                Millis(n),
+                "r",
+                RunStatus::Running,
+            )
+        };
+        let one = serde_json::to_vec(&at(1)).unwrap();
+        assert_eq!(parse(&one).unwrap(), vec![at(1)]);
+        let batch = serde_json::to_vec(&vec![at(2), at(3)]).unwrap();
+        assert_eq!(parse(&batch).unwrap(), vec![at(2), at(3)]);
+        assert!(parse(b"{\"n\": \"x\"}").is_err());
+    }
+
+    #[test]
+    fn entries_are_held_until_sixteen_or_the_end() {
+        use crate::core::Execution;
+        let at = |n| {
+            entry(
+                &Envelope::event(Event::ResumeRequested),
+                n,
+                Millis(n),
+                "r",
+                RunStatus::Running,
+            )
+        };
+        let state = Execution::new(ExecutionId("x".into()), "W");
+        let mut record = RunRecord::new(state, Default::default());
+        for n in 1..HELD_MAX as u64 {
+            assert!(hold(&mut record, at(n)).is_empty());
+        }
+        let out = hold(&mut record, at(HELD_MAX as u64));
+        assert_eq!(out.len(), HELD_MAX);
+        assert!(record.history_held.is_empty());
+        assert!(hold(&mut record, at(17)).is_empty());
+        record.state.status = RunStatus::Success;
+        let out: Vec<u64> = hold(&mut record, at(18)).iter().map(|e| e.n).collect();
+        assert_eq!(out, vec![17, 18]);
     }
 
     #[test]

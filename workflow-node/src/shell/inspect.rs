@@ -26,6 +26,16 @@ use crate::core::ExecutionId;
 /// How long one pass over a bucket or stream may take.
 const SCAN_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The history entries a run's record holds: those not published yet, and those its
+/// outbox entries are publishing.
+fn unpublished(record: RunRecord) -> Vec<HistoryEntry> {
+    let publishing = record
+        .outbox
+        .into_iter()
+        .flat_map(|e| e.history.into_iter().chain(e.more_history));
+    record.history_held.into_iter().chain(publishing).collect()
+}
+
 /// A run as found in the runs bucket.
 #[derive(Debug, Clone)]
 pub struct FoundRun {
@@ -147,12 +157,18 @@ impl Inspector {
         Ok(apart)
     }
 
-    /// The history of run `execution` of `workflow`, in order (empty when none is kept).
+    /// The history of run `execution` of `workflow`, in order (empty when none is kept):
+    /// the entries its record still holds or is publishing, then those in the stream. The
+    /// record is read first: an entry that leaves it afterwards was published by then.
     pub async fn history(
         &self,
         workflow: &str,
         execution: &ExecutionId,
     ) -> Result<Vec<HistoryEntry>> {
+        let mut entries = match self.read_run(workflow, execution).await? {
+            Some(run) => unpublished(run.record),
+            None => Vec::new(),
+        };
         let name = names::history_stream(&self.ns);
         let stream = match self.js.get_stream(&name).await {
             Ok(s) => s,
@@ -160,17 +176,16 @@ impl Inspector {
                 if matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(j)
                 if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND) =>
             {
-                return Ok(Vec::new())
+                return Ok(history::in_order(entries))
             }
             Err(e) => return Err(e).context(|| format!("opening stream {name}")),
         };
         let filter = subjects::run_history(&self.ns, workflow, &execution.0);
         let messages = scan(&self.client, &stream, filter, DeliverPolicy::All).await?;
-        let mut entries = Vec::with_capacity(messages.len());
         for m in messages {
-            match serde_json::from_slice::<HistoryEntry>(&m.payload) {
-                Ok(e) => entries.push(e),
-                Err(e) => tracing::warn!("skipping an unreadable history entry: {e}"),
+            match history::parse(&m.payload) {
+                Ok(e) => entries.extend(e),
+                Err(e) => tracing::warn!("skipping an unreadable history message: {e}"),
             }
         }
         Ok(history::in_order(entries))

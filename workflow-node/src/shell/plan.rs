@@ -12,9 +12,10 @@
 //!    without its outbox entry (a conflict is harmless: the next commit drops it);
 //! 5. `keep`: what the worker caches.
 //!
-//! A commit also numbers its event in the run's history and keeps the history entry in its
-//! outbox entry (`history`): the driver publishes it with the commands, and again on a
-//! replay.
+//! A commit also numbers its event in the run's history and holds the history entry in the
+//! record; a commit that takes the held entries out (16 of them, or the run's end) keeps
+//! them in its outbox entry (`more_history`): the driver publishes them with the commands,
+//! in one message, and again on a replay (see `history`).
 //!
 //! `observed` is what the commit does to the run for the metrics, recorded once it holds.
 //!
@@ -97,8 +98,8 @@ pub(super) struct Steps {
     pub(super) after: Vec<Write>,
     /// Carried out after the commit.
     pub(super) commands: Vec<Command>,
-    /// The history entries of the events committed (one per event; none for a replay of
-    /// an entry without one), published with `commands` (see `history`).
+    /// The history entries the commit took out of the record (none while they are held
+    /// there), published with `commands` as one message (see `history`).
     pub(super) history: Vec<HistoryEntry>,
     /// The run's wake entry to write or remove with `commands` (see `wake`).
     pub(super) wake: Option<WakeWrite>,
@@ -323,19 +324,20 @@ fn attach(
     } else {
         Vec::new()
     };
-    // The entry is kept even without commands: it carries the history entry to publish
+    // The entry is kept even without commands: it carries the history entries to publish
     // again if this replica dies before the event is acked.
     let entry = history_entry(&mut record, envelope, stamp);
+    let published = history::hold(&mut record, entry);
     record.outbox.push(OutboxEntry {
         seq: delivery.seq,
         at: now,
         commands: outbox::thin(&commands),
         results: Vec::new(),
-        history: Some(entry.clone()),
+        history: None,
         spans: Vec::new(),
         wake: None,
         group: Vec::new(),
-        more_history: Vec::new(),
+        more_history: published.clone(),
         timers_in_wake: true,
     });
     let bytes = bulk::encode(&mut record)?;
@@ -352,7 +354,7 @@ fn attach(
         }),
         after: Vec::new(),
         commands,
-        history: vec![entry],
+        history: published,
         wake: None,
         legacy_timers: false,
         tidy: None,
@@ -544,16 +546,17 @@ fn apply(
             false => format!("wake: {}", keys.join(", ")),
         });
     }
+    let published = history::hold(&mut record, entry);
     record.outbox.push(OutboxEntry {
         seq: delivery.seq,
         at: now,
         commands: outbox::thin(&commands),
         results,
-        history: Some(entry.clone()),
+        history: None,
         spans: spans::for_outbox(&spans),
         wake: wake.clone(),
         group: Vec::new(),
-        more_history: Vec::new(),
+        more_history: published.clone(),
         timers_in_wake: true,
     });
     // What the commit refers to goes first: items of a map that just started, outputs
@@ -583,7 +586,7 @@ fn apply(
         }),
         after,
         commands,
-        history: vec![entry],
+        history: published,
         wake,
         legacy_timers: false,
         tidy: None,

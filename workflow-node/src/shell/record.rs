@@ -64,7 +64,8 @@ pub struct OutboxEntry {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub results: Vec<ItemResult>,
     /// The run's history entry for the event, published after the commit (and again on a
-    /// replay: its message id makes the stream keep one copy; see `history`).
+    /// replay: its message id makes the stream keep one copy; see `history`). Entries
+    /// committed since history is held in the record go in `more_history` instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history: Option<HistoryEntry>,
     /// Spans the event ended (when traces are exported): emitted again if the event comes
@@ -80,7 +81,8 @@ pub struct OutboxEntry {
     /// all of it is carried out, so the entry goes with `seq`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub group: Vec<u64>,
-    /// The history entries of the events in `group`, after `history`.
+    /// History entries to publish after `history`, in one message: those this commit took
+    /// out of the record's `history_held` (and, in a group, those of the group's events).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub more_history: Vec<HistoryEntry>,
     /// Whether the entry's timers are kept as the run's wake (every entry committed since
@@ -126,6 +128,11 @@ pub struct RunRecord {
     /// Whether the run's output is kept under a key of its own.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub output_apart: bool,
+    /// History entries committed and not yet published: they go to the history stream
+    /// together, in one message, once [`super::history::HELD_MAX`] of them are held or the
+    /// run has ended (see `history`); readers take them from here meanwhile.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history_held: Vec<HistoryEntry>,
     /// How many events changed the run (committed): numbers its history entries.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub applied: u64,
@@ -182,6 +189,7 @@ impl RunRecord {
             output_apart: false,
             call_times: BTreeMap::new(),
             maps_apart: false,
+            history_held: Vec::new(),
             applied: 0,
             ended_at: None,
             attempts: BTreeMap::new(),

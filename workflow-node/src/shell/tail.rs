@@ -29,7 +29,8 @@ pub(super) struct Tail {
     pub(super) after: store::Pending,
     /// The ack of the run's wake entry, when one was written.
     pub(super) wake: Option<PublishAckFuture>,
-    pub(super) history: Vec<history::Pending>,
+    /// The history entries the commit published, if it published any.
+    pub(super) history: Option<history::Pending>,
     /// A replay's second commit, dropping the entry it carried out.
     pub(super) tidy: Option<Commit>,
     pub(super) ending: Option<Ending>,
@@ -47,7 +48,7 @@ impl Tail {
             ack.await
                 .context(|| format!("arming the wake of run {execution}"))?;
         }
-        for pending in self.history {
+        if let Some(pending) = self.history {
             pending.stored(shared).await?;
         }
         let mut revision = None;

@@ -5,7 +5,9 @@
 //! commands), then ack. A conflict means another replica moved first: reload and plan
 //! again. [`process`] is the whole path of one event; the decisions are in `plan`.
 //!
-//! Events of one run go to one worker task (by hash), so a replica never races itself.
+//! Events of one run go to one worker task (by hash), so a replica never races itself. A
+//! worker does not wait for an event's tail (writes confirmed, spans, ack; see `tail`)
+//! before taking another run's event; the run's own next event waits for it.
 //!
 //! When the process exports traces, an event that ended spans is acked only once they
 //! are exported (a flush shared by every event in hand meanwhile, see [`acker`]): a
@@ -666,7 +668,13 @@ async fn process(
         (envelope, delivery) = plan::abandoned(envelope, delivery, reason);
     }
     let key = names::run_key(&workflow.name, &execution);
-    let mut cached = cache.take(&execution);
+    let mut cached = cache.take(&execution).map(Known::cached);
+    // A first start of a run is planned as a new run, without reading KV for it: its
+    // commit creates the entry, and fails if the run exists after all (a cancel that came
+    // first, say), and it is then planned again from what KV holds.
+    if cached.is_none() && starts_a_run(&envelope, delivery) {
+        cached = Some(Known::New);
+    }
     let traced = agent_sdk::telemetry::active();
     for _ in 0..MAX_CONFLICTS {
         let (loaded, run_workflow) =
@@ -716,6 +724,27 @@ async fn process(
     })
 }
 
+/// What a worker knows of a run before reading KV.
+pub(super) enum Known {
+    /// Its copy in the cache: the revision it was committed at, and the record.
+    Cached(u64, Box<RunRecord>),
+    /// It has no entry yet (a first start, see [`starts_a_run`]).
+    New,
+}
+
+impl Known {
+    /// A run's cached copy.
+    pub(super) fn cached((revision, record): (u64, RunRecord)) -> Known {
+        Known::Cached(revision, Box::new(record))
+    }
+}
+
+/// Whether an event is the first delivery of a run's start (not a caller joining): its run
+/// has no entry yet, but for a cancel or a caller that came first.
+fn starts_a_run(envelope: &Envelope, delivery: Delivery) -> bool {
+    matches!(envelope.event, Event::Started { .. }) && !envelope.attach && delivery.delivered == 1
+}
+
 /// The run of an event, from this worker's cache or KV, with what the event needs in
 /// place: the definition the run started with (the one this replica serves, or the one the
 /// run names), the results of a map it may end, and which outbox entries are settled. An
@@ -724,15 +753,21 @@ pub(super) async fn load(
     shared: &Shared,
     current: &Arc<Workflow>,
     key: &str,
-    cached: Option<(u64, RunRecord)>,
+    known: Option<Known>,
     envelope: &Envelope,
     delivery: Delivery,
 ) -> Result<(Loaded, Arc<Workflow>)> {
-    let mut loaded = match cached {
-        Some((revision, record)) => Loaded {
+    let mut loaded = match known {
+        Some(Known::Cached(revision, record)) => Loaded {
             revision: Some(revision),
-            record: Some(record),
+            record: Some(*record),
             from_cache: true,
+            settled: Default::default(),
+        },
+        Some(Known::New) => Loaded {
+            revision: None,
+            record: None,
+            from_cache: false,
             settled: Default::default(),
         },
         None => store::load(shared, key).await?,
@@ -808,10 +843,7 @@ pub(super) async fn perform(ctx: &RunContext<'_>, key: &str, steps: Steps) -> Re
         Some(write) => ctx.write_wake(write).await?,
         None => None,
     };
-    let mut history = Vec::with_capacity(steps.history.len());
-    for entry in &steps.history {
-        history.push(history::publish(shared, &ctx.workflow.name, execution, entry).await?);
-    }
+    let history = history::publish(shared, &ctx.workflow.name, execution, &steps.history).await?;
     ctx.carry_out(&steps.commands, steps.legacy_timers)
         .await
         .context(|| format!("carrying out the commands of run {execution}"))?;

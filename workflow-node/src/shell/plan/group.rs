@@ -114,7 +114,9 @@ fn merge_entries(entries: Vec<OutboxEntry>) -> Option<OutboxEntry> {
         first.group.push(e.seq);
         first.commands.extend(e.commands);
         first.results.extend(e.results);
-        first.more_history.extend(e.history);
+        first
+            .more_history
+            .extend(e.history.into_iter().chain(e.more_history));
         first.spans.extend(e.spans);
         first.wake = merge_wakes(first.wake.take(), e.wake);
     }
