@@ -50,7 +50,16 @@ impl RunContext<'_> {
     pub(super) async fn carry_out(&self, commands: &[Command], legacy_timers: bool) -> Result<()> {
         let mut timer_acks = Vec::new();
         let mut disarm_acks = Vec::new();
+        // An event's progress (a node ended, the next started) goes to each caller as one
+        // status update, before anything else tells them more.
+        let mut progress = Vec::new();
         for command in commands {
+            if matches!(
+                command,
+                Command::RequestApproval { .. } | Command::Finish { .. }
+            ) {
+                self.tell_callers(std::mem::take(&mut progress)).await?;
+            }
             match command {
                 Command::CancelTimer { .. } | Command::StartTimer { .. } if !legacy_timers => {}
                 Command::CancelTimer { timer } => {
@@ -85,8 +94,7 @@ impl RunContext<'_> {
                         .context(|| format!("cancelling call {sub_task_id}"))?;
                 }
                 Command::Progress(p) => {
-                    let part = reply::progress_part(self.workflow, self.execution, p);
-                    self.tell_callers(part).await?;
+                    progress.push(reply::progress_part(self.workflow, self.execution, p));
                 }
                 Command::RequestApproval {
                     node,
@@ -109,7 +117,7 @@ impl RunContext<'_> {
                         .publish(subject, bytes.into())
                         .await
                         .context(|| format!("asking for approval of {node}"))?;
-                    self.tell_callers(part).await?;
+                    self.tell_callers(vec![part]).await?;
                 }
                 Command::Finish {
                     status,
@@ -121,6 +129,7 @@ impl RunContext<'_> {
                 }
             }
         }
+        self.tell_callers(progress).await?;
         for ack in timer_acks {
             ack.await
                 .context(|| format!("arming a timer of run {}", self.execution))?;
@@ -313,19 +322,24 @@ impl RunContext<'_> {
     }
 
     /// Publishes one progress update to every caller that asked for them.
-    pub(super) async fn tell_callers(&self, part: Part) -> Result<()> {
+    /// Tells every caller `parts` in one status update (nothing for no parts).
+    pub(super) async fn tell_callers(&self, parts: Vec<Part>) -> Result<()> {
+        if parts.is_empty() {
+            return Ok(());
+        }
         for caller in self.callers {
-            self.tell(caller, part.clone()).await?;
+            self.tell(caller, parts.clone()).await?;
         }
         Ok(())
     }
 
-    async fn tell(&self, caller: &Caller, part: Part) -> Result<()> {
+    async fn tell(&self, caller: &Caller, parts: Vec<Part>) -> Result<()> {
         let Some(status_to) = &caller.status_to else {
             return Ok(());
         };
-        let part = self.shared.config.dialect.rewrite_part(part);
-        let bytes = reply::status_update(caller, self.execution, TaskState::Working, part);
+        let dialect = self.shared.config.dialect;
+        let parts = parts.into_iter().map(|p| dialect.rewrite_part(p)).collect();
+        let bytes = reply::status_update(caller, self.execution, TaskState::Working, parts);
         self.shared
             .client
             .publish(status_to.clone(), bytes.into())
@@ -343,7 +357,7 @@ impl RunContext<'_> {
         let ending = self.ending(status, output, error).await?;
         let result = reply::execution_result_part(self.workflow, self.execution, &ending);
         for caller in self.callers {
-            self.tell(caller, result.clone()).await?;
+            self.tell(caller, vec![result.clone()]).await?;
             self.final_reply(caller, &ending).await?;
         }
         Ok(())

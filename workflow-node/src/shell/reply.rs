@@ -197,13 +197,13 @@ pub(super) fn status_update(
     caller: &Caller,
     execution: &ExecutionId,
     state: TaskState,
-    part: Part,
+    parts: Vec<Part>,
 ) -> Vec<u8> {
     let context = caller
         .context_id
         .clone()
         .unwrap_or_else(|| execution.0.clone());
-    let mut message = Message::new(format!("{execution}-status"), Role::Agent, vec![part]);
+    let mut message = Message::new(format!("{execution}-status"), Role::Agent, parts);
     message.task_id = Some(execution.0.clone());
     message.context_id = Some(context.clone());
     let update = TaskStatusUpdateEvent {

@@ -560,7 +560,7 @@ async fn accept(shared: &Shared, workflow: &Workflow, execution: &ExecutionId, c
         return;
     };
     let text = Part::text(format!("accepted as run {execution} of {}", workflow.name));
-    let bytes = reply::status_update(caller, execution, TaskState::Submitted, text);
+    let bytes = reply::status_update(caller, execution, TaskState::Submitted, vec![text]);
     if let Err(e) = shared.client.publish(status_to.clone(), bytes.into()).await {
         tracing::debug!("telling a caller that run {execution} was accepted failed: {e}");
     }
@@ -608,7 +608,7 @@ async fn answer_ended(
             let text = Part::text(format!(
                 "run {execution} has ended: its final reply is on its way to this address"
             ));
-            let bytes = reply::status_update(caller, execution, TaskState::Working, text);
+            let bytes = reply::status_update(caller, execution, TaskState::Working, vec![text]);
             let _ = shared.client.publish(status_to.clone(), bytes.into()).await;
         }
     }

@@ -185,7 +185,7 @@ async fn forward(shared: &Arc<Shared>, workflow: &Workflow, update: AgentUpdate)
         execution: &update.execution,
         callers: &callers,
     };
-    ctx.tell_callers(part).await
+    ctx.tell_callers(vec![part]).await
 }
 
 #[cfg(test)]

@@ -150,3 +150,59 @@ async fn counts_since(
         _ => Ok(None),
     }
 }
+
+/// How long the throughput floor runs at each concurrency.
+const RATE_TIME: Duration = Duration::from_secs(3);
+
+/// The floor's throughput: floor steps (a request/reply to an echo responder, then a KV
+/// compare-and-swap) per second with `in_flight` of them going at once, each on a key of
+/// its own, over one client connection as the node has. No workflow step costs less, so
+/// no scenario runs more node executions per second than this on the same machine.
+pub(crate) async fn steps_per_s(env: &Env, tag: &str, in_flight: usize) -> Result<f64> {
+    let responder = env.connect().await?;
+    let client = env.connect().await?;
+    let subject = format!("bench.floor.rate.{tag}");
+    let mut sub = responder.subscribe(subject.clone()).await?;
+    let r = responder.clone();
+    let echo = tokio::spawn(async move {
+        while let Some(msg) = sub.next().await {
+            if let Some(reply) = msg.reply {
+                let _ = r.publish(reply, msg.payload).await;
+            }
+        }
+    });
+    agent_sdk::roundtrip::roundtrip(&responder).await?;
+    let js = jetstream::new(client.clone());
+    let bucket = format!("bench_floor_rate_{tag}");
+    let store = js
+        .create_key_value(kv::Config {
+            bucket: bucket.clone(),
+            history: 1,
+            ..Default::default()
+        })
+        .await?;
+    let payload = bytes::Bytes::from(vec![b'x'; 128]);
+    let value = bytes::Bytes::from(vec![b'v'; 256]);
+    let t0 = Instant::now();
+    let end = t0 + RATE_TIME;
+    let loops = (0..in_flight).map(|i| {
+        let (client, store, subject) = (client.clone(), store.clone(), subject.clone());
+        let (payload, value) = (payload.clone(), value.clone());
+        async move {
+            let key = format!("k{i}");
+            let mut rev = store.put(&key, value.clone()).await?;
+            let mut steps = 0u64;
+            while Instant::now() < end {
+                client.request(subject.clone(), payload.clone()).await?;
+                rev = store.update(&key, value.clone(), rev).await?;
+                steps += 1;
+            }
+            anyhow::Ok(steps)
+        }
+    });
+    let done = futures::future::try_join_all(loops).await;
+    let secs = t0.elapsed().as_secs_f64();
+    echo.abort();
+    let _ = js.delete_key_value(&bucket).await;
+    Ok(done?.iter().sum::<u64>() as f64 / secs)
+}

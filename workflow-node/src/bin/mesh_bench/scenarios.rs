@@ -283,10 +283,25 @@ pub(crate) async fn throughput(env: &Env) -> Result<Report> {
     )
     .await?;
     mesh.stop().await;
+    // The ceiling on this machine: floor steps per second at the same concurrency.
+    let mut floor_rate = serde_json::Map::new();
+    for in_flight in [64usize, 256] {
+        let rate = floor::steps_per_s(env, &format!("throughput{in_flight}"), in_flight).await?;
+        let nodes = nodes_per_s
+            .get(&in_flight.to_string())
+            .copied()
+            .unwrap_or(0.0);
+        rows.push((
+            format!("  floor steps (rr + CAS), {in_flight} in flight"),
+            format!("{rate:.0}/s (node executions: {:.2}x of it)", nodes / rate),
+        ));
+        floor_rate.insert(in_flight.to_string(), json!(round(rate)));
+    }
     let mut json = json!({
         "floor": floor.json(),
         "runs_per_s": runs_per_s,
         "node_executions_per_s": nodes_per_s,
+        "floor_steps_per_s": floor_rate,
         "nodes_per_run": env::FORK_JOIN_NODES,
     });
     add_counts(&mut json, &mut rows, "per_node_execution", counts, &floor);

@@ -1,14 +1,18 @@
-//! History held in the run's record and published in batches (issue 14, item 1), over a
-//! real nats-server: a long chain writes the history stream a few times, not once per
-//! event, and a reader sees every entry, in order and once, whether it is still held in
-//! the record or already published.
+//! What a node costs on the wire (issue 14), over a real nats-server: a run's history is
+//! held in its record and published in batches (a long chain writes the history stream a
+//! few times, not once per event, and a reader sees every entry, in order and once, whether
+//! it is still held in the record or already published), and an event's progress reaches
+//! a caller as one status update.
 
 mod shell_common;
 
 use std::time::Duration;
 
 use futures::StreamExt;
-use serde_json::json;
+use messages::a2a::{Message, Role};
+use messages::jsonrpc::Request;
+use messages::{headers, subjects};
+use serde_json::{json, Value};
 use workflow_node::cli::client::invoke;
 use workflow_node::core::{ExecutionId, NodeStatus};
 use workflow_node::shell::history::HELD_MAX;
@@ -161,4 +165,67 @@ async fn entries_still_held_in_the_record_are_read_with_the_published_ones() {
     );
     assert!(history_messages(&m.client, "Held").await >= 1);
     call.abort();
+}
+
+#[tokio::test]
+async fn an_events_progress_reaches_the_caller_as_one_status_update() {
+    const NODES: usize = 10;
+    let yaml = chain("Progress", NODES, false);
+    let m = shell_common::mesh(STUBS, &[&yaml], shell_common::trusting(Config::default())).await;
+    let (reply_to, status_to) = (m.client.new_inbox(), m.client.new_inbox());
+    let mut replies = m.client.subscribe(reply_to.clone()).await.unwrap();
+    let mut status = m.client.subscribe(status_to.clone()).await.unwrap();
+    m.client.flush().await.unwrap();
+    let task = "progress-1";
+    let message = Message::new(task, Role::User, vec![messages::payload::wrap(json!({}))]);
+    let body = serde_json::to_vec(&Request::message_send(task, message)).unwrap();
+    let mut h = async_nats::HeaderMap::new();
+    h.insert(headers::STATUS_TO, status_to.as_str());
+    m.client
+        .publish_with_reply_and_headers(
+            subjects::agent_request("mesh", "Progress"),
+            reply_to,
+            h,
+            body.into(),
+        )
+        .await
+        .unwrap();
+    tokio::time::timeout(TIMEOUT, replies.next())
+        .await
+        .expect("a final reply in time")
+        .expect("a reply");
+    shell_common::settled(&m.client, "Progress").await;
+    // Every status update sent before the final reply is in the subscription by now.
+    m.client.flush().await.unwrap();
+    let (mut updates, mut node_parts) = (0, Vec::new());
+    while let Some(Some(msg)) = futures::FutureExt::now_or_never(status.next()) {
+        let v: Value = serde_json::from_slice(&msg.payload).unwrap();
+        let parts = v["result"]["status"]["message"]["parts"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        updates += 1;
+        let types: Vec<String> = parts
+            .iter()
+            .filter_map(|p| p["data"]["type"].as_str().map(String::from))
+            .collect();
+        node_parts.push(types);
+    }
+    let nodes: usize = node_parts
+        .iter()
+        .flatten()
+        .filter(|t| {
+            t.as_str() == "workflow_node_execution_start"
+                || t.as_str() == "workflow_node_execution_result"
+        })
+        .count();
+    // Each node starts and ends: 2 parts a node, every one delivered.
+    assert_eq!(nodes, 2 * NODES, "{node_parts:?}");
+    // A node's end and the next one's start came with one event: one update for both.
+    let together = node_parts.iter().filter(|t| t.len() >= 2).count();
+    assert!(together >= NODES - 1, "{node_parts:?}");
+    assert!(
+        updates <= NODES + 4,
+        "{updates} status updates: {node_parts:?}"
+    );
 }
