@@ -24,11 +24,7 @@ use workflow_node::shell::{names, Config, WorkflowNode};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-const STUBS: &str = r#"
-agents:
-  - name: Echo
-    rules: [{output: "{{input}}"}]
-"#;
+const STUBS: &str = shell_common::ECHO_STUBS;
 
 /// `Gate` lists approver `alice` (a name the node binds) and a key (`{BOB}`); `Ops` lists
 /// none, so the node's operators decide it.

@@ -21,25 +21,11 @@ use workflow_node::shell::{names, Config, RunRecord};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-const STUBS: &str = r#"
-agents:
-  - name: Echo
-    rules: [{output: "{{input}}"}]
-"#;
+const STUBS: &str = shell_common::ECHO_STUBS;
 
 /// A chain of `n` Echo nodes, then (with `gate`) an approval that waits an hour.
 fn chain(name: &str, n: usize, gate: bool) -> String {
-    let mut nodes = String::new();
-    for i in 0..n {
-        let deps = if i == 0 {
-            String::new()
-        } else {
-            format!(", depends_on: [n{}]", i - 1)
-        };
-        nodes.push_str(&format!(
-            "    - {{id: n{i}, type: agent, agent_name: Echo, input: {{i: {i}}}{deps}}}\n"
-        ));
-    }
+    let mut nodes = shell_common::chain_nodes(n, "");
     if gate {
         nodes.push_str(&format!(
             "    - {{id: gate, type: approval, timeout: 1h, depends_on: [n{}]}}\n",

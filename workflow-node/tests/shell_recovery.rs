@@ -13,11 +13,7 @@ use workflow_node::shell::{names, Config};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-const STUBS: &str = r#"
-agents:
-  - name: Echo
-    rules: [{output: "{{input}}"}]
-"#;
+const STUBS: &str = shell_common::ECHO_STUBS;
 
 const ECHO: &str = r#"
 name: EchoOnce

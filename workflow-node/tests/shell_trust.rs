@@ -21,11 +21,7 @@ use workflow_node::shell::{names, Config, Envelope};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-const STUBS: &str = r#"
-agents:
-  - name: Echo
-    rules: [{output: "{{input}}"}]
-"#;
+const STUBS: &str = shell_common::ECHO_STUBS;
 
 const SLOW: &str = r#"
 name: Slow

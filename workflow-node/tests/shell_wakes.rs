@@ -23,17 +23,7 @@ agents:
 
 /// A chain of `n` Echo nodes, each with a node timeout of an hour.
 fn chain(n: usize) -> String {
-    let mut nodes = String::new();
-    for i in 0..n {
-        let deps = if i == 0 {
-            String::new()
-        } else {
-            format!(", depends_on: [n{}]", i - 1)
-        };
-        nodes.push_str(&format!(
-            "    - {{id: n{i}, type: agent, agent_name: Echo, input: {{i: {i}}}, timeout: 1h{deps}}}\n"
-        ));
-    }
+    let nodes = shell_common::chain_nodes(n, ", timeout: 1h");
     format!(
         "name: Long\nworkflow:\n  description: a chain\n  nodes:\n{nodes}  output_mapping: {{last: \"{{{{n{}.output.i}}}}\"}}\n",
         n - 1

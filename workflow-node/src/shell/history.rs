@@ -368,17 +368,14 @@ mod tests {
         assert_eq!(e.detail.as_deref(), Some("input 7 bytes"));
     }
 
+    /// The `n`th entry of a run, a resume applied at `n` ms.
+    fn at(n: u64) -> HistoryEntry {
+        let resume = Envelope::event(Event::ResumeRequested);
+        entry(&resume, n, Millis(n), "r", RunStatus::Running)
+    }
+
     #[test]
     fn a_message_holds_one_entry_or_several() {
-        let at = |n| {
-            entry(
-                &Envelope::event(Event::ResumeRequested),
-                n,
-                Millis(n),
-                "r",
-                RunStatus::Running,
-            )
-        };
         let one = serde_json::to_vec(&at(1)).unwrap();
         assert_eq!(parse(&one).unwrap(), vec![at(1)]);
         let batch = serde_json::to_vec(&vec![at(2), at(3)]).unwrap();
@@ -389,15 +386,6 @@ mod tests {
     #[test]
     fn entries_are_held_until_sixteen_or_the_end() {
         use crate::core::Execution;
-        let at = |n| {
-            entry(
-                &Envelope::event(Event::ResumeRequested),
-                n,
-                Millis(n),
-                "r",
-                RunStatus::Running,
-            )
-        };
         let state = Execution::new(ExecutionId("x".into()), "W");
         let mut record = RunRecord::new(state, Default::default());
         for n in 1..HELD_MAX as u64 {
@@ -414,17 +402,6 @@ mod tests {
 
     #[test]
     fn reading_orders_by_number_and_drops_repeats() {
-        let at = |n| HistoryEntry {
-            n,
-            at: Millis(n),
-            replica: "r".into(),
-            event: "timer_fired".into(),
-            node: None,
-            slot: None,
-            attempt: None,
-            detail: None,
-            status: RunStatus::Running,
-        };
         let read = in_order(vec![at(2), at(1), at(2), at(3)]);
         let ns: Vec<u64> = read.iter().map(|e| e.n).collect();
         assert_eq!(ns, vec![1, 2, 3]);

@@ -123,3 +123,27 @@ pub(crate) async fn ask_signed(
         .expect("an answer");
     serde_json::from_slice(&reply.payload).expect("JSON")
 }
+
+/// Stub agents with one agent, `Echo`, that answers with its input.
+pub(crate) const ECHO_STUBS: &str = r#"
+agents:
+  - name: Echo
+    rules: [{output: "{{input}}"}]
+"#;
+
+/// The nodes of a chain of `n` Echo nodes `n0`..`n{n-1}`, each given input `{i: i}` and
+/// `extra` (more flow-map entries, such as `, timeout: 1h`), as YAML lines for `nodes:`.
+pub(crate) fn chain_nodes(n: usize, extra: &str) -> String {
+    let mut nodes = String::new();
+    for i in 0..n {
+        let deps = if i == 0 {
+            String::new()
+        } else {
+            format!(", depends_on: [n{}]", i - 1)
+        };
+        nodes.push_str(&format!(
+            "    - {{id: n{i}, type: agent, agent_name: Echo, input: {{i: {i}}}{extra}{deps}}}\n"
+        ));
+    }
+    nodes
+}

@@ -67,22 +67,9 @@ pub(crate) fn round(x: f64) -> f64 {
 
 /// Measures the floor on `env`'s server; `tag` keeps subjects and buckets apart.
 pub(crate) async fn measure(env: &Env, tag: &str) -> Result<Floor> {
-    let responder = env.connect().await?;
     let client = env.connect().await?;
     let subject = format!("bench.floor.{tag}");
-    let mut sub = responder.subscribe(subject.clone()).await?;
-    let r = responder.clone();
-    let echo = tokio::spawn(async move {
-        while let Some(msg) = sub.next().await {
-            if let Some(reply) = msg.reply {
-                let _ = r.publish(reply, msg.payload).await;
-            }
-        }
-    });
-    // A flush only writes the socket: a request from the other connection right after it
-    // can meet "no responders". Once our own message comes back, the server has the
-    // subscription.
-    agent_sdk::roundtrip::roundtrip(&responder).await?;
+    let echo = echo(env, &subject).await?;
     let payload = bytes::Bytes::from(vec![b'x'; 128]);
     let before = env.counters().await?;
     let deadline = Instant::now() + LIMIT;
@@ -103,13 +90,7 @@ pub(crate) async fn measure(env: &Env, tag: &str) -> Result<Floor> {
 
     let js = jetstream::new(client.clone());
     let bucket = format!("bench_floor_{tag}");
-    let store = js
-        .create_key_value(kv::Config {
-            bucket: bucket.clone(),
-            history: 1,
-            ..Default::default()
-        })
-        .await?;
+    let store = floor_bucket(&js, &bucket).await?;
     let value = bytes::Bytes::from(vec![b'v'; 256]);
     let mut rev = store.put("k", value.clone()).await?;
     let before = env.counters().await?;
@@ -139,6 +120,37 @@ pub(crate) async fn measure(env: &Env, tag: &str) -> Result<Floor> {
     })
 }
 
+/// A KV bucket for the floor's compare-and-swaps: one revision a key.
+async fn floor_bucket(js: &jetstream::Context, bucket: &str) -> Result<kv::Store> {
+    Ok(js
+        .create_key_value(kv::Config {
+            bucket: bucket.to_string(),
+            history: 1,
+            ..Default::default()
+        })
+        .await?)
+}
+
+/// An echo responder on `subject`, on a connection of its own, subscribed once it returns;
+/// abort the task to stop it.
+async fn echo(env: &Env, subject: &str) -> Result<tokio::task::JoinHandle<()>> {
+    let responder = env.connect().await?;
+    let mut sub = responder.subscribe(subject.to_string()).await?;
+    let r = responder.clone();
+    let task = tokio::spawn(async move {
+        while let Some(msg) = sub.next().await {
+            if let Some(reply) = msg.reply {
+                let _ = r.publish(reply, msg.payload).await;
+            }
+        }
+    });
+    // A flush only writes the socket: a request from the other connection right after it
+    // can meet "no responders". Once our own message comes back, the server has the
+    // subscription.
+    agent_sdk::roundtrip::roundtrip(&responder).await?;
+    Ok(task)
+}
+
 /// The counts per operation since `before`, over `ops` operations.
 async fn counts_since(
     env: &Env,
@@ -159,28 +171,12 @@ const RATE_TIME: Duration = Duration::from_secs(3);
 /// its own, over one client connection as the node has. No workflow step costs less, so
 /// no scenario runs more node executions per second than this on the same machine.
 pub(crate) async fn steps_per_s(env: &Env, tag: &str, in_flight: usize) -> Result<f64> {
-    let responder = env.connect().await?;
     let client = env.connect().await?;
     let subject = format!("bench.floor.rate.{tag}");
-    let mut sub = responder.subscribe(subject.clone()).await?;
-    let r = responder.clone();
-    let echo = tokio::spawn(async move {
-        while let Some(msg) = sub.next().await {
-            if let Some(reply) = msg.reply {
-                let _ = r.publish(reply, msg.payload).await;
-            }
-        }
-    });
-    agent_sdk::roundtrip::roundtrip(&responder).await?;
+    let echo = echo(env, &subject).await?;
     let js = jetstream::new(client.clone());
     let bucket = format!("bench_floor_rate_{tag}");
-    let store = js
-        .create_key_value(kv::Config {
-            bucket: bucket.clone(),
-            history: 1,
-            ..Default::default()
-        })
-        .await?;
+    let store = floor_bucket(&js, &bucket).await?;
     let payload = bytes::Bytes::from(vec![b'x'; 128]);
     let value = bytes::Bytes::from(vec![b'v'; 256]);
     let t0 = Instant::now();

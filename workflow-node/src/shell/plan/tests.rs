@@ -213,12 +213,13 @@ fn a_result_is_committed_on_the_revision_read() {
     assert_eq!(commit.revision, Some(4));
     let stored = decode(&commit.bytes);
     assert_eq!(stored.applied, 2, "the second event to change the run");
-    assert_eq!(s.history.first().map(|h| h.n), Some(2));
-    assert_eq!(
-        stored.outbox.last().and_then(|e| e.history.clone()),
-        s.history.first().cloned(),
-        "kept for a replay"
+    let held: Vec<u64> = stored.history_held.iter().map(|h| h.n).collect();
+    assert_eq!(held, [1, 2], "history entries are held in the record");
+    assert!(
+        s.history.is_empty(),
+        "nothing published before 16 or the end"
     );
+    assert!(stored.outbox.iter().all(|e| e.more_history.is_empty()));
     assert_eq!(stored.attempts.get("b"), Some(&1));
     let seqs: Vec<u64> = stored.outbox.iter().map(|e| e.seq).collect();
     assert_eq!(
@@ -255,12 +256,17 @@ fn a_redelivered_event_still_in_the_outbox_is_carried_out_again_not_reapplied() 
         .unwrap(),
     );
     assert!(s.commit.is_none(), "a replay commits nothing new");
-    let entry = original.history.first().cloned().expect("a history entry");
-    assert_eq!((entry.n, entry.event.as_str()), (1, "started"));
+    let tidy = s.tidy.as_ref().expect("the entry is removed afterwards");
+    let held = decode(&tidy.bytes).history_held;
     assert_eq!(
-        s.history,
-        vec![entry],
-        "the same history entry is published again, with the same number"
+        held.len(),
+        1,
+        "the start's history entry stays held in the record"
+    );
+    assert_eq!((held[0].n, held[0].event.as_str()), (1, "started"));
+    assert_eq!(
+        s.history, original.history,
+        "what the entry published is published again, with the same numbers"
     );
     assert_eq!(
         s.commands, original.commands,
@@ -764,7 +770,12 @@ fn events_waiting_together_are_committed_once_with_one_outbox_entry_for_all() {
     let entry = &stored.outbox[1];
     assert_eq!(entry.group, [3]);
     let numbers: Vec<u64> = s.history.iter().map(|h| h.n).collect();
-    assert_eq!(numbers, [2, 3], "a history entry per event, in order");
+    assert_eq!(
+        numbers,
+        [1, 2, 3],
+        "the run ended: every entry held so far is published, in order"
+    );
+    assert_eq!(entry.more_history, s.history, "kept for a replay");
     assert!(s
         .commands
         .iter()
