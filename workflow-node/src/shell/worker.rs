@@ -677,6 +677,7 @@ async fn process(
     }
     let traced = agent_sdk::telemetry::active();
     for _ in 0..MAX_CONFLICTS {
+        let guessed = matches!(cached, Some(Known::New));
         let (loaded, run_workflow) =
             load(shared, workflow, &key, cached.take(), &envelope, delivery).await?;
         let workflow = &*run_workflow;
@@ -693,6 +694,11 @@ async fn process(
             },
             traced,
         )? {
+            // A guess that the run is new is only acted on as a plain creation: anything
+            // else (dropping the event, or writing beside an entry that may exist, such as a
+            // large input) is planned again from what KV holds.
+            Plan::Ack { .. } if guessed => continue,
+            Plan::Perform(steps) if guessed && !steps.before.is_empty() => continue,
             Plan::Ack { keep } => {
                 if let Some((rev, kept)) = keep {
                     cache.keep(execution.clone(), rev, *kept);
