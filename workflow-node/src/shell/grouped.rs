@@ -7,10 +7,11 @@ use std::collections::HashMap;
 
 use async_nats::jetstream;
 
+use super::decode::decode;
 use super::effects::RunContext;
 use super::error::{Context, Error, Result};
 use super::plan::{self, Delivery, Plan, Stamp};
-use super::worker::{decode, load, perform, unknown_node, Known, Worker, MAX_CONFLICTS};
+use super::worker::{load, perform, unknown_node, Known, Worker, MAX_CONFLICTS};
 use super::{names, now, store, Envelope};
 use crate::core::ExecutionId;
 

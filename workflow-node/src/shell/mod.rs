@@ -5,7 +5,8 @@
 //! - `cancels`: cancels of runs, also from a calling workflow on the cancel subject.
 //! - `identity`: who may decide an approval or cancel a run (NKey signatures).
 //! - `worker`: the event stream of each workflow and its shared durable consumer: load,
-//!   `apply`, commit with compare-and-swap, carry out, ack.
+//!   `apply`, commit with compare-and-swap, carry out, ack; `decode` reads what the stream
+//!   delivers, `tail` finishes an event once its commands are out.
 //! - `effects`: carries out the core's commands (dispatch, timers, progress, final reply).
 //! - `timers`: durable timers in a KV bucket, armed by every replica.
 //! - `registry`: agent cards seen on the mesh, and publishing our own.
@@ -26,6 +27,7 @@
 pub mod bulk;
 mod cache;
 mod cancels;
+mod decode;
 pub mod definitions;
 mod effects;
 mod error;

@@ -24,10 +24,11 @@ use async_nats::jetstream::{self, stream, AckKind};
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
-use messages::{headers, subjects};
+use messages::subjects;
 use tokio::sync::mpsc;
 
 use super::cache::RunCache;
+use super::decode::decode;
 use super::effects::RunContext;
 use super::error::{Context, Error, Result};
 use super::lease::Leases;
@@ -35,10 +36,9 @@ use super::plan::{self, Delivery, Loaded, Plan, Stamp, Steps};
 use super::record::RunRecord;
 use super::retry::{Failures, Next};
 use super::tail::Tail;
-use super::wire::{interpret_reply, reply_event, ReplyMeaning};
 use super::{grouped, history};
 use super::{names, now, seal, store, Envelope, Shared};
-use crate::core::{self, Event, ExecutionId, TaskKey};
+use crate::core::{Event, ExecutionId, TaskKey};
 use crate::definition::Workflow;
 
 /// Compare-and-swap attempts on one event before it is given back to the stream.
@@ -538,112 +538,6 @@ async fn finished(processed: Result<(bool, Option<Tail>)>, cache: &mut Cache) ->
     Ok(emitted)
 }
 
-/// Decodes an event message into its run and event; `None` for a message that is no
-/// event (an agent's status update) or cannot be read (logged). An output artifact that
-/// cannot be read for now (a lost connection) is an error, so the event comes back; one
-/// that does not exist fails the call.
-pub(super) async fn decode(
-    shared: &Shared,
-    workflow: &Workflow,
-    msg: &jetstream::Message,
-) -> Result<Option<(ExecutionId, Envelope)>> {
-    let token = subjects::last_token(&msg.subject);
-    if msg
-        .subject
-        .starts_with(subjects::run_events_all(&shared.ns, &workflow.name).trim_end_matches('>'))
-    {
-        let Ok(execution) = ExecutionId::parse(token) else {
-            return Ok(None);
-        };
-        if let Err(why) = sealed_event(shared, msg) {
-            tracing::warn!(
-                "refusing an event for run {execution} on {}: {why}",
-                msg.subject
-            );
-            return Ok(None);
-        }
-        return Ok(match serde_json::from_slice::<Envelope>(&msg.payload) {
-            Ok(mut env) => {
-                // A start whose input was too large for the event names where it is.
-                if let Event::Started { input } = &mut env.event {
-                    if let Some(uri) = store::stood_in_for(input) {
-                        *input = shared.get_artifact(uri).await?;
-                    }
-                }
-                Some((execution, env))
-            }
-            Err(e) => {
-                tracing::warn!("dropping a malformed event for run {execution}: {e}");
-                None
-            }
-        });
-    }
-    // A reply counts only with the token its call went out with (see `seal`).
-    let plain = match shared.seal.check_call(&workflow.name, token) {
-        Ok(plain) => plain,
-        Err(e) => {
-            tracing::warn!("dropping a reply on {}: {e}", msg.subject);
-            return Ok(None);
-        }
-    };
-    let Some((execution, key, attempt)) = TaskKey::parse_sub_task_id(plain) else {
-        return Ok(None);
-    };
-    let meaning = match interpret_reply(&msg.payload) {
-        Some(ReplyMeaning::Artifact(name)) => {
-            artifact_output(&name, shared.get_artifact(&name).await)?
-        }
-        Some(other) => other,
-        None => return Ok(None),
-    };
-    let envelope = Envelope::event(reply_event(key, attempt, meaning));
-    Ok(Some((execution, envelope)))
-}
-
-/// Whether an event on a run's subject was published by a replica: it carries the MAC of
-/// its subject, de-duplication id and payload (see `seal`).
-fn sealed_event(
-    shared: &Shared,
-    msg: &jetstream::Message,
-) -> std::result::Result<(), &'static str> {
-    let h = msg.headers.as_ref();
-    let get = |name: &str| h.and_then(|h| h.get(name)).map(|v| v.as_str());
-    let Some(mac) = get(seal::EVENT_MAC) else {
-        return Err("it carries no Mesh-Event-Mac: only a replica may publish a run's events");
-    };
-    let msg_id = get(headers::MSG_ID).unwrap_or_default();
-    if shared
-        .seal
-        .check_event(&msg.subject, msg_id, &msg.payload, mac)
-    {
-        Ok(())
-    } else {
-        Err("its Mesh-Event-Mac does not match: forged or altered")
-    }
-}
-
-/// What reading an agent's output artifact means for its call: its output; a failed call
-/// when the artifact is not there or not JSON (the agent's mistake); an error, so that the
-/// event comes back later, when it could not be read for now.
-fn artifact_output(name: &str, read: Result<serde_json::Value>) -> Result<ReplyMeaning> {
-    match read {
-        Ok(v) => Ok(match crate::limits::check_depth("the output", &v) {
-            Ok(()) => ReplyMeaning::Output(v),
-            Err(e) => ReplyMeaning::Failed(core::Failure {
-                class: core::FailureClass::Failed,
-                message: format!("the agent's output artifact '{name}' was refused: {e}"),
-                kind: None,
-            }),
-        }),
-        Err(e @ (Error::Connection { .. } | Error::Setup { .. })) => Err(e),
-        Err(e) => Ok(ReplyMeaning::Failed(core::Failure {
-            class: core::FailureClass::Failed,
-            message: format!("the agent's output artifact '{name}' could not be read: {e}"),
-            kind: None,
-        })),
-    }
-}
-
 /// The whole path of one event: decode it, then load its run, plan, and perform the plan,
 /// until a commit holds (or the plan needs none). Whether it emits spans, and its tail
 /// when one is left to finish.
@@ -654,46 +548,26 @@ async fn process(
     msg: &jetstream::Message,
     abandon: Option<String>,
 ) -> Result<(bool, Option<Tail>)> {
-    let Some((execution, mut envelope)) = decode(shared, workflow, msg).await? else {
+    let Some((execution, envelope)) = decode(shared, workflow, msg).await? else {
         return Ok((false, None));
     };
-    let info = msg
-        .info()
-        .context(|| "reading an event's delivery info".into())?;
-    let mut delivery = Delivery {
-        seq: info.stream_sequence,
-        delivered: info.delivered,
-    };
-    if let Some(reason) = abandon {
-        (envelope, delivery) = plan::abandoned(envelope, delivery, reason);
-    }
+    let (envelope, delivery) = delivered(msg, envelope, abandon)?;
     let key = names::run_key(&workflow.name, &execution);
-    let mut cached = cache.take(&execution).map(Known::cached);
-    // A first start of a run is planned as a new run, without reading KV for it: its
-    // commit creates the entry, and fails if the run exists after all (a cancel that came
-    // first, say), and it is then planned again from what KV holds.
-    if cached.is_none() && starts_a_run(&envelope, delivery) {
-        cached = Some(Known::New);
-    }
+    let mut cached = known(cache, &execution, &envelope, delivery);
     let traced = agent_sdk::telemetry::active();
     for _ in 0..MAX_CONFLICTS {
         let guessed = matches!(cached, Some(Known::New));
         let (loaded, run_workflow) =
             load(shared, workflow, &key, cached.take(), &envelope, delivery).await?;
         let workflow = &*run_workflow;
-        match plan::plan(
-            workflow,
-            &key,
-            &execution,
-            loaded,
-            &envelope,
-            delivery,
-            Stamp {
-                now: now(),
-                replica: &shared.replica,
-            },
-            traced,
-        )? {
+        let stamp = Stamp {
+            now: now(),
+            replica: &shared.replica,
+        };
+        let planned = plan::plan(
+            workflow, &key, &execution, loaded, &envelope, delivery, stamp, traced,
+        );
+        match planned? {
             // A guess that the run is new is only acted on as a plain creation: anything
             // else (dropping the event, or writing beside an entry that may exist, such as a
             // large input) is planned again from what KV holds.
@@ -728,6 +602,43 @@ async fn process(
         execution,
         tries: MAX_CONFLICTS,
     })
+}
+
+/// An event as it is to be applied, and its delivery: the run's abandonment instead, when
+/// `abandon` gives a reason.
+fn delivered(
+    msg: &jetstream::Message,
+    envelope: Envelope,
+    abandon: Option<String>,
+) -> Result<(Envelope, Delivery)> {
+    let info = msg
+        .info()
+        .context(|| "reading an event's delivery info".into())?;
+    let delivery = Delivery {
+        seq: info.stream_sequence,
+        delivered: info.delivered,
+    };
+    Ok(match abandon {
+        Some(reason) => plan::abandoned(envelope, delivery, reason),
+        None => (envelope, delivery),
+    })
+}
+
+/// What the worker knows of an event's run before reading KV: its cached copy, or (for a
+/// first start, see [`starts_a_run`]) that it is new: that start's commit creates the entry,
+/// and fails if the run exists after all (a cancel that came first, say), and it is then
+/// planned again from what KV holds.
+fn known(
+    cache: &mut Cache,
+    execution: &ExecutionId,
+    envelope: &Envelope,
+    delivery: Delivery,
+) -> Option<Known> {
+    let cached = cache.take(execution).map(Known::cached);
+    if cached.is_none() && starts_a_run(envelope, delivery) {
+        return Some(Known::New);
+    }
+    cached
 }
 
 /// What a worker knows of a run before reading KV.
@@ -877,29 +788,4 @@ pub(super) async fn perform(ctx: &RunContext<'_>, key: &str, steps: Steps) -> Re
         keep: revision.zip(steps.keep),
         tail: Some(tail),
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_artifact_that_cannot_be_read_for_now_brings_the_event_back() {
-        let lost = Error::Connection {
-            context: "reading artifact a".into(),
-            source: "connection lost".into(),
-        };
-        assert!(artifact_output("a", Err(lost)).is_err());
-    }
-
-    #[test]
-    fn a_missing_or_malformed_artifact_fails_the_call() {
-        let missing = Error::Missing("artifact 'a' in bucket 'b'".into());
-        match artifact_output("a", Err(missing)) {
-            Ok(ReplyMeaning::Failed(f)) => assert!(f.message.contains("'a' could not be read")),
-            other => panic!("expected a failed call, got {other:?}"),
-        }
-        let ok = artifact_output("a", Ok(serde_json::json!({"x": 1}))).expect("an output");
-        assert_eq!(ok, ReplyMeaning::Output(serde_json::json!({"x": 1})));
-    }
 }
