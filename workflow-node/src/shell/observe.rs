@@ -88,12 +88,13 @@ impl Outcome {
     }
 }
 
-/// What `event`, applied at `now`, did to a run that was `before` and is now `after`.
+/// What `events` (one, or the timers one wake fired), applied at `now`, did to a run that
+/// was `before` and is now `after`.
 pub(super) fn observe(
     workflow: &Workflow,
     before: &Execution,
     after: &Execution,
-    event: &Event,
+    events: &[Event],
     now: Millis,
 ) -> Observed {
     let ended = !before.status.is_terminal() && after.status.is_terminal();
@@ -104,7 +105,7 @@ pub(super) fn observe(
             seconds: after.started.then(|| seconds(after.started_at, now)),
         }),
         nodes: node_ends(workflow, before, after),
-        attempts: attempt_ends(workflow, before, after, event, now),
+        attempts: attempt_ends(workflow, before, after, events, now),
     }
 }
 
@@ -137,7 +138,7 @@ fn attempt_ends(
     workflow: &Workflow,
     before: &Execution,
     after: &Execution,
-    event: &Event,
+    events: &[Event],
     now: Millis,
 ) -> Vec<AttemptEnd> {
     let mut ends = Vec::new();
@@ -157,7 +158,10 @@ fn attempt_ends(
         };
         ends.push(AttemptEnd {
             agent: def.target.agent_name().to_string(),
-            outcome: outcome(workflow, task, call.attempt, event),
+            outcome: events
+                .iter()
+                .find_map(|e| outcome(workflow, task, call.attempt, e))
+                .unwrap_or(Outcome::Cancelled),
             seconds: call.dispatched_at.map(|at| seconds(at, now)),
             retried: next.is_some(),
         });
@@ -165,9 +169,9 @@ fn attempt_ends(
     ends
 }
 
-/// How attempt `attempt` of `task` ended, given that `event` ended it.
-fn outcome(workflow: &Workflow, task: &TaskKey, attempt: u32, event: &Event) -> Outcome {
-    match event {
+/// How attempt `attempt` of `task` ended, if `event` ended it.
+fn outcome(workflow: &Workflow, task: &TaskKey, attempt: u32, event: &Event) -> Option<Outcome> {
+    Some(match event {
         Event::CallSucceeded {
             task: t,
             attempt: a,
@@ -199,8 +203,8 @@ fn outcome(workflow: &Workflow, task: &TaskKey, attempt: u32, event: &Event) -> 
                     attempt: a,
                 },
         } if t == task && *a == attempt => Outcome::Timeout,
-        _ => Outcome::Cancelled,
-    }
+        _ => return None,
+    })
 }
 
 /// Seconds from `from` to `to` (0 if the clocks of two replicas disagree).
@@ -237,7 +241,13 @@ workflow:
     fn step(wf: &Workflow, state: &mut Execution, event: Event, now: u64) -> Observed {
         let before = state.clone();
         core::apply(wf, state, event.clone(), Millis(now));
-        observe(wf, &before, state, &event, Millis(now))
+        observe(
+            wf,
+            &before,
+            state,
+            std::slice::from_ref(&event),
+            Millis(now),
+        )
     }
 
     fn dispatched(wf: &Workflow, state: &mut Execution, event: Event, now: u64) -> TaskKey {
@@ -252,6 +262,46 @@ workflow:
 
     fn new_run() -> Execution {
         Execution::new(ExecutionId("r1".into()), "Chain")
+    }
+
+    #[test]
+    fn every_timer_one_wake_fired_is_seen_with_its_own_outcome() {
+        let yaml = r#"
+name: Pair
+workflow:
+  description: two calls that time out together
+  nodes:
+    - {id: a, type: agent, agent_name: A, timeout: 1s}
+    - {id: b, type: agent, agent_name: B, timeout: 1s}
+  output_mapping: {}
+"#;
+        let wf = crate::definition::parse_str(yaml, "pair.yaml").expect("valid workflow");
+        let mut st = Execution::new(ExecutionId("r2".into()), "Pair");
+        core::apply(&wf, &mut st, Event::Started { input: json!({}) }, Millis(0));
+        let before = st.clone();
+        let fired: Vec<Event> = st
+            .calls
+            .iter()
+            .map(|(task, call)| Event::TimerFired {
+                timer: core::TimerId::CallTimeout {
+                    task: task.clone(),
+                    attempt: call.attempt,
+                },
+            })
+            .collect();
+        assert_eq!(fired.len(), 2);
+        for event in &fired {
+            core::apply(&wf, &mut st, event.clone(), Millis(1_000));
+        }
+        let o = observe(&wf, &before, &st, &fired, Millis(1_000));
+        let outcomes: Vec<Outcome> = o.attempts.iter().map(|a| a.outcome).collect();
+        assert_eq!(outcomes, [Outcome::Timeout, Outcome::Timeout], "{o:?}");
+        // Seen through the first timer only, the second call looked cancelled.
+        let first = observe(&wf, &before, &st, &fired[..1], Millis(1_000));
+        assert!(first
+            .attempts
+            .iter()
+            .any(|a| a.outcome == Outcome::Cancelled));
     }
 
     #[test]

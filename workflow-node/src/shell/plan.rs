@@ -500,14 +500,20 @@ fn apply(
     // costs nothing per byte of input, output or map item.
     let before = record.state.control();
     let (commands, fired) = apply_events(workflow, &mut record, envelope, now);
-    // What the metrics and spans see: for a wake, the first timer it fired.
-    let fired_event = match (envelope.wake, fired.first()) {
-        (Some(_), Some(timer)) => Some(Event::TimerFired {
-            timer: timer.clone(),
-        }),
-        _ => None,
+    // What the metrics and spans see: for a wake, every timer it fired.
+    let fired_events: Vec<Event> = match envelope.wake {
+        Some(_) => fired
+            .iter()
+            .map(|timer| Event::TimerFired {
+                timer: timer.clone(),
+            })
+            .collect(),
+        None => Vec::new(),
     };
-    let event = fired_event.as_ref().unwrap_or(&envelope.event);
+    let event = match envelope.wake {
+        Some(_) => fired_events.as_slice(),
+        None => std::slice::from_ref(&envelope.event),
+    };
     if matches!(envelope.event, Event::Abandoned { .. }) {
         // The failure must be stored whatever made the run's events fail: keep its
         // control state, drop its outputs (the callers' answer carries the error only).

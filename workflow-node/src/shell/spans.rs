@@ -121,14 +121,15 @@ struct AttemptEnd {
     message: Option<String>,
 }
 
-/// The spans that applying `event` at `now` ended, from the state `before` and `after`
+/// The spans that applying `events` (one, or the timers one wake fired) at `now` ended,
+/// from the state `before` and `after`
 /// it; `times` (the record's `call_times`) is brought up to date: calls and attempts that
 /// started are added, ended ones removed.
 pub(crate) fn ended(
     workflow: &Workflow,
     before: &Execution,
     after: &Execution,
-    event: &Event,
+    events: &[Event],
     times: &mut BTreeMap<TaskKey, CallTimes>,
     now: Millis,
 ) -> Vec<EndedSpan> {
@@ -147,7 +148,7 @@ pub(crate) fn ended(
         if running(after, key) == Some(attempt) {
             continue;
         }
-        let end = attempt_end(workflow, key, attempt, event);
+        let end = attempt_end(workflow, key, attempt, events);
         last_end.insert(key.clone(), end.outcome);
         let start = times
             .get(key)
@@ -331,10 +332,21 @@ fn guessed_start(
         .min(now)
 }
 
-/// How attempt `attempt` of `key` ended, given the event that ended it.
-fn attempt_end(workflow: &Workflow, key: &TaskKey, attempt: u32, event: &Event) -> AttemptEnd {
+/// How attempt `attempt` of `key` ended, given the events that ended it: cancelled when
+/// none of them concerns it.
+fn attempt_end(workflow: &Workflow, key: &TaskKey, attempt: u32, events: &[Event]) -> AttemptEnd {
+    let by = |event| ended_by(workflow, key, attempt, event);
+    events.iter().find_map(by).unwrap_or(AttemptEnd {
+        outcome: "cancelled",
+        kind: None,
+        message: None,
+    })
+}
+
+/// How attempt `attempt` of `key` ended, if `event` ended it.
+fn ended_by(workflow: &Workflow, key: &TaskKey, attempt: u32, event: &Event) -> Option<AttemptEnd> {
     let this = |task: &TaskKey, a: u32| task == key && a == attempt;
-    match event {
+    Some(match event {
         Event::CallSucceeded {
             task,
             attempt: a,
@@ -381,12 +393,8 @@ fn attempt_end(workflow: &Workflow, key: &TaskKey, attempt: u32, event: &Event) 
             kind: Some(crate::core::Failure::TIMEOUT.into()),
             message: Some("the call timed out".into()),
         },
-        _ => AttemptEnd {
-            outcome: "cancelled",
-            kind: None,
-            message: None,
-        },
-    }
+        _ => return None,
+    })
 }
 
 /// Index attributes of a call's slot.
@@ -534,7 +542,7 @@ workflow:
                 &self.wf,
                 &before,
                 &self.st,
-                &event,
+                std::slice::from_ref(&event),
                 &mut self.times,
                 Millis(now),
             );
