@@ -200,10 +200,16 @@ pub(super) fn plan(
             workflow, run_key, revision, record, delivery, now,
         )?)));
     }
-    // A start for a run that has started is a request sent again: its caller joins. (A
-    // record that has not started holds a cancel that overtook the start.)
-    let resent = matches!(envelope.event, Event::Started { .. }) && record.state.started;
-    if envelope.attach || resent {
+    // A start for a run that has started is a request sent again: the replica that took
+    // it published the start before looking the run up, then checked who sent it and
+    // attached its caller if it may (an `attach` event). The start itself changes nothing.
+    // (A record that has not started holds a cancel that overtook the start.)
+    if matches!(envelope.event, Event::Started { .. }) && !envelope.attach && record.state.started {
+        return Ok(Plan::Ack {
+            keep: revision.map(|r| (r, Box::new(record))),
+        });
+    }
+    if envelope.attach {
         return attach(run_key, revision, record, envelope, delivery, stamp);
     }
     if let (Event::CancelRequested { .. }, Some(by)) = (&envelope.event, &envelope.caller) {
@@ -286,8 +292,8 @@ fn new_run(workflow: &Workflow, execution: &ExecutionId, envelope: &Envelope) ->
     Some(record)
 }
 
-/// A caller that sent its request again (an `attach` event, or a second `Started` that the
-/// stream did not recognise as a duplicate) joins the run: it hears of the run from now on,
+/// A caller that sent its request again (an `attach` event, published by the replica that
+/// took the request once it checked the caller may see the run) joins the run: it hears of the run from now on,
 /// and gets the final reply when the run ends (at once if it has ended). A caller the run
 /// already answers (the same reply address) changes nothing.
 fn attach(

@@ -401,6 +401,17 @@ async fn start(
         name: caller_name(msg),
         signer,
     };
+    // A plain start goes into the stream before the run is looked up, so that a worker
+    // takes it while this replica looks: the look-up decides only what the caller is told.
+    // A start that finds its run already started is ignored by the worker (see
+    // `plan::plan`): a request sent again joins the run here, after the owner check.
+    let published = match &retried {
+        Some(_) => None,
+        None => match publish_start(shared, workflow, &execution, &caller, input.clone()).await {
+            Ok(published) => Some(published),
+            Err(e) => return refuse(format!("could not start the run: {e}")),
+        },
+    };
     let found = read_run(shared, workflow, &execution).await;
     if let Some(record) = found.as_ref().filter(|r| r.state.started) {
         // A request sent again joins the run, and gets its final reply: the owner's.
@@ -424,14 +435,21 @@ async fn start(
         Some(record) if record.state.started => {
             join(shared, workflow, &execution, &record, caller, input).await
         }
-        _ => {
-            if let Some((_, old)) = &retried {
+        _ => match (published, &retried) {
+            (Some((true, _)), _) => {
+                accept(shared, workflow, &execution, &caller).await;
+                Ok(None)
+            }
+            // A start already in the stream (sent again before its run's record exists).
+            (Some((false, envelope)), _) => attach(shared, workflow, &execution, envelope).await,
+            (None, Some((_, old))) => {
                 if let Err(e) = steer::seed(shared, workflow, &execution, old, &caller).await {
                     return refuse(format!("could not start the retry: {e}"));
                 }
+                begin(shared, workflow, &execution, caller, input).await
             }
-            begin(shared, workflow, &execution, caller, input).await
-        }
+            (None, None) => unreachable!("a plain start is published above"),
+        },
     };
     outcome.unwrap_or_else(|e| refuse(format!("could not start the run: {e}")))
 }
@@ -477,6 +495,24 @@ async fn begin(
     caller: Caller,
     input: Value,
 ) -> Result<Option<Vec<u8>>> {
+    let (stored, envelope) = publish_start(shared, workflow, execution, &caller, input).await?;
+    if !stored {
+        return attach(shared, workflow, execution, envelope).await;
+    }
+    accept(shared, workflow, execution, &caller).await;
+    Ok(None)
+}
+
+/// Stores the `Started` event of a run (its message id makes a copy sent again within the
+/// stream's duplicate window a duplicate): whether it was stored, not a duplicate, and the
+/// event.
+async fn publish_start(
+    shared: &Shared,
+    workflow: &Workflow,
+    execution: &ExecutionId,
+    caller: &Caller,
+    input: Value,
+) -> Result<(bool, Envelope)> {
     // An input too large to travel in the event (an input artifact of several MB) is
     // stored beside the run, and the event names it; the worker reads it back.
     let bytes = serde_json::to_vec(&input)?;
@@ -499,11 +535,7 @@ async fn begin(
     };
     let msg_id = msg_id::run_start(&execution.0);
     let stored = publish_event(shared, &workflow.name, execution, &msg_id, &envelope).await?;
-    if !stored {
-        return attach(shared, workflow, execution, envelope).await;
-    }
-    accept(shared, workflow, execution, &caller).await;
-    Ok(None)
+    Ok((stored, envelope))
 }
 
 /// A request sent again while its run goes on: a caller from another reply address joins

@@ -478,14 +478,35 @@ fn a_caller_joining_an_ended_run_gets_its_final_reply_alone() {
 }
 
 #[test]
-fn a_second_start_from_another_address_joins_like_an_attach() {
+fn a_second_start_of_a_started_run_changes_nothing_its_caller_joins_by_an_attach() {
     let wf = workflow();
     let (record, _) = started(&wf);
+    let other = Caller {
+        reply_to: Some("inbox.other".into()),
+        ..Caller::default()
+    };
     let again = Envelope {
-        caller: Some(Caller {
-            reply_to: Some("inbox.other".into()),
-            ..Caller::default()
-        }),
+        caller: Some(other.clone()),
+        ..start()
+    };
+    // The request handler published it before finding the run: it attaches the caller
+    // itself, if the caller may see the run.
+    let p = plan(
+        &wf,
+        "k",
+        &execution(),
+        fresh(1, record.clone()),
+        &again,
+        first(2),
+        stamp(1),
+    );
+    assert!(
+        matches!(p.unwrap(), Plan::Ack { .. }),
+        "a start sent again changes nothing"
+    );
+    let attach = Envelope {
+        caller: Some(other),
+        attach: true,
         ..start()
     };
     let s = steps(
@@ -493,27 +514,14 @@ fn a_second_start_from_another_address_joins_like_an_attach() {
             &wf,
             "k",
             &execution(),
-            fresh(1, record.clone()),
-            &again,
-            first(2),
+            fresh(1, record),
+            &attach,
+            first(3),
             stamp(1),
         )
         .unwrap(),
     );
     assert_eq!(decode(&s.commit.expect("a commit").bytes).attached.len(), 1);
-    let p = plan(
-        &wf,
-        "k",
-        &execution(),
-        fresh(1, record),
-        &start(),
-        first(2),
-        stamp(1),
-    );
-    assert!(
-        matches!(p.unwrap(), Plan::Ack { .. }),
-        "the same caller's start changes nothing"
-    );
 }
 
 #[test]
