@@ -69,52 +69,7 @@ impl Execution {
 
     /// Whether `self` and `other` have the same control state (their values aside).
     pub fn same_control(&self, other: &Execution) -> bool {
-        let Execution {
-            id,
-            workflow,
-            status,
-            started,
-            input: _,
-            started_at,
-            deadline,
-            nodes,
-            calls,
-            queue,
-            in_flight,
-            unfinished_main,
-            stopping,
-            cancel_requested,
-            deadline_passed,
-            error,
-            outcome,
-            exit_pending,
-            output: _,
-            paused,
-            retry_of,
-        } = self;
-        *id == other.id
-            && *workflow == other.workflow
-            && *status == other.status
-            && *started == other.started
-            && *started_at == other.started_at
-            && *deadline == other.deadline
-            && *calls == other.calls
-            && *queue == other.queue
-            && *in_flight == other.in_flight
-            && *unfinished_main == other.unfinished_main
-            && *stopping == other.stopping
-            && *cancel_requested == other.cancel_requested
-            && *deadline_passed == other.deadline_passed
-            && *error == other.error
-            && *outcome == other.outcome
-            && *exit_pending == other.exit_pending
-            && *paused == other.paused
-            && *retry_of == other.retry_of
-            && nodes.len() == other.nodes.len()
-            && nodes
-                .iter()
-                .zip(&other.nodes)
-                .all(|((a, x), (b, y))| a == b && x.same_control(y))
+        self.control() == other.control()
     }
 }
 
@@ -140,30 +95,6 @@ impl NodeState {
             output_rev: *output_rev,
             detail: detail.as_ref().map(Detail::control),
         }
-    }
-
-    fn same_control(&self, other: &NodeState) -> bool {
-        let NodeState {
-            status,
-            output: _,
-            error,
-            error_kind,
-            started_at,
-            ended_at,
-            output_rev,
-            detail,
-        } = self;
-        *status == other.status
-            && *error == other.error
-            && *error_kind == other.error_kind
-            && *started_at == other.started_at
-            && *ended_at == other.ended_at
-            && *output_rev == other.output_rev
-            && match (detail, &other.detail) {
-                (Some(a), Some(b)) => a.same_control(b),
-                (None, None) => true,
-                _ => false,
-            }
     }
 }
 
@@ -198,18 +129,6 @@ impl Detail {
             Detail::Approval { deadline } => Detail::Approval {
                 deadline: *deadline,
             },
-        }
-    }
-
-    fn same_control(&self, other: &Detail) -> bool {
-        match (self, other) {
-            (Detail::Map(a), Detail::Map(b)) => {
-                a.next == b.next && a.active == b.active && a.done == b.done
-            }
-            (Detail::Fork(a), Detail::Fork(b)) => {
-                a.pending == b.pending && a.failures == b.failures
-            }
-            (a, b) => a == b,
         }
     }
 }

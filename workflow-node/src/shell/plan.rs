@@ -536,7 +536,7 @@ fn apply(
     // Numbered as the commit that would arm it (`history_entry` counts it below).
     let next = record.applied + 1;
     let wake = wake::rewake(&mut record, envelope.wake, next);
-    if commands.is_empty() && wake.is_none() && record.state.same_control(&before) {
+    if commands.is_empty() && wake.is_none() && record.state.control() == before {
         if from_cache {
             return Ok(Plan::Reload);
         }
