@@ -435,21 +435,23 @@ async fn start(
         Some(record) if record.state.started => {
             join(shared, workflow, &execution, &record, caller, input).await
         }
-        _ => match (published, &retried) {
-            (Some((true, _)), _) => {
-                accept(shared, workflow, &execution, &caller).await;
-                Ok(None)
-            }
-            // A start already in the stream (sent again before its run's record exists).
-            (Some((false, envelope)), _) => attach(shared, workflow, &execution, envelope).await,
-            (None, Some((_, old))) => {
-                if let Err(e) = steer::seed(shared, workflow, &execution, old, &caller).await {
-                    return refuse(format!("could not start the retry: {e}"));
+        _ => {
+            let published = match (published, &retried) {
+                (Some(published), _) => Ok(published),
+                // A retry's run is seeded with what succeeded before it starts.
+                (None, Some((_, old))) => {
+                    if let Err(e) = steer::seed(shared, workflow, &execution, old, &caller).await {
+                        return refuse(format!("could not start the retry: {e}"));
+                    }
+                    publish_start(shared, workflow, &execution, &caller, input).await
                 }
-                begin(shared, workflow, &execution, caller, input).await
+                (None, None) => unreachable!("a plain start is published above"),
+            };
+            match published {
+                Ok(published) => begun(shared, workflow, &execution, &caller, published).await,
+                Err(e) => Err(e),
             }
-            (None, None) => unreachable!("a plain start is published above"),
-        },
+        }
     };
     outcome.unwrap_or_else(|e| refuse(format!("could not start the run: {e}")))
 }
@@ -485,21 +487,21 @@ async fn input_of(
     Ok(input)
 }
 
-/// Stores the `Started` event, then tells the caller its request was accepted. A request
-/// sent again before its run's record exists finds its `Started` already stored: its
-/// caller is then attached, in case it comes from another reply address.
-async fn begin(
+/// Once a new run's `Started` event is stored, tells the caller its request was accepted.
+/// A request sent again before its run's record exists finds its `Started` already stored
+/// (`stored` false): its caller is then attached, in case it comes from another reply
+/// address.
+async fn begun(
     shared: &Shared,
     workflow: &Workflow,
     execution: &ExecutionId,
-    caller: Caller,
-    input: Value,
+    caller: &Caller,
+    (stored, envelope): (bool, Envelope),
 ) -> Result<Option<Vec<u8>>> {
-    let (stored, envelope) = publish_start(shared, workflow, execution, &caller, input).await?;
     if !stored {
         return attach(shared, workflow, execution, envelope).await;
     }
-    accept(shared, workflow, execution, &caller).await;
+    accept(shared, workflow, execution, caller).await;
     Ok(None)
 }
 
