@@ -41,8 +41,10 @@ impl Cx<'_> {
         self.st.paused.is_some()
     }
 
+    /// Pauses the run, unless it is paused, or a cancel or its deadline has lifted pauses
+    /// for good: its exit handlers must run, and nothing would resume them.
     pub(super) fn pause(&mut self, reason: Option<String>) {
-        if self.paused() {
+        if self.paused() || self.pause_lifted_for_good() {
             return;
         }
         self.out.push(Command::Progress(Progress::RunPaused {
@@ -64,6 +66,11 @@ impl Cx<'_> {
                 self.out.push(Command::CancelTimer { timer });
             }
         }
+    }
+
+    /// Whether a cancel or the deadline stopped the run: a pause then holds no more.
+    pub(super) fn pause_lifted_for_good(&self) -> bool {
+        self.st.cancel_requested || self.st.deadline_passed
     }
 
     pub(super) fn resume(&mut self) {

@@ -42,7 +42,13 @@ pub(super) async fn control(
         ));
     }
     let paused = record.state.paused.is_some();
+    let stopped = record.state.cancel_requested || record.state.deadline_passed;
     let event = match c.action {
+        RunControl::Pause if stopped => {
+            return Err(format!(
+                "run {execution} is stopping (cancelled or past its deadline): it cannot pause"
+            ))
+        }
         RunControl::Pause if paused => return Err(format!("run {execution} is already paused")),
         RunControl::Resume if !paused => return Err(format!("run {execution} is not paused")),
         RunControl::Pause => Event::PauseRequested { reason: c.reason },

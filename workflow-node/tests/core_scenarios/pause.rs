@@ -242,3 +242,31 @@ workflow:
     assert_eq!(status(&sim, "cleanup"), NodeStatus::Success);
     assert_eq!(status(&sim, "b"), NodeStatus::Skipped);
 }
+
+#[test]
+fn a_pause_after_a_cancel_is_refused_so_the_exit_handlers_are_not_held() {
+    let w = wf(r#"
+name: C
+workflow:
+  description: d
+  nodes:
+    - {id: a, type: agent, agent_name: Slow, timeout: 1h}
+    - {id: cleanup, type: agent, agent_name: Slow, timeout: 1h}
+  on_exit: {on_cancel: cleanup}
+  output_mapping: {}
+"#);
+    let mut sim = Sim::new(&w).agent("Slow", slow);
+    sim.at(ms(50), Event::CancelRequested { reason: None });
+    sim.at(ms(60), pause());
+    let out = sim.run(json!({}));
+    assert_eq!(out.status, Some(RunStatus::Cancelled));
+    assert_eq!(sim.state.paused, None, "the pause after the cancel held");
+    let told_paused = sim
+        .commands
+        .iter()
+        .any(|c| matches!(c, Command::Progress(Progress::RunPaused { .. })));
+    assert!(
+        !told_paused,
+        "callers were told of a pause that cannot hold"
+    );
+}
