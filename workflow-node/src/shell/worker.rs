@@ -363,8 +363,14 @@ impl Worker {
     }
 
     /// Processes one event, then acks it or gives it back; once its commands are out, its
-    /// tail is left to finish while the worker goes on (see `tail`).
+    /// tail is left to finish while the worker goes on (see `tail`). The tail of its run's
+    /// previous event is finished first: until then that event's outbox entry must stay in
+    /// the run's entry, which this event's commit would drop.
     async fn one(&mut self, lease: u64, msg: jetstream::Message) {
+        let (ns, wf) = (&self.shared.ns, &self.workflow.name);
+        if let Some(execution) = execution_of(ns, wf, &msg.subject) {
+            self.wait_for_tail(&execution).await;
+        }
         let processed = process(&self.shared, &self.workflow, &mut self.cache, &msg, None).await;
         match processed {
             Ok((emitted, Some(tail))) => {
