@@ -321,7 +321,6 @@ impl RunContext<'_> {
             .context(|| format!("sending call {} to {agent}", d.sub_task_id))
     }
 
-    /// Publishes one progress update to every caller that asked for them.
     /// Tells every caller `parts` in one status update (nothing for no parts).
     pub(super) async fn tell_callers(&self, parts: Vec<Part>) -> Result<()> {
         if parts.is_empty() {

@@ -243,7 +243,6 @@ pub(super) struct Pending {
     ack: PublishAckFuture,
 }
 
-/// Starts publishing `entry` of run `execution`; [`Pending::stored`] waits for the stream.
 /// Holds `entry` in the run's record; what to publish now: every entry held, once
 /// [`HELD_MAX`] are or the run has ended (see the module doc), nothing otherwise.
 pub(super) fn hold(record: &mut RunRecord, entry: HistoryEntry) -> Vec<HistoryEntry> {
@@ -255,7 +254,8 @@ pub(super) fn hold(record: &mut RunRecord, entry: HistoryEntry) -> Vec<HistoryEn
     }
 }
 
-/// Starts publishing `entries` (in order) as one message; `None` when there are none.
+/// Starts publishing `entries` of run `execution` (in order) as one message;
+/// [`Pending::stored`] waits for the stream. `None` when there are none.
 pub(super) async fn publish(
     shared: &Shared,
     workflow: &str,

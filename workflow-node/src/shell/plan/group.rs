@@ -1,9 +1,10 @@
 //! Group commit: events of one run that wait together (in the worker's batch) are applied
-//! in order and committed with one compare-and-swap, as one [`Steps`]. Each event keeps
-//! its own outbox entry in that commit (its commands, results, history entry, wake write),
-//! so a redelivery of any of them after a crash replays its own entry as before; the
-//! commands, writes and history entries of the group are carried out together after the
-//! commit, and every event of the group is acked once they are.
+//! in order and committed with one compare-and-swap, as one [`Steps`]. Their outbox
+//! entries are merged into one under the first event's sequence (its commands, results,
+//! history entries, wake write; `group` names the others), so a redelivery of any of them
+//! after a crash replays the whole group's entry; the commands, writes and history entries
+//! of the group are carried out together after the commit, and every event of the group is
+//! acked once they are.
 //!
 //! Only first deliveries of events that carry no caller go in a group (agents' results,
 //! timers); a start, a cancel, a caller joining or a redelivery is planned alone.
