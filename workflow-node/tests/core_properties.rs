@@ -22,7 +22,7 @@ use workflow_node::definition::{NodeKind, NodeRole, OnFailure, Workflow};
 
 #[path = "core_properties/workflows.rs"]
 mod workflows;
-use workflows::{build, load, workflow_spec};
+use workflows::{build, cases, load, workflow_spec};
 
 // ---------------------------------------------------------------------------------------
 // Random agents and outside events
@@ -485,13 +485,6 @@ fn check_absorbs(w: &Workflow, sim: &Sim<'_>) -> Result<(), TestCaseError> {
         prop_assert_eq!(&state, &sim.state);
     }
     Ok(())
-}
-
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(64)
 }
 
 proptest! {

@@ -23,7 +23,7 @@ use workflow_node::definition::Workflow;
 #[allow(dead_code)]
 #[path = "core_properties/workflows.rs"]
 mod workflows;
-use workflows::{build, load, workflow_spec};
+use workflows::{build, cases, load, workflow_spec};
 
 /// How agents answer: call `k` follows `script[k % len]` (succeed or fail, after tenths of a
 /// second); decisions approve every approval at the given tenths.
@@ -98,13 +98,6 @@ fn check_ended(w: &Workflow, sim: &Sim<'_>) -> Result<(), TestCaseError> {
     prop_assert!(sim.state.queue.is_empty());
     prop_assert_eq!(sim.state.in_flight, 0);
     Ok(())
-}
-
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(64)
 }
 
 proptest! {

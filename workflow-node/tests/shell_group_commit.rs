@@ -13,11 +13,7 @@ use workflow_node::core::ExecutionId;
 use workflow_node::shell::inspect::Inspector;
 use workflow_node::shell::{names, Config};
 
-const STUBS: &str = r#"
-agents:
-  - name: Echo
-    rules: [{output: "{{input}}"}]
-"#;
+const STUBS: &str = shell_common::ECHO_STUBS;
 
 const MAP: &str = r#"
 name: Wide

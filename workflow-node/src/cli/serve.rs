@@ -182,7 +182,7 @@ pub fn run(args: Args) -> ExitCode {
             None => None,
         };
         let code = tokio::select! {
-            signal = wait_for_signal() => {
+            signal = agent_sdk::health::signalled() => {
                 signal?;
                 // Unready before saying so: whoever reads the line finds /readyz 503.
                 probes.draining();
@@ -239,14 +239,4 @@ async fn broken_for(node: &WorkflowNode, limit: Duration) -> String {
             return workflow;
         }
     }
-}
-
-/// Waits for SIGINT or SIGTERM.
-pub async fn wait_for_signal() -> Result<()> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r?,
-        _ = term.recv() => {}
-    }
-    Ok(())
 }

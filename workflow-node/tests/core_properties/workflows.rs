@@ -490,3 +490,11 @@ pub(crate) fn load(yaml: &str) -> Workflow {
         ),
     }
 }
+
+/// Cases per property: `PROPTEST_CASES`, or 64 (so the suite stays fast).
+pub(crate) fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(64)
+}

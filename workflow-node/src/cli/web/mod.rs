@@ -59,7 +59,7 @@ pub fn run(args: Args) -> ExitCode {
         let ns = &args.nats.namespace;
         let web = Web::start(conn.client.clone(), ns, signer, access, args.http).await?;
         eprintln!("web view at http://{}/", web.addr());
-        super::serve::wait_for_signal().await?;
+        agent_sdk::health::signalled().await?;
         drop(web);
         conn.close().await;
         Ok(ExitCode::SUCCESS)
