@@ -386,6 +386,18 @@ impl NodeStatus {
         )
     }
 
+    /// Every status a node can have.
+    pub const ALL: [NodeStatus; 8] = [
+        NodeStatus::Pending,
+        NodeStatus::Running,
+        NodeStatus::Waiting,
+        NodeStatus::Success,
+        NodeStatus::Failure,
+        NodeStatus::Skipped,
+        NodeStatus::Cancelled,
+        NodeStatus::TimedOut,
+    ];
+
     /// Whether the node ended with an error: `Failure` or `TimedOut`.
     pub fn is_failed(self) -> bool {
         matches!(self, NodeStatus::Failure | NodeStatus::TimedOut)
@@ -427,12 +439,17 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
+    /// The statuses a run ends with.
+    pub const ENDED: [RunStatus; 4] = [
+        RunStatus::Success,
+        RunStatus::Failure,
+        RunStatus::Cancelled,
+        RunStatus::TimedOut,
+    ];
+
     /// Whether the status is final.
     pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            RunStatus::Success | RunStatus::Failure | RunStatus::Cancelled | RunStatus::TimedOut
-        )
+        RunStatus::ENDED.contains(&self)
     }
 
     /// The status as written in results and events.

@@ -15,6 +15,7 @@ use super::fields::did_you_mean;
 use super::graph::ancestors;
 use super::problem::Sink;
 use super::{MapItems, NodeKind, NodeRole, Workflow};
+use crate::core::{NodeStatus, RunStatus};
 
 /// What one expression may name.
 #[derive(Default)]
@@ -26,21 +27,6 @@ struct Allowed {
     /// The position of the node using the expression (none for `output_mapping`).
     user: Option<usize>,
 }
-
-/// The statuses a node can have (`timed_out`: a node that hit its timeout).
-pub(crate) const NODE_STATUSES: &[&str] = &[
-    "pending",
-    "running",
-    "waiting",
-    "success",
-    "failure",
-    "skipped",
-    "cancelled",
-    "timed_out",
-];
-
-/// The statuses a run can have, as `workflow.status` shows them to exit handlers.
-const RUN_STATUSES: &[&str] = &["success", "failure", "cancelled", "timed_out"];
 
 /// One expression of the file: a template or a condition.
 #[derive(Clone, Copy)]
@@ -241,9 +227,12 @@ fn status_mismatch(wf: &Workflow, path: &Path, literal: &Value) -> Option<String
     let [Segment::Key(k)] = path.rest.as_slice() else {
         return None;
     };
-    let statuses = match (path.root.as_str(), k.as_str()) {
-        ("workflow", "status") => RUN_STATUSES,
-        (root, "status") if wf.graph.index.contains_key(root) => NODE_STATUSES,
+    // A run's status as `workflow.status` shows it to exit handlers: one it ends with.
+    let statuses: Vec<&str> = match (path.root.as_str(), k.as_str()) {
+        ("workflow", "status") => RunStatus::ENDED.iter().map(|s| s.as_str()).collect(),
+        (root, "status") if wf.graph.index.contains_key(root) => {
+            NodeStatus::ALL.iter().map(|s| s.as_str()).collect()
+        }
         _ => return None,
     };
     let shown = render(path);
