@@ -342,15 +342,7 @@ impl Node {
     }
 
     fn paths<'a>(&'a self, out: &mut Vec<&'a Path>) {
-        match self {
-            Node::Literal(_) => {}
-            Node::Whole(h) => out.extend(h.paths()),
-            Node::Text(pieces) => out.extend(pieces.iter().flat_map(Piece::paths)),
-            Node::Array(items) | Node::Coalesce(items) | Node::Concat(items) => {
-                items.iter().for_each(|n| n.paths(out))
-            }
-            Node::Object(members) => members.iter().for_each(|(_, n)| n.paths(out)),
-        }
+        self.holes(&mut |h| out.extend(h.paths()));
     }
 }
 
