@@ -58,7 +58,7 @@ impl Table {
 pub fn time(at: Option<Millis>) -> String {
     match at.filter(|m| m.0 > 0) {
         Some(m) => {
-            let (date, clock) = civil(m);
+            let (date, clock) = m.civil();
             format!("{date} {clock}Z")
         }
         None => "-".into(),
@@ -72,12 +72,7 @@ pub fn rfc3339(at: Option<Millis>) -> Option<String> {
 
 /// `10:42:03`: the time of day in UTC.
 pub fn clock(at: Millis) -> String {
-    civil(at).1
-}
-
-/// The date and the time of day of `at`, in UTC.
-fn civil(at: Millis) -> (String, String) {
-    at.civil()
+    at.civil().1
 }
 
 /// A duration for people: `850ms`, `12.3s`, `4m05s`, `2h03m`, `3d04h`.
