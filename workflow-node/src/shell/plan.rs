@@ -478,7 +478,8 @@ struct Applying<'a> {
     stamp: Stamp<'a>,
     traced: bool,
     /// Leave the event's outbox entry in the record kept (a group commit: the next event's
-    /// commit must hold it too).
+    /// commit must hold it too); the commit's bytes are then left empty, for the group to
+    /// encode the record once, after its last event.
     keep_entry: bool,
 }
 
@@ -574,8 +575,14 @@ fn apply(
     // What the commit refers to goes first: items of a map that just started, outputs
     // kept apart.
     let before = bulk::externalize(&mut record, run_key)?;
-    let bytes = bulk::encode(&mut record)?;
-    record.entry_bytes = bytes.len();
+    // In a group, only the record after the last event is stored: `plan_group` encodes it.
+    let bytes = if keep_entry {
+        Vec::new()
+    } else {
+        let bytes = bulk::encode(&mut record)?;
+        record.entry_bytes = bytes.len();
+        bytes
+    };
     record.held_bytes += before
         .iter()
         .chain(&after)

@@ -69,6 +69,7 @@ pub(in crate::shell) fn plan_group(
                 record = *kept;
             }
             Plan::Perform(mut steps) => {
+                // Only whether it ends the run: its bytes were left to the group.
                 last_commit = steps.commit.take();
                 let Some(kept) = steps.keep.take() else {
                     return Ok(None);
