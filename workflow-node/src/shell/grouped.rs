@@ -18,28 +18,20 @@ use crate::core::ExecutionId;
 /// The most events a worker takes from its queue at once.
 pub(super) const BATCH_MAX: usize = 256;
 
-/// `batch` split by run (by the run its subject names; events that name none go alone),
-/// runs in the order of their first event, events of a run in stream order.
+/// `batch` (leases, runs, events) split by run: runs in the order of their first event,
+/// events of a run in stream order.
 pub(super) fn by_run(
-    ns: &str,
-    workflow: &str,
-    batch: Vec<(u64, jetstream::Message)>,
-) -> Vec<Vec<(u64, jetstream::Message)>> {
-    if batch.len() == 1 {
-        return vec![batch];
-    }
-    let mut runs: Vec<Vec<(u64, jetstream::Message)>> = Vec::new();
+    batch: Vec<(u64, ExecutionId, jetstream::Message)>,
+) -> Vec<(ExecutionId, Vec<(u64, jetstream::Message)>)> {
+    let mut runs: Vec<(ExecutionId, Vec<(u64, jetstream::Message)>)> = Vec::new();
     let mut index: HashMap<ExecutionId, usize> = HashMap::new();
-    for (lease, msg) in batch {
-        match super::worker::execution_of(ns, workflow, &msg.subject) {
-            Some(r) => match index.get(&r) {
-                Some(&i) => runs[i].push((lease, msg)),
-                None => {
-                    index.insert(r, runs.len());
-                    runs.push(vec![(lease, msg)]);
-                }
-            },
-            None => runs.push(vec![(lease, msg)]),
+    for (lease, run, msg) in batch {
+        match index.get(&run) {
+            Some(&i) => runs[i].1.push((lease, msg)),
+            None => {
+                index.insert(run.clone(), runs.len());
+                runs.push((run, vec![(lease, msg)]));
+            }
         }
     }
     runs

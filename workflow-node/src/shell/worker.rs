@@ -109,7 +109,7 @@ pub(super) async fn run(
     let (to_ack, acks) = mpsc::unbounded_channel();
     let acker = tokio::spawn(acker(leases.clone(), acks));
     for _ in 0..n {
-        let (tx, rx) = mpsc::channel::<(u64, jetstream::Message)>(256);
+        let (tx, rx) = mpsc::channel::<InHand>(256);
         senders.push(tx);
         workers.push(tokio::spawn(worker(
             shared.clone(),
@@ -179,7 +179,7 @@ async fn route(
     workflow: &Workflow,
     messages: &mut pull::Stream,
     leases: &Leases,
-    senders: &[mpsc::Sender<(u64, jetstream::Message)>],
+    senders: &[mpsc::Sender<InHand>],
 ) -> String {
     while let Some(msg) = messages.next().await {
         let msg = match msg {
@@ -199,7 +199,7 @@ async fn route(
         execution.hash(&mut h);
         let idx = (h.finish() % senders.len() as u64) as usize;
         let lease = leases.hold(&msg);
-        if senders[idx].send((lease, msg)).await.is_err() {
+        if senders[idx].send((lease, execution, msg)).await.is_err() {
             return "lost its workers".into();
         }
     }
@@ -257,7 +257,7 @@ async fn worker(
     shared: Arc<Shared>,
     workflow: Arc<Workflow>,
     leases: Arc<Leases>,
-    mut rx: mpsc::Receiver<(u64, jetstream::Message)>,
+    mut rx: mpsc::Receiver<InHand>,
     to_ack: mpsc::UnboundedSender<(u64, jetstream::Message)>,
 ) {
     let budget = shared.config.cache_bytes / shared.config.workers.max(1);
@@ -291,14 +291,17 @@ async fn worker(
                 Err(_) => break,
             }
         }
-        for run in grouped::by_run(&w.shared.ns, &w.workflow.name, batch) {
-            w.run_events(run).await;
+        for (execution, run) in grouped::by_run(batch) {
+            w.run_events(&execution, run).await;
         }
     }
     while let Some(done) = w.tails.next().await {
         w.tail_done(done).await;
     }
 }
+
+/// An event in a worker's hands: its lease, its run (from its subject), the event.
+type InHand = (u64, ExecutionId, jetstream::Message);
 
 /// An event whose tail was finished: its lease, the event, its run, and how it went
 /// (whether it emitted spans).
@@ -324,14 +327,8 @@ pub(super) struct Worker {
 impl Worker {
     /// Processes events of one run, in order: together with one commit when they can be
     /// (see `grouped`), one by one otherwise.
-    async fn run_events(&mut self, run: Vec<(u64, jetstream::Message)>) {
-        let (ns, wf) = (&self.shared.ns, &self.workflow.name);
-        if let Some(execution) = run
-            .first()
-            .and_then(|(_, m)| execution_of(ns, wf, &m.subject))
-        {
-            self.wait_for_tail(&execution).await;
-        }
+    async fn run_events(&mut self, execution: &ExecutionId, run: Vec<(u64, jetstream::Message)>) {
+        self.wait_for_tail(execution).await;
         if run.len() > 1 {
             match grouped::process(self, &run).await {
                 Some(Ok(emitted)) => {
@@ -358,7 +355,7 @@ impl Worker {
             }
         }
         for (lease, msg) in run {
-            self.one(lease, msg).await;
+            self.one(execution, lease, msg).await;
         }
     }
 
@@ -366,11 +363,8 @@ impl Worker {
     /// tail is left to finish while the worker goes on (see `tail`). The tail of its run's
     /// previous event is finished first: until then that event's outbox entry must stay in
     /// the run's entry, which this event's commit would drop.
-    async fn one(&mut self, lease: u64, msg: jetstream::Message) {
-        let (ns, wf) = (&self.shared.ns, &self.workflow.name);
-        if let Some(execution) = execution_of(ns, wf, &msg.subject) {
-            self.wait_for_tail(&execution).await;
-        }
+    async fn one(&mut self, execution: &ExecutionId, lease: u64, msg: jetstream::Message) {
+        self.wait_for_tail(execution).await;
         let processed = process(&self.shared, &self.workflow, &mut self.cache, &msg, None).await;
         match processed {
             Ok((emitted, Some(tail))) => {
