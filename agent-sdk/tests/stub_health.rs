@@ -11,7 +11,9 @@ use std::time::Duration;
 use agent_sdk::call_agent;
 use anyhow::{Context, Result};
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use mesh_tests::http::{get, readiness_becomes};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -20,38 +22,6 @@ agents:
   - name: Echo
     output: "{{input}}"
 "#;
-
-/// `GET path` on `addr`: the status code and the body.
-async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
-    (status, body.to_string())
-}
-
-/// Polls `/readyz` until it answers `status` (the body then), within the timeout.
-async fn readiness_becomes(addr: SocketAddr, status: u16) -> String {
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
-        let (got, body) = get(addr, "/readyz").await;
-        if got == status {
-            return body;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "/readyz never answered {status} (last: {got} {body})"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 fn signal(child: &tokio::process::Child) -> Result<()> {
     let pid = child.id().context("running")?.to_string();
@@ -91,22 +61,22 @@ async fn readiness_follows_the_agents_the_server_and_the_drain() -> Result<()> {
     // The rest of stderr is drained so that the child never blocks on it.
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
 
-    assert_eq!(readiness_becomes(addr, 200).await.trim(), "ready");
+    assert_eq!(readiness_becomes(addr, 200, TIMEOUT).await.trim(), "ready");
     assert_eq!(get(addr, "/livez").await, (200, "ok\n".into()));
     let out = call_agent(&client, "mesh", "Echo", json!({"a": 1}), TIMEOUT).await?;
     assert_eq!(out, json!({"a": 1}));
 
     // Cut off from NATS: unready, alive, and ready again once the server is back.
     server.stop()?;
-    let why = readiness_becomes(addr, 503).await;
+    let why = readiness_becomes(addr, 503, TIMEOUT).await;
     assert!(why.contains("NATS connection"), "{why}");
     assert_eq!(get(addr, "/livez").await.0, 200);
     server.restart()?;
-    readiness_becomes(addr, 200).await;
+    readiness_becomes(addr, 200, TIMEOUT).await;
 
     // SIGTERM: unready at once, yet the agents still answer while the delay holds.
     signal(&child)?;
-    let why = readiness_becomes(addr, 503).await;
+    let why = readiness_becomes(addr, 503, TIMEOUT).await;
     assert!(why.contains("draining"), "{why}");
     let client = async_nats::connect(server.url()).await?;
     let out = call_agent(&client, "mesh", "Echo", json!({"b": 2}), TIMEOUT).await?;

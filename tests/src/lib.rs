@@ -1,5 +1,6 @@
-//! Test harness: starts real nats-server processes for integration tests, and a real
-//! OTLP receiver ([`otlp`]) for tests of exported traces and metrics.
+//! Test harness: starts real nats-server processes for integration tests, a real OTLP
+//! receiver ([`otlp`]) for tests of exported traces and metrics, and plain HTTP requests
+//! ([`http`]) for tests of probes.
 //!
 //! Every test gets its own server on an ephemeral loopback port, with JetStream and a
 //! store directory of its own; the server is killed and its directory removed when the
@@ -13,6 +14,7 @@
 
 pub use nats_process::{Cluster, Error, NatsServer, Options};
 
+pub mod http;
 pub mod otlp;
 
 /// A started single JetStream server with default options.

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use mesh_tests::http::{get, readiness_becomes};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -87,22 +87,6 @@ impl Drop for Serve {
     }
 }
 
-/// `GET path` on `addr`: the status code and the body.
-async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
-    (status, body.to_string())
-}
-
 /// `workflow-node health --addr ADDR [--live]`: its exit code and stdout.
 fn health(addr: SocketAddr, live: bool) -> (Option<i32>, String) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_workflow-node"));
@@ -115,22 +99,6 @@ fn health(addr: SocketAddr, live: bool) -> (Option<i32>, String) {
         out.status.code(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
     )
-}
-
-/// Polls `/readyz` until it answers `status` (the body then), within the timeout.
-async fn readiness_becomes(addr: SocketAddr, status: u16) -> String {
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
-        let (got, body) = get(addr, "/readyz").await;
-        if got == status {
-            return body;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "/readyz never answered {status} (last: {got} {body})"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test]
@@ -146,7 +114,7 @@ async fn readiness_follows_start_the_server_and_the_drain() {
         .trim_end_matches("/livez and /readyz")
         .parse()
         .expect("an address");
-    assert_eq!(readiness_becomes(addr, 200).await.trim(), "ready");
+    assert_eq!(readiness_becomes(addr, 200, TIMEOUT).await.trim(), "ready");
     assert_eq!(get(addr, "/livez").await, (200, "ok\n".into()));
     assert_eq!(health(addr, false), (Some(0), "ready\n".into()));
     // Asked on the unspecified address it listens on, `health` goes to loopback.
@@ -155,15 +123,15 @@ async fn readiness_follows_start_the_server_and_the_drain() {
 
     // Cut off from NATS: unready, and ready again once the server is back.
     server.stop().expect("stop nats-server");
-    let why = readiness_becomes(addr, 503).await;
+    let why = readiness_becomes(addr, 503, TIMEOUT).await;
     assert!(why.contains("NATS connection"), "{why}");
     assert_eq!(get(addr, "/livez").await.0, 200, "alive all the same");
     server.restart().expect("restart nats-server");
-    readiness_becomes(addr, 200).await;
+    readiness_becomes(addr, 200, TIMEOUT).await;
 
     // SIGTERM: unready at once, still answering probes while the shutdown delay holds it.
     serve.signal();
-    let why = readiness_becomes(addr, 503).await;
+    let why = readiness_becomes(addr, 503, TIMEOUT).await;
     assert!(why.contains("draining"), "{why}");
     serve.line("unready; draining in").await;
     assert_eq!(health(addr, false).0, Some(1), "not ready while draining");

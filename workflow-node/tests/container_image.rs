@@ -18,8 +18,8 @@
 //! The image is built from the binaries of this build (the debug ones, stripped), not by
 //! cargo inside a container; `--pull=never` keeps the build off the network.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -182,7 +182,9 @@ impl Container {
     async fn readiness_becomes(&mut self, status: u16) -> String {
         let deadline = Instant::now() + TIMEOUT;
         loop {
-            if let Ok((got, body)) = get(self.health, "/readyz") {
+            if let Ok((got, body)) =
+                workflow_node::cli::health::get(self.health, "/readyz", Duration::from_secs(5))
+            {
                 if got == status {
                     return body;
                 }
@@ -238,23 +240,6 @@ impl Drop for Container {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// `GET path` on `addr` (HTTP/1.1, `Connection: close`): the status and the body.
-fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes())?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    Ok((status, body.to_string()))
 }
 
 /// `workflow-node run ValueRouter` from the host: the JSON it prints.

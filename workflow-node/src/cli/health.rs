@@ -53,8 +53,9 @@ fn loopback_if_unspecified(addr: SocketAddr) -> SocketAddr {
     }
 }
 
-/// A plain HTTP/1.1 `GET` with `Connection: close`: the status and the body.
-fn get(addr: SocketAddr, path: &str, timeout: Duration) -> std::io::Result<(u16, String)> {
+/// A plain HTTP/1.1 `GET` with `Connection: close`: the status and the body (an error
+/// when nothing answers in `timeout`, or the answer is not HTTP).
+pub fn get(addr: SocketAddr, path: &str, timeout: Duration) -> std::io::Result<(u16, String)> {
     let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
