@@ -13,7 +13,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::runtime::Runtime;
 use workflow_node::cli::client::{invoke_as, new_task_id, RunResult};
-use workflow_node::shell::{names, Config, WorkflowNode};
+use workflow_node::shell::{run::names, Config, WorkflowNode};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 

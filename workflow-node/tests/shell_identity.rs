@@ -20,7 +20,7 @@ use shell_common::Mesh;
 use workflow_node::cli::client::{
     get_run, get_run_signed, invoke_as, new_task_id, RunResult, StartAs,
 };
-use workflow_node::shell::{names, Config, WorkflowNode};
+use workflow_node::shell::{run::names, Config, WorkflowNode};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use workflow_node::cli::client::invoke;
 use workflow_node::definition::parse_str;
-use workflow_node::shell::{names, Config, RunRecord, WorkflowNode};
+use workflow_node::shell::{run::names, Config, RunRecord, WorkflowNode};
 
 const MAP: &str = r#"
 name: BigMap

@@ -20,7 +20,7 @@ use serde_json::json;
 use super::client::{exchange, new_task_id};
 use super::runs::{ask, find, open, refuse, task_text, Target};
 use crate::core::ExecutionId;
-use crate::shell::inspect::FoundRun;
+use crate::shell::store::inspect::FoundRun;
 
 /// Arguments of `runs pause` and `runs resume`.
 #[derive(Debug, clap::Args)]
@@ -168,7 +168,7 @@ pub(crate) async fn send_retry(
     timing: Timing,
 ) -> Result<std::result::Result<ExecutionId, String>> {
     let task_id = new_task_id();
-    let execution = crate::shell::names::execution_id(&run.workflow, &task_id);
+    let execution = crate::shell::run::names::execution_id(&run.workflow, &task_id);
     let outgoing = retry_request(ns, (&run.workflow, &run.execution), &task_id, signer)?;
     Ok(match detach(outgoing, client, timing).await? {
         Some(why) => Err(why),
@@ -227,7 +227,7 @@ pub(crate) async fn retry(args: RetryArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let task_id = new_task_id();
-    let execution = crate::shell::names::execution_id(&run.workflow, &task_id);
+    let execution = crate::shell::run::names::execution_id(&run.workflow, &task_id);
     let outgoing = retry_request(&ns, (&run.workflow, &run.execution), &task_id, signer)?;
     if !target.json {
         eprintln!("retrying run {} as run {execution}", run.execution);
