@@ -28,7 +28,7 @@ use crate::core::ExecutionId;
 use crate::definition::{ApprovalNode, Approver, NodeKind, Workflow};
 use crate::shell::config::Config;
 use crate::shell::error::{Error, Result};
-use crate::shell::run::record::Caller;
+use crate::shell::run::envelope::Caller;
 
 /// Checks that the keys of `config` are user public keys and that every name an approval
 /// node of `workflows` lists is bound to one; the error names the workflow, node and name.

@@ -25,9 +25,10 @@ use crate::shell::callers::identity;
 use crate::shell::context::Shared;
 use crate::shell::error::Result;
 use crate::shell::run::apart;
+use crate::shell::run::envelope::Caller;
 use crate::shell::run::envelope::Envelope;
 use crate::shell::run::names;
-use crate::shell::run::record::{Caller, RunRecord};
+use crate::shell::run::record::RunRecord;
 use crate::shell::store::events::publish_event;
 use crate::shell::store::runs;
 

@@ -25,13 +25,12 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::core::{Detail, Event, MapState, Slot};
 use crate::definition::{NodeRole, Workflow};
 use crate::shell::run::names::{input_key, items_key, node_output_key, result_key, run_output_key};
-use crate::shell::run::record::RunRecord;
+use crate::shell::run::record::{ItemResult, MapRef, RunRecord};
 
 /// Maps with at most this many items stay inline in the run's entry.
 pub const INLINE_ITEMS: usize = 256;
@@ -42,17 +41,6 @@ pub const INLINE_OUTPUT: usize = 16 * 1024;
 /// Most serialised item bytes per chunk key.
 pub const CHUNK_BYTES: usize = 128 * 1024;
 
-/// An item's result, kept in its event's outbox entry until written to its own key.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ItemResult {
-    /// Id of the map node; with `index` it names the key `{run}.result.{map}.{index}`.
-    pub map: String,
-    /// 0-based position of the item in the map's items, and of its result in the results.
-    pub index: u32,
-    /// The item's output, as it goes into the map's results.
-    pub value: Value,
-}
-
 /// A value to put under a key of the runs bucket, beside a run's entry.
 #[derive(Debug, Clone, PartialEq)]
 pub(in crate::shell) struct Write {
@@ -60,18 +48,6 @@ pub(in crate::shell) struct Write {
     pub(in crate::shell) key: String,
     /// The JSON-encoded value, put as is.
     pub(in crate::shell) bytes: Vec<u8>,
-}
-
-/// Where an externalised map's items are: the first item index of each chunk.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-pub struct MapRef {
-    /// First item index of each chunk (chunk `c` holds `starts[c]..starts[c+1]`).
-    pub starts: Vec<u32>,
-    /// Number of items across all chunks: the last chunk ends here.
-    pub total: u32,
-    /// Whether the item results are in memory (not persisted: false after a load).
-    #[serde(skip)]
-    pub results_loaded: bool,
 }
 
 fn running_maps(record: &mut RunRecord) -> impl Iterator<Item = (&String, &mut MapState)> {

@@ -21,7 +21,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::{Event, Millis, RunStatus, Slot};
 use crate::shell::run::envelope::Envelope;
-use crate::shell::run::record::RunRecord;
 
 /// History entries a run's record holds before they are published together.
 pub const HELD_MAX: usize = 16;
@@ -189,12 +188,17 @@ fn truncate(mut text: String, max: usize) -> String {
     text
 }
 
-/// Holds `entry` in the run's record; what to publish now: every entry held, once
-/// [`HELD_MAX`] are or the run has ended (see the module doc), nothing otherwise.
-pub(in crate::shell) fn hold(record: &mut RunRecord, entry: HistoryEntry) -> Vec<HistoryEntry> {
-    record.history_held.push(entry);
-    if record.history_held.len() >= HELD_MAX || record.state.status.is_terminal() {
-        std::mem::take(&mut record.history_held)
+/// Holds `entry` in the run's record (`held`; `ended` when the run has ended); what to
+/// publish now: every entry held, once [`HELD_MAX`] are or the run has ended (see the
+/// module doc), nothing otherwise.
+pub(in crate::shell) fn hold(
+    held: &mut Vec<HistoryEntry>,
+    ended: bool,
+    entry: HistoryEntry,
+) -> Vec<HistoryEntry> {
+    held.push(entry);
+    if held.len() >= HELD_MAX || ended {
+        std::mem::take(held)
     } else {
         Vec::new()
     }
@@ -220,6 +224,13 @@ pub fn in_order(mut entries: Vec<HistoryEntry>) -> Vec<HistoryEntry> {
 mod tests {
     use super::*;
     use crate::core::ExecutionId;
+    use crate::shell::run::record::RunRecord;
+
+    /// [`hold`] on a record's fields, as the plan calls it.
+    fn hold(record: &mut RunRecord, entry: HistoryEntry) -> Vec<HistoryEntry> {
+        let ended = record.state.status.is_terminal();
+        super::hold(&mut record.history_held, ended, entry)
+    }
     use crate::core::{Failure, FailureClass, TaskKey};
     use serde_json::json;
 

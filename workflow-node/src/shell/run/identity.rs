@@ -2,7 +2,7 @@
 //! the run that then starts. The checks that read signatures and the clock live in
 //! `callers::identity`; this one runs inside the per-event plan, so it takes only records.
 
-use crate::shell::run::record::Caller;
+use crate::shell::run::envelope::Caller;
 
 /// Whether a cancel sent for a run not found (`kept`: its sender, with the key that signed
 /// it) ends the run started by `start`: only when the same key signed both, or neither

@@ -8,7 +8,7 @@
 use sha2::{Digest, Sha256};
 
 use crate::core::ExecutionId;
-use crate::shell::run::record::Caller;
+use crate::shell::run::envelope::Caller;
 
 fn ns_token(ns: &str) -> String {
     ns.replace('.', "_")

@@ -33,12 +33,13 @@ use std::collections::BTreeSet;
 use crate::core::{self, Command, Detail, Event, Execution, ExecutionId, Millis, NodeStatus};
 use crate::definition::Workflow;
 use crate::shell::run::apart::{self, Write};
+use crate::shell::run::envelope::Caller;
 use crate::shell::run::envelope::Envelope;
 use crate::shell::run::history::{self, HistoryEntry};
 use crate::shell::run::identity;
 use crate::shell::run::observed::{observe, Observed};
 use crate::shell::run::outbox;
-use crate::shell::run::record::{ApprovalAsk, Caller, OutboxEntry, RunRecord};
+use crate::shell::run::record::{ApprovalAsk, OutboxEntry, RunRecord};
 use crate::shell::run::spans::{self, EndedSpan};
 use crate::shell::run::wake::{self, WakeWrite};
 
@@ -333,7 +334,11 @@ fn attach(
     // The entry is kept even without commands: it carries the history entries to publish
     // again if this replica dies before the event is acked.
     let entry = history_entry(&mut record, envelope, stamp);
-    let published = history::hold(&mut record, entry);
+    let published = history::hold(
+        &mut record.history_held,
+        record.state.status.is_terminal(),
+        entry,
+    );
     record.outbox.push(OutboxEntry {
         seq: delivery.seq,
         at: now,
@@ -536,7 +541,13 @@ fn apply(
     };
     // Numbered as the commit that would arm it (`history_entry` counts it below).
     let next = record.applied + 1;
-    let wake = wake::rewake(&mut record, envelope.wake, next);
+    let wake = wake::rewake(
+        &mut record.timers,
+        &mut record.wake,
+        record.state.status.is_terminal(),
+        envelope.wake,
+        next,
+    );
     if commands.is_empty() && wake.is_none() && record.state.control() == before {
         if from_cache {
             return Ok(Plan::Reload);
@@ -559,7 +570,11 @@ fn apply(
             false => format!("wake: {}", keys.join(", ")),
         });
     }
-    let published = history::hold(&mut record, entry);
+    let published = history::hold(
+        &mut record.history_held,
+        record.state.status.is_terminal(),
+        entry,
+    );
     record.outbox.push(OutboxEntry {
         seq: delivery.seq,
         at: now,

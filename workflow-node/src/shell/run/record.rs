@@ -7,45 +7,10 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 use crate::core::{Command, Execution, Millis, TaskKey};
-use crate::shell::run::apart::{ItemResult, MapRef};
+use crate::shell::run::envelope::Caller;
 use crate::shell::run::history::HistoryEntry;
 use crate::shell::run::spans::{CallTimes, EndedSpan};
 use crate::shell::run::wake::{PendingTimer, Wake, WakeWrite};
-
-/// Who started a run and where its answers go.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-pub struct Caller {
-    /// Where the final reply goes (the request's reply subject).
-    pub reply_to: Option<String>,
-    /// Where status updates go (`Mesh-Status-To`).
-    pub status_to: Option<String>,
-    /// The JSON-RPC id of the request, echoed in every answer.
-    pub request_id: Value,
-    /// The request message's A2A `contextId`, echoed in status updates and replies;
-    /// `None` when the request had none, and then the execution id stands in.
-    pub context_id: Option<String>,
-    /// The call depth of the request (`Mesh-Call-Depth`).
-    pub call_depth: u32,
-    /// W3C trace context, passed on to agents.
-    pub traceparent: Option<String>,
-    /// Whether the caller is a workflow (it wants a `workflow_node_result`).
-    pub workflow_caller: bool,
-    /// The caller's sub-task id, when the caller is a workflow (dedupes our reply).
-    pub sub_task_id: Option<String>,
-    /// Whether it joined a run already started (a resent request from another reply
-    /// address): it gets a final-reply claim of its own.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub attached: bool,
-    /// The caller's name (`Mesh-Caller`), when the request carried one: shown by
-    /// `workflow-node runs`, and the scope of the run's task id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    /// The NKey user public key that signed the request (see `agent_sdk::signing`), when
-    /// it was signed: only that key (or an operator) may then cancel the run. On a cancel
-    /// kept for a run not started yet, the key that signed the cancel.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signer: Option<String>,
-}
 
 /// Commands produced by one event and committed with its state. An entry stays until its
 /// event's processing finished its side effects; a redelivered event whose entry is still
@@ -226,4 +191,27 @@ pub struct ApprovalAsk {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// An item's result, kept in its event's outbox entry until written to its own key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ItemResult {
+    /// Id of the map node; with `index` it names the key `{run}.result.{map}.{index}`.
+    pub map: String,
+    /// 0-based position of the item in the map's items, and of its result in the results.
+    pub index: u32,
+    /// The item's output, as it goes into the map's results.
+    pub value: Value,
+}
+
+/// Where a map's items kept apart are: the first item index of each chunk.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct MapRef {
+    /// First item index of each chunk (chunk `c` holds `starts[c]..starts[c+1]`).
+    pub starts: Vec<u32>,
+    /// Number of items across all chunks: the last chunk ends here.
+    pub total: u32,
+    /// Whether the item results are in memory (not persisted: false after a load).
+    #[serde(skip)]
+    pub results_loaded: bool,
 }

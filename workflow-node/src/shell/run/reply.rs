@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::core::{Execution, ExecutionId, NodeStatus, Progress, RunError, RunStatus};
 use crate::definition::{JoinStrategy, NodeKind, Workflow};
-use crate::shell::run::record::Caller;
+use crate::shell::run::envelope::Caller;
 use crate::shell::run::wire;
 
 /// How a run ended, as its callers are told.

@@ -24,7 +24,6 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::core::{Command, Millis, TimerId};
-use crate::shell::run::record::RunRecord;
 
 /// A timer the run has started and not yet seen fire or cancelled.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -98,30 +97,32 @@ pub(in crate::shell) fn take_due(
         .collect()
 }
 
-/// After a commit's events are applied: what becomes of the run's wake. `fired` is the
-/// wake whose firing the commit applies, if any (its entry is gone once it fired); `n`
-/// numbers the commit. Changes `record.wake` and says what to write, if anything.
+/// After a commit's events are applied: what becomes of the run's wake (`wake`, for its
+/// pending `timers`; `ended` when the run has ended). `fired` is the wake whose firing the
+/// commit applies, if any (its entry is gone once it fired); `n` numbers the commit.
+/// Changes `wake` and says what to write, if anything.
 pub(in crate::shell) fn rewake(
-    record: &mut RunRecord,
+    timers: &mut BTreeMap<String, PendingTimer>,
+    wake: &mut Option<Wake>,
+    ended: bool,
     fired: Option<Wake>,
     n: u64,
 ) -> Option<WakeWrite> {
-    if record.state.status.is_terminal() {
+    if ended {
         // A terminal run absorbs every event: none of its timers can matter.
-        record.timers.clear();
+        timers.clear();
     }
-    if fired.is_some() && fired == record.wake {
-        record.wake = None;
+    if fired.is_some() && fired == *wake {
+        *wake = None;
     }
-    let earliest = record
-        .timers
+    let earliest = timers
         .values()
         .min_by_key(|p| p.at)
         .map(|p| (p.at, p.timer.clone()));
-    match (earliest, record.wake) {
+    match (earliest, *wake) {
         (None, None) => None,
         (None, Some(old)) => {
-            record.wake = None;
+            *wake = None;
             Some(WakeWrite {
                 arm: None,
                 drop: Some(old),
@@ -129,10 +130,10 @@ pub(in crate::shell) fn rewake(
         }
         (Some((at, _)), Some(old)) if old.at <= at => None,
         (Some((at, timer)), old) => {
-            let wake = Wake { at, n };
-            record.wake = Some(wake);
+            let next = Wake { at, n };
+            *wake = Some(next);
             Some(WakeWrite {
-                arm: Some((wake, timer)),
+                arm: Some((next, timer)),
                 drop: old,
             })
         }
@@ -142,6 +143,13 @@ pub(in crate::shell) fn rewake(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shell::run::record::RunRecord;
+
+    /// [`rewake`] on a record's fields, as the plan calls it.
+    fn rewake(r: &mut RunRecord, fired: Option<Wake>, n: u64) -> Option<WakeWrite> {
+        let ended = r.state.status.is_terminal();
+        super::rewake(&mut r.timers, &mut r.wake, ended, fired, n)
+    }
     use crate::core::{Execution, ExecutionId, RunStatus, Slot, TaskKey};
 
     fn call(node: &str, attempt: u32) -> TimerId {

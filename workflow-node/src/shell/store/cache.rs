@@ -69,7 +69,7 @@ impl RunCache {
 mod tests {
     use super::*;
     use crate::core::Execution;
-    use crate::shell::run::record::Caller;
+    use crate::shell::run::envelope::Caller;
 
     fn run(i: usize, size: usize) -> (ExecutionId, RunRecord) {
         let id = ExecutionId(format!("{i:032x}"));

@@ -4,19 +4,23 @@
 //! compare-and-swap. The outbox and the acks follow, as for one event.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use async_nats::jetstream;
 
 use crate::core::ExecutionId;
+use crate::definition::Workflow;
 use crate::shell::context::now;
+use crate::shell::context::Shared;
 use crate::shell::error::{Context, Error, Result};
 use crate::shell::run::envelope::Envelope;
 use crate::shell::run::names;
 use crate::shell::run::plan::{self, Delivery, Plan, Stamp};
+use crate::shell::store::cache::RunCache;
 use crate::shell::store::runs;
 use crate::shell::worker::decode::decode;
-use crate::shell::worker::driver::{load, perform, unknown_node, Known, Worker, MAX_CONFLICTS};
 use crate::shell::worker::effects::RunContext;
+use crate::shell::worker::process::{load, perform, unknown_node, Known, MAX_CONFLICTS};
 
 /// The most events a worker takes from its queue at once.
 pub(in crate::shell) const BATCH_MAX: usize = 256;
@@ -45,10 +49,11 @@ pub(in crate::shell) fn by_run(
 /// no record): the worker then processes them one by one, as if never tried. Otherwise
 /// whether spans were emitted, or why the group failed (its events are then given back).
 pub(in crate::shell) async fn process(
-    w: &mut Worker,
+    shared: &Arc<Shared>,
+    workflow: &Arc<Workflow>,
+    cache: &mut RunCache,
     run: &[(u64, jetstream::Message)],
 ) -> Option<Result<bool>> {
-    let (shared, workflow) = (&w.shared, &w.workflow);
     let mut events: Vec<(Envelope, Delivery)> = Vec::with_capacity(run.len());
     let mut execution: Option<ExecutionId> = None;
     for (_, msg) in run {
@@ -74,7 +79,7 @@ pub(in crate::shell) async fn process(
         return None;
     }
     let key = names::run_key(&workflow.name, &execution);
-    let mut cached = w.cache.take(&execution).map(Known::cached);
+    let mut cached = cache.take(&execution).map(Known::cached);
     let traced = agent_sdk::telemetry::active();
     for _ in 0..MAX_CONFLICTS {
         let (first, first_delivery) = (&events[0].0, events[0].1);
@@ -114,7 +119,7 @@ pub(in crate::shell) async fn process(
             Ok(Some(Plan::Reload)) => continue,
             Ok(Some(Plan::Ack { keep })) => {
                 if let Some((rev, kept)) = keep {
-                    w.cache.keep(execution.clone(), rev, *kept);
+                    cache.keep(execution.clone(), rev, *kept);
                 }
                 return Some(Ok(false));
             }
@@ -138,7 +143,7 @@ pub(in crate::shell) async fn process(
                             }
                         }
                         if let Some((rev, kept)) = held.keep {
-                            w.cache.keep(execution.clone(), rev, kept);
+                            cache.keep(execution.clone(), rev, kept);
                         }
                         return Some(Ok(emits));
                     }

@@ -17,5 +17,6 @@ pub(in crate::shell) mod effects;
 pub(in crate::shell) mod final_claim;
 pub(in crate::shell) mod group;
 pub(in crate::shell) mod lease;
+pub(in crate::shell) mod process;
 pub(in crate::shell) mod tail;
 pub mod wakes;
