@@ -38,11 +38,15 @@ fn default_replica() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-/// Every [`versions::SERVED_REFRESH`]: [`versions::sweep`].
+/// Every [`versions::SERVED_REFRESH`]: [`versions::Versions::sweep`].
 async fn keep_sweeping(shared: Arc<Shared>, served: Vec<Arc<Workflow>>) {
     loop {
         tokio::time::sleep(versions::SERVED_REFRESH).await;
-        if let Err(e) = versions::sweep(&shared, &served).await {
+        let c = &shared.config;
+        let sweep = shared
+            .versions
+            .sweep(&shared.client, &shared.ns, c.retention, &served);
+        if let Err(e) = sweep.await {
             tracing::warn!("sweeping stored definitions: {e}");
         }
     }
@@ -168,10 +172,13 @@ impl WorkflowNode {
             background.push(tokio::spawn(async move {
                 log_err("cancels", cancels::serve(s, w, cancel_sub).await)
             }));
-            if shared.metrics.enabled() {
-                let s = shared.clone();
-                let name = workflow.name.clone();
-                background.push(tokio::spawn(metrics::poll_pending(s, name)));
+            if let Some(poll) = shared.metrics.poll_pending(
+                shared.js.clone(),
+                &shared.ns,
+                shared.config.metrics.pending_interval,
+                workflow.name.clone(),
+            ) {
+                background.push(tokio::spawn(poll));
             }
             let s = shared.clone();
             background.push(tokio::spawn(async move {
@@ -207,7 +214,10 @@ impl WorkflowNode {
     /// run names (done every [`versions::SERVED_REFRESH`] anyway); returns how many were
     /// deleted.
     pub async fn sweep_versions(&self) -> Result<usize> {
-        versions::sweep(&self.shared, &self.served).await
+        let s = &self.shared;
+        s.versions
+            .sweep(&s.client, &s.ns, s.config.retention, &self.served)
+            .await
     }
 
     /// The agent cards of the workflows this node serves, in full. (One too large for a

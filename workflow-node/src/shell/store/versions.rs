@@ -21,7 +21,6 @@ use serde_json::Value;
 use crate::core::Millis;
 use crate::definition::{self, Workflow};
 use crate::shell::context::now;
-use crate::shell::context::Shared;
 use crate::shell::error::{Context, Error, Result};
 use crate::shell::store::inspect::{FoundRun, Inspector};
 use crate::shell::store::runs;
@@ -218,52 +217,60 @@ pub fn expired(
     !in_use.contains(&definition.hash) && u128::from(idle) >= retention.as_millis()
 }
 
-/// Marks the definitions this replica serves as served, then deletes those of the same
-/// workflows that are due ([`expired`]): not served for the retention and named by no
-/// run kept in the runs bucket (running, or ended and not yet expired). Returns how many
-/// were deleted.
-pub(in crate::shell) async fn sweep(shared: &Shared, served: &[Arc<Workflow>]) -> Result<usize> {
-    for workflow in served {
-        shared.versions.store(workflow).await?;
-    }
-    let mut names: Vec<&str> = served.iter().map(|w| w.name.as_str()).collect();
-    names.dedup();
-    let bucket = &shared.versions.bucket;
-    let mut deleted = 0;
-    for name in names {
-        let stored = list_in(bucket, Some(name)).await?;
-        let none = HashSet::new();
-        let retention = shared.config.retention;
-        if !stored.iter().any(|d| expired(d, &none, now(), retention)) {
-            continue;
+impl Versions {
+    /// Marks the definitions this replica serves as served, then deletes those of the
+    /// same workflows that are due ([`expired`]): not served for `retention` and named by
+    /// no run kept in namespace `ns`'s runs bucket (running, or ended and not yet
+    /// expired; read through `client`). Returns how many were deleted.
+    pub(in crate::shell) async fn sweep(
+        &self,
+        client: &async_nats::Client,
+        ns: &str,
+        retention: Duration,
+        served: &[Arc<Workflow>],
+    ) -> Result<usize> {
+        for workflow in served {
+            self.store(workflow).await?;
         }
-        let in_use = runs_by_definition(shared, name).await?;
-        let in_use: HashSet<String> = in_use.into_keys().collect();
-        for definition in stored
-            .iter()
-            .filter(|d| expired(d, &in_use, now(), retention))
-        {
-            let key = key(name, &definition.hash);
-            bucket
-                .purge(&key)
-                .await
-                .context(|| format!("deleting definition {key}"))?;
-            tracing::info!(
-                "deleted definition {key} (version {}): not served for the retention and no run names it",
-                definition.version
-            );
-            deleted += 1;
+        let mut names: Vec<&str> = served.iter().map(|w| w.name.as_str()).collect();
+        names.dedup();
+        let bucket = &self.bucket;
+        let mut deleted = 0;
+        for name in names {
+            let stored = list_in(bucket, Some(name)).await?;
+            let none = HashSet::new();
+            if !stored.iter().any(|d| expired(d, &none, now(), retention)) {
+                continue;
+            }
+            let in_use = runs_by_definition(client, ns, name).await?;
+            let in_use: HashSet<String> = in_use.into_keys().collect();
+            for definition in stored
+                .iter()
+                .filter(|d| expired(d, &in_use, now(), retention))
+            {
+                let key = key(name, &definition.hash);
+                bucket
+                    .purge(&key)
+                    .await
+                    .context(|| format!("deleting definition {key}"))?;
+                tracing::info!(
+                    "deleted definition {key} (version {}): not served for the retention and no run names it",
+                    definition.version
+                );
+                deleted += 1;
+            }
         }
+        Ok(deleted)
     }
-    Ok(deleted)
 }
 
 /// How many runs kept for `workflow` name each definition: (running, ended).
 async fn runs_by_definition(
-    shared: &Shared,
+    client: &async_nats::Client,
+    ns: &str,
     workflow: &str,
 ) -> Result<HashMap<String, (usize, usize)>> {
-    let inspector = Inspector::open(shared.client.clone(), &shared.ns).await?;
+    let inspector = Inspector::open(client.clone(), ns).await?;
     Ok(count_runs(&inspector.list(Some(workflow)).await?))
 }
 

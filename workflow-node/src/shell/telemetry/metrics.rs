@@ -17,11 +17,12 @@ pub(in crate::shell) mod prometheus;
 pub(in crate::shell) mod scrape;
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::{self, consumer::PullConsumer};
 use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider as _, UpDownCounter};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::error::OTelSdkResult;
@@ -32,7 +33,6 @@ use opentelemetry_sdk::metrics::{
 };
 use opentelemetry_sdk::Resource;
 
-use crate::shell::context::Shared;
 use crate::shell::error::{Error, Result};
 use crate::shell::run::names;
 use crate::shell::run::observed::Observed;
@@ -164,11 +164,6 @@ impl Metrics {
                 i,
             }),
         })
-    }
-
-    /// Whether anything reads the metrics.
-    pub(in crate::shell) fn enabled(&self) -> bool {
-        self.enabled.is_some()
     }
 
     /// The reader `/metrics` collects, when there is one.
@@ -390,41 +385,49 @@ impl MetricReader for SharedReader {
     }
 }
 
-/// Reads `workflow`'s consumer every `pending_interval` for the pending gauges, while
-/// the node runs. A read that fails drops the workflow's values until one succeeds, so
-/// a stale count is never shown as current.
-pub(in crate::shell) async fn poll_pending(shared: Arc<Shared>, workflow: String) {
-    let Some(Enabled { pending, .. }) = &shared.metrics.enabled else {
-        return;
-    };
-    let stream = names::event_stream(&shared.ns, &workflow);
-    let mut tick = tokio::time::interval(shared.config.metrics.pending_interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut consumer: Option<PullConsumer> = None;
-    loop {
-        tick.tick().await;
-        if consumer.is_none() {
-            consumer = shared
-                .js
-                .get_consumer_from_stream(names::CONSUMER, stream.as_str())
-                .await
-                .ok();
-        }
-        let read = match consumer.as_mut() {
-            Some(c) => c.info().await.map_err(|e| e.to_string()),
-            None => Err("the consumer is not there".into()),
-        };
-        let mut pending = pending.lock().unwrap_or_else(|p| p.into_inner());
-        match read {
-            Ok(info) => {
-                let counts = (info.num_pending, info.num_ack_pending as u64);
-                pending.insert(workflow.clone(), counts);
+impl Metrics {
+    /// What reads `workflow`'s consumer (through `js`) every `interval` for the pending
+    /// gauges while the node runs, to spawn; `None` when metrics are off. A read that
+    /// fails drops the workflow's values until one succeeds, so a stale count is never
+    /// shown as current.
+    pub(in crate::shell) fn poll_pending(
+        &self,
+        js: jetstream::Context,
+        ns: &str,
+        interval: Duration,
+        workflow: String,
+    ) -> Option<impl Future<Output = ()> + Send + 'static> {
+        let pending = self.enabled.as_ref()?.pending.clone();
+        let stream = names::event_stream(ns, &workflow);
+        Some(async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut consumer: Option<PullConsumer> = None;
+            loop {
+                tick.tick().await;
+                if consumer.is_none() {
+                    consumer = js
+                        .get_consumer_from_stream(names::CONSUMER, stream.as_str())
+                        .await
+                        .ok();
+                }
+                let read = match consumer.as_mut() {
+                    Some(c) => c.info().await.map_err(|e| e.to_string()),
+                    None => Err("the consumer is not there".into()),
+                };
+                let mut pending = pending.lock().unwrap_or_else(|p| p.into_inner());
+                match read {
+                    Ok(info) => {
+                        let counts = (info.num_pending, info.num_ack_pending as u64);
+                        pending.insert(workflow.clone(), counts);
+                    }
+                    Err(e) => {
+                        tracing::debug!("reading the pending events of {workflow}: {e}");
+                        pending.remove(&workflow);
+                        consumer = None;
+                    }
+                }
             }
-            Err(e) => {
-                tracing::debug!("reading the pending events of {workflow}: {e}");
-                pending.remove(&workflow);
-                consumer = None;
-            }
-        }
+        })
     }
 }
