@@ -1,5 +1,6 @@
-//! Steering a run that exists (issue 17): pausing and resuming it (`workflow_run_control`),
-//! and retrying it once it has ended (`workflow_retry`). Both arrive in a `message/send` on
+//! Steering a run that exists, so an operator can hold, release or re-run it without a
+//! new request from its caller: pausing and resuming it (`workflow_run_control`), and
+//! retrying it once it has ended (`workflow_retry`). Both arrive in a `message/send` on
 //! the workflow's request subject.
 //!
 //! Who may: the same authority as a `tasks/cancel` of the run (`identity::may_cancel`): a

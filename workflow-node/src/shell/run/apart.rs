@@ -1,7 +1,7 @@
 //! What lives beside a run's KV entry instead of in it, so the cost of an event does not
 //! grow with a map's items and the entry stays far below NATS's max payload: the items
-//! and results of large maps, and a large workflow input. Pure layout decisions; `store`
-//! reads and writes them.
+//! and results of large maps, and a large workflow input. Pure layout decisions;
+//! `store::runs` reads and writes them.
 //!
 //! The core keeps a map's `items` and `results` inline ([`crate::core::MapState`]); the
 //! shell persists them apart once a map has more than [`INLINE_ITEMS`] items:
@@ -176,7 +176,7 @@ fn set_outputs_apart(record: &mut RunRecord, run_key: &str) -> serde_json::Resul
 }
 
 /// The run's entry as stored: without what is kept apart (a large input and outputs, the
-/// items and results of externalised maps).
+/// items and results of map kept aparts).
 pub(in crate::shell) fn encode(record: &mut RunRecord) -> serde_json::Result<Vec<u8>> {
     let externalised: Vec<String> = record.maps.keys().cloned().collect();
     let aside = Aside::take(record, |id| externalised.iter().any(|m| m == id));
@@ -249,7 +249,7 @@ impl Aside {
     }
 }
 
-/// The externalised map whose inner node made `event`'s call, if the event is an item's
+/// The map kept apart whose inner node made `event`'s call, if the event is an item's
 /// success that may end a map whose results are not loaded.
 fn unloaded_map_ending<'r>(
     workflow: &Workflow,
@@ -276,7 +276,7 @@ fn unloaded_map_ending<'r>(
 }
 
 /// Before applying `event` (and `ahead - 1` more events with it, a group commit), when
-/// they may end an externalised map whose results are not loaded: fills in the results
+/// they may end an map kept apart whose results are not loaded: fills in the results
 /// still in outbox entries, and returns the map and the indices of the results to read
 /// from their keys (`store::load_results`).
 pub(in crate::shell) fn results_wanted(
@@ -326,7 +326,7 @@ pub(in crate::shell) fn map_mut<'r>(
 }
 
 /// After applying `event`: the item result to store apart, when it ended an item of an
-/// externalised map that goes on.
+/// map kept apart that goes on.
 pub(in crate::shell) fn item_results(
     workflow: &Workflow,
     record: &RunRecord,

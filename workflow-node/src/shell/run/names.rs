@@ -85,12 +85,12 @@ pub(crate) fn run_output_key(run_key: &str) -> String {
     format!("{run_key}.output")
 }
 
-/// The KV key of one chunk of an externalised map's items.
+/// The KV key of one chunk of an map kept apart's items.
 pub(crate) fn items_key(run_key: &str, map: &str, chunk: usize) -> String {
     format!("{run_key}.items.{map}.{chunk}")
 }
 
-/// The KV key of the result of item `index` of an externalised map.
+/// The KV key of the result of item `index` of an map kept apart.
 pub(crate) fn result_key(run_key: &str, map: &str, index: u32) -> String {
     format!("{run_key}.result.{map}.{index}")
 }

@@ -122,7 +122,7 @@ pub struct RunRecord {
     /// wake fires them (see `wake`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub timers: BTreeMap<String, PendingTimer>,
-    /// The run's wake entry in the timers bucket, as last armed by a commit: no later
+    /// The run's wake entry in the wakes bucket, as last armed by a commit: no later
     /// than the earliest of `timers`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wake: Option<Wake>,

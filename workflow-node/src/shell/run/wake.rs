@@ -2,7 +2,7 @@
 //! run's pending timers. Decided without I/O, with the commit; the driver writes it.
 //!
 //! The core's `StartTimer` and `CancelTimer` commands only change the run's record
-//! ([`RunRecord::timers`]); the timers bucket holds one entry per run, written when the
+//! ([`RunRecord::timers`]); the wakes bucket holds one entry per run, written when the
 //! run's earliest deadline falls before the wake it holds (or the entry was consumed by
 //! its firing), and removed when the run has no timer left (it ended). A dispatch whose
 //! deadline is not earlier than the wake writes nothing: a chain of nodes with equal
@@ -44,7 +44,7 @@ pub struct Wake {
 }
 
 impl Wake {
-    /// The timer part of its key in the timers bucket.
+    /// The timer part of its key in the wakes bucket.
     pub fn key(&self) -> String {
         format!("wake-{}", self.n)
     }

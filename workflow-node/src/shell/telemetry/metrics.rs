@@ -7,7 +7,7 @@
 //!
 //! Labels are bounded: workflow, status, node type, agent, outcome. Run and sub-task ids
 //! and error texts belong to traces, never here. Counts of runs, nodes and calls come
-//! from `observe` and are recorded after the commit that made them holds.
+//! from `run::observed` and are recorded after the commit that made them holds.
 //!
 //! Every replica exports its own counts: a run started on one replica and ended on
 //! another adds to each one's counters, so sum over replicas (`sum by (workflow)`). The

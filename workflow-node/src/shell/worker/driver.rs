@@ -282,7 +282,7 @@ struct Worker {
 
 impl Worker {
     /// Processes events of one run, in order: together with one commit when they can be
-    /// (see `grouped`), one by one otherwise.
+    /// (see `worker::group`), one by one otherwise.
     async fn run_events(&mut self, execution: &ExecutionId, run: Vec<(u64, jetstream::Message)>) {
         self.wait_for_tail(execution).await;
         if run.len() > 1 {
@@ -425,7 +425,7 @@ async fn ack(msg: &jetstream::Message) {
 
 /// An event whose processing failed is given back to come again later, or its run is
 /// abandoned: it ends failed with an error that names the cause, and its callers are
-/// answered (see `retry`). An event is never retried forever, and never dropped while its
+/// answered (see `run::backoff`). An event is never retried forever, and never dropped while its
 /// run could still be failed.
 async fn failed(
     shared: &Arc<Shared>,

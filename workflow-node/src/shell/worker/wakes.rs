@@ -1,5 +1,6 @@
-//! Durable timers. A timer is a KV entry (`{workflow}.{execution}.{timer}` → when and what);
-//! every replica watches the bucket and arms every timer, so one dying loses none. When a
+//! Durable timers, kept as wakes (see `run::wake`). A wake is a KV entry
+//! (`{workflow}.{execution}.{timer}` → when and what) in the wakes bucket; every replica
+//! watches the bucket and arms every entry, so one dying loses none. When a
 //! timer comes due, replicas publish `TimerFired` into the run's event stream with a message
 //! id that makes the stream keep one copy, then purge the entry.
 //!
