@@ -16,8 +16,8 @@ use tokio::runtime::Runtime;
 use tokio::sync::{mpsc, Notify};
 use workflow_node::cli::client::{invoke_as, new_task_id, RunResult};
 use workflow_node::core::{CallPhase, NodeStatus, TaskKey};
-use workflow_node::shell::store::inspect::{FoundRun, Inspector};
 use workflow_node::shell::{run::names, Config, WorkflowNode};
+use workflow_node::shell::{FoundRun, Inspector};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use serde_json::json;
 use workflow_node::cli::client::invoke;
 use workflow_node::core::ExecutionId;
-use workflow_node::shell::store::inspect::Inspector;
+use workflow_node::shell::Inspector;
 use workflow_node::shell::{run::names, Config};
 
 const STUBS: &str = shell_common::ECHO_STUBS;

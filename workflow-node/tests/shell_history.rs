@@ -17,7 +17,7 @@ use messages::{subjects, Message, Part, Request, Role};
 use serde_json::json;
 use workflow_node::cli::client::{invoke, invoke_as, new_task_id};
 use workflow_node::definition::parse_str;
-use workflow_node::shell::store::inspect::Inspector;
+use workflow_node::shell::Inspector;
 use workflow_node::shell::{run::names, Config, WorkflowNode};
 
 const TIMEOUT: Duration = Duration::from_secs(60);

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use workflow_node::cli::client::invoke;
 use workflow_node::core::{ExecutionId, NodeStatus};
 use workflow_node::shell::run::history::HELD_MAX;
-use workflow_node::shell::store::inspect::Inspector;
+use workflow_node::shell::Inspector;
 use workflow_node::shell::{run::names, Config, RunRecord};
 
 const TIMEOUT: Duration = Duration::from_secs(30);

@@ -19,8 +19,8 @@ use super::runs_show;
 use super::table::{self, Table};
 use crate::core::RunStatus;
 use crate::shell::run::history::HistoryEntry;
-use crate::shell::store::inspect::{FoundRun, Inspector};
 use crate::shell::{now, Error as ShellError};
+use crate::shell::{FoundRun, Inspector};
 
 /// Arguments of `runs`.
 #[derive(Debug, clap::Args)]

@@ -23,8 +23,8 @@ use super::runs::{self, refuse, Target};
 use super::table::{self, Table};
 use crate::core::{Millis, NodeStatus};
 use crate::definition::{NodeKind, Workflow};
-use crate::shell::store::inspect::{Apart, FoundRun, Inspector};
 use crate::shell::{callers::statuses, now};
+use crate::shell::{Apart, FoundRun, Inspector};
 
 /// How long `show` waits for a serving node's card, for the definition.
 const CARD_WAIT: Duration = Duration::from_secs(2);

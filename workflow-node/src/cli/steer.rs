@@ -20,7 +20,7 @@ use serde_json::json;
 use super::client::{exchange, new_task_id};
 use super::runs::{ask, find, open, refuse, task_text, Target};
 use crate::core::ExecutionId;
-use crate::shell::store::inspect::FoundRun;
+use crate::shell::FoundRun;
 
 /// Arguments of `runs pause` and `runs resume`.
 #[derive(Debug, clap::Args)]

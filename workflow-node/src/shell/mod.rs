@@ -19,8 +19,8 @@
 //! stream, its wakes in KV. Any replica carries on any run.
 
 pub mod callers;
-pub(crate) mod config;
-pub(crate) mod context;
+mod config;
+mod context;
 mod error;
 pub mod mesh;
 mod node;

@@ -173,7 +173,7 @@ pub(crate) async fn check_records(client: &async_nats::Client, runs: usize) -> V
         .get_key_value(names::runs_bucket("mesh"))
         .await
         .expect("runs bucket");
-    let inspector = workflow_node::shell::store::inspect::Inspector::open(client.clone(), "mesh")
+    let inspector = workflow_node::shell::Inspector::open(client.clone(), "mesh")
         .await
         .expect("runs bucket");
     let mut problems = Vec::new();

@@ -17,8 +17,8 @@ use super::{events, json_response, ApiError, ApiResult, Ctx};
 use crate::cli::client::{self, InvokeError, StartAs};
 use crate::cli::{approvals, runs, runs_show, table};
 use crate::core::{ExecutionId, Millis};
-use crate::shell::store::inspect::{FoundRun, Inspector};
 use crate::shell::{now, Error as ShellError};
+use crate::shell::{FoundRun, Inspector};
 
 /// How long a start waits for the workflow to accept the run.
 const START_TIMEOUT: Duration = Duration::from_secs(30);

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use super::api::{find, run_view};
 use super::{ApiError, Ctx};
 use crate::shell::callers::statuses;
-use crate::shell::store::inspect::{FoundRun, Inspector};
+use crate::shell::{FoundRun, Inspector};
 
 /// Events kept for a slow reader before the feed waits for it.
 const BUFFER: usize = 64;
