@@ -19,7 +19,9 @@ pub fn runs_bucket(ns: &str) -> String {
     format!("{}_wf_runs", ns_token(ns))
 }
 
-/// The KV bucket of durable timers.
+/// The KV bucket of the runs' wakes (durable timers). Its name keeps the word `timers`:
+/// the bucket outlives versions of the node, and renaming it would orphan the wakes of
+/// runs in flight.
 pub fn wakes_bucket(ns: &str) -> String {
     format!("{}_wf_timers", ns_token(ns))
 }
