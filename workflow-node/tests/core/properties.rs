@@ -20,8 +20,9 @@ use workflow_node::core::{
 };
 use workflow_node::definition::{NodeKind, NodeRole, OnFailure, Workflow};
 
-use crate::support::workflows;
 use workflows::{build, cases, load, workflow_spec};
+
+use crate::support::workflows;
 
 // ---------------------------------------------------------------------------------------
 // Random agents and outside events

@@ -5,9 +5,9 @@
 //! have completed and started again a quarter of the runs later. Every run must complete
 //! with the expected output, with exactly one final reply, and leave a terminal record.
 
-use crate::support;
 use std::time::Duration;
 
+use crate::support;
 use crate::support::crash::load::{drive, Plan};
 use crate::support::crash::replicas::{write_file, Fleet, Logs, Spawner};
 use crate::support::crash::{

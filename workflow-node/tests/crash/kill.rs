@@ -4,9 +4,9 @@
 //! starts a new one. Every run must complete with the expected output, with exactly one
 //! final reply, and leave a terminal record in KV.
 
-use crate::support;
 use std::time::Duration;
 
+use crate::support;
 use crate::support::crash::load::{drive, Plan};
 use crate::support::crash::replicas::{write_file, Fleet, Logs, Spawner};
 use crate::support::crash::{

@@ -3,9 +3,9 @@
 //! taking events and finishes the ones in hand), and every run must still complete, once,
 //! on the other two.
 
-use crate::support;
 use std::time::Duration;
 
+use crate::support;
 use crate::support::crash::load::{drive, Plan};
 use crate::support::crash::replicas::{write_file, Logs, Spawner};
 use crate::support::crash::{

@@ -3,14 +3,15 @@
 //! The call's timeout, kept as the run's wake (one timer entry per run), must still fire
 //! and fail the run.
 
-use crate::support;
 use std::time::Duration;
 
-use crate::support::crash::replicas::{write_file, Logs, Spawner};
 use futures::StreamExt;
 use messages::subjects;
 use serde_json::json;
 use workflow_node::cli::client::invoke;
+
+use crate::support;
+use crate::support::crash::replicas::{write_file, Logs, Spawner};
 
 const STUBS: &str = r#"
 agents:

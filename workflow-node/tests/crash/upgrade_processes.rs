@@ -9,20 +9,21 @@
 //! `b` and `c` call `Gate`, which holds run `i` until the test lets runs below some number
 //! pass: that is how runs are caught mid-way while processes are stopped and started.
 
-use crate::support;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ops::Range;
 use std::time::Duration;
 
-use crate::support::crash::load::{drive, request_id, Outcome, Plan};
-use crate::support::crash::replicas::{write_file, Logs, Replica, Spawner};
-use crate::support::crash::{assert_clean, reply_output};
 use agent_sdk::{handler_fn, AgentBuilder, AgentError, NodeRequest};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 use workflow_node::definition::parse_str;
 use workflow_node::shell::inspect::Inspector;
 use workflow_node::shell::{names, RunRecord};
+
+use crate::support;
+use crate::support::crash::load::{drive, request_id, Outcome, Plan};
+use crate::support::crash::replicas::{write_file, Logs, Replica, Spawner};
+use crate::support::crash::{assert_clean, reply_output};
 
 const NAME: &str = "Upgrade";
 

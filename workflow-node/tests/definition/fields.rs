@@ -1,13 +1,14 @@
 //! Reading workflow files: shapes, defaults, snake_case and camelCase keys, aliases, unknown
 //! keys, wrong types, and the file-level settings.
 
-use crate::support;
 use std::time::Duration;
 
-use crate::support::definition::{assert_problems, doc, load, problems, problems_of};
 use workflow_node::definition::{
     parse_str, CallTarget, JoinStrategy, MapItems, NodeKind, OnExhausted, OnTimeout, RetryPolicy,
 };
+
+use crate::support;
+use crate::support::definition::{assert_problems, doc, load, problems, problems_of};
 
 const AGENT: &str = "- id: a\n  type: agent\n  agent_name: Echo\n";
 

@@ -2,8 +2,9 @@
 //! inner nodes and exit handlers, implicit inputs, the derived graph, and what templates may
 //! name.
 
-use crate::support::definition::{assert_problems, doc, load, problems, problems_of};
 use workflow_node::definition::NodeRole;
+
+use crate::support::definition::{assert_problems, doc, load, problems, problems_of};
 
 #[test]
 fn unique_ids() {

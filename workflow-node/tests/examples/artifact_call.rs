@@ -3,7 +3,7 @@
 //! back as a versioned artifact reference whose content is the workflow's result.
 
 #[path = "../../examples/artifact_call.rs"]
-mod artifact_call;
+mod example;
 
 use serde_json::json;
 
@@ -11,11 +11,9 @@ use serde_json::json;
 async fn a_workflow_called_in_artifact_mode_names_its_stored_output() {
     let server = test_harness::nats();
     let client = async_nats::connect(server.url()).await.expect("connect");
-    let input = artifact_call::input(4 << 20);
+    let input = example::input(4 << 20);
     let text = input["text"].as_str().unwrap().to_owned();
-    let report = artifact_call::run(client, input)
-        .await
-        .expect("the example ran");
+    let report = example::run(client, input).await.expect("the example ran");
     assert_eq!(report.input.name, "shouting-input.json");
     assert_eq!(report.input.version, Some(1));
     assert_eq!(report.output.version, Some(1));

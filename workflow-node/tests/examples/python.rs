@@ -7,9 +7,10 @@ use std::path::PathBuf;
 use std::process::Output;
 use std::time::Duration;
 
-use crate::support::fixtures::doubler;
 use workflow_node::definition::parse_str;
 use workflow_node::shell::{Config, WorkflowNode};
+
+use crate::support::fixtures::doubler;
 
 const STUBS: &str = concat!("agents:", doubler!(),);
 

@@ -3,7 +3,7 @@
 //! result; a request no workflow fits gets a clear failure.
 
 #[path = "../../examples/tool_agent.rs"]
-mod tool_agent;
+mod example;
 
 use serde_json::json;
 
@@ -11,7 +11,7 @@ use serde_json::json;
 async fn the_tool_agent_chooses_a_workflow_by_its_tags_and_answers_with_its_result() {
     let server = test_harness::nats();
     let client = async_nats::connect(server.url()).await.expect("connect");
-    let answers = tool_agent::run(
+    let answers = example::run(
         client,
         vec![
             json!({"request": "Please double these", "arguments": {"numbers": [1, 2, 3]}}),

@@ -11,7 +11,6 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use crate::support::security::{repo, Secure, Watched};
 use agent_sdk::{CallError, ConnectConfig, Mesh};
 use futures::{FutureExt, StreamExt};
 use messages::a2a::{Message, Part, Role};
@@ -24,6 +23,8 @@ use serde_json::{json, Value};
 use workflow_node::core::{ExecutionId, NodeStatus};
 use workflow_node::shell::inspect::Inspector;
 use workflow_node::shell::{Config, WorkflowNode};
+
+use crate::support::security::{repo, Secure, Watched};
 
 const NS: &str = "mesh";
 const WAIT: Duration = Duration::from_secs(60);

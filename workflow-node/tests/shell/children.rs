@@ -2,10 +2,8 @@
 //! the parent stops the call (the parent is cancelled, the call times out, the parent's
 //! deadline passes), the child run is cancelled too, and calls no more agents.
 
-use crate::support;
 use std::time::Duration;
 
-use crate::support::mesh::Mesh;
 use futures::StreamExt;
 use messages::jsonrpc::Request;
 use messages::subjects;
@@ -15,6 +13,9 @@ use workflow_node::cli::client::{invoke, RunResult};
 use workflow_node::core::{ExecutionId, RunStatus};
 use workflow_node::shell::record::RunRecord;
 use workflow_node::shell::{names, Config};
+
+use crate::support;
+use crate::support::mesh::Mesh;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 

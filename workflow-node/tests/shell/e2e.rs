@@ -1,11 +1,9 @@
 //! End-to-end tests of the workflow node over a real nats-server with JetStream: stub
 //! agents from the agent SDK, the node, and a caller, all on one server started per test.
 
-use crate::support;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::support::fixtures::{checked_doubler, echo};
 use futures::StreamExt;
 use messages::a2a::{Message, Part, Role};
 use messages::jsonrpc::Request;
@@ -15,6 +13,9 @@ use serde_json::{json, Value};
 use workflow_node::cli::client::{invoke, RunResult};
 use workflow_node::definition::{parse_str, Workflow};
 use workflow_node::shell::{Config, WorkflowNode};
+
+use crate::support;
+use crate::support::fixtures::{checked_doubler, echo};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 

@@ -3,16 +3,17 @@
 //! answer is completed by the node's output contract; templates see node statuses, run and
 //! workflow metadata, ternaries and functions; an exit handler sees a failed node's status.
 
-use crate::support;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::support::fixtures::echo;
 use messages::workflow::WorkflowDataPart;
 use serde_json::{json, Value};
 use workflow_node::cli::client::{invoke, RunResult};
 use workflow_node::shell::Config;
+
+use crate::support;
+use crate::support::fixtures::echo;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 

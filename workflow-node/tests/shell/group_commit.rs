@@ -2,7 +2,6 @@
 //! arrive together are committed with fewer compare-and-swaps than there are results, and
 //! the run's outcome and history are those of one event at a time.
 
-use crate::support;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -11,6 +10,8 @@ use workflow_node::cli::client::invoke;
 use workflow_node::core::ExecutionId;
 use workflow_node::shell::inspect::Inspector;
 use workflow_node::shell::{names, Config};
+
+use crate::support;
 
 const STUBS: &str = support::fixtures::ECHO_STUBS;
 

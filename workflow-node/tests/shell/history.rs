@@ -3,7 +3,6 @@
 //! an agent's status update reaches the run's caller as progress, and garbage on the
 //! status subjects is dropped without harm.
 
-use crate::support;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +17,8 @@ use workflow_node::cli::client::{invoke, invoke_as, new_task_id};
 use workflow_node::definition::parse_str;
 use workflow_node::shell::inspect::Inspector;
 use workflow_node::shell::{names, Config, WorkflowNode};
+
+use crate::support;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 

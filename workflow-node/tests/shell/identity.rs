@@ -4,11 +4,9 @@
 //! (for an unsigned start) whoever presents its caller name and task id. Every refusal
 //! says why, and the run goes on waiting.
 
-use crate::support;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use crate::support::mesh::Mesh;
 use agent_sdk::{CallError, Mesh as SdkMesh, Signer};
 use futures::StreamExt;
 use messages::a2a::{Message, Part, Role};
@@ -20,6 +18,9 @@ use workflow_node::cli::client::{
     get_run, get_run_signed, invoke_as, new_task_id, RunResult, StartAs,
 };
 use workflow_node::shell::{names, Config, WorkflowNode};
+
+use crate::support;
+use crate::support::mesh::Mesh;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 

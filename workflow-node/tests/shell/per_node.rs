@@ -4,7 +4,6 @@
 //! it is still held in the record or already published), and an event's progress reaches
 //! a caller as one status update.
 
-use crate::support;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -17,6 +16,8 @@ use workflow_node::core::{ExecutionId, NodeStatus};
 use workflow_node::shell::history::HELD_MAX;
 use workflow_node::shell::inspect::Inspector;
 use workflow_node::shell::{names, Config, RunRecord};
+
+use crate::support;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 

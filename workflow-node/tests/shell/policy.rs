@@ -2,13 +2,11 @@
 //! caller, `tasks/get`, the runs bucket and the operator's CLI see,
 //! with two replicas sharing the runs.
 
-use crate::support;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::support::fixtures::{doubler, echo};
 use messages::workflow::{NodePhase, RunOutcome, RunPhase, WorkflowDataPart};
 use messages::TaskState;
 use serde_json::{json, Value};
@@ -16,6 +14,9 @@ use workflow_node::cli::client::{get_run, invoke, RunResult};
 use workflow_node::core::{NodeStatus, RunStatus};
 use workflow_node::shell::inspect::Inspector;
 use workflow_node::shell::{Config, MetricsConfig, Otlp, WorkflowNode};
+
+use crate::support;
+use crate::support::fixtures::{doubler, echo};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 

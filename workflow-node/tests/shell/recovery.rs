@@ -2,14 +2,15 @@
 //! or event stream deleted under it, and events queued behind a slow one longer than the
 //! ack wait. Real nats-server per test.
 
-use crate::support;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::support::mesh::{settled, Mesh};
 use workflow_node::cli::client::{invoke, RunResult};
 use workflow_node::shell::{names, Config};
+
+use crate::support;
+use crate::support::mesh::{settled, Mesh};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 

@@ -5,12 +5,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::support::fixtures::echo;
 use futures::StreamExt;
 use serde_json::json;
 use workflow_node::cli::client::invoke;
 use workflow_node::definition::parse_str;
 use workflow_node::shell::{names, Config, RunRecord, WorkflowNode};
+
+use crate::support::fixtures::echo;
 
 const STUBS: &str = concat!("agents:", echo!(),);
 

@@ -3,11 +3,8 @@
 //! again is answered: from the record once the run has ended, or by joining the run
 //! while it goes on.
 
-use crate::support;
 use std::time::Duration;
 
-use crate::support::fixtures::echo;
-use crate::support::mesh::{settled, Mesh};
 use futures::{FutureExt, StreamExt};
 use messages::a2a::{Message, Role, TaskState};
 use messages::jsonrpc::Request;
@@ -16,6 +13,10 @@ use messages::reply::{decode_reply, final_task};
 use messages::{headers, subjects};
 use serde_json::{json, Value};
 use workflow_node::shell::{names, Caller, Config};
+
+use crate::support;
+use crate::support::fixtures::echo;
+use crate::support::mesh::{settled, Mesh};
 
 const WAIT: Duration = Duration::from_secs(30);
 

@@ -2,11 +2,8 @@
 //! execution id, task ids scoped by the caller's `Mesh-Caller`, and the limit on requests
 //! handled at once.
 
-use crate::support;
 use std::time::Duration;
 
-use crate::support::fixtures::{doubler, echo, CHAIN, GATE};
-use crate::support::mesh::Mesh;
 use futures::StreamExt;
 use messages::a2a::{Message, Part, Role};
 use messages::jsonrpc::Request;
@@ -16,6 +13,10 @@ use messages::{headers, subjects, TaskState};
 use serde_json::{json, Value};
 use workflow_node::cli::client::{get_run, invoke, GetRunError};
 use workflow_node::shell::Config;
+
+use crate::support;
+use crate::support::fixtures::{doubler, echo, CHAIN, GATE};
+use crate::support::mesh::Mesh;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 

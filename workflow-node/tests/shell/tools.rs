@@ -4,17 +4,18 @@
 //! failing node and a refused input, streams progress, and cancels (explicitly, or when
 //! the call is dropped).
 
-use crate::support;
 use std::time::Duration;
 
-use crate::support::fixtures::{checked_doubler, echo};
-use crate::support::mesh::mesh;
 use agent_sdk::declare::{check_anthropic, check_gemini, check_openai};
 use agent_sdk::{Catalog, Mesh, Output, Progress, ToolError};
 use futures::StreamExt;
 use messages::workflow::{NodeOutcome, RunPhase};
 use serde_json::json;
 use workflow_node::shell::Config;
+
+use crate::support;
+use crate::support::fixtures::{checked_doubler, echo};
+use crate::support::mesh::mesh;
 
 const WAIT: Duration = Duration::from_secs(20);
 

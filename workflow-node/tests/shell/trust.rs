@@ -3,10 +3,8 @@
 //! replies and status updates only to inboxes and mesh response subjects, and artifacts
 //! only from the mesh's bucket, within a size limit. Each test plays the forger.
 
-use crate::support;
 use std::time::Duration;
 
-use crate::support::mesh::Mesh;
 use messages::a2a::{AgentReply, Message, Part, Role};
 use messages::jsonrpc::{Request, Response};
 use messages::payload::{object_uri, wrap, JSON_MIME};
@@ -17,6 +15,9 @@ use tokio::sync::{mpsc, Mutex};
 use workflow_node::cli::client::{get_run, invoke_as, RunState};
 use workflow_node::core::{Event, TimerId};
 use workflow_node::shell::{names, Config, Envelope};
+
+use crate::support;
+use crate::support::mesh::Mesh;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 

@@ -2,13 +2,14 @@
 //! writes the timers bucket a constant number of times whatever its length, and timeouts,
 //! retries and the run's deadline still fire through the wake.
 
-use crate::support;
 use std::time::Duration;
 
-use crate::support::fixtures::echo;
 use serde_json::{json, Value};
 use workflow_node::cli::client::{invoke, RunResult};
 use workflow_node::shell::{names, Config};
+
+use crate::support;
+use crate::support::fixtures::echo;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 

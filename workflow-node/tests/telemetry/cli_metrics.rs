@@ -4,7 +4,6 @@
 //! (protobuf), and its SIGTERM drain exports what the last interval had not. The OTLP
 //! requests are decoded with `opentelemetry-proto` by a receiver started by the test.
 
-use crate::support;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -12,6 +11,7 @@ use std::time::Duration;
 use serde_json::json;
 use workflow_node::cli::client::invoke;
 
+use crate::support;
 use crate::support::fixtures::{doubler, CHAIN};
 use crate::support::process::{self, Child};
 

@@ -4,17 +4,18 @@
 //! on any label; with two replicas racing on the same runs, the sum over both scrapes
 //! still counts every run, node and attempt once.
 
-use crate::support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::support::fixtures::{doubler, CHAIN};
-use crate::support::mesh::{mesh, settled, workflows};
-use crate::support::metrics::{scrape, scrape_until, Scrape};
 use futures::future::join_all;
 use serde_json::json;
 use workflow_node::cli::client::{invoke, RunResult};
 use workflow_node::shell::{Config, MetricsConfig, Otlp, WorkflowNode};
+
+use crate::support;
+use crate::support::fixtures::{doubler, CHAIN};
+use crate::support::mesh::{mesh, settled, workflows};
+use crate::support::metrics::{scrape, scrape_until, Scrape};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 

@@ -11,9 +11,9 @@
 //!
 //! One test per process: `telemetry::init` installs the process's global subscriber.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+#[path = "../support/mod.rs"]
+mod support;
+
 use std::time::Duration;
 
 use agent_sdk::telemetry;
@@ -21,6 +21,8 @@ use agent_sdk::{call_agent_with, handler_fn, AgentBuilder, AgentError, CallOptio
 use serde_json::json;
 use test_harness::otlp::{Receiver, Span, Trace};
 use tracing::Instrument;
+
+use support::process::{self, Child};
 
 const PARENT: &str = r#"
 name: Parent
@@ -47,20 +49,10 @@ workflow:
 /// Runs started at once.
 const RUNS: i64 = 3;
 
-/// A `workflow-node serve` process; killed on drop.
-struct Replica {
-    child: Child,
-}
-
-impl Replica {
-    fn spawn(
-        id: usize,
-        dir: &std::path::Path,
-        nats: &str,
-        otlp: &str,
-        ready: Arc<Mutex<usize>>,
-    ) -> Replica {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_workflow-node"))
+/// Replica `id`: `workflow-node serve` on `dir`, exporting to `otlp` as instance `r{id}`.
+fn replica(id: usize, dir: &std::path::Path, nats: &str, otlp: &str) -> Child {
+    Child::spawn(
+        process::workflow_node()
             .arg("serve")
             .arg(dir)
             .args([
@@ -82,34 +74,8 @@ impl Replica {
             // A swallowed export (replica 0's) holds its flush, and so its acks, until the
             // kill, however slow the machine.
             .env("OTEL_EXPORTER_OTLP_TIMEOUT", "120000")
-            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawning workflow-node serve");
-        let stderr = child.stderr.take().expect("piped");
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.starts_with("serving ") {
-                    *ready.lock().unwrap() += 1;
-                }
-                eprintln!("[r{id}] {line}");
-            }
-        });
-        Replica { child }
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        self.kill();
-    }
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+    )
 }
 
 #[test]
@@ -134,17 +100,8 @@ async fn scenario(receiver: &Receiver) {
     std::fs::write(dir.path().join("parent.yaml"), PARENT).unwrap();
     std::fs::write(dir.path().join("child.yaml"), CHILD).unwrap();
 
-    let ready = Arc::new(Mutex::new(0));
     receiver.swallow("r0");
-    let spawn = |i: usize| {
-        Replica::spawn(
-            i,
-            dir.path(),
-            &server.url(),
-            &receiver.endpoint(),
-            ready.clone(),
-        )
-    };
+    let spawn = |i: usize| replica(i, dir.path(), &server.url(), &receiver.endpoint());
     let mut r0 = spawn(0);
 
     // Agents, here: Alpha adds one; Beta waits to be let go, calls Child from its handler
@@ -176,7 +133,7 @@ async fn scenario(receiver: &Receiver) {
     let _alpha = alpha.serve(client.clone()).await.expect("Alpha serves");
     let _beta = beta.serve(client.clone()).await.expect("Beta serves");
 
-    wait_ready(&ready, 1).await;
+    r0.line("serving ").await;
 
     // The callers, each in a span of its own: its context goes in the request.
     let mut calls = Vec::new();
@@ -216,9 +173,9 @@ async fn scenario(receiver: &Receiver) {
         receiver.wait_for_swallowed(Duration::from_secs(10)).await,
         "replica 0 exported spans (swallowed)"
     );
-    let _r1 = spawn(1);
-    wait_ready(&ready, 2).await;
-    r0.kill();
+    let mut r1 = spawn(1);
+    r1.line("serving ").await;
+    drop(r0);
     eprintln!("killed replica 0");
     go_tx.send(true).unwrap();
 
@@ -242,18 +199,6 @@ async fn scenario(receiver: &Receiver) {
             });
         eprintln!("trace {trace_id}:\n{}", trace.render());
         check(&trace);
-    }
-}
-
-/// Waits until `n` replicas said they serve.
-async fn wait_ready(ready: &Mutex<usize>, n: usize) {
-    let started = tokio::time::Instant::now();
-    while *ready.lock().unwrap() < n {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "replica {n} did not start serving"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

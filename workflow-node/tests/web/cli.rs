@@ -6,8 +6,9 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::support::process::{self, Child};
 use test_harness::http::{get, TIMEOUT};
+
+use crate::support::process::{self, Child};
 
 const ECHO: &str = r#"
 name: Hello

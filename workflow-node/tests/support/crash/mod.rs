@@ -12,8 +12,9 @@ use messages::a2a::Part;
 use serde_json::{json, Value};
 use workflow_node::shell::{names, RunRecord};
 
-use crate::support::fixtures::{checked_doubler, echo};
 use load::{percentile, request_id, Outcome};
+
+use crate::support::fixtures::{checked_doubler, echo};
 
 /// The key of approver `alice` (one per test process): the replicas bind her name to it
 /// (`serve --approver`), the approver signs her decisions with it.
