@@ -60,7 +60,7 @@ async fn call(client: &async_nats::Client, request_type: &str, input: Value) -> 
 
 #[tokio::test]
 async fn an_sdk_agent_answers_a_reference_request_in_the_references_words() {
-    let server = mesh_tests::nats();
+    let server = test_harness::nats();
     let client = async_nats::connect(server.url()).await.expect("connect");
     let _agent = halver().serve(client.clone()).await.expect("serve");
 

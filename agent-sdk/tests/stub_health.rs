@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use mesh_tests::http::{get, readiness_becomes};
+use test_harness::http::{get, readiness_becomes};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -34,7 +34,7 @@ fn signal(child: &tokio::process::Child) -> Result<()> {
 
 #[tokio::test]
 async fn readiness_follows_the_agents_the_server_and_the_drain() -> Result<()> {
-    let mut server = mesh_tests::nats();
+    let mut server = test_harness::nats();
     let client = async_nats::connect(server.url()).await?;
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("stubs.yaml");
@@ -62,7 +62,8 @@ async fn readiness_follows_the_agents_the_server_and_the_drain() -> Result<()> {
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
 
     assert_eq!(readiness_becomes(addr, 200, TIMEOUT).await.trim(), "ready");
-    assert_eq!(get(addr, "/livez").await, (200, "ok\n".into()));
+    let live = get(addr, "/livez").await;
+    assert_eq!((live.status, live.body), (200, "ok\n".into()));
     let out = call_agent(&client, "mesh", "Echo", json!({"a": 1}), TIMEOUT).await?;
     assert_eq!(out, json!({"a": 1}));
 
@@ -70,7 +71,7 @@ async fn readiness_follows_the_agents_the_server_and_the_drain() -> Result<()> {
     server.stop()?;
     let why = readiness_becomes(addr, 503, TIMEOUT).await;
     assert!(why.contains("NATS connection"), "{why}");
-    assert_eq!(get(addr, "/livez").await.0, 200);
+    assert_eq!(get(addr, "/livez").await.status, 200);
     server.restart()?;
     readiness_becomes(addr, 200, TIMEOUT).await;
 

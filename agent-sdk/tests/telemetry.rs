@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use agent_sdk::telemetry;
 use agent_sdk::{call_agent_with, handler_fn, AgentBuilder, CallOptions, NodeRequest};
-use mesh_tests::otlp::{Receiver, Trace};
 use serde_json::json;
+use test_harness::otlp::{Receiver, Trace};
 use tracing::Instrument;
 
 #[test]
@@ -27,7 +27,7 @@ fn a_handled_request_and_the_call_it_makes_nest_under_the_callers_span() {
     assert!(telemetry.is_exporting());
     assert!(telemetry::active());
     runtime.block_on(async {
-        let server = mesh_tests::nats();
+        let server = test_harness::nats();
         let client = async_nats::connect(server.url()).await.expect("connect");
         let inner = AgentBuilder::new("Inner")
             .description("answers")

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use agent_sdk::{call_agent_with, CallOptions};
 use async_nats::HeaderMap;
-use mesh_tests::otlp::Receiver;
 use serde_json::json;
+use test_harness::otlp::Receiver;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const STUBS: &str = r#"
@@ -73,7 +73,7 @@ async fn call_then_terminate(url: &str, env: &[(&str, String)], traceparent: &st
 
 #[tokio::test]
 async fn spans_go_out_over_http_and_grpc_when_the_process_stops() {
-    let server = mesh_tests::nats();
+    let server = test_harness::nats();
     let receiver = Receiver::start().await;
     for (protocol, endpoint, trace) in [
         (
@@ -114,7 +114,7 @@ async fn spans_go_out_over_http_and_grpc_when_the_process_stops() {
 
 #[tokio::test]
 async fn nothing_is_exported_when_export_is_turned_off() {
-    let server = mesh_tests::nats();
+    let server = test_harness::nats();
     let receiver = Receiver::start().await;
     let tp = "00-2af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     for off in [

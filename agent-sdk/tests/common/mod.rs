@@ -19,8 +19,8 @@ use serde_json::Value;
 pub const WAIT: Duration = Duration::from_secs(10);
 
 /// A fresh server and a connected client.
-pub async fn setup() -> Result<(mesh_tests::NatsServer, Client)> {
-    let server = mesh_tests::nats();
+pub async fn setup() -> Result<(test_harness::NatsServer, Client)> {
+    let server = test_harness::nats();
     let client = async_nats::connect(server.url()).await?;
     Ok((server, client))
 }

@@ -163,14 +163,14 @@ mod tests {
 
     /// A server, a client, its JetStream and a bucket made as the runs bucket is.
     struct Bench {
-        _server: mesh_tests::NatsServer,
+        _server: test_harness::NatsServer,
         client: async_nats::Client,
         js: Context,
         bucket: kv::Store,
     }
 
     async fn bench() -> Bench {
-        let server = mesh_tests::nats();
+        let server = test_harness::nats();
         let client = async_nats::connect(server.url()).await.unwrap();
         let js = async_nats::jetstream::new(client.clone());
         let bucket = crate::shell::mesh::setup::kv_bucket(&js, "claims", 1)

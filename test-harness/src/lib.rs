@@ -1,0 +1,36 @@
+//! Test harness: starts real nats-server processes for integration tests, a real OTLP
+//! receiver ([`otlp`]) for tests of exported traces and metrics, and plain HTTP requests
+//! ([`http`]) for tests of probes.
+//!
+//! Every test gets its own server on an ephemeral loopback port, with JetStream and a
+//! store directory of its own; the server is killed and its directory removed when the
+//! returned value is dropped. The binary is found (or installed into `<repo>/.nats`) by
+//! [`nats_process::find_binary`].
+//!
+//! ```no_run
+//! let server = test_harness::nats();
+//! // let client = async_nats::connect(server.url()).await?;
+//! ```
+
+pub use nats_process::{Cluster, Error, NatsServer, Options};
+
+pub mod http;
+pub mod otlp;
+
+/// A started single JetStream server with default options.
+///
+/// Panics with the server's log tail if it cannot start: a test cannot go on without it.
+pub fn nats() -> NatsServer {
+    nats_with(Options::default())
+}
+
+/// A started single server with the given options; panics as [`nats`] does.
+pub fn nats_with(options: Options) -> NatsServer {
+    NatsServer::start(options).unwrap_or_else(|e| panic!("starting nats-server: {e}"))
+}
+
+/// A started 3-node JetStream cluster with an elected meta leader; panics if it cannot
+/// form.
+pub fn cluster() -> Cluster {
+    Cluster::start(3).unwrap_or_else(|e| panic!("starting a 3-node nats cluster: {e}"))
+}

@@ -1,0 +1,93 @@
+//! `workflow-node serve --health-addr`: liveness and readiness probes of a real `serve`
+//! process against a real nats-server. Ready once started; unready while cut off from the
+//! server and while draining after SIGTERM (held by `--shutdown-delay` until a second
+//! signal), then a clean exit. `workflow-node health` (the image's `HEALTHCHECK`) says the
+//! same in its exit code.
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::Duration;
+
+use test_harness::http::{get, readiness_becomes};
+
+use crate::support::process::{self, Child};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+const WORKFLOW: &str = r#"
+name: Probed
+workflow:
+  description: one agent
+  nodes:
+    - {id: a, type: agent, agent_name: Echo}
+  output_mapping: {a: "{{a.output}}"}
+"#;
+
+/// `workflow-node serve` on `file` with a health address, a long shutdown delay and a
+/// quick card interval.
+fn spawn_serve(file: &std::path::Path, url: &str) -> Child {
+    Child::spawn(
+        process::workflow_node()
+            .arg("serve")
+            .arg(file)
+            .args(["--nats-url", url, "--health-addr", "127.0.0.1:0"])
+            .args(["--shutdown-delay", "60s", "--card-interval", "1"])
+            .env("RUST_LOG", "warn"),
+    )
+}
+
+/// `workflow-node health --addr ADDR [--live]`: its exit code and stdout.
+fn health(addr: SocketAddr, live: bool) -> (Option<i32>, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_workflow-node"));
+    command.args(["health", "--addr", &addr.to_string()]);
+    if live {
+        command.arg("--live");
+    }
+    let out = command.output().expect("running workflow-node health");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn readiness_follows_start_the_server_and_the_drain() {
+    let mut server = test_harness::nats();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("probed.yaml");
+    std::fs::write(&file, WORKFLOW).unwrap();
+    let mut serve = spawn_serve(&file, &server.url());
+    let addr: SocketAddr = serve
+        .line("health at http://")
+        .await
+        .trim_end_matches("/livez and /readyz")
+        .parse()
+        .expect("an address");
+    assert_eq!(readiness_becomes(addr, 200, TIMEOUT).await.trim(), "ready");
+    let live = get(addr, "/livez").await;
+    assert_eq!((live.status, live.body), (200, "ok\n".into()));
+    assert_eq!(health(addr, false), (Some(0), "ready\n".into()));
+    // Asked on the unspecified address it listens on, `health` goes to loopback.
+    let any = SocketAddr::from(([0, 0, 0, 0], addr.port()));
+    assert_eq!(health(any, true), (Some(0), "ok\n".into()));
+
+    // Cut off from NATS: unready, and ready again once the server is back.
+    server.stop().expect("stop nats-server");
+    let why = readiness_becomes(addr, 503, TIMEOUT).await;
+    assert!(why.contains("NATS connection"), "{why}");
+    assert_eq!(get(addr, "/livez").await.status, 200, "alive all the same");
+    server.restart().expect("restart nats-server");
+    readiness_becomes(addr, 200, TIMEOUT).await;
+
+    // SIGTERM: unready at once, still answering probes while the shutdown delay holds it.
+    serve.terminate();
+    let why = readiness_becomes(addr, 503, TIMEOUT).await;
+    assert!(why.contains("draining"), "{why}");
+    serve.line("unready; draining in").await;
+    assert_eq!(health(addr, false).0, Some(1), "not ready while draining");
+    assert_eq!(health(addr, true).0, Some(0), "yet alive");
+    // A second signal ends the delay: the drain runs and the process exits cleanly.
+    serve.terminate();
+    let status = serve.exited().await;
+    assert!(status.success(), "{status:?}");
+}

@@ -1,0 +1,7 @@
+//! A secured mesh: the shipped least-privilege nats-server configuration, with each role's
+//! user allowed what it needs and refused the rest.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod permissions;

@@ -1,0 +1,250 @@
+//! Final replies over a real nats-server: a claim on a run's final reply is final (no
+//! replica takes it over, so no caller gets two), and a caller that sends its request
+//! again is answered: from the record once the run has ended, or by joining the run
+//! while it goes on.
+
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use messages::a2a::{Message, Role, TaskState};
+use messages::jsonrpc::Request;
+use messages::payload::wrap;
+use messages::reply::{decode_reply, final_task};
+use messages::{headers, subjects};
+use serde_json::{json, Value};
+use workflow_node::shell::{run::names, Caller, Config};
+
+use crate::support;
+use crate::support::fixtures::echo;
+use crate::support::mesh::{settled, Mesh};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+const STUBS: &str = concat!(
+    "agents:",
+    echo!(),
+    r#"
+  - name: Slow
+    delay: 300ms
+    rules: [{output: "{{input}}"}]
+"#,
+);
+
+const ECHO: &str = r#"
+name: Echo1
+workflow:
+  description: one agent
+  nodes:
+    - {id: echo, type: agent, agent_name: Echo, input: {n: "{{workflow.input.n}}"}}
+  output_mapping: {n: "{{echo.output.n}}"}
+"#;
+
+const SLOW: &str = r#"
+name: Slow1
+workflow:
+  description: one slow agent
+  nodes:
+    - {id: slow, type: agent, agent_name: Slow, input: {n: "{{workflow.input.n}}"}}
+  output_mapping: {n: "{{slow.output.n}}"}
+"#;
+
+async fn mesh() -> Mesh {
+    support::mesh::mesh(STUBS, &[ECHO, SLOW], Config::default()).await
+}
+
+/// A caller with its own reply and status inboxes.
+struct Caller_ {
+    replies: async_nats::Subscriber,
+    status: async_nats::Subscriber,
+    reply_to: String,
+    status_to: String,
+}
+
+async fn caller(client: &async_nats::Client) -> Caller_ {
+    let reply_to = client.new_inbox();
+    let status_to = client.new_inbox();
+    let replies = client.subscribe(reply_to.clone()).await.expect("subscribe");
+    let status = client
+        .subscribe(status_to.clone())
+        .await
+        .expect("subscribe");
+    client.flush().await.expect("flush");
+    Caller_ {
+        replies,
+        status,
+        reply_to,
+        status_to,
+    }
+}
+
+impl Caller_ {
+    /// Sends the request of task `task` to `workflow`.
+    async fn send(&self, client: &async_nats::Client, workflow: &str, task: &str, n: i64) {
+        let message = Message::new(task, Role::User, vec![wrap(json!({"n": n}))]);
+        let body = serde_json::to_vec(&Request::message_send(task, message)).expect("encode");
+        let mut h = async_nats::HeaderMap::new();
+        h.insert(headers::STATUS_TO, self.status_to.as_str());
+        client
+            .publish_with_reply_and_headers(
+                subjects::agent_request("mesh", workflow),
+                self.reply_to.clone(),
+                h,
+                body.into(),
+            )
+            .await
+            .expect("publish");
+        client.flush().await.expect("flush");
+    }
+
+    /// The next final reply: its state and output.
+    async fn reply(&mut self) -> (TaskState, Value) {
+        let msg = tokio::time::timeout(WAIT, self.replies.next())
+            .await
+            .expect("a final reply in time")
+            .expect("subscription open");
+        let task = final_task(decode_reply(&msg.payload).expect("JSON-RPC")).expect("a task");
+        let output = task
+            .status
+            .message
+            .and_then(|m| m.parts.iter().find_map(|p| p.as_data().cloned()))
+            .map(Value::Object)
+            .unwrap_or(Value::Null);
+        (task.status.state, output)
+    }
+
+    /// Final replies already received, without waiting.
+    fn pending_replies(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(Some(_)) = self.replies.next().now_or_never() {
+            n += 1;
+        }
+        n
+    }
+
+    /// Waits for a progress update carrying a DataPart of type `kind`.
+    async fn wait_progress(&mut self, kind: &str) {
+        tokio::time::timeout(WAIT, async {
+            while let Some(msg) = self.status.next().await {
+                let v: Value = serde_json::from_slice(&msg.payload).unwrap_or(Value::Null);
+                let parts = &v["result"]["status"]["message"]["parts"];
+                let found = parts
+                    .as_array()
+                    .is_some_and(|ps| ps.iter().any(|p| p["data"]["type"] == kind));
+                if found {
+                    return;
+                }
+            }
+        })
+        .await
+        .expect("the progress update in time");
+    }
+
+    /// Waits for a status update in `state`.
+    async fn wait_status(&mut self, state: &str) {
+        tokio::time::timeout(WAIT, async {
+            while let Some(msg) = self.status.next().await {
+                let v: Value = serde_json::from_slice(&msg.payload).unwrap_or(Value::Null);
+                if v["result"]["status"]["state"] == state {
+                    return;
+                }
+            }
+        })
+        .await
+        .expect("the status update in time");
+    }
+}
+
+#[tokio::test]
+async fn a_claimed_final_reply_is_never_sent_by_another_replica_and_a_resend_is_answered() {
+    // A claim counts as old at once (the reply it promised is not in flight any more).
+    let config = Config {
+        reply_in_flight: std::time::Duration::ZERO,
+        ..Config::default()
+    };
+    let m = support::mesh::mesh(STUBS, &[ECHO, SLOW], config).await;
+    let task = "claimed-elsewhere";
+    // A replica claimed this run's final reply long ago and died before sending it.
+    let execution = names::execution_id("Echo1", task);
+    let js = async_nats::jetstream::new(m.client.clone());
+    let runs = js
+        .get_key_value(names::runs_bucket("mesh"))
+        .await
+        .expect("runs bucket");
+    let marker = names::final_marker("Echo1", &execution, &Caller::default());
+    runs.create(&marker, "claimed@1".into())
+        .await
+        .expect("an old claim");
+
+    let mut c = caller(&m.client).await;
+    c.send(&m.client, "Echo1", task, 7).await;
+    c.wait_progress("workflow_execution_result").await;
+    settled(&m.client, "Echo1").await;
+    assert_eq!(
+        c.pending_replies(),
+        0,
+        "the claim is another replica's: nobody else sends this reply"
+    );
+
+    // The caller heard nothing and asks again: the ended run answers it.
+    c.send(&m.client, "Echo1", task, 7).await;
+    assert_eq!(c.reply().await, (TaskState::Completed, json!({"n": 7})));
+    settled(&m.client, "Echo1").await;
+    assert_eq!(c.pending_replies(), 0, "one answer to the one resend");
+}
+
+#[tokio::test]
+async fn a_request_is_accepted_and_answered_once_and_a_late_resend_from_the_record() {
+    let m = mesh().await;
+    let mut first = caller(&m.client).await;
+    first.send(&m.client, "Echo1", "once", 3).await;
+    first.wait_status("submitted").await;
+    assert_eq!(first.reply().await, (TaskState::Completed, json!({"n": 3})));
+
+    // Another process of the same caller (another inbox) asks for the same task later.
+    let mut later = caller(&m.client).await;
+    later.send(&m.client, "Echo1", "once", 3).await;
+    assert_eq!(later.reply().await, (TaskState::Completed, json!({"n": 3})));
+    settled(&m.client, "Echo1").await;
+    assert_eq!(first.pending_replies(), 0);
+    assert_eq!(later.pending_replies(), 0);
+}
+
+#[tokio::test]
+async fn a_caller_resending_from_another_address_joins_the_running_run() {
+    let m = mesh().await;
+    let mut first = caller(&m.client).await;
+    let mut second = caller(&m.client).await;
+    first.send(&m.client, "Slow1", "joined", 5).await;
+    first.wait_status("submitted").await;
+    second.send(&m.client, "Slow1", "joined", 5).await;
+    second.wait_status("submitted").await;
+    // Both hear of the run's end, each once.
+    assert_eq!(first.reply().await, (TaskState::Completed, json!({"n": 5})));
+    assert_eq!(
+        second.reply().await,
+        (TaskState::Completed, json!({"n": 5}))
+    );
+    // The same caller again from its own address, right after its reply (a resend that
+    // crossed it): told that the reply was just sent, not answered a second time.
+    first.send(&m.client, "Slow1", "joined", 5).await;
+    first.wait_status("working").await;
+    settled(&m.client, "Slow1").await;
+    assert_eq!(first.pending_replies() + second.pending_replies(), 0);
+}
+
+#[tokio::test]
+async fn a_resend_from_the_same_address_after_the_reply_was_lost_is_answered_from_the_record() {
+    // No grace: every resend after the reply counts as one whose reply was lost.
+    let config = Config {
+        reply_in_flight: std::time::Duration::ZERO,
+        ..Config::default()
+    };
+    let m = support::mesh::mesh(STUBS, &[ECHO, SLOW], config).await;
+    let mut first = caller(&m.client).await;
+    first.send(&m.client, "Echo1", "lost", 4).await;
+    assert_eq!(first.reply().await, (TaskState::Completed, json!({"n": 4})));
+    first.send(&m.client, "Echo1", "lost", 4).await;
+    assert_eq!(first.reply().await, (TaskState::Completed, json!({"n": 4})));
+    settled(&m.client, "Echo1").await;
+    assert_eq!(first.pending_replies(), 0);
+}

@@ -1,0 +1,282 @@
+//! Shared by the crash tests (the `crash` binary): the workflow they run, the stub agents, the
+//! replica processes and their killer (`replicas`), the caller and approver (`load`), and
+//! the checks every crash test makes on what came back and on what is left in KV.
+
+pub(crate) mod load;
+pub(crate) mod replicas;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use messages::a2a::Part;
+use serde_json::{json, Value};
+use workflow_node::shell::{run::names, RunRecord};
+
+use load::{percentile, request_id, Outcome};
+
+use crate::support::fixtures::{checked_doubler, echo};
+
+/// The key of approver `alice` (one per test process): the replicas bind her name to it
+/// (`serve --approver`), the approver signs her decisions with it.
+pub(crate) fn alice() -> &'static agent_sdk::Signer {
+    static KEY: std::sync::OnceLock<agent_sdk::Signer> = std::sync::OnceLock::new();
+    KEY.get_or_init(agent_sdk::Signer::generate)
+}
+
+/// The workflow: a map, a fork joined with a retried call, a loop with a delay, and an
+/// approval. Node timeouts with retries cover an agent request or reply lost in a NATS
+/// failover (both are core NATS messages).
+pub(crate) const WORKFLOW: &str = r#"
+name: Crash
+default_node_timeout_seconds: 8
+workflow:
+  description: map, fork/join, retries, a loop with a delay and an approval, for crash tests
+  retry_strategy: {limit: 3, backoff: {duration: 100ms}}
+  nodes:
+    - {id: each, type: map, items: "{{workflow.input.items}}", node: double, concurrency_limit: 3}
+    - {id: double, type: agent, agent_name: Doubler, input: {value: "{{_map_item}}"}}
+    - id: both
+      type: fork
+      depends_on: [each]
+      branches:
+        - {id: a, agent_name: Doubler, input: {value: "{{workflow.input.n}}"}, output_key: doubled}
+        - {id: b, agent_name: Echo, input: {n: "{{workflow.input.n}}"}, output_key: echoed}
+    - id: flaky
+      type: agent
+      agent_name: Flaky
+      depends_on: [each]
+      input: {n: "{{workflow.input.n}}"}
+      retry_strategy: {limit: 4, backoff: {duration: 100ms}}
+    - {id: joined, type: join, depends_on: [both, flaky], wait_for: [both, flaky], strategy: all}
+    - {id: l, type: loop, depends_on: [joined], node: step, condition: "{{_loop_iteration}} < 2", max_iterations: 5, delay: 150ms}
+    - {id: step, type: agent, agent_name: Echo, input: {i: "{{_loop_iteration}}"}}
+    - {id: gate, type: approval, depends_on: [l], approvers: [alice], message: "go?", timeout: 1h}
+  output_mapping:
+    doubled: "{{each.output.results}}"
+    fork: "{{both.output}}"
+    flaky: "{{flaky.output}}"
+    loop: "{{l.output}}"
+    last: "{{step.output.i}}"
+    by: "{{gate.output.by}}"
+"#;
+
+/// The workflow's name.
+pub(crate) const NAME: &str = "Crash";
+
+/// The stub agents, served in the test process (never killed).
+pub(crate) const STUBS: &str = concat!(
+    "agents:",
+    echo!(),
+    checked_doubler!(),
+    r#"
+  - name: Flaky
+    fail_first: 2
+    error: upstream unavailable
+    error_kind: transient
+    rules: [{output: {ok: true, n: "{{input.n}}"}}]
+"#,
+);
+
+/// The input of run `i`.
+pub(crate) fn input(i: usize) -> Value {
+    json!({"n": i, "items": [i, i + 1, i + 2]})
+}
+
+/// The output run `i` must end with.
+pub(crate) fn expected(i: usize) -> Value {
+    let d = |v: usize| json!({"value": 2 * v});
+    json!({
+        "doubled": [d(i), d(i + 1), d(i + 2)],
+        "fork": {"doubled": d(i), "echoed": {"n": i}},
+        "flaky": {"ok": true, "n": i},
+        "loop": {"iterations_completed": 3, "stopped_reason": "condition_false"},
+        "last": 2,
+        "by": "alice"
+    })
+}
+
+/// The state and output of a final reply (`completed` and the output DataPart).
+pub(crate) fn reply_output(reply: &Value) -> (String, Option<Value>) {
+    let task = &reply["result"];
+    let state = task["status"]["state"].as_str().unwrap_or("?").to_string();
+    let parts: Vec<Part> =
+        serde_json::from_value(task["status"]["message"]["parts"].clone()).unwrap_or_default();
+    let output = parts.iter().find_map(|p| {
+        let data = p.as_data()?;
+        let protocol = data
+            .get("type")
+            .and_then(Value::as_str)
+            .is_some_and(|t| t.starts_with("workflow_"));
+        if protocol {
+            None
+        } else {
+            messages::payload::part_value(p)
+        }
+    });
+    (state, output)
+}
+
+/// Serves the stub agents on `client`.
+pub(crate) async fn stubs(
+    client: &async_nats::Client,
+    dir: &std::path::Path,
+) -> Vec<agent_sdk::AgentHandle> {
+    let path = replicas::write_file(dir, "stubs.yaml", STUBS);
+    let file = agent_sdk::stub::load_stub_file(&path).expect("stub file");
+    agent_sdk::stub::serve_stubs(client.clone(), "mesh", file)
+        .await
+        .expect("stubs")
+}
+
+/// Checks every run replied exactly once, completed, with the expected output; returns a
+/// list of problems (empty when all is well).
+pub(crate) fn check_replies(outcome: &Outcome, runs: usize) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !outcome.missing.is_empty() {
+        problems.push(format!(
+            "{} runs never replied: {:?}",
+            outcome.missing.len(),
+            outcome.missing
+        ));
+    }
+    for i in 0..runs {
+        let Some(replies) = outcome.replies.get(&i) else {
+            continue;
+        };
+        if replies.len() != 1 {
+            let bodies: Vec<String> = replies
+                .iter()
+                .map(|r| r.to_string().chars().take(400).collect())
+                .collect();
+            problems.push(format!(
+                "run {i} ({}) got {} final replies: {bodies:#?}",
+                request_id(i),
+                replies.len()
+            ));
+        }
+        let (state, output) = reply_output(&replies[0]);
+        if state != "completed" || output.as_ref() != Some(&expected(i)) {
+            problems.push(format!(
+                "run {i}: {state}, output {output:?}; reply {}",
+                replies[0]
+            ));
+        }
+    }
+    problems
+}
+
+/// Checks that every run's KV record is terminal (no run left behind); returns problems.
+pub(crate) async fn check_records(client: &async_nats::Client, runs: usize) -> Vec<String> {
+    let js = async_nats::jetstream::new(client.clone());
+    let kv = js
+        .get_key_value(names::runs_bucket("mesh"))
+        .await
+        .expect("runs bucket");
+    let inspector = workflow_node::shell::Inspector::open(client.clone(), "mesh")
+        .await
+        .expect("runs bucket");
+    let mut problems = Vec::new();
+    let mut statuses: HashMap<String, usize> = HashMap::new();
+    let mut largest_outbox = 0;
+    let mut history_entries = 0;
+    for i in 0..runs {
+        let execution = names::execution_id(NAME, &request_id(i));
+        let key = names::run_key(NAME, &execution);
+        match kv.get(&key).await {
+            Ok(Some(bytes)) => match serde_json::from_slice::<RunRecord>(&bytes) {
+                Ok(record) => {
+                    *statuses
+                        .entry(record.state.status.as_str().to_string())
+                        .or_default() += 1;
+                    if !record.state.status.is_terminal() {
+                        problems.push(format!(
+                            "run {i} ({execution}) is left {}",
+                            record.state.status.as_str()
+                        ));
+                    }
+                    // Entries go once their events are acked, whichever replica commits:
+                    // only those in flight at the run's last commit can remain.
+                    largest_outbox = largest_outbox.max(record.outbox.len());
+                    // Every event that changed the run is in its history, once, in order,
+                    // whichever replica applied it and whatever was killed in between.
+                    match inspector.history(NAME, &execution).await {
+                        Ok(history) => {
+                            history_entries += history.len();
+                            let ns: Vec<u64> = history.iter().map(|e| e.n).collect();
+                            if ns != (1..=record.applied).collect::<Vec<_>>() {
+                                problems.push(format!(
+                                    "run {i} ({execution}) applied {} events, its history has {ns:?}",
+                                    record.applied
+                                ));
+                            }
+                        }
+                        Err(e) => problems.push(format!("run {i}: reading its history: {e}")),
+                    }
+                    if record.outbox.len() > MAX_OUTBOX {
+                        problems.push(format!(
+                            "run {i} ({execution}) holds {} outbox entries",
+                            record.outbox.len()
+                        ));
+                    }
+                }
+                Err(e) => problems.push(format!("run {i}: unreadable record: {e}")),
+            },
+            Ok(None) => problems.push(format!("run {i} ({execution}) has no record")),
+            Err(e) => problems.push(format!("run {i}: reading its record: {e}")),
+        }
+    }
+    eprintln!(
+        "run records by status: {statuses:?}; largest outbox {largest_outbox}; \
+         {history_entries} history entries"
+    );
+    problems
+}
+
+/// The most outbox entries a run's record may keep: its last event's, and those of events
+/// other replicas held when it was committed.
+const MAX_OUTBOX: usize = 8;
+
+/// Prints the figures of a crash test.
+pub(crate) fn report(what: &str, outcome: &Outcome, kills: usize) {
+    let stalls = &outcome.longest_stall;
+    let durations = &outcome.durations;
+    eprintln!(
+        "{what}: {} runs in {:.1} s, {kills} replicas killed, {} requests resent, {} decisions sent",
+        durations.len(),
+        outcome.elapsed.as_secs_f64(),
+        outcome.resends,
+        outcome.decisions,
+    );
+    eprintln!(
+        "  run duration  p50 {:?} p90 {:?} max {:?}",
+        percentile(durations, 50),
+        percentile(durations, 90),
+        percentile(durations, 100)
+    );
+    eprintln!(
+        "  longest time a run made no progress: p50 {:?} p90 {:?} p99 {:?} max {:?}",
+        percentile(stalls, 50),
+        percentile(stalls, 90),
+        percentile(stalls, 99),
+        percentile(stalls, 100)
+    );
+}
+
+/// Fails the test with `problems` and the replicas' log tail, if there are any problems.
+/// With `CRASH_LOGS` set, prints the tail anyway.
+pub(crate) fn assert_clean(problems: &[String], logs: &replicas::Logs) {
+    if std::env::var_os("CRASH_LOGS").is_some() {
+        eprintln!("replica log tail:\n{}", logs.tail());
+    }
+    if !problems.is_empty() {
+        let shown: Vec<&String> = problems.iter().take(30).collect();
+        panic!(
+            "{} problems:\n{shown:#?}\nreplica log tail:\n{}",
+            problems.len(),
+            logs.tail()
+        );
+    }
+}
+
+/// A generous bound for the whole of a run's life under faults.
+pub(crate) const RUN_DEADLINE: Duration = Duration::from_secs(150);
