@@ -88,7 +88,7 @@ pub struct Args {
     pub sign: super::identity::SignArgs,
     /// Who may use the web view's API.
     #[command(flatten)]
-    pub access: super::web::AccessArgs,
+    pub access: crate::web::AccessArgs,
     /// Approver names and operator keys the node trusts.
     #[command(flatten)]
     pub trust: super::identity::TrustArgs,
@@ -112,7 +112,7 @@ pub fn run(args: Args) -> ExitCode {
         let Some(workflows) = super::load(&args.files) else {
             return Ok(ExitCode::from(1));
         };
-        let access = super::web::Access::new(&args.access)?;
+        let access = crate::web::Access::new(&args.access)?;
         if let Some(Err(why)) = args.http.map(|addr| access.check_bind(addr)) {
             return super::runs::refuse(why);
         }
@@ -175,7 +175,7 @@ pub fn run(args: Args) -> ExitCode {
                 let signer = args.sign.signer()?;
                 let ns = &args.nats.namespace;
                 let client = conn.client.clone();
-                let web = super::web::Web::start(client, ns, signer, access.clone(), addr).await?;
+                let web = crate::web::Web::start(client, ns, signer, access.clone(), addr).await?;
                 eprintln!("web view at http://{}/", web.addr());
                 Some(web)
             }

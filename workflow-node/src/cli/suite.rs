@@ -305,7 +305,7 @@ async fn retry(
     let execution = crate::core::ExecutionId(execution.to_string());
     let task_id = super::client::new_task_id();
     let signer = keys.get("").cloned();
-    let outgoing = super::steer::retry_request(ns, (workflow, &execution), &task_id, signer)?;
+    let outgoing = crate::ops::steer::retry_request(ns, (workflow, &execution), &task_id, signer)?;
     Ok(super::client::exchange(client, ns, workflow, outgoing, timing, |_| {}, None).await?)
 }
 
