@@ -202,13 +202,8 @@ async fn cancel_on_ctrl_c(
     eprintln!(
         "Ctrl-C: cancelling run {execution} of {workflow} (Ctrl-C again to leave without waiting)"
     );
-    let mut request =
-        messages::jsonrpc::Request::tasks_cancel(format!("cancel-{task_id}"), &task_id);
-    if let messages::jsonrpc::Method::TasksCancel(p) = &mut request.method {
-        let mut meta = serde_json::Map::new();
-        meta.insert("reason".into(), json!("Ctrl-C on workflow-node run"));
-        p.metadata = Some(meta);
-    }
+    let reason = Some("Ctrl-C on workflow-node run");
+    let request = crate::ops::steer::cancel_request(&format!("cancel-{task_id}"), &task_id, reason);
     let body = serde_json::to_vec(&request).expect("a tasks/cancel serialises to JSON");
     let subject = messages::subjects::agent_request(&ns, &workflow);
     let headers = signer

@@ -252,6 +252,13 @@ fn render(run: &FoundRun, apart: &Apart, def: Option<&Workflow>, now: Millis) ->
     if def.is_none() {
         out.push_str("  (no definition at hand: only the nodes the run reached are listed)\n");
     }
+    out.push_str(&nodes_table(run, def, now).render());
+    out.push_str(&render_rest(run, apart));
+    out
+}
+
+/// The run's nodes as a table.
+fn nodes_table(run: &FoundRun, def: Option<&Workflow>, now: Millis) -> Table {
     let mut t = Table::new(&[
         "NODE", "TYPE", "STATUS", "ATTEMPTS", "STARTED", "DURATION", "ERROR",
     ]);
@@ -270,7 +277,13 @@ fn render(run: &FoundRun, apart: &Apart, def: Option<&Workflow>, now: Millis) ->
             table::short(row.error.as_deref().unwrap_or(""), 80),
         ]);
     }
-    out.push_str(&t.render());
+    t
+}
+
+/// What follows the nodes: the gates waiting, the maps, the input, output and error.
+fn render_rest(run: &FoundRun, apart: &Apart) -> String {
+    let (r, s) = (&run.record, &run.record.state);
+    let mut out = String::new();
     for (node, ask) in &r.asks {
         let who = if ask.approvers.is_empty() {
             "anyone".into()

@@ -14,10 +14,13 @@ use anyhow::{anyhow, Result};
 use messages::control::RunControl;
 use serde_json::json;
 
-use super::client::{exchange, new_task_id};
+use super::client::{exchange, new_task_id, RunResult};
 use super::runs::{find, open, refused, Target};
+use crate::core::ExecutionId;
 use crate::ops::refusal::Refusal;
+use crate::ops::runs::Runs;
 use crate::ops::steer;
+use crate::shell::inspect::FoundRun;
 
 /// Arguments of `runs pause` and `runs resume`.
 #[derive(Debug, clap::Args)]
@@ -109,37 +112,12 @@ pub(crate) async fn retry(args: RetryArgs) -> Result<ExitCode> {
     if args.detach {
         let sent = steer::retry(&runs, &run, &task_id, signer, timing).await;
         conn.close().await;
-        let execution = match sent {
-            Ok(execution) => execution,
-            Err(r) => return refused(r),
+        return match sent {
+            Ok(execution) => print_detached(&execution, &run, target.json),
+            Err(r) => refused(r),
         };
-        if target.json {
-            println!(
-                "{}",
-                json!({"execution_id": execution.0, "retry_of": run.execution.0})
-            );
-        } else {
-            println!("{execution}");
-        }
-        return Ok(ExitCode::SUCCESS);
     }
-    let ns = target.nats.namespace.clone();
-    let execution = crate::shell::names::execution_id(&run.workflow, &task_id);
-    let outgoing = steer::retry_request(&ns, (&run.workflow, &run.execution), &task_id, signer)?;
-    if !target.json {
-        eprintln!("retrying run {} as run {execution}", run.execution);
-    }
-    let progress = super::run::show_progress;
-    let result = exchange(
-        &conn.client,
-        &ns,
-        &run.workflow,
-        outgoing,
-        timing,
-        progress,
-        None,
-    )
-    .await;
+    let result = retry_and_wait(&runs, &run, (&task_id, signer), timing, target.json).await;
     conn.close().await;
     let result = result?;
     super::run::print_result(&result, target.json);
@@ -148,4 +126,36 @@ pub(crate) async fn retry(args: RetryArgs) -> Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Prints the id of the new run `execution`, a retry of `run`.
+fn print_detached(execution: &ExecutionId, run: &FoundRun, json: bool) -> Result<ExitCode> {
+    if json {
+        println!(
+            "{}",
+            json!({"execution_id": execution.0, "retry_of": run.execution.0})
+        );
+    } else {
+        println!("{execution}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Retries `run` as a new run with task id `task_id` signed by `signer`, showing its
+/// progress, until its final reply.
+async fn retry_and_wait(
+    runs: &Runs,
+    run: &FoundRun,
+    (task_id, signer): (&str, Option<agent_sdk::Signer>),
+    timing: Timing,
+    json: bool,
+) -> Result<RunResult> {
+    let (client, ns) = (runs.client(), runs.namespace());
+    let execution = crate::shell::names::execution_id(&run.workflow, task_id);
+    let outgoing = steer::retry_request(ns, (&run.workflow, &run.execution), task_id, signer)?;
+    if !json {
+        eprintln!("retrying run {} as run {execution}", run.execution);
+    }
+    let progress = super::run::show_progress;
+    Ok(exchange(client, ns, &run.workflow, outgoing, timing, progress, None).await?)
 }

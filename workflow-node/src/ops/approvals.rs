@@ -91,6 +91,23 @@ fn may_decide(run: &FoundRun, node: &str) -> Result<(), Refusal> {
     )))
 }
 
+/// The `message/send` (message id `id`) carrying `decision` on run `execution`.
+pub fn decision_request(id: &str, execution: &str, decision: Decided<'_>) -> Request {
+    let message = WorkflowApprovalDecision {
+        execution_id: execution.to_owned(),
+        node_id: decision.node.to_owned(),
+        decision: if decision.approve {
+            Decision::Approve
+        } else {
+            Decision::Reject
+        },
+        by: decision.by.map(str::to_owned),
+        comment: decision.comment.map(str::to_owned),
+    };
+    let message = Message::new(id.to_owned(), Role::User, vec![Part::data_part(&message)]);
+    Request::message_send(id, message)
+}
+
 /// Sends `decision` on `run` to its workflow's nodes, signed by `signer`: the node's
 /// answer.
 pub async fn decide(
@@ -107,20 +124,8 @@ pub async fn decide(
     } else {
         RefusalKind::Conflict
     };
-    let message = WorkflowApprovalDecision {
-        execution_id: run.execution.0.clone(),
-        node_id: decision.node.to_owned(),
-        decision: if decision.approve {
-            Decision::Approve
-        } else {
-            Decision::Reject
-        },
-        by: decision.by.map(str::to_owned),
-        comment: decision.comment.map(str::to_owned),
-    };
     let id = format!("decision-{}", uuid::Uuid::new_v4().simple());
-    let message = Message::new(id.clone(), Role::User, vec![Part::data_part(&message)]);
-    let request = Request::message_send(id.as_str(), message);
+    let request = decision_request(&id, &run.execution.0, decision);
     let (client, ns) = (runs.client(), runs.namespace());
     let answer = ask(client, ns, &run.workflow, &request, signer).await?;
     completed(answer, refused_as, || {

@@ -34,6 +34,22 @@ fn not_ended(run: &FoundRun, what: Option<&str>) -> Result<(), Refusal> {
     )))
 }
 
+/// The `tasks/cancel` (request id `id`) of the run `run_id` names (its execution id, or the
+/// task id it was started with), with `reason` in its metadata.
+pub fn cancel_request(id: &str, run_id: &str, reason: Option<&str>) -> Request {
+    let mut metadata = serde_json::Map::new();
+    if let Some(r) = reason {
+        metadata.insert("reason".into(), json!(r));
+    }
+    Request {
+        id: id.to_owned().into(),
+        method: Method::TasksCancel(TaskIdParams {
+            id: run_id.to_owned(),
+            metadata: (!metadata.is_empty()).then_some(metadata),
+        }),
+    }
+}
+
 /// Asks the workflow's nodes to cancel `run` (`tasks/cancel` by execution id, with
 /// `reason` in its metadata, signed by `signer`); the node's answer.
 pub async fn cancel(
@@ -43,17 +59,8 @@ pub async fn cancel(
     signer: Option<&agent_sdk::Signer>,
 ) -> Result<String, Refusal> {
     not_ended(run, None)?;
-    let mut metadata = serde_json::Map::new();
-    if let Some(r) = reason {
-        metadata.insert("reason".into(), json!(r));
-    }
-    let request = Request {
-        id: format!("cancel-{}", uuid::Uuid::new_v4().simple()).into(),
-        method: Method::TasksCancel(TaskIdParams {
-            id: run.execution.0.clone(),
-            metadata: (!metadata.is_empty()).then_some(metadata),
-        }),
-    };
+    let id = format!("cancel-{}", uuid::Uuid::new_v4().simple());
+    let request = cancel_request(&id, &run.execution.0, reason);
     let (client, ns) = (runs.client(), runs.namespace());
     let requested = || format!("cancel of run {} requested", run.execution);
     match ask(client, ns, &run.workflow, &request, signer).await? {
@@ -83,6 +90,22 @@ fn may_control(run: &FoundRun, action: RunControl) -> Result<(), Refusal> {
     Err(Refusal::conflict(why))
 }
 
+/// The `message/send` carrying a `workflow_run_control` of run `execution`.
+pub fn control_request(execution: &str, action: RunControl, reason: Option<String>) -> Request {
+    let control = WorkflowRunControl {
+        execution_id: execution.to_owned(),
+        action,
+        reason,
+    };
+    let message_id = format!("{}-{}", action.as_str(), uuid::Uuid::new_v4().simple());
+    let message = Message::new(
+        message_id.clone(),
+        Role::User,
+        vec![Part::data_part(&control)],
+    );
+    Request::message_send(message_id.as_str(), message)
+}
+
 /// Asks the workflow's nodes to pause or resume `run` (a `workflow_run_control` signed by
 /// `signer`); the node's answer.
 pub async fn control(
@@ -93,18 +116,7 @@ pub async fn control(
     signer: Option<&agent_sdk::Signer>,
 ) -> Result<String, Refusal> {
     may_control(run, action)?;
-    let control = WorkflowRunControl {
-        execution_id: run.execution.0.clone(),
-        action,
-        reason: reason.map(str::to_string),
-    };
-    let message_id = format!("{}-{}", action.as_str(), uuid::Uuid::new_v4().simple());
-    let message = Message::new(
-        message_id.clone(),
-        Role::User,
-        vec![Part::data_part(&control)],
-    );
-    let request = Request::message_send(message_id.as_str(), message);
+    let request = control_request(&run.execution.0, action, reason.map(str::to_string));
     let (client, ns) = (runs.client(), runs.namespace());
     let answer = ask(client, ns, &run.workflow, &request, signer).await?;
     completed(answer, RefusalKind::NotPermitted, || {
