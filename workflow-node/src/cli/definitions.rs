@@ -1,23 +1,19 @@
 //! `workflow-node definitions list|delete`: the workflow definitions stored for runs to
-//! keep theirs by ([`crate::shell::store::versions`]), how many kept runs use each, and
-//! retiring one explicitly.
+//! keep theirs by, how many kept runs use each, and retiring one explicitly
+//! ([`crate::ops::definitions`]).
 //!
 //! Exit 0 when done, 1 when the definition named is unknown or still in use (the message
 //! says which), 2 on a usage or connection error.
 
-use std::collections::HashMap;
 use std::process::ExitCode;
-use std::time::Duration;
 
-use anyhow::{anyhow, Result};
-use async_nats::jetstream;
+use anyhow::Result;
 use serde_json::{json, Value};
 
 use super::connect::NatsArgs;
-use super::runs::{open, refuse};
+use super::runs::{open, refused};
 use super::table::{self, Table};
-use crate::shell::run::names;
-use crate::shell::store::versions::{self, count_runs, StoredDefinition, SERVED_REFRESH};
+use crate::ops::definitions;
 
 /// Arguments of `definitions`.
 #[derive(Debug, clap::Args)]
@@ -73,51 +69,14 @@ pub fn run(args: Args) -> ExitCode {
     })
 }
 
-/// A definition and the kept runs that use it.
-struct Row {
-    stored: StoredDefinition,
-    running: usize,
-    ended: usize,
-}
-
-/// The stored definitions (of `workflow`, when given) with their runs counted.
-async fn rows(nats: &NatsArgs, workflow: Option<&str>) -> Result<Vec<Row>> {
-    let (conn, inspector) = open(nats).await?;
-    let result = async {
-        let js = jetstream::new(conn.client.clone());
-        let bucket = match js
-            .get_key_value(names::versions_bucket(&nats.namespace))
-            .await
-        {
-            Ok(bucket) => bucket,
-            Err(_) => return Ok(Vec::new()),
-        };
-        let stored = versions::list_in(&bucket, workflow).await?;
-        let counts: HashMap<String, (usize, usize)> = match &inspector {
-            Some(i) => count_runs(&i.list(workflow).await?),
-            None => HashMap::new(),
-        };
-        Ok::<_, anyhow::Error>(
-            stored
-                .into_iter()
-                .map(|stored| {
-                    let (running, ended) = counts.get(&stored.hash).copied().unwrap_or_default();
-                    Row {
-                        stored,
-                        running,
-                        ended,
-                    }
-                })
-                .collect(),
-        )
-    }
-    .await;
-    conn.close().await;
-    result
-}
-
 async fn list(args: ListArgs) -> Result<ExitCode> {
-    let rows = rows(&args.nats, args.workflow.as_deref()).await?;
+    let (conn, runs) = open(&args.nats).await?;
+    let rows = definitions::list(&runs, args.workflow.as_deref()).await;
+    conn.close().await;
+    let rows = match rows {
+        Ok(rows) => rows,
+        Err(r) => return refused(r),
+    };
     if args.json {
         let rows: Vec<Value> = rows
             .iter()
@@ -157,76 +116,14 @@ async fn list(args: ListArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Whether a definition last served at `served_at` may still be served by a replica (each
-/// marks what it serves every [`SERVED_REFRESH`]).
-fn maybe_served(stored: &StoredDefinition) -> bool {
-    let recent = Duration::from_millis(crate::shell::now().0.saturating_sub(stored.served_at.0));
-    recent < 2 * SERVED_REFRESH
-}
-
 async fn delete(args: DeleteArgs) -> Result<ExitCode> {
-    let rows = rows(&args.nats, Some(&args.workflow)).await?;
-    let named: Vec<&Row> = rows
-        .iter()
-        .filter(|r| r.stored.hash == args.version || r.stored.version == args.version)
-        .collect();
-    let row = match named.as_slice() {
-        [] => {
-            let versions: Vec<&str> = rows.iter().map(|r| r.stored.version.as_str()).collect();
-            return refuse(format!(
-                "workflow {} has no stored definition '{}' (stored versions: {})",
-                args.workflow,
-                args.version,
-                if versions.is_empty() {
-                    "none".to_string()
-                } else {
-                    versions.join(", ")
-                }
-            ));
-        }
-        [row] => *row,
-        several => {
-            let hashes: Vec<&str> = several.iter().map(|r| r.stored.hash.as_str()).collect();
-            return refuse(format!(
-                "version {} of {} is stored {} times: name one by hash ({})",
-                args.version,
-                args.workflow,
-                several.len(),
-                hashes.join(", ")
-            ));
-        }
-    };
-    let what = format!(
-        "version {} ({}) of {}",
-        row.stored.version, row.stored.hash, args.workflow
-    );
-    if row.running > 0 {
-        return refuse(format!(
-            "{what} is used by {} running run(s): it cannot be deleted until they end",
-            row.running
-        ));
-    }
-    if maybe_served(&row.stored) {
-        return refuse(format!(
-            "{what} was served by a replica at {}: stop serving it first (a replica marks what it serves every {} min)",
-            table::time(Some(row.stored.served_at)),
-            SERVED_REFRESH.as_secs() / 60
-        ));
-    }
-    let (conn, _) = open(&args.nats).await?;
-    let js = jetstream::new(conn.client.clone());
-    let purged = async {
-        let bucket = js
-            .get_key_value(names::versions_bucket(&args.nats.namespace))
-            .await?;
-        bucket
-            .purge(versions::key(&args.workflow, &row.stored.hash))
-            .await?;
-        Ok::<_, anyhow::Error>(())
-    }
-    .await;
+    let (conn, runs) = open(&args.nats).await?;
+    let deleted = definitions::delete(&runs, &args.workflow, &args.version).await;
     conn.close().await;
-    purged.map_err(|e| anyhow!("deleting {what}: {e}"))?;
+    let row = match deleted {
+        Ok(row) => row,
+        Err(r) => return refused(r),
+    };
     let ended = if row.ended > 0 {
         format!(
             " ({} ended run(s) named it: `runs show` draws them from their reached nodes only)",
@@ -235,6 +132,9 @@ async fn delete(args: DeleteArgs) -> Result<ExitCode> {
     } else {
         String::new()
     };
-    println!("deleted {what}{ended}");
+    println!(
+        "deleted version {} ({}) of {}{ended}",
+        row.stored.version, row.stored.hash, args.workflow
+    );
     Ok(ExitCode::SUCCESS)
 }

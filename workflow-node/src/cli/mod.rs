@@ -19,8 +19,8 @@ pub mod steer;
 pub mod stubs;
 pub mod suite;
 pub mod table;
+pub mod ui;
 pub mod validate;
-pub mod web;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -71,7 +71,7 @@ pub enum Command {
     /// Run the demo: a local server, stub agents, the node, one run of an example.
     Demo(demo::Args),
     /// Serve the web view of a mesh: its cards, runs and approvals (pages and JSON API).
-    Ui(web::Args),
+    Ui(ui::Args),
     /// Ask a running `serve` or `stub-agents` whether it is ready (or live): exit 0 if so.
     Health(health::Args),
     /// Make an NKey user key: the seed to a file (mode 600), the public key on stdout.

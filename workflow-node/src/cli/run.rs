@@ -106,28 +106,7 @@ async fn execute(args: Args) -> Result<ExitCode> {
         Some(path) => Some(super::stubs::start(&conn.client, &ns, path).await?),
         None => None,
     };
-    let node = if args.workflows.is_empty() {
-        None
-    } else {
-        let workflows =
-            super::load(&args.workflows).ok_or_else(|| anyhow!("invalid workflow files"))?;
-        let mut config = Config {
-            namespace: ns.clone(),
-            ..Config::default()
-        };
-        args.trust.apply(&mut config);
-        for name in super::identity::bind_hosted(&mut config, &workflows).keys() {
-            eprintln!(
-                "approver '{name}' is bound to a key of this process only: bind it with \
-                 --approver {name}=U… to decide its approvals"
-            );
-        }
-        Some(
-            WorkflowNode::start(conn.client.clone(), workflows, config)
-                .await
-                .map_err(anyhow::Error::msg)?,
-        )
-    };
+    let node = host(&args, &conn.client, &ns).await?;
     let timing = Timing {
         timeout: deadline.saturating_duration_since(tokio::time::Instant::now()),
         resend_interval,
@@ -143,11 +122,7 @@ async fn execute(args: Args) -> Result<ExitCode> {
         let submitted = submit(&conn.client, &ns, &args.name, &input, timing, start.clone()).await;
         conn.close().await;
         submitted?;
-        if args.json {
-            println!("{}", json!({"execution_id": execution.0}));
-        } else {
-            println!("{execution}");
-        }
+        print_submitted(&execution, args.json);
         return Ok(ExitCode::SUCCESS);
     }
     let on_ctrl_c = tokio::spawn(cancel_on_ctrl_c(
@@ -186,6 +161,39 @@ async fn execute(args: Args) -> Result<ExitCode> {
     })
 }
 
+/// Hosts the workflows of `--workflows` here, if any are given.
+async fn host(args: &Args, client: &async_nats::Client, ns: &str) -> Result<Option<WorkflowNode>> {
+    if args.workflows.is_empty() {
+        return Ok(None);
+    }
+    let workflows =
+        super::load(&args.workflows).ok_or_else(|| anyhow!("invalid workflow files"))?;
+    let mut config = Config {
+        namespace: ns.to_owned(),
+        ..Config::default()
+    };
+    args.trust.apply(&mut config);
+    for name in super::identity::bind_hosted(&mut config, &workflows).keys() {
+        eprintln!(
+            "approver '{name}' is bound to a key of this process only: bind it with \
+             --approver {name}=U… to decide its approvals"
+        );
+    }
+    let node = WorkflowNode::start(client.clone(), workflows, config)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    Ok(Some(node))
+}
+
+/// Prints the id of a run started with `--detach`.
+fn print_submitted(execution: &crate::core::ExecutionId, json: bool) {
+    if json {
+        println!("{}", json!({"execution_id": execution.0}));
+    } else {
+        println!("{execution}");
+    }
+}
+
 /// On Ctrl-C, says so and asks the workflow to cancel the run (by its task id); the run's
 /// final reply, `cancelled`, then ends the command. A second Ctrl-C leaves at once.
 async fn cancel_on_ctrl_c(
@@ -202,13 +210,8 @@ async fn cancel_on_ctrl_c(
     eprintln!(
         "Ctrl-C: cancelling run {execution} of {workflow} (Ctrl-C again to leave without waiting)"
     );
-    let mut request =
-        messages::jsonrpc::Request::tasks_cancel(format!("cancel-{task_id}"), &task_id);
-    if let messages::jsonrpc::Method::TasksCancel(p) = &mut request.method {
-        let mut meta = serde_json::Map::new();
-        meta.insert("reason".into(), json!("Ctrl-C on workflow-node run"));
-        p.metadata = Some(meta);
-    }
+    let reason = Some("Ctrl-C on workflow-node run");
+    let request = crate::ops::steer::cancel_request(&format!("cancel-{task_id}"), &task_id, reason);
     let body = serde_json::to_vec(&request).expect("a tasks/cancel serialises to JSON");
     let subject = messages::subjects::agent_request(&ns, &workflow);
     let headers = signer
@@ -246,35 +249,8 @@ pub(crate) fn print_result(result: &RunResult, as_json: bool) {
 pub fn show_progress(part: &WorkflowDataPart) {
     let line = match part {
         WorkflowDataPart::ExecutionStart(s) => format!("run {} started", s.execution_id),
-        WorkflowDataPart::NodeExecutionStart(s) => {
-            let what = s
-                .agent_name
-                .as_deref()
-                .map(|a| format!(" -> {a}"))
-                .unwrap_or_default();
-            let idx = s
-                .iteration_index
-                .map(|i| format!(" [{i}]"))
-                .unwrap_or_default();
-            let attempt = s
-                .attempt
-                .filter(|a| *a > 1)
-                .map(|a| format!(" (attempt {a})"))
-                .unwrap_or_default();
-            format!("  {} ({}){idx}{what}{attempt}", s.node_id, s.node_type)
-        }
-        WorkflowDataPart::NodeExecutionResult(r) => {
-            let status = serde_json::to_value(r.status)
-                .ok()
-                .and_then(|v| v.as_str().map(String::from))
-                .unwrap_or_default();
-            let why = r
-                .error_message
-                .as_deref()
-                .map(|e| format!(": {e}"))
-                .unwrap_or_default();
-            format!("  {} {status}{why}", r.node_id)
-        }
+        WorkflowDataPart::NodeExecutionStart(s) => node_started(s),
+        WorkflowDataPart::NodeExecutionResult(r) => node_ended(r),
         WorkflowDataPart::RunSteered(r) => {
             let why = r
                 .reason
@@ -320,6 +296,39 @@ pub fn show_progress(part: &WorkflowDataPart) {
         _ => return,
     };
     eprintln!("{line}");
+}
+
+/// A node's start, as a progress line.
+fn node_started(s: &messages::workflow::WorkflowNodeExecutionStart) -> String {
+    let what = s
+        .agent_name
+        .as_deref()
+        .map(|a| format!(" -> {a}"))
+        .unwrap_or_default();
+    let idx = s
+        .iteration_index
+        .map(|i| format!(" [{i}]"))
+        .unwrap_or_default();
+    let attempt = s
+        .attempt
+        .filter(|a| *a > 1)
+        .map(|a| format!(" (attempt {a})"))
+        .unwrap_or_default();
+    format!("  {} ({}){idx}{what}{attempt}", s.node_id, s.node_type)
+}
+
+/// A node's end, as a progress line.
+fn node_ended(r: &messages::workflow::WorkflowNodeExecutionResult) -> String {
+    let status = serde_json::to_value(r.status)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default();
+    let why = r
+        .error_message
+        .as_deref()
+        .map(|e| format!(": {e}"))
+        .unwrap_or_default();
+    format!("  {} {status}{why}", r.node_id)
 }
 
 /// How long `run` and `test` wait by default.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::connect::{connect, connect_when_up, NatsArgs};
+use super::connect::{connect, connect_when_up, Connection, NatsArgs};
 use crate::shell::{Config, MetricsConfig, WorkflowNode};
 
 /// Arguments of `serve`.
@@ -88,7 +88,7 @@ pub struct Args {
     pub sign: super::identity::SignArgs,
     /// Who may use the web view's API.
     #[command(flatten)]
-    pub access: super::web::AccessArgs,
+    pub access: crate::web::AccessArgs,
     /// Approver names and operator keys the node trusts.
     #[command(flatten)]
     pub trust: super::identity::TrustArgs,
@@ -112,7 +112,7 @@ pub fn run(args: Args) -> ExitCode {
         let Some(workflows) = super::load(&args.files) else {
             return Ok(ExitCode::from(1));
         };
-        let access = super::web::Access::new(&args.access)?;
+        let access = crate::web::Access::new(&args.access)?;
         if let Some(Err(why)) = args.http.map(|addr| access.check_bind(addr)) {
             return super::runs::refuse(why);
         }
@@ -126,31 +126,8 @@ pub fn run(args: Args) -> ExitCode {
             let bound = probes.serve(addr).await?;
             eprintln!("health at http://{bound}/livez and /readyz");
         }
-        let mut config = Config {
-            namespace: args.nats.namespace.clone(),
-            card_interval: Duration::from_secs_f64(args.card_interval.max(0.1)),
-            ack_wait: Duration::from_secs_f64(args.ack_wait.max(0.5)),
-            replicas: args.replicas,
-            workers: args.workers as usize,
-            pull: crate::shell::Pull {
-                batch: args.pull_batch as usize,
-                expires: args.pull_expires,
-            },
-            max_concurrent_requests: args.max_concurrent_requests as usize,
-            limits: crate::limits::Limits {
-                max_request_bytes: usize::try_from(args.max_request_bytes).unwrap_or(usize::MAX),
-            },
-            retention: args.retention,
-            dialect: args.dialect,
-            metrics: MetricsConfig {
-                addr: args.metrics_addr,
-                ..MetricsConfig::default()
-            },
-            ..Config::default()
-        };
-        args.trust.apply(&mut config);
         let names: Vec<String> = workflows.iter().map(|w| w.name.clone()).collect();
-        let node = WorkflowNode::start(conn.client.clone(), workflows, config)
+        let node = WorkflowNode::start(conn.client.clone(), workflows, config_of(&args))
             .await
             .map_err(anyhow::Error::msg)?;
         eprintln!(
@@ -162,64 +139,124 @@ pub fn run(args: Args) -> ExitCode {
         if let Some(addr) = node.metrics_addr() {
             eprintln!("metrics at http://{addr}/metrics");
         }
-        let health = node.health_handle();
-        probes.started_with(move || match &health.broken()[..] {
-            [] => Ok(()),
-            broken => {
-                let names: Vec<&str> = broken.iter().map(|(w, _)| w.as_str()).collect();
-                Err(format!("events not pulled: {}", names.join(", ")))
-            }
-        });
-        let web = match args.http {
-            Some(addr) => {
-                let signer = args.sign.signer()?;
-                let ns = &args.nats.namespace;
-                let client = conn.client.clone();
-                let web = super::web::Web::start(client, ns, signer, access.clone(), addr).await?;
-                eprintln!("web view at http://{}/", web.addr());
-                Some(web)
-            }
-            None => None,
-        };
-        let code = tokio::select! {
-            signal = agent_sdk::health::signalled() => {
-                signal?;
-                // Unready before saying so: whoever reads the line finds /readyz 503.
-                probes.draining();
-                if !args.shutdown_delay.is_zero() {
-                    eprintln!("unready; draining in {} s (or at a second signal)", args.shutdown_delay.as_secs_f64());
-                }
-                probes.hold_unready(args.shutdown_delay).await?;
-                eprintln!("draining");
-                ExitCode::SUCCESS
-            }
-            workflow = broken_for(&node, UNHEALTHY_EXIT) => {
-                eprintln!(
-                    "the events of {workflow} could not be pulled for {}s: exiting, so that a \
-                     supervisor restarts this replica",
-                    UNHEALTHY_EXIT.as_secs()
-                );
-                ExitCode::from(3)
-            }
-        };
+        ready_when_pulling(&probes, &node);
+        let web = start_web(&args, &conn, access).await?;
+        let code = until_told_or_broken(&args, &probes, &node).await?;
         drop(web);
-        let drain_timeout = args.drain_timeout;
-        if tokio::time::timeout(drain_timeout, node.shutdown())
-            .await
-            .is_err()
-        {
-            eprintln!(
-                "the drain did not finish within {} s (is the NATS server at {} reachable?): \
-                 exiting; the events in hand return to the stream after their ack wait",
-                drain_timeout.as_secs(),
-                conn.url
-            );
-            conn.close().await;
-            return Ok(ExitCode::from(4));
-        }
-        conn.close().await;
-        Ok::<_, anyhow::Error>(code)
+        drain(node, conn, args.drain_timeout, code).await
     })
+}
+
+/// The node's configuration, from the arguments.
+fn config_of(args: &Args) -> Config {
+    let mut config = Config {
+        namespace: args.nats.namespace.clone(),
+        card_interval: Duration::from_secs_f64(args.card_interval.max(0.1)),
+        ack_wait: Duration::from_secs_f64(args.ack_wait.max(0.5)),
+        replicas: args.replicas,
+        workers: args.workers as usize,
+        pull: crate::shell::Pull {
+            batch: args.pull_batch as usize,
+            expires: args.pull_expires,
+        },
+        max_concurrent_requests: args.max_concurrent_requests as usize,
+        limits: crate::limits::Limits {
+            max_request_bytes: usize::try_from(args.max_request_bytes).unwrap_or(usize::MAX),
+        },
+        retention: args.retention,
+        dialect: args.dialect,
+        metrics: MetricsConfig {
+            addr: args.metrics_addr,
+            ..MetricsConfig::default()
+        },
+        ..Config::default()
+    };
+    args.trust.apply(&mut config);
+    config
+}
+
+/// Makes `/readyz` say ready while every workflow's events are pulled.
+fn ready_when_pulling(probes: &agent_sdk::health::Probes, node: &WorkflowNode) {
+    let health = node.health_handle();
+    probes.started_with(move || match &health.broken()[..] {
+        [] => Ok(()),
+        broken => {
+            let names: Vec<&str> = broken.iter().map(|(w, _)| w.as_str()).collect();
+            Err(format!("events not pulled: {}", names.join(", ")))
+        }
+    });
+}
+
+/// The web view, when `--http` asks for one.
+async fn start_web(
+    args: &Args,
+    conn: &Connection,
+    access: crate::web::Access,
+) -> Result<Option<crate::web::Web>> {
+    let Some(addr) = args.http else {
+        return Ok(None);
+    };
+    let signer = args.sign.signer()?;
+    let ns = &args.nats.namespace;
+    let client = conn.client.clone();
+    let web = crate::web::Web::start(client, ns, signer, access, addr).await?;
+    eprintln!("web view at http://{}/", web.addr());
+    Ok(Some(web))
+}
+
+/// Waits for SIGINT/SIGTERM (then unready, for the shutdown delay) or for a workflow whose
+/// events cannot be pulled; the exit code.
+async fn until_told_or_broken(
+    args: &Args,
+    probes: &agent_sdk::health::Probes,
+    node: &WorkflowNode,
+) -> Result<ExitCode> {
+    Ok(tokio::select! {
+        signal = agent_sdk::health::signalled() => {
+            signal?;
+            // Unready before saying so: whoever reads the line finds /readyz 503.
+            probes.draining();
+            if !args.shutdown_delay.is_zero() {
+                eprintln!("unready; draining in {} s (or at a second signal)", args.shutdown_delay.as_secs_f64());
+            }
+            probes.hold_unready(args.shutdown_delay).await?;
+            eprintln!("draining");
+            ExitCode::SUCCESS
+        }
+        workflow = broken_for(node, UNHEALTHY_EXIT) => {
+            eprintln!(
+                "the events of {workflow} could not be pulled for {}s: exiting, so that a \
+                 supervisor restarts this replica",
+                UNHEALTHY_EXIT.as_secs()
+            );
+            ExitCode::from(3)
+        }
+    })
+}
+
+/// Drains the node within `timeout`, then closes the connection; `code`, or 4 when the
+/// drain did not finish.
+async fn drain(
+    node: WorkflowNode,
+    conn: Connection,
+    timeout: Duration,
+    code: ExitCode,
+) -> Result<ExitCode> {
+    if tokio::time::timeout(timeout, node.shutdown())
+        .await
+        .is_err()
+    {
+        eprintln!(
+            "the drain did not finish within {} s (is the NATS server at {} reachable?): \
+             exiting; the events in hand return to the stream after their ack wait",
+            timeout.as_secs(),
+            conn.url
+        );
+        conn.close().await;
+        return Ok(ExitCode::from(4));
+    }
+    conn.close().await;
+    Ok(code)
 }
 
 /// How long a workflow's events may go unpulled before `serve` gives up (exit code 3).

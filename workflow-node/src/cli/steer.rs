@@ -1,5 +1,6 @@
-//! `workflow-node runs pause|resume|retry ID`: steering a run through the workflow's nodes,
-//! which check who asks (the key that started the run, or an operator's) as for a cancel.
+//! `workflow-node runs pause|resume|retry ID`: steering a run through the workflow's nodes
+//! ([`crate::ops::steer`]), which check who asks (the key that started the run, or an
+//! operator's) as for a cancel.
 //!
 //! `pause` and `resume` are answered at once (exit 0 once recorded, 1 when refused: the
 //! run ended, is already paused or not paused, or the key may not). `retry` starts a new
@@ -8,18 +9,17 @@
 
 use std::process::ExitCode;
 
-use agent_sdk::exchange::{send_until_answered, Outgoing, Timing};
+use agent_sdk::exchange::Timing;
 use anyhow::{anyhow, Result};
-use messages::a2a::{Message, Part, Role, TaskState};
-use messages::control::{RunControl, WorkflowRetry, WorkflowRunControl};
-use messages::jsonrpc::{Outcome, Request};
-use messages::reply::final_task;
-use messages::{subjects, AgentReply};
+use messages::control::RunControl;
 use serde_json::json;
 
-use super::client::{exchange, new_task_id};
-use super::runs::{ask, find, open, refuse, task_text, Target};
+use super::client::{exchange, new_task_id, RunResult};
+use super::runs::{find, open, refused, Target};
 use crate::core::ExecutionId;
+use crate::ops::refusal::Refusal;
+use crate::ops::runs::Runs;
+use crate::ops::steer;
 use crate::shell::FoundRun;
 
 /// Arguments of `runs pause` and `runs resume`.
@@ -62,118 +62,24 @@ pub struct RetryArgs {
 pub(crate) async fn control(args: ControlArgs, action: RunControl) -> Result<ExitCode> {
     let target = &args.target;
     let signer = args.sign.signer()?;
-    let (conn, inspector) = open(&target.nats).await?;
+    let (conn, runs) = open(&target.nats).await?;
     let outcome = async {
-        let run = match find(inspector.as_ref(), target).await? {
-            Ok(run) => run,
-            Err(why) => return Ok(Err(why)),
-        };
-        let ns = &target.nats.namespace;
+        let run = find(&runs, target).await?;
         let reason = args.reason.as_deref();
-        send_control(&conn.client, ns, &run, action, reason, signer.as_ref()).await
+        steer::control(&runs, &run, action, reason, signer.as_ref()).await
     }
     .await;
     conn.close().await;
-    match outcome? {
-        Ok(text) => {
-            if target.json {
-                println!("{}", json!({action.as_str(): "recorded", "message": text}));
-            } else {
-                println!("{text}");
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(why) => refuse(why),
+    let text = match outcome {
+        Ok(text) => text,
+        Err(r) => return refused(r),
+    };
+    if target.json {
+        println!("{}", json!({action.as_str(): "recorded", "message": text}));
+    } else {
+        println!("{text}");
     }
-}
-
-/// Asks the workflow's nodes to pause or resume `run` (a `workflow_run_control` signed by
-/// `signer`); the node's answer, or why it refused.
-pub(crate) async fn send_control(
-    client: &async_nats::Client,
-    ns: &str,
-    run: &FoundRun,
-    action: RunControl,
-    reason: Option<&str>,
-    signer: Option<&agent_sdk::Signer>,
-) -> Result<std::result::Result<String, String>> {
-    let control = WorkflowRunControl {
-        execution_id: run.execution.0.clone(),
-        action,
-        reason: reason.map(str::to_string),
-    };
-    let message_id = format!("{}-{}", action.as_str(), uuid::Uuid::new_v4().simple());
-    let message = Message::new(
-        message_id.clone(),
-        Role::User,
-        vec![Part::data_part(&control)],
-    );
-    let request = Request::message_send(message_id.as_str(), message);
-    let answer = ask(client, ns, &run.workflow, &request, signer).await?;
-    Ok(match answer {
-        Err(why) => Err(why),
-        Ok(Outcome::Error(e)) => Err(e.message),
-        Ok(Outcome::Result(r)) => match *r {
-            AgentReply::Task(t) => {
-                let text = task_text(&t).unwrap_or_default();
-                if t.status.state == TaskState::Completed {
-                    Ok(text)
-                } else {
-                    Err(text)
-                }
-            }
-            _ => Err(format!(
-                "{} gave an answer that is not a task",
-                run.workflow
-            )),
-        },
-    })
-}
-
-/// The `message/send` that retries run `run` (its workflow and execution id) as a new run
-/// with task id `task_id`, signed by `signer`.
-pub(crate) fn retry_request(
-    ns: &str,
-    run: (&str, &ExecutionId),
-    task_id: &str,
-    signer: Option<agent_sdk::Signer>,
-) -> Result<Outgoing> {
-    let (workflow, execution) = run;
-    let retried = WorkflowRetry {
-        execution_id: execution.0.clone(),
-    };
-    let mut message = Message::new(
-        task_id.to_string(),
-        Role::User,
-        vec![Part::data_part(&retried)],
-    );
-    message.task_id = Some(task_id.to_string());
-    let request = Request::message_send(task_id, message);
-    Ok(Outgoing {
-        subject: subjects::agent_request(ns, workflow),
-        id: task_id.into(),
-        headers: async_nats::HeaderMap::new(),
-        body: serde_json::to_vec(&request)?.into(),
-        signer,
-    })
-}
-
-/// Retries `run` as a new run and returns its execution id once the workflow accepted it,
-/// or why it refused.
-pub(crate) async fn send_retry(
-    client: &async_nats::Client,
-    ns: &str,
-    run: &FoundRun,
-    signer: Option<agent_sdk::Signer>,
-    timing: Timing,
-) -> Result<std::result::Result<ExecutionId, String>> {
-    let task_id = new_task_id();
-    let execution = crate::shell::run::names::execution_id(&run.workflow, &task_id);
-    let outgoing = retry_request(ns, (&run.workflow, &run.execution), &task_id, signer)?;
-    Ok(match detach(outgoing, client, timing).await? {
-        Some(why) => Err(why),
-        None => Ok(execution),
-    })
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Runs `runs retry`.
@@ -183,66 +89,35 @@ pub(crate) async fn retry(args: RetryArgs) -> Result<ExitCode> {
         workflow_expr::duration::parse(&args.timeout).map_err(|e| anyhow!("--timeout: {e}"))?;
     let resend_interval = workflow_expr::duration::parse(&args.resend_interval)
         .map_err(|e| anyhow!("--resend-interval: {e}"))?;
-    let signer = args.sign.signer()?;
-    let (conn, inspector) = open(&target.nats).await?;
-    let run = match find(inspector.as_ref(), target).await {
-        Ok(Ok(run)) => run,
-        Ok(Err(why)) => {
-            conn.close().await;
-            return refuse(why);
-        }
-        Err(e) => {
-            conn.close().await;
-            return Err(e);
-        }
-    };
-    if !run.record.state.retryable() {
-        conn.close().await;
-        return refuse(format!(
-            "run {} is {}: only a run that ended without success can be retried",
-            run.execution,
-            run.record.state.shown_status()
-        ));
-    }
-    let ns = target.nats.namespace.clone();
     let timing = Timing {
         timeout,
         resend_interval,
     };
-    if args.detach {
-        let sent = send_retry(&conn.client, &ns, &run, signer, timing).await;
-        conn.close().await;
-        let execution = match sent? {
-            Ok(execution) => execution,
-            Err(why) => return refuse(why),
-        };
-        if target.json {
-            println!(
-                "{}",
-                json!({"execution_id": execution.0, "retry_of": run.execution.0})
-            );
-        } else {
-            println!("{execution}");
-        }
-        return Ok(ExitCode::SUCCESS);
+    let signer = args.sign.signer()?;
+    let (conn, runs) = open(&target.nats).await?;
+    let run = async {
+        let run = find(&runs, target).await?;
+        steer::retryable(&run)?;
+        Ok::<_, Refusal>(run)
     }
-    let task_id = new_task_id();
-    let execution = crate::shell::run::names::execution_id(&run.workflow, &task_id);
-    let outgoing = retry_request(&ns, (&run.workflow, &run.execution), &task_id, signer)?;
-    if !target.json {
-        eprintln!("retrying run {} as run {execution}", run.execution);
-    }
-    let progress = super::run::show_progress;
-    let result = exchange(
-        &conn.client,
-        &ns,
-        &run.workflow,
-        outgoing,
-        timing,
-        progress,
-        None,
-    )
     .await;
+    let run = match run {
+        Ok(run) => run,
+        Err(r) => {
+            conn.close().await;
+            return refused(r);
+        }
+    };
+    let task_id = new_task_id();
+    if args.detach {
+        let sent = steer::retry(&runs, &run, &task_id, signer, timing).await;
+        conn.close().await;
+        return match sent {
+            Ok(execution) => print_detached(&execution, &run, target.json),
+            Err(r) => refused(r),
+        };
+    }
+    let result = retry_and_wait(&runs, &run, (&task_id, signer), timing, target.json).await;
     conn.close().await;
     let result = result?;
     super::run::print_result(&result, target.json);
@@ -253,22 +128,34 @@ pub(crate) async fn retry(args: RetryArgs) -> Result<ExitCode> {
     })
 }
 
-/// Sends a start until the workflow accepts it (`None`), or answers it at once with a
-/// final reply (`Some`: a refusal, its text).
-pub(crate) async fn detach(
-    outgoing: Outgoing,
-    client: &async_nats::Client,
-    timing: Timing,
-) -> Result<Option<String>> {
-    let accepted = std::sync::Arc::new(tokio::sync::Notify::new());
-    let told = accepted.clone();
-    let sent = send_until_answered(client, outgoing, timing, move |_| told.notify_one());
-    tokio::select! {
-        ended = sent => {
-            let reply = ended.map_err(|e| anyhow!("sending the retry: {e}"))?;
-            let task = final_task(reply).expect("send_until_answered returns final replies only");
-            Ok(Some(task_text(&task).unwrap_or_else(|| "the retry was refused".into())))
-        }
-        _ = accepted.notified() => Ok(None),
+/// Prints the id of the new run `execution`, a retry of `run`.
+fn print_detached(execution: &ExecutionId, run: &FoundRun, json: bool) -> Result<ExitCode> {
+    if json {
+        println!(
+            "{}",
+            json!({"execution_id": execution.0, "retry_of": run.execution.0})
+        );
+    } else {
+        println!("{execution}");
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Retries `run` as a new run with task id `task_id` signed by `signer`, showing its
+/// progress, until its final reply.
+async fn retry_and_wait(
+    runs: &Runs,
+    run: &FoundRun,
+    (task_id, signer): (&str, Option<agent_sdk::Signer>),
+    timing: Timing,
+    json: bool,
+) -> Result<RunResult> {
+    let (client, ns) = (runs.client(), runs.namespace());
+    let execution = crate::shell::run::names::execution_id(&run.workflow, task_id);
+    let outgoing = steer::retry_request(ns, (&run.workflow, &run.execution), task_id, signer)?;
+    if !json {
+        eprintln!("retrying run {} as run {execution}", run.execution);
+    }
+    let progress = super::run::show_progress;
+    Ok(exchange(client, ns, &run.workflow, outgoing, timing, progress, None).await?)
 }

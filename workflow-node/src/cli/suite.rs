@@ -305,7 +305,7 @@ async fn retry(
     let execution = crate::core::ExecutionId(execution.to_string());
     let task_id = super::client::new_task_id();
     let signer = keys.get("").cloned();
-    let outgoing = super::steer::retry_request(ns, (workflow, &execution), &task_id, signer)?;
+    let outgoing = crate::ops::steer::retry_request(ns, (workflow, &execution), &task_id, signer)?;
     Ok(super::client::exchange(client, ns, workflow, outgoing, timing, |_| {}, None).await?)
 }
 
@@ -392,10 +392,11 @@ async fn spawn_approver(
     keys: BTreeMap<String, agent_sdk::Signer>,
 ) -> Result<tokio::task::JoinHandle<()>> {
     let (steps, pause) = steps;
+    use crate::ops::approvals::{decision_request, Decided};
+    use crate::ops::steer::control_request;
     use futures::StreamExt;
-    use messages::a2a::{Message, Part, Role};
-    use messages::jsonrpc::Request;
-    use messages::workflow::{Decision, WorkflowApprovalDecision, WorkflowDataPart};
+    use messages::a2a::Part;
+    use messages::workflow::WorkflowDataPart;
     let mut requests = client
         .subscribe(messages::subjects::approvals(ns, workflow))
         .await?;
@@ -417,20 +418,15 @@ async fn spawn_approver(
             let Some(step) = steps.iter().find(|s| s.node == req.node_id) else {
                 continue;
             };
-            let decision = WorkflowApprovalDecision {
-                execution_id: req.execution_id.clone(),
-                node_id: req.node_id.clone(),
-                decision: if step.decision == "reject" {
-                    Decision::Reject
-                } else {
-                    Decision::Approve
-                },
-                by: step.by.clone(),
-                comment: step.comment.clone(),
+            let decision = Decided {
+                node: &req.node_id,
+                approve: step.decision != "reject",
+                by: step.by.as_deref(),
+                comment: step.comment.as_deref(),
             };
             let id = format!("decision-{}-{}", req.execution_id, req.node_id);
-            let message = Message::new(id.clone(), Role::User, vec![Part::data_part(&decision)]);
-            let Ok(bytes) = serde_json::to_vec(&Request::message_send(id.as_str(), message)) else {
+            let request = decision_request(&id, &req.execution_id, decision);
+            let Ok(bytes) = serde_json::to_vec(&request) else {
                 continue;
             };
             let signer = step
@@ -441,14 +437,8 @@ async fn spawn_approver(
                 .expect("the suite's own key is always there");
             let own = keys.get("").expect("the suite's own key is always there");
             let control = |action| {
-                let control = messages::control::WorkflowRunControl {
-                    execution_id: req.execution_id.clone(),
-                    action,
-                    reason: Some("the suite pauses while it decides".into()),
-                };
-                let id = format!("{}-{}", action.as_str(), uuid::Uuid::new_v4().simple());
-                let message = Message::new(id.clone(), Role::User, vec![Part::data_part(&control)]);
-                serde_json::to_vec(&Request::message_send(id.as_str(), message)).ok()
+                let reason = Some("the suite pauses while it decides".into());
+                serde_json::to_vec(&control_request(&req.execution_id, action, reason)).ok()
             };
             let send = |bytes: Vec<u8>, signer: &agent_sdk::Signer| {
                 let headers = signer.sign(&subject, &bytes, std::time::SystemTime::now());

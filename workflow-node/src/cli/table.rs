@@ -65,11 +65,6 @@ pub fn time(at: Option<Millis>) -> String {
     }
 }
 
-/// `2026-11-26T10:42:03.123Z` (RFC 3339, UTC), for JSON; `None` for none.
-pub fn rfc3339(at: Option<Millis>) -> Option<String> {
-    at.filter(|m| m.0 > 0).map(Millis::rfc3339)
-}
-
 /// `10:42:03`: the time of day in UTC.
 pub fn clock(at: Millis) -> String {
     at.civil().1
@@ -129,10 +124,6 @@ mod tests {
         assert_eq!(
             time(Some(Millis(1_764_153_723_000))),
             "2025-11-26 10:42:03Z"
-        );
-        assert_eq!(
-            rfc3339(Some(Millis(951_782_400_123))).as_deref(),
-            Some("2000-02-29T00:00:00.123Z")
         );
         assert_eq!(duration(850), "850ms");
         assert_eq!(duration(12_345), "12.3s");

@@ -9,8 +9,8 @@ use std::time::Duration;
 use agent_sdk::{handler_fn, AgentBuilder, NodeRequest, Signer};
 use serde_json::{json, Value};
 use test_harness::http::{get, post, Events, TIMEOUT};
-use workflow_node::cli::web::{Access, AccessArgs, Web};
 use workflow_node::shell::{Config, WorkflowNode};
+use workflow_node::web::{Access, AccessArgs, Web};
 
 const GATE: &str = r#"
 name: Gate

@@ -13,8 +13,8 @@ use std::time::Duration;
 use agent_sdk::{handler_fn, AgentBuilder, NodeRequest, Signer};
 use serde_json::{json, Value};
 use test_harness::http::{request, TIMEOUT};
-use workflow_node::cli::web::{Access, Web};
 use workflow_node::shell::{Config, WorkflowNode};
+use workflow_node::web::{Access, Web};
 
 const GATE: &str = r#"
 name: Gate

@@ -15,10 +15,13 @@ use serde_json::{json, Value};
 
 use super::{events, json_response, ApiError, ApiResult, Ctx};
 use crate::cli::client::{self, InvokeError, StartAs};
-use crate::cli::{approvals, runs, runs_show, table};
 use crate::core::{ExecutionId, Millis};
-use crate::shell::{now, Error as ShellError};
-use crate::shell::{FoundRun, Inspector};
+use crate::ops::definition;
+use crate::ops::refusal::RefusalKind;
+use crate::ops::runs::{Filter, RunRef, Runs, StatusFilter};
+use crate::ops::view::{self, rfc3339};
+use crate::shell::now;
+use crate::shell::FoundRun;
 
 /// How long a start waits for the workflow to accept the run.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -32,12 +35,12 @@ pub(super) fn router(ctx: Ctx) -> Router {
         .route("/api/runs/{id}", get(get_run))
         .route("/api/runs/{id}/history", get(run_history))
         .route("/api/runs/{id}/events", get(events::stream))
-        .route("/api/runs/{id}/cancel", post(cancel))
+        .route("/api/runs/{id}/cancel", post(super::steer::cancel))
         .route("/api/runs/{id}/pause", post(super::steer::pause))
         .route("/api/runs/{id}/resume", post(super::steer::resume))
         .route("/api/runs/{id}/retry", post(super::steer::retry))
-        .route("/api/runs/{id}/approve", post(approve))
-        .route("/api/runs/{id}/reject", post(reject))
+        .route("/api/runs/{id}/approve", post(super::steer::approve))
+        .route("/api/runs/{id}/reject", post(super::steer::reject))
         .route("/api/workflows/{name}/runs", post(start))
         .merge(super::pages::router())
         .fallback(|| async { ApiError::not_found("no such page or API route") })
@@ -55,7 +58,7 @@ fn card_view(card: &AgentCard, seen: Millis) -> Value {
         "skills": card.skills,
         "input_schema": input_schema,
         "output_schema": output_schema,
-        "last_seen": table::rfc3339(Some(seen)),
+        "last_seen": rfc3339(Some(seen)),
         "seen_ms_ago": now().0.saturating_sub(seen.0),
     })
 }
@@ -104,29 +107,17 @@ fn params(query: Option<&str>, known: &[&str]) -> Result<HashMap<String, String>
     Ok(map)
 }
 
-/// The runs bucket of the namespace; `None` when no workflow node ever ran in it.
-pub(super) async fn inspector(ctx: &Ctx) -> Result<Option<Inspector>, ApiError> {
-    match Inspector::open(ctx.client.clone(), &ctx.ns).await {
-        Ok(i) => Ok(Some(i)),
-        Err(ShellError::Missing(_)) => Ok(None),
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// The run `id` names (an execution id), or a 404 saying there is none.
-pub(super) async fn find(ctx: &Ctx, id: &str) -> Result<(Inspector, FoundRun), ApiError> {
-    let missing = || ApiError::not_found(format!("no run '{id}' in namespace '{}'", ctx.ns));
-    let inspector = inspector(ctx).await?.ok_or_else(missing)?;
-    match inspector.find(id, None, None).await? {
-        Some(run) => Ok((inspector, run)),
-        None => Err(missing()),
-    }
+pub(super) async fn find(ctx: &Ctx, id: &str) -> Result<(Runs, FoundRun), ApiError> {
+    let runs = ctx.runs().await?;
+    let run = runs.find(RunRef::id(id)).await?;
+    Ok((runs, run))
 }
 
 /// The status filter `text` names, as `runs list --status` reads it (a paused run is
 /// `paused`, whatever its status below the pause).
-fn status_named(text: &str) -> Result<runs::StatusArg, ApiError> {
-    <runs::StatusArg as clap::ValueEnum>::from_str(text, false).map_err(|_| {
+fn status_named(text: &str) -> Result<StatusFilter, ApiError> {
+    <StatusFilter as clap::ValueEnum>::from_str(text, false).map_err(|_| {
         ApiError::bad_request(format!(
             "status '{text}' is not one of running, finishing, paused, success, failure, cancelled, timed_out"
         ))
@@ -149,58 +140,47 @@ async fn list_runs(State(ctx): State<Ctx>, RawQuery(query): RawQuery) -> ApiResu
             .map_err(|_| ApiError::bad_request(format!("limit '{text}' is not a whole number")))?,
         None => 100,
     };
-    let Some(inspector) = inspector(&ctx).await? else {
-        return Ok(json_response(StatusCode::OK, &json!([])));
+    let filter = Filter {
+        workflow: q.get("workflow").map(String::as_str),
+        status,
+        since,
+        limit,
     };
-    let mut found = inspector
-        .list(q.get("workflow").map(String::as_str))
-        .await?;
-    let now = now();
-    let after = since.map(|d| {
-        now.0
-            .saturating_sub(u64::try_from(d.as_millis()).unwrap_or(0))
-    });
-    found.retain(|r| {
-        let s = &r.record.state;
-        status.is_none_or(|want| want.matches(s)) && after.is_none_or(|a| s.started_at.0 >= a)
-    });
-    found.sort_by(|a, b| {
-        let key = |r: &FoundRun| (r.record.state.started_at, r.execution.0.clone());
-        key(b).cmp(&key(a))
-    });
-    if limit > 0 {
-        found.truncate(limit);
-    }
-    let rows: Vec<Value> = found.iter().map(|r| runs::summary(r, now)).collect();
+    let listed = ctx.runs().await?.list(&filter).await?;
+    let rows: Vec<Value> = listed
+        .runs
+        .iter()
+        .map(|r| view::summary(r, listed.now))
+        .collect();
     Ok(json_response(StatusCode::OK, &Value::Array(rows)))
 }
 
 /// The run as the API shows it: `runs show --json`, with the workflow's diagram coloured
 /// by status when its definition is at hand.
-pub(super) async fn run_view(
-    ctx: &Ctx,
-    inspector: &Inspector,
-    run: &FoundRun,
-) -> Result<Value, ApiError> {
-    let apart = inspector.apart(run).await?;
-    let def = runs_show::definition(&ctx.client, &ctx.ns, run, None).await;
-    let mut v = runs_show::view(run, &apart, def.as_ref(), now());
+pub(super) async fn run_view(runs: &Runs, run: &FoundRun) -> Result<Value, ApiError> {
+    let apart = runs.apart(run).await?;
+    let found = definition::of_run(runs.client(), runs.namespace(), run, None).await;
+    for note in &found.notes {
+        tracing::debug!("run {}: {note}", run.execution);
+    }
+    let def = found.workflow;
+    let mut v = view::view(run, &apart, def.as_ref(), now());
     v["mermaid"] = json!(def.as_ref().map(|d| {
-        let status = runs_show::statuses_of(run, Some(d));
+        let status = view::statuses_of(run, Some(d));
         crate::visual::mermaid_with_status(d, &status)
     }));
     Ok(v)
 }
 
 async fn get_run(State(ctx): State<Ctx>, Path(id): Path<String>) -> ApiResult {
-    let (inspector, run) = find(&ctx, &id).await?;
-    let v = run_view(&ctx, &inspector, &run).await?;
+    let (runs, run) = find(&ctx, &id).await?;
+    let v = run_view(&runs, &run).await?;
     Ok(json_response(StatusCode::OK, &v))
 }
 
 async fn run_history(State(ctx): State<Ctx>, Path(id): Path<String>) -> ApiResult {
-    let (inspector, run) = find(&ctx, &id).await?;
-    let entries = inspector.history(&run.workflow, &run.execution).await?;
+    let (runs, run) = find(&ctx, &id).await?;
+    let entries = runs.history(&run).await?;
     let v = serde_json::to_value(&entries).unwrap_or(Value::Null);
     Ok(json_response(StatusCode::OK, &v))
 }
@@ -267,18 +247,20 @@ async fn start(State(ctx): State<Ctx>, Path(name): Path<String>, body: Bytes) ->
             execution.0
         }
         client::Started::Ended { text, .. } => {
-            let found = match inspector(&ctx).await? {
-                Some(i) => i.find(&task_id, Some(&name), None).await?,
-                None => None,
+            let which = RunRef {
+                id: &task_id,
+                workflow: Some(&name),
+                caller: None,
             };
-            match found {
-                Some(run) => run.execution.0,
+            match ctx.runs().await?.find(which).await {
+                Ok(run) => run.execution.0,
                 // Answered at once without a run: the start was refused (its input, say).
-                None => {
+                Err(r) if r.kind == RefusalKind::NotFound => {
                     return Err(ApiError::bad_request(format!(
                         "{name} refused the run: {text}"
                     )))
                 }
+                Err(r) => return Err(r.into()),
             }
         }
     };
@@ -296,7 +278,8 @@ async fn recorded(ctx: &Ctx, workflow: &str, execution: &ExecutionId) -> Result<
         )
     };
     let wait = async {
-        let Some(inspector) = inspector(ctx).await? else {
+        let runs = ctx.runs().await?;
+        let Some(inspector) = runs.inspector() else {
             return Err(late());
         };
         let mut changes = inspector.watch(workflow, execution).await?;
@@ -336,76 +319,4 @@ fn start_error(e: &InvokeError) -> ApiError {
         source = s.source();
     }
     ApiError::new(status, message)
-}
-
-async fn cancel(State(ctx): State<Ctx>, Path(id): Path<String>, body: Bytes) -> ApiResult {
-    let body = object(&body)?;
-    let reason = text(&body, "reason")?;
-    let (_, run) = find(&ctx, &id).await?;
-    let status = run.record.state.status;
-    if status.is_terminal() {
-        return Err(ApiError::conflict(format!(
-            "run {} already ended ({})",
-            run.execution,
-            status.as_str()
-        )));
-    }
-    match runs::send_cancel(&ctx.client, &ctx.ns, &run, reason, ctx.signer.as_ref()).await? {
-        Ok(message) => Ok(json_response(
-            StatusCode::ACCEPTED,
-            &json!({"cancel": "requested", "message": message}),
-        )),
-        Err(why) => Err(refused(why)),
-    }
-}
-
-/// A request the workflow's node refused: 403 when it is about who asks, 409 otherwise.
-pub(super) fn refused(why: String) -> ApiError {
-    let lower = why.to_lowercase();
-    if ["sign", "may not", "nobody can decide"]
-        .iter()
-        .any(|w| lower.contains(w))
-    {
-        ApiError::new(StatusCode::FORBIDDEN, why)
-    } else if lower.starts_with("no workflow node serves") {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why)
-    } else {
-        ApiError::conflict(why)
-    }
-}
-
-async fn approve(ctx: State<Ctx>, id: Path<String>, body: Bytes) -> ApiResult {
-    decide(ctx, id, body, true).await
-}
-
-async fn reject(ctx: State<Ctx>, id: Path<String>, body: Bytes) -> ApiResult {
-    decide(ctx, id, body, false).await
-}
-
-async fn decide(
-    State(ctx): State<Ctx>,
-    Path(id): Path<String>,
-    body: Bytes,
-    approve: bool,
-) -> ApiResult {
-    let body = object(&body)?;
-    let Some(node) = text(&body, "node")? else {
-        return Err(ApiError::bad_request(
-            "'node' is required: the approval node decided",
-        ));
-    };
-    let decision = approvals::Decided {
-        node,
-        approve,
-        by: text(&body, "by")?,
-        comment: text(&body, "comment")?,
-    };
-    let (_, run) = find(&ctx, &id).await?;
-    match approvals::send(&ctx.client, &ctx.ns, &run, &decision, ctx.signer.as_ref()).await? {
-        Ok(message) => Ok(json_response(
-            StatusCode::OK,
-            &json!({"recorded": true, "message": message}),
-        )),
-        Err(why) => Err(refused(why)),
-    }
 }

@@ -1,8 +1,8 @@
 //! The web view: a JSON API over the mesh's cards and runs, and an event stream of a run's
 //! progress (`docs/http.md`), served by `workflow-node serve --http ADDR` or on its own by
-//! `workflow-node ui`. It reads what the `runs` commands read (the runs bucket and history
-//! stream, [`crate::shell::store::inspect`]); starts, cancels and decisions go to the workflow's
-//! nodes as the CLI sends them, signed by the key given with `--nkey-seed-file`.
+//! `workflow-node ui`. A face beside the CLI: both call [`crate::ops`], and the view maps
+//! an operation's refusal to an HTTP status by its kind. What it sends is signed by the key
+//! it is started with.
 
 mod access;
 mod api;
@@ -12,7 +12,6 @@ mod pages;
 mod steer;
 
 use std::net::SocketAddr;
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
@@ -23,48 +22,8 @@ use tokio::net::TcpListener;
 
 pub use access::{Access, AccessArgs};
 
-use super::connect::{connect, NatsArgs};
-
-/// Arguments of `ui`.
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    /// Where to serve the pages and the API (port 0 picks a free one, printed at start).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
-    pub http: SocketAddr,
-    /// NATS connection.
-    #[command(flatten)]
-    pub nats: NatsArgs,
-    /// The key the starts, cancels and decisions sent from the web view are signed with.
-    #[command(flatten)]
-    pub sign: super::identity::SignArgs,
-    /// Who may use the API.
-    #[command(flatten)]
-    pub access: AccessArgs,
-}
-
-/// Runs `ui`: serves the web view until SIGINT/SIGTERM.
-pub fn run(args: Args) -> ExitCode {
-    super::block_on(async move {
-        if args.nats.nats_url.is_none() {
-            return super::runs::refuse(
-                "a fresh embedded server has no mesh to show: give --nats-url (or NATS_URL)",
-            );
-        }
-        let signer = args.sign.signer()?;
-        let access = Access::new(&args.access)?;
-        if let Err(why) = access.check_bind(args.http) {
-            return super::runs::refuse(why);
-        }
-        let conn = connect(&args.nats).await?;
-        let ns = &args.nats.namespace;
-        let web = Web::start(conn.client.clone(), ns, signer, access, args.http).await?;
-        eprintln!("web view at http://{}/", web.addr());
-        agent_sdk::health::signalled().await?;
-        drop(web);
-        conn.close().await;
-        Ok(ExitCode::SUCCESS)
-    })
-}
+use crate::ops::refusal::{Refusal, RefusalKind};
+use crate::ops::runs::Runs;
 
 /// What every handler reads: the connection, the namespace, the signing key, the cards.
 #[derive(Clone)]
@@ -73,6 +32,13 @@ struct Ctx {
     ns: String,
     signer: Option<agent_sdk::Signer>,
     cards: Arc<cards::Cards>,
+}
+
+impl Ctx {
+    /// The runs of the namespace, opened for one request.
+    async fn runs(&self) -> Result<Runs, ApiError> {
+        Ok(Runs::open(self.client.clone(), &self.ns).await?)
+    }
 }
 
 /// A running web view; dropping it stops it.
@@ -155,15 +121,29 @@ impl ApiError {
     fn not_found(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::NOT_FOUND, message)
     }
-
-    fn conflict(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::CONFLICT, message)
-    }
 }
 
 impl From<anyhow::Error> for ApiError {
     fn from(e: anyhow::Error) -> ApiError {
         ApiError::new(StatusCode::BAD_GATEWAY, format!("{e:#}"))
+    }
+}
+
+/// The HTTP status of an operation's refusal of `kind`.
+fn status_of(kind: RefusalKind) -> StatusCode {
+    match kind {
+        RefusalKind::NotFound => StatusCode::NOT_FOUND,
+        RefusalKind::NotPermitted => StatusCode::FORBIDDEN,
+        RefusalKind::Conflict => StatusCode::CONFLICT,
+        RefusalKind::NoResponder => StatusCode::SERVICE_UNAVAILABLE,
+        RefusalKind::Invalid => StatusCode::BAD_REQUEST,
+        RefusalKind::Unavailable | RefusalKind::Failed => StatusCode::BAD_GATEWAY,
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(r: Refusal) -> ApiError {
+        ApiError::new(status_of(r.kind), r.message)
     }
 }
 
@@ -191,3 +171,42 @@ fn json_response(status: StatusCode, value: &Value) -> Response {
 
 /// What a handler answers.
 type ApiResult = std::result::Result<Response, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use messages::jsonrpc::{codes, ErrorObject};
+
+    #[test]
+    fn each_refusal_kind_has_its_status() {
+        let cases = [
+            (RefusalKind::NotFound, 404),
+            (RefusalKind::NotPermitted, 403),
+            (RefusalKind::Conflict, 409),
+            (RefusalKind::NoResponder, 503),
+            (RefusalKind::Invalid, 400),
+            (RefusalKind::Unavailable, 502),
+            (RefusalKind::Failed, 502),
+        ];
+        for (kind, status) in cases {
+            assert_eq!(status_of(kind).as_u16(), status, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn the_nodes_code_decides_the_status_not_its_words() {
+        let status = |code, message: &str| {
+            let r = Refusal::from_node(&ErrorObject::new(code, message));
+            ApiError::from(r).status.as_u16()
+        };
+        // Words that once meant "forbidden" or "unavailable" decide nothing.
+        assert_eq!(status(codes::TASK_NOT_CANCELABLE, "signature may not"), 409);
+        assert_eq!(status(codes::NOT_PERMITTED, "already ended"), 403);
+        assert_eq!(
+            status(codes::TASK_NOT_FOUND, "no workflow node serves"),
+            404
+        );
+        assert_eq!(status(codes::INVALID_PARAMS, "x"), 400);
+        assert_eq!(status(codes::INTERNAL_ERROR, "x"), 502);
+    }
+}

@@ -7,10 +7,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
-const INDEX: &str = include_str!("../../../web/index.html");
-const APP: &str = include_str!("../../../web/app.js");
-const STYLE: &str = include_str!("../../../web/style.css");
-const MERMAID: &str = include_str!("../../../web/vendor/mermaid-11.12.0.min.js");
+const INDEX: &str = include_str!("../../web/index.html");
+const APP: &str = include_str!("../../web/app.js");
+const STYLE: &str = include_str!("../../web/style.css");
+const MERMAID: &str = include_str!("../../web/vendor/mermaid-11.12.0.min.js");
 
 /// The routes of the pages.
 pub(super) fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {

@@ -1,0 +1,51 @@
+//! `workflow-node ui`: serves the web view ([`crate::web`]) of a mesh on its own, until
+//! SIGINT or SIGTERM. The arguments are parsed here; the view itself knows nothing of the
+//! CLI.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use super::connect::{connect, NatsArgs};
+use super::runs::refuse;
+use crate::web::{Access, AccessArgs, Web};
+
+/// Arguments of `ui`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Where to serve the pages and the API (port 0 picks a free one, printed at start).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub http: SocketAddr,
+    /// NATS connection.
+    #[command(flatten)]
+    pub nats: NatsArgs,
+    /// The key the starts, cancels and decisions sent from the web view are signed with.
+    #[command(flatten)]
+    pub sign: super::identity::SignArgs,
+    /// Who may use the API.
+    #[command(flatten)]
+    pub access: AccessArgs,
+}
+
+/// Runs `ui`: serves the web view until SIGINT/SIGTERM.
+pub fn run(args: Args) -> ExitCode {
+    super::block_on(async move {
+        if args.nats.nats_url.is_none() {
+            return refuse(
+                "a fresh embedded server has no mesh to show: give --nats-url (or NATS_URL)",
+            );
+        }
+        let signer = args.sign.signer()?;
+        let access = Access::new(&args.access)?;
+        if let Err(why) = access.check_bind(args.http) {
+            return refuse(why);
+        }
+        let conn = connect(&args.nats).await?;
+        let ns = &args.nats.namespace;
+        let web = Web::start(conn.client.clone(), ns, signer, access, args.http).await?;
+        eprintln!("web view at http://{}/", web.addr());
+        agent_sdk::health::signalled().await?;
+        drop(web);
+        conn.close().await;
+        Ok(ExitCode::SUCCESS)
+    })
+}

@@ -1,0 +1,25 @@
+//! The operations on a mesh's runs and definitions that every face shares (the CLI, the
+//! web view, and the doors to come): each takes plain values (a connection, a namespace,
+//! a run) and returns data or a typed [`refusal::Refusal`]. A face parses its arguments,
+//! calls here and prints or answers; it maps a refusal's kind to its own words (an exit
+//! code, an HTTP status), never its message.
+//!
+//! - [`refusal`]: why an operation did not happen, with the node's JSON-RPC code.
+//! - [`runs`]: list, find, read and the history of runs.
+//! - [`view`]: a run as data (the JSON every face shows).
+//! - [`definition`]: the definition a run was made with.
+//! - [`follow`]: one stream of a run's changes.
+//! - [`steer`]: cancel, pause, resume, retry.
+//! - [`approvals`]: the gates waiting, and a decision on one.
+//! - [`definitions`]: the stored definitions, and deleting one.
+//! - [`ask`]: one request to a workflow's nodes, its answer as an outcome.
+
+pub mod approvals;
+pub mod ask;
+pub mod definition;
+pub mod definitions;
+pub mod follow;
+pub mod refusal;
+pub mod runs;
+pub mod steer;
+pub mod view;
