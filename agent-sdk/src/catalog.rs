@@ -42,7 +42,7 @@ pub enum CatalogError {
     },
     /// The server did not confirm the subscription.
     #[error("confirming the cards subscription")]
-    Roundtrip(#[source] crate::roundtrip::RoundtripError),
+    Roundtrip(#[source] crate::error::RoundtripError),
     /// The discovery ping could not be published.
     #[error("publishing the discovery ping")]
     Ping(#[source] async_nats::PublishError),
@@ -232,7 +232,19 @@ impl Catalog {
         let Some(uri) = card.visualization_ref().map(str::to_owned) else {
             return Ok(Some(card));
         };
-        match self.mesh.artifacts().get_uri(&uri).await? {
+        // The workflow node keeps large card contents in a bucket of their own; any other
+        // reference is read from the namespace's artifacts, which refuse other buckets.
+        let cards = crate::ArtifactStore::in_bucket(
+            self.mesh.client().clone(),
+            messages::subjects::cards_bucket(self.mesh.ns()),
+        );
+        let in_cards = messages::payload::parse_object_uri(&uri)
+            .is_some_and(|(bucket, _)| bucket == cards.bucket());
+        let stored = match in_cards {
+            true => cards.get_uri(&uri).await?,
+            false => self.mesh.artifacts().get_uri(&uri).await?,
+        };
+        match stored {
             Value::Object(params) => Ok(Some(card.with_visualization_params(params))),
             _ => Err(ArtifactError::NotJson {
                 bucket: uri.clone(),

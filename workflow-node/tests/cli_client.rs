@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-use agent_sdk::exchange::Timing;
+use agent_sdk::workflow::{invoke, InvokeError};
+use agent_sdk::Timing;
 use futures::StreamExt;
 use messages::a2a::{AgentReply, Message, Role, Task, TaskState, TaskStatus};
 use messages::jsonrpc::{ErrorObject, Method, Request, Response};
 use messages::subjects;
 use serde_json::json;
-use workflow_node::cli::client::{invoke, InvokeError};
 
 /// What the stand-in does with the requests it receives, in order.
 #[derive(Clone, Copy)]

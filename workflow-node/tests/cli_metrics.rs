@@ -12,8 +12,8 @@ use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
+use agent_sdk::workflow::invoke;
 use serde_json::json;
-use workflow_node::cli::client::invoke;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 

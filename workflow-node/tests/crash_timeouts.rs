@@ -7,11 +7,11 @@ mod crash_common;
 
 use std::time::Duration;
 
+use agent_sdk::workflow::invoke;
 use crash_common::replicas::{write_file, Logs, Spawner};
 use futures::StreamExt;
 use messages::subjects;
 use serde_json::json;
-use workflow_node::cli::client::invoke;
 
 const STUBS: &str = r#"
 agents:

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 mod shell_common;
 
+use agent_sdk::workflow::{invoke, RunResult};
 use futures::StreamExt;
 use messages::jsonrpc::Request;
 use messages::subjects;
 use serde_json::{json, Value};
 use shell_common::Mesh;
 use tokio::sync::mpsc;
-use workflow_node::cli::client::{invoke, RunResult};
 use workflow_node::core::{ExecutionId, RunStatus};
 use workflow_node::shell::record::RunRecord;
 use workflow_node::shell::{names, Config};

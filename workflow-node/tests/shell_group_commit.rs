@@ -6,9 +6,9 @@ mod shell_common;
 
 use std::time::Duration;
 
+use agent_sdk::workflow::invoke;
 use futures::StreamExt;
 use serde_json::json;
-use workflow_node::cli::client::invoke;
 use workflow_node::core::ExecutionId;
 use workflow_node::shell::inspect::Inspector;
 use workflow_node::shell::{names, Config};

@@ -10,12 +10,12 @@ use tokio::sync::Notify;
 
 mod shell_common;
 
+use agent_sdk::workflow::{invoke, invoke_as, new_task_id};
 use agent_sdk::{handler_fn, AgentBuilder, NodeRequest};
 use futures::StreamExt;
 use messages::workflow::{Decision, WorkflowApprovalDecision, WorkflowDataPart};
 use messages::{subjects, Message, Part, Request, Role};
 use serde_json::json;
-use workflow_node::cli::client::{invoke, invoke_as, new_task_id};
 use workflow_node::definition::parse_str;
 use workflow_node::shell::inspect::Inspector;
 use workflow_node::shell::{names, Config, WorkflowNode};

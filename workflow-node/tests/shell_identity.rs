@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 
 mod shell_common;
 
+use agent_sdk::workflow::{get_run, get_run_signed, invoke_as, new_task_id, RunResult, StartAs};
 use agent_sdk::{CallError, Mesh as SdkMesh, Signer};
 use futures::StreamExt;
 use messages::a2a::{Message, Part, Role};
@@ -17,9 +18,6 @@ use messages::workflow::{Decision, NodePhase, RunPhase, WorkflowApprovalDecision
 use messages::{headers, subjects};
 use serde_json::{json, Value};
 use shell_common::Mesh;
-use workflow_node::cli::client::{
-    get_run, get_run_signed, invoke_as, new_task_id, RunResult, StartAs,
-};
 use workflow_node::shell::{names, Config, WorkflowNode};
 
 const TIMEOUT: Duration = Duration::from_secs(30);

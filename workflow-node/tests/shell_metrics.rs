@@ -10,11 +10,11 @@ mod shell_common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use agent_sdk::workflow::{invoke, RunResult};
 use futures::future::join_all;
 use metrics_common::{scrape, scrape_until, Scrape};
 use serde_json::json;
 use shell_common::{mesh, settled, workflows};
-use workflow_node::cli::client::{invoke, RunResult};
 use workflow_node::shell::{Config, MetricsConfig, Otlp, WorkflowNode};
 
 const TIMEOUT: Duration = Duration::from_secs(30);

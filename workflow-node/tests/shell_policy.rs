@@ -10,10 +10,10 @@ use std::time::Duration;
 mod metrics_common;
 mod shell_common;
 
+use agent_sdk::workflow::{get_run, invoke, RunResult};
 use messages::workflow::{NodePhase, RunOutcome, RunPhase, WorkflowDataPart};
 use messages::TaskState;
 use serde_json::{json, Value};
-use workflow_node::cli::client::{get_run, invoke, RunResult};
 use workflow_node::core::{NodeStatus, RunStatus};
 use workflow_node::shell::inspect::Inspector;
 use workflow_node::shell::{Config, MetricsConfig, Otlp, WorkflowNode};

@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 mod shell_common;
 
+use agent_sdk::workflow::{invoke, RunResult};
 use shell_common::{settled, Mesh};
-use workflow_node::cli::client::{invoke, RunResult};
 use workflow_node::shell::{names, Config};
 
 const TIMEOUT: Duration = Duration::from_secs(30);

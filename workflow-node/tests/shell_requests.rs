@@ -6,6 +6,7 @@ use std::time::Duration;
 
 mod shell_common;
 
+use agent_sdk::workflow::{get_run, invoke, GetRunError};
 use futures::StreamExt;
 use messages::a2a::{Message, Part, Role};
 use messages::jsonrpc::Request;
@@ -14,7 +15,6 @@ use messages::workflow::{Decision, NodePhase, RunPhase, WorkflowApprovalDecision
 use messages::{headers, subjects, TaskState};
 use serde_json::{json, Value};
 use shell_common::Mesh;
-use workflow_node::cli::client::{get_run, invoke, GetRunError};
 use workflow_node::shell::Config;
 
 const TIMEOUT: Duration = Duration::from_secs(30);

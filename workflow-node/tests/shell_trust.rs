@@ -7,6 +7,7 @@ use std::time::Duration;
 
 mod shell_common;
 
+use agent_sdk::workflow::{get_run, invoke_as, RunState};
 use messages::a2a::{AgentReply, Message, Part, Role};
 use messages::jsonrpc::{Request, Response};
 use messages::payload::{object_uri, wrap, JSON_MIME};
@@ -15,7 +16,6 @@ use messages::{headers, subjects};
 use serde_json::{json, Value};
 use shell_common::Mesh;
 use tokio::sync::{mpsc, Mutex};
-use workflow_node::cli::client::{get_run, invoke_as, RunState};
 use workflow_node::core::{Event, TimerId};
 use workflow_node::shell::{names, Config, Envelope};
 

@@ -6,8 +6,8 @@ mod shell_common;
 
 use std::time::Duration;
 
+use agent_sdk::workflow::{invoke, RunResult};
 use serde_json::{json, Value};
-use workflow_node::cli::client::{invoke, RunResult};
 use workflow_node::shell::{names, Config};
 
 const TIMEOUT: Duration = Duration::from_secs(30);

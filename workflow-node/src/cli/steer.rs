@@ -8,16 +8,15 @@
 
 use std::process::ExitCode;
 
-use agent_sdk::exchange::{send_until_answered, Outgoing, Timing};
+use agent_sdk::workflow::{new_task_id, start_retry, StartAs, Started};
+use agent_sdk::Timing;
 use anyhow::{anyhow, Result};
 use messages::a2a::{Message, Part, Role, TaskState};
-use messages::control::{RunControl, WorkflowRetry, WorkflowRunControl};
+use messages::control::{RunControl, WorkflowRunControl};
 use messages::jsonrpc::{Outcome, Request};
-use messages::reply::final_task;
-use messages::{subjects, AgentReply};
+use messages::AgentReply;
 use serde_json::json;
 
-use super::client::{exchange, new_task_id};
 use super::runs::{ask, find, open, refuse, task_text, Target};
 use crate::core::ExecutionId;
 use crate::shell::inspect::FoundRun;
@@ -130,34 +129,6 @@ pub(crate) async fn send_control(
     })
 }
 
-/// The `message/send` that retries run `run` (its workflow and execution id) as a new run
-/// with task id `task_id`, signed by `signer`.
-pub(crate) fn retry_request(
-    ns: &str,
-    run: (&str, &ExecutionId),
-    task_id: &str,
-    signer: Option<agent_sdk::Signer>,
-) -> Result<Outgoing> {
-    let (workflow, execution) = run;
-    let retried = WorkflowRetry {
-        execution_id: execution.0.clone(),
-    };
-    let mut message = Message::new(
-        task_id.to_string(),
-        Role::User,
-        vec![Part::data_part(&retried)],
-    );
-    message.task_id = Some(task_id.to_string());
-    let request = Request::message_send(task_id, message);
-    Ok(Outgoing {
-        subject: subjects::agent_request(ns, workflow),
-        id: task_id.into(),
-        headers: async_nats::HeaderMap::new(),
-        body: serde_json::to_vec(&request)?.into(),
-        signer,
-    })
-}
-
 /// Retries `run` as a new run and returns its execution id once the workflow accepted it,
 /// or why it refused.
 pub(crate) async fn send_retry(
@@ -169,10 +140,18 @@ pub(crate) async fn send_retry(
 ) -> Result<std::result::Result<ExecutionId, String>> {
     let task_id = new_task_id();
     let execution = crate::shell::names::execution_id(&run.workflow, &task_id);
-    let outgoing = retry_request(ns, (&run.workflow, &run.execution), &task_id, signer)?;
-    Ok(match detach(outgoing, client, timing).await? {
-        Some(why) => Err(why),
-        None => Ok(execution),
+    let start = StartAs {
+        task_id,
+        version: None,
+        signer,
+    };
+    let started = start_retry(client, ns, &run.workflow, &run.execution.0, timing, start)
+        .await
+        .map_err(|e| anyhow!("sending the retry: {e}"))?;
+    Ok(match started {
+        Started::Accepted => Ok(execution),
+        Started::Ended { text, .. } if text.is_empty() => Err("the retry was refused".into()),
+        Started::Ended { text, .. } => Err(text),
     })
 }
 
@@ -228,19 +207,23 @@ pub(crate) async fn retry(args: RetryArgs) -> Result<ExitCode> {
     }
     let task_id = new_task_id();
     let execution = crate::shell::names::execution_id(&run.workflow, &task_id);
-    let outgoing = retry_request(&ns, (&run.workflow, &run.execution), &task_id, signer)?;
     if !target.json {
         eprintln!("retrying run {} as run {execution}", run.execution);
     }
+    let start = StartAs {
+        task_id,
+        version: None,
+        signer,
+    };
     let progress = super::run::show_progress;
-    let result = exchange(
+    let result = agent_sdk::workflow::retry(
         &conn.client,
         &ns,
         &run.workflow,
-        outgoing,
+        &run.execution.0,
         timing,
+        start,
         progress,
-        None,
     )
     .await;
     conn.close().await;
@@ -251,24 +234,4 @@ pub(crate) async fn retry(args: RetryArgs) -> Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
-}
-
-/// Sends a start until the workflow accepts it (`None`), or answers it at once with a
-/// final reply (`Some`: a refusal, its text).
-pub(crate) async fn detach(
-    outgoing: Outgoing,
-    client: &async_nats::Client,
-    timing: Timing,
-) -> Result<Option<String>> {
-    let accepted = std::sync::Arc::new(tokio::sync::Notify::new());
-    let told = accepted.clone();
-    let sent = send_until_answered(client, outgoing, timing, move |_| told.notify_one());
-    tokio::select! {
-        ended = sent => {
-            let reply = ended.map_err(|e| anyhow!("sending the retry: {e}"))?;
-            let task = final_task(reply).expect("send_until_answered returns final replies only");
-            Ok(Some(task_text(&task).unwrap_or_else(|| "the retry was refused".into())))
-        }
-        _ = accepted.notified() => Ok(None),
-    }
 }

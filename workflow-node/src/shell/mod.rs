@@ -67,13 +67,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use async_nats::jetstream::{self, kv, object_store};
+use async_nats::jetstream::{self, kv};
 use async_nats::HeaderMap;
 use messages::card::AgentCard;
 use messages::{headers, subjects};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::io::AsyncReadExt;
 use tokio::task::JoinHandle;
 
 use error::Context;
@@ -164,7 +163,7 @@ impl Default for Config {
             workers: 64,
             pull: Pull::default(),
             inline_limit: 256 * 1024,
-            max_artifact_bytes: agent_sdk::payload::MAX_ARTIFACT_BYTES as u64,
+            max_artifact_bytes: agent_sdk::artifacts::MAX_ARTIFACT_BYTES as u64,
             card_wait: Duration::from_secs(2),
             replicas: 1,
             max_deliver: 10,
@@ -254,8 +253,11 @@ pub struct Shared {
     timers: kv::Store,
     registry: Registry,
     cards: HashMap<String, AgentCard>,
-    artifacts: tokio::sync::OnceCell<object_store::ObjectStore>,
-    card_objects: tokio::sync::OnceCell<object_store::ObjectStore>,
+    /// The mesh's artifacts: objects expire after the retention (a run's artifacts are
+    /// written while it runs, and a run never outlives it).
+    artifacts: agent_sdk::ArtifactStore,
+    /// Card contents too large for a card: they live as long as the card.
+    card_objects: agent_sdk::ArtifactStore,
     health: Arc<Health>,
     /// This replica's name in runs' histories.
     replica: String,
@@ -407,215 +409,91 @@ impl Shared {
             .context(|| format!("subscribing to {subject}"))
     }
 
-    /// The artifact bucket: objects expire after the retention (a run's artifacts are
-    /// written while it runs, and a run never outlives it).
-    async fn artifact_store(&self) -> Result<&object_store::ObjectStore> {
-        self.artifacts
-            .get_or_try_init(|| {
-                let bucket = subjects::artifact_bucket(&self.ns);
-                object_bucket(
-                    &self.js,
-                    bucket,
-                    self.config.replicas,
-                    self.config.retention,
-                )
-            })
-            .await
-    }
-
-    /// The bucket of card contents too large for a card: they live as long as the card.
-    async fn card_store(&self) -> Result<&object_store::ObjectStore> {
-        self.card_objects
-            .get_or_try_init(|| {
-                let bucket = names::cards_bucket(&self.ns);
-                object_bucket(&self.js, bucket, self.config.replicas, Duration::ZERO)
-            })
-            .await
-    }
-
     /// Stores an artifact; returns its `nats-object://` URI.
     async fn put_artifact(&self, name: &str, bytes: Vec<u8>) -> Result<String> {
-        let store = self.artifact_store().await?;
-        put_object(store, &subjects::artifact_bucket(&self.ns), name, bytes).await
+        let stored = self.artifacts.put_bytes(name, &bytes).await;
+        stored.map_err(artifact_error)
     }
 
-    /// Stores version 1 of a run's artifact (see [`put_versioned`]); returns its
-    /// `nats-object://` URI.
+    /// Stores version 1 of a run's artifact (see `ArtifactStore::put_first_version`);
+    /// returns its `nats-object://` URI.
     async fn put_run_artifact(&self, name: &str, run: &str, bytes: Vec<u8>) -> Result<String> {
-        let store = self.artifact_store().await?;
-        put_versioned(
-            store,
-            &subjects::artifact_bucket(&self.ns),
-            name,
-            run,
-            bytes,
-        )
-        .await
+        let stored = self.artifacts.put_first_version(name, run, &bytes).await;
+        stored.map_err(artifact_error)
     }
 
     /// Stores a card's content; returns its `nats-object://` URI.
     async fn put_card_object(&self, name: &str, bytes: Vec<u8>) -> Result<String> {
-        let store = self.card_store().await?;
-        put_object(store, &names::cards_bucket(&self.ns), name, bytes).await
+        let stored = self.card_objects.put_bytes(name, &bytes).await;
+        stored.map_err(artifact_error)
     }
 
-    /// Reads a JSON artifact from our bucket.
+    /// Reads a JSON artifact from our bucket: a `nats-object://` URI or an object name.
     async fn get_artifact(&self, name: &str) -> Result<Value> {
+        let bytes = self.artifacts.read_reference(name).await;
         let bucket = subjects::artifact_bucket(&self.ns);
-        match messages::payload::object_ref(name, &bucket) {
-            Some((bucket, name)) => match self.get_artifact_in(bucket, name).await {
-                // An agent's `output_artifact_ref {name, version}` whose object was stored
-                // plainly under `name` (not as `{name}@v{version}`): read that.
-                Err(Error::Missing(why)) => match messages::payload::split_version_key(name) {
-                    Some((plain, _)) => self
-                        .get_artifact_in(bucket, plain)
-                        .await
-                        .map_err(|_| Error::Missing(why)),
-                    None => Err(Error::Missing(why)),
-                },
-                other => other,
-            },
-            None => Err(Error::Missing(format!(
-                "artifact '{name}' (not an artifact name)"
-            ))),
-        }
+        let (bucket, name) =
+            messages::payload::object_ref(name, &bucket).unwrap_or((&bucket, name));
+        decode_artifact(&bytes.map_err(artifact_error)?, bucket, name)
     }
 
-    /// Reads a JSON artifact from a bucket.
-    /// Only the mesh's artifact bucket is read: the node may read other buckets (its own
-    /// among them), so a reference to one would make it read them for whoever sent it.
+    /// Reads a JSON artifact from a bucket: only the mesh's artifact bucket is read, and
+    /// no more than `Config::max_artifact_bytes` (see `agent_sdk::artifacts`).
     async fn get_artifact_in(&self, bucket: &str, name: &str) -> Result<Value> {
-        let artifacts = subjects::artifact_bucket(&self.ns);
-        if bucket != artifacts {
-            return Err(Error::Refused(format!(
-                "artifact '{name}' is in bucket '{bucket}': references may name only the mesh's artifact bucket '{artifacts}'"
-            )));
-        }
-        let store = self.artifact_store().await?.clone();
-        let what = || format!("reading artifact {name} of {bucket}");
-        let mut object = match store.get(name).await {
-            Ok(object) => object,
-            Err(e) if e.kind() == object_store::GetErrorKind::NotFound => {
-                return Err(Error::Missing(format!(
-                    "artifact '{name}' in bucket '{bucket}'"
-                )))
-            }
-            Err(e) => return Err(e).context(what),
-        };
-        let size = object.info().size as u64;
-        let limit = self.config.max_artifact_bytes;
-        if size > limit {
-            return Err(Error::Refused(format!(
-                "artifact '{name}' of {bucket} is {size} bytes, over the limit of {limit} bytes"
-            )));
-        }
-        let mut bytes = Vec::with_capacity(size as usize);
-        (&mut object)
-            .take(limit + 1)
-            .read_to_end(&mut bytes)
-            .await
-            .context(what)?;
-        if bytes.len() as u64 > limit {
-            return Err(Error::Refused(format!(
-                "artifact '{name}' of {bucket} is over the limit of {limit} bytes"
-            )));
-        }
-        serde_json::from_slice(&bytes).map_err(|source| Error::Encoding {
-            context: what(),
-            source,
-        })
+        let bytes = self.artifacts.get_bytes(bucket, name).await;
+        decode_artifact(&bytes.map_err(artifact_error)?, bucket, name)
     }
 }
 
-/// Finds or creates an object store bucket; `max_age` zero keeps objects forever. A
-/// bucket made without an age limit (by an agent, or an older version) is given `max_age`.
-async fn object_bucket(
-    js: &jetstream::Context,
-    bucket: String,
-    replicas: usize,
-    max_age: Duration,
-) -> Result<object_store::ObjectStore> {
-    if let Ok(store) = js.get_object_store(&bucket).await {
-        if !max_age.is_zero() {
-            let setup = |e: async_nats::Error| Error::Setup {
-                resource: format!("object store {bucket}"),
-                source: e,
-            };
-            let mut stream = js
-                .get_stream(format!("OBJ_{bucket}"))
-                .await
-                .map_err(|e| setup(e.into()))?;
-            let info = stream.info().await.map_err(|e| setup(e.into()))?;
-            if info.config.max_age.is_zero() {
-                let mut config = info.config.clone();
-                config.max_age = max_age;
-                // The server wants the duplicate window within the age limit.
-                config.duplicate_window = config.duplicate_window.min(max_age);
-                js.update_stream(config)
-                    .await
-                    .map_err(|e| setup(e.into()))?;
-            }
+/// The node's error for the artifact store's: a missing object is missing, a foreign
+/// bucket or an object over the limit is refused, the rest is a connection error (worth
+/// retrying) or a setup error.
+fn artifact_error(e: agent_sdk::ArtifactError) -> Error {
+    use agent_sdk::ArtifactError as A;
+    match e {
+        A::BadUri(name) => Error::Missing(format!("artifact '{name}' (not an artifact name)")),
+        A::NotFound { bucket, name } => {
+            Error::Missing(format!("artifact '{name}' in bucket '{bucket}'"))
         }
-        return Ok(store);
+        e @ A::ForeignBucket { .. } => Error::Refused(e.to_string()),
+        A::TooLarge {
+            bucket,
+            name,
+            size,
+            limit,
+        } => Error::Refused(format!(
+            "artifact '{name}' of {bucket} is {size} bytes, over the limit of {limit} bytes"
+        )),
+        A::Bucket { bucket, reason } => Error::Setup {
+            resource: format!("object store {bucket}"),
+            source: reason.into(),
+        },
+        A::Read {
+            bucket,
+            name,
+            reason,
+        } => Error::Connection {
+            context: format!("reading artifact {name} of {bucket}"),
+            source: reason.into(),
+        },
+        A::Write {
+            bucket,
+            name,
+            reason,
+        } => Error::Connection {
+            context: format!("storing object {name} in {bucket}"),
+            source: reason.into(),
+        },
+        e @ A::NotJson { .. } => Error::Refused(e.to_string()),
     }
-    js.create_object_store(object_store::Config {
-        bucket: bucket.clone(),
-        num_replicas: replicas,
-        max_age,
-        ..Default::default()
-    })
-    .await
-    .map_err(|e| Error::Setup {
-        resource: format!("object store {bucket}"),
-        source: e.into(),
-    })
 }
 
-async fn put_object(
-    store: &object_store::ObjectStore,
-    bucket: &str,
-    name: &str,
-    bytes: Vec<u8>,
-) -> Result<String> {
-    store
-        .put(name, &mut bytes.as_slice())
-        .await
-        .context(|| format!("storing object {name} in {bucket}"))?;
-    Ok(messages::payload::object_uri(bucket, name))
-}
-
-/// Stores `bytes` as version 1 of artifact `name` of run `run`: the object `{name}@v1`
-/// (see `messages::payload::version_key`), with the link `name` pointing at it, as the
-/// SDK's artifact API stores versions. The node's artifact names are fixed by their run,
-/// so storing one again writes the same objects. Returns the versioned object's URI.
-async fn put_versioned(
-    store: &object_store::ObjectStore,
-    bucket: &str,
-    name: &str,
-    run: &str,
-    bytes: Vec<u8>,
-) -> Result<String> {
-    let key = messages::payload::version_key(name, 1);
-    let meta = object_store::ObjectMetadata {
-        name: key.clone(),
-        metadata: [
-            ("artifact".to_string(), name.to_string()),
-            ("version".to_string(), "1".to_string()),
-            ("run".to_string(), run.to_string()),
-            ("mime".to_string(), messages::payload::JSON_MIME.to_string()),
-        ]
-        .into(),
-        ..Default::default()
-    };
-    let info = store
-        .put(meta, &mut bytes.as_slice())
-        .await
-        .context(|| format!("storing object {key} in {bucket}"))?;
-    store
-        .add_link(name, &info)
-        .await
-        .context(|| format!("linking {name} to {key} in {bucket}"))?;
-    Ok(messages::payload::object_uri(bucket, &key))
+/// The JSON value of artifact `name` of `bucket`.
+fn decode_artifact(bytes: &[u8], bucket: &str, name: &str) -> Result<Value> {
+    serde_json::from_slice(bytes).map_err(|source| Error::Encoding {
+        context: format!("reading artifact {name} of {bucket}"),
+        source,
+    })
 }
 
 /// A running workflow node.
@@ -667,6 +545,13 @@ impl WorkflowNode {
             Some(addr) => Some(scrape::bind(addr).await?),
             None => None,
         };
+        let artifacts = agent_sdk::ArtifactStore::new(client.clone(), &ns)
+            .replicas(config.replicas)
+            .max_age(config.retention)
+            .max_bytes(usize::try_from(config.max_artifact_bytes).unwrap_or(usize::MAX));
+        let card_objects =
+            agent_sdk::ArtifactStore::in_bucket(client.clone(), subjects::cards_bucket(&ns))
+                .replicas(config.replicas);
         let shared = Arc::new(Shared {
             client,
             js,
@@ -676,8 +561,8 @@ impl WorkflowNode {
             timers,
             registry,
             cards,
-            artifacts: tokio::sync::OnceCell::new(),
-            card_objects: tokio::sync::OnceCell::new(),
+            artifacts,
+            card_objects,
             health: Arc::default(),
             replica,
             metrics,
@@ -747,7 +632,8 @@ impl WorkflowNode {
         )));
         // Requests are taken once the server knows the subscriptions (a flush only
         // writes them out).
-        agent_sdk::roundtrip::roundtrip(&shared.client)
+        agent_sdk::Mesh::new(shared.client.clone())
+            .roundtrip()
             .await
             .context(|| "making the subscriptions known to the server".into())?;
         // Cards go out only now: a caller that sees one finds a responder.

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use agent_sdk::exchange::Timing;
+use agent_sdk::Timing;
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
@@ -14,11 +14,11 @@ use messages::card::AgentCard;
 use serde_json::{json, Value};
 
 use super::{events, json_response, ApiError, ApiResult, Ctx};
-use crate::cli::client::{self, InvokeError, StartAs};
 use crate::cli::{approvals, runs, runs_show, table};
 use crate::core::{ExecutionId, Millis};
 use crate::shell::inspect::{FoundRun, Inspector};
 use crate::shell::{now, Error as ShellError};
+use agent_sdk::workflow::{self, InvokeError, StartAs};
 
 /// How long a start waits for the workflow to accept the run.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -242,13 +242,13 @@ async fn start(State(ctx): State<Ctx>, Path(name): Path<String>, body: Bytes) ->
         )));
     }
     let input = body.get("input").cloned().unwrap_or(json!({}));
-    let task_id = client::new_task_id();
+    let task_id = workflow::new_task_id();
     let as_ = StartAs {
         task_id: task_id.clone(),
         version: text(&body, "version")?.map(str::to_owned),
         signer: ctx.signer.clone(),
     };
-    let started = client::start(
+    let started = workflow::start(
         &ctx.client,
         &ctx.ns,
         &name,
@@ -261,12 +261,12 @@ async fn start(State(ctx): State<Ctx>, Path(name): Path<String>, body: Bytes) ->
     let execution = match started {
         // The `Started` event is stored; the record may not be yet. A start without a
         // `Mesh-Caller` has this id.
-        client::Started::Accepted => {
+        workflow::Started::Accepted => {
             let execution = crate::shell::names::caller_execution_id(&name, None, &task_id);
             recorded(&ctx, &name, &execution).await?;
             execution.0
         }
-        client::Started::Ended { text, .. } => {
+        workflow::Started::Ended { text, .. } => {
             let found = match inspector(&ctx).await? {
                 Some(i) => i.find(&task_id, Some(&name), None).await?,
                 None => None,

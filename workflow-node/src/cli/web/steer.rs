@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use agent_sdk::exchange::Timing;
+use agent_sdk::Timing;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
