@@ -59,7 +59,7 @@
 //! Modules: [`mesh`] (the caller's handle, calls, progress, cancel), [`workflow`] (runs of
 //! a workflow read as results: invoke, start, retry, `tasks/get`), [`connect`] (user,
 //! NKey, credentials, TLS and inbox prefix for a secured mesh), [`catalog`] (the cards on
-//! the mesh), [`tools`] and [`declare`] (tools for LLMs), [`agent`] (builder and handle),
+//! the mesh; [`cards`], the cache it keeps), [`tools`] and [`declare`] (tools for LLMs), [`agent`] (builder and handle),
 //! [`handler`] (what agents implement), [`artifacts`] (the object store; the wrapping
 //! conventions are in `messages::payload`), [`schema`] (JSON Schema checks), [`stub`]
 //! (YAML-described stub agents for testing workflows), [`error`], [`signing`] (NKey
@@ -73,6 +73,7 @@
 
 pub mod agent;
 pub mod artifacts;
+pub mod cards;
 pub mod catalog;
 pub mod connect;
 pub mod declare;
@@ -97,6 +98,7 @@ pub use agent::{
     DEFAULT_NAMESPACE,
 };
 pub use artifacts::{Artifact, ArtifactInfo, ArtifactStore};
+pub use cards::CardCache;
 pub use catalog::{Catalog, CatalogError};
 pub use connect::{ConnectConfig, ConnectConfigError};
 pub use error::{

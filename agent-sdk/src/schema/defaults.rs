@@ -1,4 +1,4 @@
-//! `default` in JSON Schemas (issue 17, item 5): the workflow's `input_schema`, its
+//! `default` in JSON Schemas: the workflow's `input_schema`, its
 //! `output_schema`, and a node's output contract (`output_schema_override`) fill in what a
 //! value leaves out, before the value is validated and before any template sees it; an
 //! agent served by this crate completes its input and its output the same way, so an

@@ -211,10 +211,7 @@ impl RunContext<'_> {
     async fn dispatch(&self, d: &Dispatch) -> Result<()> {
         let shared = self.shared;
         let agent = d.target.agent_name();
-        let Some(card) = shared
-            .registry
-            .wait_for(shared, agent, shared.config.card_wait)
-            .await
+        let Some(card) = super::registry::wait_for(shared, agent, shared.config.card_wait).await
         else {
             let failure = Failure {
                 class: FailureClass::Unreachable,

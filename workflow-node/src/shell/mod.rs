@@ -83,7 +83,7 @@ pub use error::{Error, Result};
 pub use health::Health;
 pub use metrics::{MetricsConfig, Otlp};
 pub use record::{Caller, RunRecord};
-pub use registry::{full_card, Registry, CARD_EXPIRY_INTERVALS};
+pub use registry::{full_card, CARD_EXPIRY_INTERVALS};
 
 /// Settings of a workflow node.
 #[derive(Debug, Clone)]
@@ -251,7 +251,7 @@ pub struct Shared {
     config: Config,
     runs: kv::Store,
     timers: kv::Store,
-    registry: Registry,
+    registry: agent_sdk::CardCache,
     cards: HashMap<String, AgentCard>,
     /// The mesh's artifacts: objects expire after the retention (a run's artifacts are
     /// written while it runs, and a run never outlives it).
@@ -539,7 +539,7 @@ impl WorkflowNode {
             .iter()
             .map(|w| (w.name.clone(), crate::visual::agent_card(w, &ns)))
             .collect();
-        let registry = Registry::new(config.card_interval * CARD_EXPIRY_INTERVALS);
+        let registry = agent_sdk::CardCache::new(config.card_interval * CARD_EXPIRY_INTERVALS);
         let metrics = metrics::Metrics::new(&config.metrics)?;
         let metrics_listener = match config.metrics.addr {
             Some(addr) => Some(scrape::bind(addr).await?),
@@ -682,8 +682,8 @@ impl WorkflowNode {
         self.metrics_addr
     }
 
-    /// The registry of cards seen on the mesh.
-    pub fn registry(&self) -> &Registry {
+    /// The registry of cards seen on the mesh, and our own.
+    pub fn registry(&self) -> &agent_sdk::CardCache {
         &self.shared.registry
     }
 

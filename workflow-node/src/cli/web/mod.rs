@@ -80,7 +80,7 @@ struct Ctx {
 pub struct Web {
     addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
-    _cards: cards::Watch,
+    _cards: Arc<cards::Cards>,
 }
 
 impl Web {
@@ -99,7 +99,8 @@ impl Web {
             .await
             .with_context(|| format!("binding the web view at {addr}"))?;
         let addr = listener.local_addr()?;
-        let (cards, watch) = cards::follow(client.clone(), ns).await?;
+        let cards = Arc::new(cards::follow(client.clone(), ns).await?);
+        let watch = cards.clone();
         let ctx = Ctx {
             client,
             ns: ns.to_owned(),
