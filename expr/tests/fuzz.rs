@@ -1,6 +1,7 @@
-//! Fuzzing of templates and conditions (issue 13, item 9): arbitrary bytes and
-//! grammar-built expressions. Every input compiles or is refused with a message, every
-//! compiled one evaluates or fails with a message, and nothing nests or grows without bound.
+//! Fuzzing of templates and conditions, which definitions from any author carry: arbitrary
+//! bytes and grammar-built expressions. Every input compiles or is refused with a message,
+//! every compiled one evaluates or fails with a message, and nothing nests or grows without
+//! bound.
 //!
 //! `cargo test` runs a bounded number of cases; `FUZZ_CASES=100000 cargo test -p
 //! workflow-expr --test fuzz` runs more.

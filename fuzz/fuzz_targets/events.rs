@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use workflow_node::shell::wire::interpret_reply;
+use workflow_node::shell::run::wire::interpret_reply;
 use workflow_node::shell::{Envelope, RunRecord};
 
 fuzz_target!(|data: &[u8]| {

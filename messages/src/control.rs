@@ -1,7 +1,8 @@
-//! DataParts that steer a run that exists (issue 17): pause or resume it, or retry it once
-//! it has ended. They travel in a `message/send` to the workflow's request subject, as an
-//! approval decision does, and are checked against the same authority as a `tasks/cancel`
-//! of the run (signed by the key that started it, or an operator's, when it was signed).
+//! DataParts that steer a run that exists, so an operator can act on it without starting
+//! another: pause or resume it, or retry it once it has ended. They travel in a `message/send`
+//! to the workflow's request subject, as an approval decision does, and are checked against the
+//! same authority as a `tasks/cancel` of the run (signed by the key that started it, or an
+//! operator's, when it was signed).
 
 use serde::{Deserialize, Serialize};
 

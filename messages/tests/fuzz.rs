@@ -1,6 +1,6 @@
-//! Fuzzing of JSON-RPC requests and replies (issue 13, item 9): arbitrary bytes and
-//! generated envelopes. Every input is read or refused with an error response that says
-//! why; nothing panics, and nesting is refused at serde_json's 128 levels with a message
+//! Fuzzing of JSON-RPC requests and replies, which come from any client on the mesh: arbitrary
+//! bytes and generated envelopes. Every input is read or refused with an error response that
+//! says why; nothing panics, and nesting is refused at serde_json's 128 levels with a message
 //! that says so.
 //!
 //! `cargo test` runs a bounded number of cases; `FUZZ_CASES=100000 cargo test -p messages

@@ -191,11 +191,11 @@ impl Drop for Serve {
 /// Waits until every event of `workflow` is processed and acked.
 async fn settled(client: &async_nats::Client, workflow: &str) {
     let js = async_nats::jetstream::new(client.clone());
-    let stream = workflow_node::shell::names::event_stream("mesh", workflow);
+    let stream = workflow_node::shell::run::names::event_stream("mesh", workflow);
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     loop {
         let mut consumer: async_nats::jetstream::consumer::PullConsumer = js
-            .get_consumer_from_stream(workflow_node::shell::names::CONSUMER, stream.as_str())
+            .get_consumer_from_stream(workflow_node::shell::run::names::CONSUMER, stream.as_str())
             .await
             .expect("consumer");
         let info = consumer.info().await.expect("info");

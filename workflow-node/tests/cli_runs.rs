@@ -13,7 +13,7 @@ use agent_sdk::{handler_fn, AgentBuilder, NodeRequest};
 use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::runtime::Runtime;
-use workflow_node::shell::{names, Config, WorkflowNode};
+use workflow_node::shell::{run::names, Config, WorkflowNode};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 

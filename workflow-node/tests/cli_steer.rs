@@ -16,8 +16,8 @@ use serde_json::{json, Value};
 use tokio::runtime::Runtime;
 use tokio::sync::{mpsc, Notify};
 use workflow_node::core::{CallPhase, NodeStatus, TaskKey};
-use workflow_node::shell::inspect::{FoundRun, Inspector};
-use workflow_node::shell::{names, Config, WorkflowNode};
+use workflow_node::shell::{run::names, Config, WorkflowNode};
+use workflow_node::shell::{FoundRun, Inspector};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 

@@ -16,8 +16,8 @@ use serde_json::{json, Value};
 use workflow_node::core::sim::{Reply, Sim};
 use workflow_node::core::{Command, Event, Execution, ExecutionId, Millis, NodeStatus, Progress};
 use workflow_node::limits::MAX_JSON_DEPTH;
-use workflow_node::shell::record::OutboxEntry;
-use workflow_node::shell::wire::{interpret_reply, request_input, ReplyMeaning};
+use workflow_node::shell::run::record::OutboxEntry;
+use workflow_node::shell::run::wire::{interpret_reply, request_input, ReplyMeaning};
 use workflow_node::shell::{Caller, Envelope, RunRecord};
 
 mod fuzz_common;

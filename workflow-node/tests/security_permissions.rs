@@ -24,7 +24,7 @@ use messages::workflow::{
 use security_common::{repo, Secure, Watched};
 use serde_json::{json, Value};
 use workflow_node::core::{ExecutionId, NodeStatus};
-use workflow_node::shell::inspect::Inspector;
+use workflow_node::shell::Inspector;
 use workflow_node::shell::{Config, WorkflowNode};
 
 const NS: &str = "mesh";

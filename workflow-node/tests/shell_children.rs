@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 use shell_common::Mesh;
 use tokio::sync::mpsc;
 use workflow_node::core::{ExecutionId, RunStatus};
-use workflow_node::shell::record::RunRecord;
-use workflow_node::shell::{names, Config};
+use workflow_node::shell::run::record::RunRecord;
+use workflow_node::shell::{run::names, Config};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 

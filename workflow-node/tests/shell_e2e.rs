@@ -474,7 +474,7 @@ async fn an_ended_run_leaves_no_timer_in_the_bucket() {
     assert_eq!(r.status, "success");
     let js = async_nats::jetstream::new(m.client.clone());
     let timers = js
-        .get_key_value(workflow_node::shell::names::timers_bucket("mesh"))
+        .get_key_value(workflow_node::shell::run::names::wakes_bucket("mesh"))
         .await
         .unwrap();
     // The disarming purges are published before the final reply's event is acked; wait for
@@ -500,7 +500,7 @@ async fn an_unreadable_timer_entry_is_purged() {
     let m = mesh(&[CHAIN]).await;
     let js = async_nats::jetstream::new(m.client.clone());
     let timers = js
-        .get_key_value(workflow_node::shell::names::timers_bucket("mesh"))
+        .get_key_value(workflow_node::shell::run::names::wakes_bucket("mesh"))
         .await
         .unwrap();
     timers

@@ -10,8 +10,8 @@ use agent_sdk::workflow::invoke;
 use futures::StreamExt;
 use serde_json::json;
 use workflow_node::core::ExecutionId;
-use workflow_node::shell::inspect::Inspector;
-use workflow_node::shell::{names, Config};
+use workflow_node::shell::Inspector;
+use workflow_node::shell::{run::names, Config};
 
 const STUBS: &str = shell_common::ECHO_STUBS;
 

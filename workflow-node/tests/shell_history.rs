@@ -17,8 +17,8 @@ use messages::workflow::{Decision, WorkflowApprovalDecision, WorkflowDataPart};
 use messages::{subjects, Message, Part, Request, Role};
 use serde_json::json;
 use workflow_node::definition::parse_str;
-use workflow_node::shell::inspect::Inspector;
-use workflow_node::shell::{names, Config, WorkflowNode};
+use workflow_node::shell::Inspector;
+use workflow_node::shell::{run::names, Config, WorkflowNode};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 

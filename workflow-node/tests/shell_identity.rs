@@ -18,7 +18,7 @@ use messages::workflow::{Decision, NodePhase, RunPhase, WorkflowApprovalDecision
 use messages::{headers, subjects};
 use serde_json::{json, Value};
 use shell_common::Mesh;
-use workflow_node::shell::{names, Config, WorkflowNode};
+use workflow_node::shell::{run::names, Config, WorkflowNode};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 

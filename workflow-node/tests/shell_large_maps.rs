@@ -7,7 +7,7 @@ use std::time::Duration;
 use agent_sdk::workflow::invoke;
 use serde_json::{json, Value};
 use workflow_node::definition::parse_str;
-use workflow_node::shell::{names, Config, RunRecord, WorkflowNode};
+use workflow_node::shell::{run::names, Config, RunRecord, WorkflowNode};
 
 const MAP: &str = r#"
 name: BigMap

@@ -13,7 +13,7 @@ use messages::jsonrpc::{codes, Request};
 use messages::{headers, subjects};
 use serde_json::{json, Value};
 use workflow_node::limits::{Limits, MAX_JSON_DEPTH};
-use workflow_node::shell::{names, Config, WorkflowNode};
+use workflow_node::shell::{run::names, Config, WorkflowNode};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 

@@ -316,7 +316,7 @@ async fn an_event_delivered_again_is_counted_as_a_redelivery_and_its_run_once() 
     use async_nats::jetstream::AckKind;
     use futures::StreamExt;
     use workflow_node::core::{Event, ExecutionId};
-    use workflow_node::shell::{names, Caller, Envelope};
+    use workflow_node::shell::{run::names, Caller, Envelope};
 
     // The consumer is made with a short ack wait by a first node, which then stops.
     let short = Config {
@@ -350,11 +350,11 @@ async fn an_event_delivered_again_is_counted_as_a_redelivery_and_its_run_once() 
         .await
         .expect("read")
         .expect("the secret");
-    let seal = workflow_node::shell::seal::Seal::new(&secret);
+    let seal = workflow_node::shell::mesh::seal::Seal::new(&secret);
     let mut h = async_nats::HeaderMap::new();
     h.insert(messages::headers::MSG_ID, "held-start");
     let mac = seal.event_mac(&subject, "held-start", &payload);
-    h.insert(workflow_node::shell::seal::EVENT_MAC, mac.as_str());
+    h.insert(workflow_node::shell::mesh::seal::EVENT_MAC, mac.as_str());
     js.publish_with_headers(subject, h, payload.into())
         .await
         .expect("publish")

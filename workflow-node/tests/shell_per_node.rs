@@ -15,9 +15,9 @@ use messages::jsonrpc::Request;
 use messages::{headers, subjects};
 use serde_json::{json, Value};
 use workflow_node::core::{ExecutionId, NodeStatus};
-use workflow_node::shell::history::HELD_MAX;
-use workflow_node::shell::inspect::Inspector;
-use workflow_node::shell::{names, Config, RunRecord};
+use workflow_node::shell::run::history::HELD_MAX;
+use workflow_node::shell::Inspector;
+use workflow_node::shell::{run::names, Config, RunRecord};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -55,7 +55,7 @@ async fn history_messages(client: &async_nats::Client, workflow: &str) -> u64 {
 }
 
 /// Asserts that `entries` are numbered 1, 2, ... `last`, each once.
-fn contiguous(entries: &[workflow_node::shell::history::HistoryEntry], last: u64) {
+fn contiguous(entries: &[workflow_node::shell::run::history::HistoryEntry], last: u64) {
     let ns: Vec<u64> = entries.iter().map(|e| e.n).collect();
     assert_eq!(ns, (1..=last).collect::<Vec<_>>(), "{entries:#?}");
 }

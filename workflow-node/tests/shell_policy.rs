@@ -15,7 +15,7 @@ use messages::workflow::{NodePhase, RunOutcome, RunPhase, WorkflowDataPart};
 use messages::TaskState;
 use serde_json::{json, Value};
 use workflow_node::core::{NodeStatus, RunStatus};
-use workflow_node::shell::inspect::Inspector;
+use workflow_node::shell::Inspector;
 use workflow_node::shell::{Config, MetricsConfig, Otlp, WorkflowNode};
 
 const TIMEOUT: Duration = Duration::from_secs(60);

@@ -9,7 +9,7 @@ mod shell_common;
 
 use agent_sdk::workflow::{invoke, RunResult};
 use shell_common::{settled, Mesh};
-use workflow_node::shell::{names, Config};
+use workflow_node::shell::{run::names, Config};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 

@@ -9,7 +9,7 @@ use agent_sdk::workflow::invoke;
 use futures::StreamExt;
 use serde_json::json;
 use workflow_node::definition::parse_str;
-use workflow_node::shell::{names, Config, RunRecord, WorkflowNode};
+use workflow_node::shell::{run::names, Config, RunRecord, WorkflowNode};
 
 const STUBS: &str = r#"
 agents:

@@ -15,7 +15,7 @@ use messages::reply::{decode_reply, final_task};
 use messages::{headers, subjects};
 use serde_json::{json, Value};
 use shell_common::{settled, Mesh};
-use workflow_node::shell::{names, Caller, Config};
+use workflow_node::shell::{run::names, Caller, Config};
 
 const WAIT: Duration = Duration::from_secs(30);
 

@@ -13,7 +13,7 @@ use messages::payload::wrap;
 use messages::subjects;
 use serde_json::json;
 use workflow_node::definition::parse_str;
-use workflow_node::shell::{names, Config, WorkflowNode};
+use workflow_node::shell::{run::names, Config, WorkflowNode};
 
 const WAIT: Duration = Duration::from_secs(60);
 

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use shell_common::Mesh;
 use tokio::sync::{mpsc, Mutex};
 use workflow_node::core::{Event, TimerId};
-use workflow_node::shell::{names, Config, Envelope};
+use workflow_node::shell::{run::names, Config, Envelope};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 

@@ -11,8 +11,8 @@ use futures::StreamExt;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use workflow_node::definition::parse_str;
-use workflow_node::shell::definitions::{self, StoredDefinition};
-use workflow_node::shell::{names, Config, WorkflowNode};
+use workflow_node::shell::store::versions::{self, StoredDefinition};
+use workflow_node::shell::{run::names, Config, WorkflowNode};
 
 const V1: &str = r#"
 name: Flow
@@ -121,7 +121,7 @@ async fn a_run_whose_definition_is_gone_fails_and_says_so() {
         // The stored version 1 is lost: the new replica cannot apply the run's events.
         let js = async_nats::jetstream::new(client);
         let defs = js
-            .get_key_value(names::definitions_bucket("mesh"))
+            .get_key_value(names::versions_bucket("mesh"))
             .await
             .expect("definitions bucket");
         let v1 = parse_str(V1, "flow.yaml").expect("v1");
@@ -174,7 +174,7 @@ async fn store_old(defs: &async_nats::jetstream::kv::Store, yaml: &str, days_ago
     let mut stored = StoredDefinition::of(&wf);
     stored.served_at.0 -= days_ago * 24 * 3600 * 1000;
     defs.put(
-        definitions::key(&wf.name, &wf.hash),
+        versions::key(&wf.name, &wf.hash),
         serde_json::to_vec(&stored).expect("json").into(),
     )
     .await
@@ -210,7 +210,7 @@ async fn versions_are_pinned_listed_and_retired_only_when_no_run_uses_them() {
     let v2 = node(&server, V2).await;
     let v1_hash = parse_str(V1, "flow.yaml").expect("v1").hash;
     let defs = async_nats::jetstream::new(client.clone())
-        .get_key_value(names::definitions_bucket("mesh"))
+        .get_key_value(names::versions_bucket("mesh"))
         .await
         .expect("definitions bucket");
 
@@ -265,15 +265,15 @@ async fn versions_are_pinned_listed_and_retired_only_when_no_run_uses_them() {
     // version 1 is kept while a run names it.
     store_old(&defs, V0, 8).await;
     store_old(&defs, V1, 8).await;
-    assert_eq!(v2.sweep_definitions().await.expect("sweep"), 1);
+    assert_eq!(v2.sweep_versions().await.expect("sweep"), 1);
     let v0_hash = parse_str(V0, "flow.yaml").expect("v0").hash;
     assert!(defs
-        .get(definitions::key("Flow", &v0_hash))
+        .get(versions::key("Flow", &v0_hash))
         .await
         .expect("get")
         .is_none());
     assert!(defs
-        .get(definitions::key("Flow", &v1_hash))
+        .get(versions::key("Flow", &v1_hash))
         .await
         .expect("get")
         .is_some());
@@ -287,7 +287,7 @@ async fn versions_are_pinned_listed_and_retired_only_when_no_run_uses_them() {
         r.error
     );
     // Ended runs keep their definition until their records expire.
-    assert_eq!(v2.sweep_definitions().await.expect("sweep"), 0);
+    assert_eq!(v2.sweep_versions().await.expect("sweep"), 0);
 
     let r = run_pinned(&client, None).await;
     assert_eq!(

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use agent_sdk::workflow::{invoke, RunResult};
 use serde_json::{json, Value};
-use workflow_node::shell::{names, Config};
+use workflow_node::shell::{run::names, Config};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -49,7 +49,7 @@ async fn run(client: &async_nats::Client, workflow: &str, input: Value) -> RunRe
 async fn timer_writes(client: &async_nats::Client) -> u64 {
     let js = async_nats::jetstream::new(client.clone());
     let mut stream = js
-        .get_stream(format!("KV_{}", names::timers_bucket("mesh")))
+        .get_stream(format!("KV_{}", names::wakes_bucket("mesh")))
         .await
         .expect("the timers bucket");
     stream
@@ -86,10 +86,7 @@ async fn timeouts_and_retries_fire_through_the_wake_and_the_run_ends_with_none_l
     assert!(e.contains("timed out") || e.contains("timeout"), "{e}");
     shell_common::settled(&m.client, "Timed").await;
     let js = async_nats::jetstream::new(m.client.clone());
-    let timers = js
-        .get_key_value(names::timers_bucket("mesh"))
-        .await
-        .unwrap();
+    let timers = js.get_key_value(names::wakes_bucket("mesh")).await.unwrap();
     // The drop of the last wake is published before the last event is acked; the purge
     // marker may still be on its way: wait for the bucket to show it, boundedly.
     let mut left = Vec::new();

@@ -22,8 +22,8 @@ use crash_common::{assert_clean, reply_output};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 use workflow_node::definition::parse_str;
-use workflow_node::shell::inspect::Inspector;
-use workflow_node::shell::{names, RunRecord};
+use workflow_node::shell::Inspector;
+use workflow_node::shell::{run::names, RunRecord};
 
 const NAME: &str = "Upgrade";
 

@@ -18,7 +18,7 @@ use super::connect::NatsArgs;
 use super::runs::{self, refuse, Target};
 use super::table::{self, Table};
 use crate::core::NodeStatus;
-use crate::shell::inspect::FoundRun;
+use crate::shell::FoundRun;
 
 /// Arguments of `approvals`.
 #[derive(Debug, clap::Args)]

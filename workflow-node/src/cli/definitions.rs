@@ -1,5 +1,5 @@
 //! `workflow-node definitions list|delete`: the workflow definitions stored for runs to
-//! keep theirs by ([`crate::shell::definitions`]), how many kept runs use each, and
+//! keep theirs by ([`crate::shell::store::versions`]), how many kept runs use each, and
 //! retiring one explicitly.
 //!
 //! Exit 0 when done, 1 when the definition named is unknown or still in use (the message
@@ -16,8 +16,8 @@ use serde_json::{json, Value};
 use super::connect::NatsArgs;
 use super::runs::{open, refuse};
 use super::table::{self, Table};
-use crate::shell::definitions::{self, count_runs, StoredDefinition, SERVED_REFRESH};
-use crate::shell::names;
+use crate::shell::run::names;
+use crate::shell::store::versions::{self, count_runs, StoredDefinition, SERVED_REFRESH};
 
 /// Arguments of `definitions`.
 #[derive(Debug, clap::Args)]
@@ -86,13 +86,13 @@ async fn rows(nats: &NatsArgs, workflow: Option<&str>) -> Result<Vec<Row>> {
     let result = async {
         let js = jetstream::new(conn.client.clone());
         let bucket = match js
-            .get_key_value(names::definitions_bucket(&nats.namespace))
+            .get_key_value(names::versions_bucket(&nats.namespace))
             .await
         {
             Ok(bucket) => bucket,
             Err(_) => return Ok(Vec::new()),
         };
-        let stored = definitions::list_in(&bucket, workflow).await?;
+        let stored = versions::list_in(&bucket, workflow).await?;
         let counts: HashMap<String, (usize, usize)> = match &inspector {
             Some(i) => count_runs(&i.list(workflow).await?),
             None => HashMap::new(),
@@ -217,10 +217,10 @@ async fn delete(args: DeleteArgs) -> Result<ExitCode> {
     let js = jetstream::new(conn.client.clone());
     let purged = async {
         let bucket = js
-            .get_key_value(names::definitions_bucket(&args.nats.namespace))
+            .get_key_value(names::versions_bucket(&args.nats.namespace))
             .await?;
         bucket
-            .purge(definitions::key(&args.workflow, &row.stored.hash))
+            .purge(versions::key(&args.workflow, &row.stored.hash))
             .await?;
         Ok::<_, anyhow::Error>(())
     }

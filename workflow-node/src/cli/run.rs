@@ -138,7 +138,7 @@ async fn execute(args: Args) -> Result<ExitCode> {
         version: args.workflow_version.clone(),
         signer: signer.clone(),
     };
-    let execution = crate::shell::names::execution_id(&args.name, &task_id);
+    let execution = crate::shell::run::names::execution_id(&args.name, &task_id);
     if args.detach {
         let submitted = submit(&conn.client, &ns, &args.name, &input, timing, start.clone()).await;
         conn.close().await;

@@ -1,6 +1,6 @@
 //! `workflow-node runs list|show|watch|history|cancel|pause|resume|retry`: the operator's view of the runs of
 //! a namespace, read straight from the runs bucket and the history stream
-//! ([`crate::shell::inspect`]); a cancel goes to the workflow's nodes, which check it.
+//! ([`crate::shell::store::inspect`]); a cancel goes to the workflow's nodes, which check it.
 //!
 //! Exit 0 when done, 1 when the run named is unknown, of another workflow, or cannot be
 //! cancelled (the message says which), 2 on a usage or connection error.
@@ -18,9 +18,9 @@ use super::connect::{connect, Connection, NatsArgs};
 use super::runs_show;
 use super::table::{self, Table};
 use crate::core::RunStatus;
-use crate::shell::history::HistoryEntry;
-use crate::shell::inspect::{FoundRun, Inspector};
+use crate::shell::run::history::HistoryEntry;
 use crate::shell::{now, Error as ShellError};
+use crate::shell::{FoundRun, Inspector};
 
 /// Arguments of `runs`.
 #[derive(Debug, clap::Args)]

@@ -23,8 +23,8 @@ use super::runs::{self, refuse, Target};
 use super::table::{self, Table};
 use crate::core::{Millis, NodeStatus};
 use crate::definition::{NodeKind, Workflow};
-use crate::shell::inspect::{Apart, FoundRun, Inspector};
-use crate::shell::{now, statuses};
+use crate::shell::{callers::statuses, now};
+use crate::shell::{Apart, FoundRun, Inspector};
 
 /// How long `show` waits for a serving node's card, for the definition.
 const CARD_WAIT: Duration = Duration::from_secs(2);
@@ -269,14 +269,14 @@ async fn stored_definition(
 ) -> anyhow::Result<Workflow> {
     let js = async_nats::jetstream::new(client.clone());
     let bucket = js
-        .get_key_value(crate::shell::names::definitions_bucket(ns))
+        .get_key_value(crate::shell::run::names::versions_bucket(ns))
         .await?;
-    let key = crate::shell::definitions::key(workflow, hash);
+    let key = crate::shell::store::versions::key(workflow, hash);
     let bytes = bucket
         .get(&key)
         .await?
         .ok_or_else(|| anyhow::anyhow!("{key} is not stored (deleted?)"))?;
-    let stored: crate::shell::definitions::StoredDefinition = serde_json::from_slice(&bytes)?;
+    let stored: crate::shell::store::versions::StoredDefinition = serde_json::from_slice(&bytes)?;
     Ok(stored.parse()?)
 }
 

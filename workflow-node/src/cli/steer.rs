@@ -19,7 +19,7 @@ use serde_json::json;
 
 use super::runs::{ask, find, open, refuse, task_text, Target};
 use crate::core::ExecutionId;
-use crate::shell::inspect::FoundRun;
+use crate::shell::FoundRun;
 
 /// Arguments of `runs pause` and `runs resume`.
 #[derive(Debug, clap::Args)]
@@ -139,7 +139,7 @@ pub(crate) async fn send_retry(
     timing: Timing,
 ) -> Result<std::result::Result<ExecutionId, String>> {
     let task_id = new_task_id();
-    let execution = crate::shell::names::execution_id(&run.workflow, &task_id);
+    let execution = crate::shell::run::names::execution_id(&run.workflow, &task_id);
     let start = StartAs {
         task_id,
         version: None,
@@ -206,7 +206,7 @@ pub(crate) async fn retry(args: RetryArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let task_id = new_task_id();
-    let execution = crate::shell::names::execution_id(&run.workflow, &task_id);
+    let execution = crate::shell::run::names::execution_id(&run.workflow, &task_id);
     if !target.json {
         eprintln!("retrying run {} as run {execution}", run.execution);
     }

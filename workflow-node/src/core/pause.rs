@@ -1,4 +1,4 @@
-//! Pausing and resuming a run (issue 17, item 1).
+//! Pausing and resuming a run: an operator stops new calls without losing the run.
 //!
 //! | event             | effect                                                            |
 //! |-------------------|-------------------------------------------------------------------|

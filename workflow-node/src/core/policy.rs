@@ -1,4 +1,4 @@
-//! Per-node error policy in the engine (issue 17, item 3): which failures halt the run,
+//! Per-node error policy in the engine: which failures halt the run,
 //! which let it go on, and which skip only what depends on them.
 //!
 //! | policy            | the node                 | its dependents           | the run        |

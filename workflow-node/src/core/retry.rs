@@ -1,4 +1,4 @@
-//! Retrying an ended run from the nodes that did not succeed (issue 17, item 2).
+//! Retrying an ended run from the nodes that did not succeed, so finished work is not redone.
 //!
 //! A retry is a **new run** (its own execution id, its own deadline, its own final reply to
 //! whoever asked for it) that names the run it retries in [`Execution::retry_of`]. It starts

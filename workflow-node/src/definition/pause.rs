@@ -1,4 +1,4 @@
-//! `workflow.pause`: what a paused run's clocks do (issue 17, item 1). A run is paused and
+//! `workflow.pause`: what a paused run's clocks do. A run is paused and
 //! resumed by request (`workflow-node runs pause|resume`); while paused it dispatches no new
 //! call. These settings say whether the time it spends paused counts against its
 //! `max_workflow_execution_time_seconds` and its approvals' `timeout`s.

@@ -1,4 +1,4 @@
-//! Per-node error policy (issue 17, item 3): what a node's failure does to the rest of the
+//! Per-node error policy: what a node's failure does to the rest of the
 //! run once its retries are spent.
 //!
 //! Two spellings are read, on any node:

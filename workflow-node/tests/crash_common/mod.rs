@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use messages::a2a::Part;
 use serde_json::{json, Value};
-use workflow_node::shell::{names, RunRecord};
+use workflow_node::shell::{run::names, RunRecord};
 
 use load::{percentile, request_id, Outcome};
 
@@ -173,7 +173,7 @@ pub(crate) async fn check_records(client: &async_nats::Client, runs: usize) -> V
         .get_key_value(names::runs_bucket("mesh"))
         .await
         .expect("runs bucket");
-    let inspector = workflow_node::shell::inspect::Inspector::open(client.clone(), "mesh")
+    let inspector = workflow_node::shell::Inspector::open(client.clone(), "mesh")
         .await
         .expect("runs bucket");
     let mut problems = Vec::new();

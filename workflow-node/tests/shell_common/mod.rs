@@ -11,7 +11,7 @@ use agent_sdk::Signer;
 use messages::jsonrpc::Request;
 
 use workflow_node::definition::{parse_str, Workflow};
-use workflow_node::shell::{names, Config, WorkflowNode};
+use workflow_node::shell::{run::names, Config, WorkflowNode};
 
 /// A server, the stub agents and a node; all stop when it is dropped.
 pub(crate) struct Mesh {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use futures::StreamExt;
 use serde_json::json;
-use workflow_node::shell::names;
+use workflow_node::shell::run::names;
 
 use super::counters::Counts;
 use super::env::{self, Env};
@@ -167,7 +167,7 @@ pub(crate) async fn map(env: &Env) -> Result<Report> {
     let floor = floor::measure(env, "map").await?;
     let wf = env::workflow(&env::map_yaml("Map"))?;
     let mesh = Mesh::start(env, "map", wf).await?;
-    let buckets = [names::runs_bucket(&mesh.ns), names::timers_bucket(&mesh.ns)];
+    let buckets = [names::runs_bucket(&mesh.ns), names::wakes_bucket(&mesh.ns)];
     let streams: Vec<String> = buckets.iter().map(|b| format!("KV_{b}")).collect();
     let meter = KvMeter::start(env.connect().await?, &buckets).await?;
     mesh.run("Map", &env::map_input(100), Duration::from_secs(60))

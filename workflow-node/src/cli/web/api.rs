@@ -16,8 +16,8 @@ use serde_json::{json, Value};
 use super::{events, json_response, ApiError, ApiResult, Ctx};
 use crate::cli::{approvals, runs, runs_show, table};
 use crate::core::{ExecutionId, Millis};
-use crate::shell::inspect::{FoundRun, Inspector};
 use crate::shell::{now, Error as ShellError};
+use crate::shell::{FoundRun, Inspector};
 use agent_sdk::workflow::{self, InvokeError, StartAs};
 
 /// How long a start waits for the workflow to accept the run.
@@ -262,7 +262,7 @@ async fn start(State(ctx): State<Ctx>, Path(name): Path<String>, body: Bytes) ->
         // The `Started` event is stored; the record may not be yet. A start without a
         // `Mesh-Caller` has this id.
         workflow::Started::Accepted => {
-            let execution = crate::shell::names::caller_execution_id(&name, None, &task_id);
+            let execution = crate::shell::run::names::caller_execution_id(&name, None, &task_id);
             recorded(&ctx, &name, &execution).await?;
             execution.0
         }

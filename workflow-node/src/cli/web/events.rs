@@ -16,8 +16,8 @@ use tokio::sync::mpsc;
 
 use super::api::{find, run_view};
 use super::{ApiError, Ctx};
-use crate::shell::inspect::{FoundRun, Inspector};
-use crate::shell::statuses;
+use crate::shell::callers::statuses;
+use crate::shell::{FoundRun, Inspector};
 
 /// Events kept for a slow reader before the feed waits for it.
 const BUFFER: usize = 64;

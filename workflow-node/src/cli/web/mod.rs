@@ -1,7 +1,7 @@
 //! The web view: a JSON API over the mesh's cards and runs, and an event stream of a run's
 //! progress (`docs/http.md`), served by `workflow-node serve --http ADDR` or on its own by
 //! `workflow-node ui`. It reads what the `runs` commands read (the runs bucket and history
-//! stream, [`crate::shell::inspect`]); starts, cancels and decisions go to the workflow's
+//! stream, [`crate::shell::store::inspect`]); starts, cancels and decisions go to the workflow's
 //! nodes as the CLI sends them, signed by the key given with `--nkey-seed-file`.
 
 mod access;

@@ -1,0 +1,15 @@
+//! What arrives on a workflow's subjects from its callers and its agents: requests
+//! (start, get, approve), cancels, steering (pause, resume, retry), agents' status
+//! updates, and the identity checks that decide who may do what.
+//!
+//! - `requests`: takes requests to each workflow, any replica.
+//! - `cancels`: cancels of runs, also from a calling workflow on the cancel subject.
+//! - `steer`: pausing, resuming and retrying a run that exists.
+//! - `statuses`: agents' status updates on a run's calls, forwarded to its callers.
+//! - `identity`: who may decide an approval or cancel a run (NKey signatures).
+
+pub(in crate::shell) mod cancels;
+pub(in crate::shell) mod identity;
+pub(in crate::shell) mod requests;
+pub mod statuses;
+pub(in crate::shell) mod steer;

@@ -1,0 +1,76 @@
+//! What every task of a node shares: the connection, the buckets, the settings, the
+//! registry, the metrics, the seal. Rooms that do I/O take it; the pure `run` room never
+//! does. Where a room needs only one handle (the registry, the stored definitions, the
+//! metrics), it takes that handle instead.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use async_nats::jetstream::{self, kv};
+use messages::card::AgentCard;
+
+use crate::core::Millis;
+use crate::shell::config::Config;
+use crate::shell::error::{Context, Result};
+use crate::shell::mesh::artifacts::Artifacts;
+use crate::shell::mesh::seal;
+use crate::shell::store::versions;
+use crate::shell::telemetry::health::Health;
+use crate::shell::telemetry::metrics;
+
+/// What every task of a node shares.
+pub(crate) struct Shared {
+    /// The connection.
+    pub(in crate::shell) client: async_nats::Client,
+    /// JetStream on it.
+    pub(in crate::shell) js: jetstream::Context,
+    /// The subject namespace.
+    pub(in crate::shell) ns: String,
+    /// The node's settings.
+    pub(in crate::shell) config: Config,
+    /// The runs bucket.
+    pub(in crate::shell) runs: kv::Store,
+    /// The wakes bucket (see `worker::wakes`).
+    pub(in crate::shell) wakes: kv::Store,
+    /// Agent cards seen on the mesh, ours among them.
+    pub(in crate::shell) registry: Arc<agent_sdk::CardCache>,
+    /// The cards of the workflows this node serves, by name.
+    pub(in crate::shell) cards: HashMap<String, AgentCard>,
+    /// The object store.
+    pub(in crate::shell) artifacts: Artifacts,
+    /// Whether every workflow's events are being pulled.
+    pub(in crate::shell) health: Arc<Health>,
+    /// This replica's name in runs' histories.
+    pub(in crate::shell) replica: String,
+    /// The node's metrics.
+    pub(in crate::shell) metrics: metrics::Metrics,
+    /// The stored definition versions.
+    pub(in crate::shell) versions: versions::Versions,
+    /// The deployment's secret: call tokens and event MACs.
+    pub(in crate::shell) seal: seal::Seal,
+}
+
+/// The wall clock, in the core's unit.
+pub fn now() -> Millis {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    Millis(u64::try_from(ms).unwrap_or(u64::MAX))
+}
+
+impl Shared {
+    /// Subscribes to `subject` in the queue group of `workflow`'s replicas: one of them
+    /// takes each message.
+    pub(in crate::shell) async fn queue_subscribe(
+        &self,
+        subject: String,
+        workflow: &str,
+    ) -> Result<async_nats::Subscriber> {
+        self.client
+            .queue_subscribe(subject.clone(), workflow.to_string())
+            .await
+            .context(|| format!("subscribing to {subject}"))
+    }
+}

@@ -1,0 +1,217 @@
+//! Proof that what arrives on a workflow's subjects comes from whoever may send it.
+//!
+//! Every replica of a deployment shares one secret, kept in KV bucket `{ns}_wf_secrets`
+//! (made by the first replica, read by the others; under the shipped permissions only
+//! workflow-node users can read it). From it come:
+//! - **call tokens**: a call's sub-task id goes on the wire as `{id}-{token}`, the token an
+//!   HMAC of the workflow and the id. Only whoever received the call knows it, so a reply
+//!   or status update for a call is accepted only with the right token; and since agents
+//!   use the task id as the reply's de-duplication id, a forger cannot pre-empt the real
+//!   reply in the stream either.
+//! - **event MACs**: an event a replica publishes into a run's stream carries an HMAC of
+//!   its subject, de-duplication id and payload in header `Mesh-Event-Mac`; an event
+//!   without a valid one (a forged start, cancel, decision or timer) is refused.
+
+use async_nats::jetstream::{self, kv};
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use crate::shell::error::{Context, Error, Result};
+use crate::shell::run::names;
+
+/// The key under which the secret is stored.
+const SECRET_KEY: &str = "calls";
+/// Hex characters of a call token (128 bits of HMAC).
+const TOKEN_HEX: usize = messages::sub_task::TOKEN_HEX;
+
+/// The header carrying an event's MAC.
+pub const EVENT_MAC: &str = "Mesh-Event-Mac";
+
+/// Why a call's reply or status update is not accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SealError {
+    /// The sub-task id has no token (`{id}-{token}`).
+    #[error("sub-task id '{0}' carries no call token")]
+    NoToken(String),
+    /// The token is not the one the call was sent with.
+    #[error("sub-task id '{0}' carries a wrong call token")]
+    WrongToken(String),
+}
+
+/// The deployment's secret, and what is derived from it.
+#[derive(Clone)]
+pub struct Seal {
+    key: Vec<u8>,
+}
+
+impl std::fmt::Debug for Seal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Seal(..)")
+    }
+}
+
+impl Seal {
+    /// A seal with the given secret (tests, and the bucket's value).
+    pub fn new(secret: &[u8]) -> Seal {
+        Seal {
+            key: secret.to_vec(),
+        }
+    }
+
+    /// Reads the deployment's secret from its bucket, making both on first use. Two
+    /// replicas starting at once agree: the second `create` fails and it reads the first's.
+    pub async fn open_or_create(
+        js: &jetstream::Context,
+        ns: &str,
+        replicas: usize,
+    ) -> Result<Seal> {
+        let bucket = names::secrets_bucket(ns);
+        let setup = |e: async_nats::Error| Error::Setup {
+            resource: format!("bucket {bucket}"),
+            source: e,
+        };
+        let store = match js.get_key_value(&bucket).await {
+            Ok(store) => store,
+            Err(_) => js
+                .create_key_value(kv::Config {
+                    bucket: bucket.clone(),
+                    history: 1,
+                    num_replicas: replicas,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| setup(e.into()))?,
+        };
+        let what = || format!("reading the deployment secret in {bucket}");
+        if let Some(secret) = store.get(SECRET_KEY).await.context(what)? {
+            return Ok(Seal::new(&secret));
+        }
+        let fresh: Vec<u8> = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()]
+            .iter()
+            .flat_map(|u| u.as_bytes().to_vec())
+            .collect();
+        if store.create(SECRET_KEY, fresh.clone().into()).await.is_ok() {
+            return Ok(Seal::new(&fresh));
+        }
+        match store.get(SECRET_KEY).await.context(what)? {
+            Some(secret) => Ok(Seal::new(&secret)),
+            None => Err(Error::Missing(format!(
+                "the deployment secret in {bucket} (neither created nor found)"
+            ))),
+        }
+    }
+
+    fn mac(&self, parts: &[&[u8]]) -> Hmac<Sha256> {
+        // An HMAC takes a key of any length: `new_from_slice` cannot fail for it.
+        let mut mac =
+            Hmac::<Sha256>::new_from_slice(&self.key).expect("HMAC accepts any key length");
+        for part in parts {
+            mac.update(&(part.len() as u64).to_be_bytes());
+            mac.update(part);
+        }
+        mac
+    }
+
+    fn token(&self, workflow: &str, sub_task_id: &str) -> String {
+        let bytes = self
+            .mac(&[b"call", workflow.as_bytes(), sub_task_id.as_bytes()])
+            .finalize()
+            .into_bytes();
+        hex::encode(&bytes[..TOKEN_HEX / 2])
+    }
+
+    /// The id a call of `workflow` goes out with: `{sub_task_id}-{token}`.
+    pub fn call_id(&self, workflow: &str, sub_task_id: &str) -> String {
+        format!("{sub_task_id}-{}", self.token(workflow, sub_task_id))
+    }
+
+    /// The sub-task id inside `wire_id`, when its token is the one [`Seal::call_id`] gave.
+    pub fn check_call<'a>(
+        &self,
+        workflow: &str,
+        wire_id: &'a str,
+    ) -> std::result::Result<&'a str, SealError> {
+        let id = plain_id(wire_id);
+        if id.len() == wire_id.len() {
+            return Err(SealError::NoToken(wire_id.to_owned()));
+        }
+        let Ok(given) = hex::decode(&wire_id[id.len() + 1..]) else {
+            return Err(SealError::NoToken(wire_id.to_owned()));
+        };
+        self.mac(&[b"call", workflow.as_bytes(), id.as_bytes()])
+            .verify_truncated_left(&given)
+            .map(|()| id)
+            .map_err(|_| SealError::WrongToken(wire_id.to_owned()))
+    }
+
+    /// The MAC of an event published to `subject` with de-duplication id `msg_id`.
+    pub fn event_mac(&self, subject: &str, msg_id: &str, payload: &[u8]) -> String {
+        let bytes = self
+            .mac(&[b"event", subject.as_bytes(), msg_id.as_bytes(), payload])
+            .finalize()
+            .into_bytes();
+        hex::encode(bytes)
+    }
+
+    /// Whether `mac` is [`Seal::event_mac`] of the event (compared in constant time).
+    pub fn check_event(&self, subject: &str, msg_id: &str, payload: &[u8], mac: &str) -> bool {
+        let Ok(given) = hex::decode(mac) else {
+            return false;
+        };
+        self.mac(&[b"event", subject.as_bytes(), msg_id.as_bytes(), payload])
+            .verify_slice(&given)
+            .is_ok()
+    }
+}
+
+/// The sub-task id of a wire id, token or not, for routing before the token is checked.
+pub fn plain_id(wire_id: &str) -> &str {
+    messages::sub_task::without_token(wire_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_ids_verify_only_with_their_token() {
+        let seal = Seal::new(b"secret");
+        let id = seal.call_id("Wf", "e1_check-stock_0_2");
+        assert!(id.starts_with("e1_check-stock_0_2-"), "{id}");
+        assert_eq!(seal.check_call("Wf", &id), Ok("e1_check-stock_0_2"));
+        assert_eq!(plain_id(&id), "e1_check-stock_0_2");
+        // Another workflow, another secret, another id, or no token: refused.
+        assert!(matches!(
+            seal.check_call("Other", &id),
+            Err(SealError::WrongToken(_))
+        ));
+        assert!(Seal::new(b"other").check_call("Wf", &id).is_err());
+        let forged = format!("e1_check-stock_0_3-{}", &id[id.len() - TOKEN_HEX..]);
+        assert!(seal.check_call("Wf", &forged).is_err());
+        assert!(matches!(
+            seal.check_call("Wf", "e1_check-stock_0_2"),
+            Err(SealError::NoToken(_))
+        ));
+        assert!(matches!(
+            seal.check_call("Wf", "e1_n_0_2-zz"),
+            Err(SealError::NoToken(_))
+        ));
+        // Retries of one call share their slot key.
+        assert_eq!(
+            messages::sub_task::slot_key(&seal.call_id("Wf", "e1_n_0_1")),
+            messages::sub_task::slot_key(&seal.call_id("Wf", "e1_n_0_2"))
+        );
+    }
+
+    #[test]
+    fn event_macs_bind_subject_id_and_payload() {
+        let seal = Seal::new(b"secret");
+        let mac = seal.event_mac("mesh.wf.Wf.events.e1", "cancel.e1", b"{}");
+        assert!(seal.check_event("mesh.wf.Wf.events.e1", "cancel.e1", b"{}", &mac));
+        assert!(!seal.check_event("mesh.wf.Wf.events.e2", "cancel.e1", b"{}", &mac));
+        assert!(!seal.check_event("mesh.wf.Wf.events.e1", "cancel.e2", b"{}", &mac));
+        assert!(!seal.check_event("mesh.wf.Wf.events.e1", "cancel.e1", b"[]", &mac));
+        assert!(!seal.check_event("mesh.wf.Wf.events.e1", "cancel.e1", b"{}", "00"));
+        assert!(!seal.check_event("mesh.wf.Wf.events.e1", "cancel.e1", b"{}", "not hex"));
+    }
+}

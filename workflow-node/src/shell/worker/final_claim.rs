@@ -1,0 +1,299 @@
+//! Who sends a caller its final reply: exactly one of the replicas that end the run (its
+//! outbox, run again after a crash) and those answering a request sent again for the
+//! ended run. The right to send is a KV marker per reply address, in two steps:
+//!
+//! 1. **Claimed**: made by create-only write (or taken over, see below). Whoever claims
+//!    builds the reply, then
+//! 2. **commits**: a compare-and-swap of its own claim to `sending`, made just before
+//!    the reply leaves. Only a committed sender sends; a claim taken over meanwhile makes
+//!    the commit fail, and the slow claimer sends nothing.
+//!
+//! A claim not committed within [`CLAIM_GRACE`] is taken to be its claimer's death (a
+//! kill -9) and may be taken over by compare-and-swap at the revision read, so a caller
+//! that resends is answered soon. So may a commit not marked sent within [`SENDING_GRACE`]:
+//! a publish only fills the connection's buffer, and a process killed before the buffer is
+//! written loses the reply it committed to (the `sent:{status}` mark, a JetStream write on
+//! the same connection, is answered only after the reply reached the server). A reply
+//! marked sent is on its way, for `Config::reply_in_flight`: only then may an answerer send
+//! it again, to a caller that evidently lost it. Time decides only whether a silent sender
+//! is dead or slow: a wrong guess about a claim costs a slow claimer its turn (its commit
+//! fails), never a second reply; about a commit, a sender frozen for [`SENDING_GRACE`]
+//! between two messages on one connection would send a second one.
+
+use std::time::{Duration, SystemTime};
+
+use async_nats::jetstream::{kv, Context};
+
+use messages::msg_id;
+
+use crate::core::RunStatus;
+use crate::shell::context::Shared;
+use crate::shell::error::{Context as _, Result};
+use crate::shell::store::runs;
+
+/// How long a claim not yet committed is its claimer's to commit.
+const CLAIM_GRACE: Duration = Duration::from_secs(2);
+/// How long a committed reply not yet marked sent is its sender's to send.
+const SENDING_GRACE: Duration = Duration::from_secs(10);
+
+/// A marker's value while claimed, before the commit.
+const CLAIMED: &str = "claimed";
+/// A marker's value once its claimer committed to sending.
+const SENDING: &str = "sending";
+
+/// Who asks for the right to send.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(in crate::shell) enum Claimant {
+    /// A replica ending the run (or its outbox run again): sends to callers in the record.
+    Finisher,
+    /// A replica answering a request sent again: a reply committed longer ago than
+    /// `Config::reply_in_flight` counts as lost, and is sent again.
+    Answerer,
+}
+
+/// Where the markers live, and how long they count.
+pub(in crate::shell) struct Markers<'a> {
+    client: &'a async_nats::Client,
+    js: &'a Context,
+    bucket: &'a kv::Store,
+    /// How long a marker is kept (the run's retention).
+    retention: Duration,
+    /// How long a committed reply counts as on its way.
+    in_flight: Duration,
+}
+
+impl<'a> Markers<'a> {
+    /// The markers of `shared`'s runs bucket.
+    pub(in crate::shell) fn of(shared: &'a Shared) -> Self {
+        Markers {
+            client: &shared.client,
+            js: &shared.js,
+            bucket: &shared.runs,
+            retention: shared.config.retention,
+            in_flight: shared.config.reply_in_flight,
+        }
+    }
+
+    async fn put(&self, marker: &str, value: &str, expected: u64) -> Result<Option<u64>> {
+        let (js, bucket, ttl) = (self.js, self.bucket, Some(self.retention));
+        runs::put_in(js, bucket, marker, value.into(), Some(expected), ttl).await
+    }
+
+    /// Takes the right to send the reply under `marker`, `now` being the time: the
+    /// revision to [`Markers::send`] under, or `None` when another replica has it (or had
+    /// it, and its reply counts as on its way).
+    pub(in crate::shell) async fn claim(
+        &self,
+        marker: &str,
+        who: Claimant,
+        now: SystemTime,
+    ) -> Result<Option<u64>> {
+        if let Some(created) = self.put(marker, CLAIMED, 0).await? {
+            return Ok(Some(created));
+        }
+        let Some((value, at, revision)) = runs::written_at(self.bucket, marker).await? else {
+            // Gone between the two reads (its retention ran out): start again.
+            return self.put(marker, CLAIMED, 0).await;
+        };
+        let age = now.duration_since(at).unwrap_or_default();
+        let free = match value.as_ref() {
+            v if v == CLAIMED.as_bytes() => age >= CLAIM_GRACE,
+            v if v == SENDING.as_bytes() => age >= SENDING_GRACE,
+            _ => who == Claimant::Answerer && age >= self.in_flight,
+        };
+        if !free {
+            return Ok(None);
+        }
+        self.put(marker, CLAIMED, revision).await
+    }
+
+    /// Commits to sending under the claim made at `revision`: the revision of the commit,
+    /// or `None` when the claim was taken over meanwhile (then nothing may be sent).
+    async fn commit(&self, marker: &str, revision: u64) -> Result<Option<u64>> {
+        self.put(marker, SENDING, revision).await
+    }
+
+    /// Sends a final reply (bytes and task id, as `reply::final_reply` makes them) to `to`
+    /// under the claim made at `claim`: commits, publishes (with `Nats-Msg-Id:
+    /// final.{task id}`, for callers that de-duplicate), and marks it sent with `status`.
+    /// `false`: the claim was taken over, and nothing was sent.
+    pub(in crate::shell) async fn send(
+        &self,
+        marker: &str,
+        claim: u64,
+        to: &str,
+        (bytes, task_id): (Vec<u8>, String),
+        status: RunStatus,
+    ) -> Result<bool> {
+        let Some(committed) = self.commit(marker, claim).await? else {
+            return Ok(false);
+        };
+        let mut h = async_nats::HeaderMap::new();
+        h.insert(
+            messages::headers::MSG_ID,
+            msg_id::final_reply(&task_id).as_str(),
+        );
+        self.client
+            .publish_with_headers(to.to_string(), h, bytes.into())
+            .await
+            .context(|| format!("sending the final reply {marker}"))?;
+        self.mark_sent(marker, committed, status.as_str()).await;
+        Ok(true)
+    }
+
+    /// Marks the reply committed at `revision` as handed to the server. Until it is, the
+    /// commit is taken over after [`SENDING_GRACE`]: a mark that fails leaves the reply to
+    /// be sent again then, so it is worth a warning.
+    async fn mark_sent(&self, marker: &str, revision: u64, status: &str) {
+        let sent = format!("sent:{status}");
+        if let Err(e) = self.put(marker, &sent, revision).await {
+            tracing::warn!("marking the final reply {marker} sent failed: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Against a real nats-server: the markers' compare-and-swaps are the protocol.
+
+    use super::*;
+    use futures::StreamExt;
+
+    const IN_FLIGHT: Duration = Duration::from_secs(30);
+
+    /// A server, a client, its JetStream and a bucket made as the runs bucket is.
+    struct Bench {
+        _server: mesh_tests::NatsServer,
+        client: async_nats::Client,
+        js: Context,
+        bucket: kv::Store,
+    }
+
+    async fn bench() -> Bench {
+        let server = mesh_tests::nats();
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let js = async_nats::jetstream::new(client.clone());
+        let bucket = crate::shell::mesh::setup::kv_bucket(&js, "claims", 1)
+            .await
+            .unwrap();
+        Bench {
+            _server: server,
+            client,
+            js,
+            bucket,
+        }
+    }
+
+    fn markers(b: &Bench) -> Markers<'_> {
+        Markers {
+            client: &b.client,
+            js: &b.js,
+            bucket: &b.bucket,
+            retention: Duration::from_secs(3600),
+            in_flight: IN_FLIGHT,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_answer_first_leaves_the_finisher_nothing_to_send_however_late_it_comes() {
+        let b = bench().await;
+        let m = markers(&b);
+        let now = SystemTime::now();
+        // A resent request met the ended run before its outbox sent the final reply.
+        let mut inbox = b.client.subscribe("caller.inbox").await.unwrap();
+        let claim = m.claim("r1", Claimant::Answerer, now).await.unwrap();
+        let reply = (b"final".to_vec(), "t1".to_string());
+        let sent = m.send(
+            "r1",
+            claim.unwrap(),
+            "caller.inbox",
+            reply,
+            RunStatus::Success,
+        );
+        assert!(sent.await.unwrap());
+        let got = inbox.next().await.unwrap();
+        assert_eq!(got.payload.as_ref(), b"final");
+        let id = got
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(messages::headers::MSG_ID));
+        let want = msg_id::final_reply("t1");
+        assert_eq!(id.map(|v| v.as_str()), Some(want.as_str()));
+        // The outbox runs now, or after a crash, a day later: it must not send again.
+        for later in [now, now + Duration::from_secs(86_400)] {
+            let claim = m.claim("r1", Claimant::Finisher, later).await.unwrap();
+            assert_eq!(claim, None, "the finisher may not send after an answer");
+        }
+        // An answerer may send again only once the reply counts as lost.
+        let soon = m.claim("r1", Claimant::Answerer, now).await.unwrap();
+        assert_eq!(soon, None);
+        let lost = now + IN_FLIGHT + Duration::from_secs(1);
+        assert!(m
+            .claim("r1", Claimant::Answerer, lost)
+            .await
+            .unwrap()
+            .is_some());
+    }
+
+    #[tokio::test]
+    async fn a_slow_claimer_whose_claim_was_taken_over_sends_nothing() {
+        let b = bench().await;
+        let m = markers(&b);
+        let now = SystemTime::now();
+        let slow = m
+            .claim("r2", Claimant::Finisher, now)
+            .await
+            .unwrap()
+            .unwrap();
+        // Within the grace the claim is its claimer's.
+        assert_eq!(m.claim("r2", Claimant::Answerer, now).await.unwrap(), None);
+        // Past it, the claimer counts as dead and an answerer takes over...
+        let later = now + CLAIM_GRACE + Duration::from_secs(1);
+        let taken = m.claim("r2", Claimant::Answerer, later).await.unwrap();
+        let taken = taken.expect("a stale claim is taken over");
+        // ...so the claimer, only slow, finds its commit refused and sends nothing.
+        assert_eq!(m.commit("r2", slow).await.unwrap(), None);
+        assert!(m.commit("r2", taken).await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_reply_committed_but_never_marked_sent_is_sent_by_another_after_the_grace() {
+        let b = bench().await;
+        let m = markers(&b);
+        let now = SystemTime::now();
+        // The sender committed, then died before its buffered reply left the process.
+        let claim = m
+            .claim("r4", Claimant::Finisher, now)
+            .await
+            .unwrap()
+            .unwrap();
+        m.commit("r4", claim).await.unwrap().unwrap();
+        for who in [Claimant::Finisher, Claimant::Answerer] {
+            assert_eq!(m.claim("r4", who, now).await.unwrap(), None, "{who:?}");
+        }
+        let later = now + SENDING_GRACE + Duration::from_secs(1);
+        let again = m.claim("r4", Claimant::Answerer, later).await.unwrap();
+        assert!(m.commit("r4", again.unwrap()).await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_committed_reply_is_not_taken_over_by_another_finisher() {
+        let b = bench().await;
+        let m = markers(&b);
+        let now = SystemTime::now();
+        let claim = m
+            .claim("r3", Claimant::Finisher, now)
+            .await
+            .unwrap()
+            .unwrap();
+        let committed = m.commit("r3", claim).await.unwrap().unwrap();
+        m.mark_sent("r3", committed, "success").await;
+        let later = now + Duration::from_secs(86_400);
+        assert_eq!(
+            m.claim("r3", Claimant::Finisher, later).await.unwrap(),
+            None
+        );
+        let (value, _, _) = runs::written_at(&b.bucket, "r3").await.unwrap().unwrap();
+        assert_eq!(value.as_ref(), b"sent:success");
+    }
+}
