@@ -1,4 +1,4 @@
-//! `cli::client::invoke` (behind `run` and `test`) against a stand-in workflow on a real
+//! `agent_sdk::workflow::invoke` (behind `run` and `test`) against a stand-in workflow on a real
 //! nats-server: a request met by silence is resent with the same ids; a refusal is an
 //! error a caller can match.
 
