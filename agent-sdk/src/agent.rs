@@ -9,9 +9,9 @@ use messages::subjects;
 use messages::AgentSkill;
 use serde_json::Value;
 
+use crate::artifacts::DEFAULT_ARTIFACT_THRESHOLD;
 use crate::error::ServeError;
 use crate::handler::{DynHandler, Handler};
-use crate::payload::DEFAULT_ARTIFACT_THRESHOLD;
 use crate::schema::Schema;
 
 /// The namespace agents join unless told otherwise.

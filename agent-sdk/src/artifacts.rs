@@ -1,6 +1,18 @@
-//! Versioned artifacts in the JetStream object store: [`ArtifactStore::put`] stores bytes
-//! under a name and returns an [`ArtifactRef`] `{name, version}`, [`ArtifactStore::get`]
-//! reads one back, [`ArtifactStore::list`] lists those of a run.
+//! The one artifact store of the mesh: the JetStream object store bucket of a namespace
+//! (`{ns}_artifacts`), as agents, callers and the workflow node read and write it.
+//!
+//! Two kinds of use share it. Values travelling in parts: [`ArtifactStore::encode`] stores
+//! a large JSON value and gives the FilePart that refers to it, [`ArtifactStore::get_uri`]
+//! and [`ArtifactStore::get_json`] read one back (the wrapping conventions and the URI's
+//! shape are in [`messages::payload`]). Versioned artifacts: [`ArtifactStore::put`] stores
+//! bytes under a name and returns an [`ArtifactRef`] `{name, version}`,
+//! [`ArtifactStore::get`] reads one back, [`ArtifactStore::list`] lists those of a run.
+//!
+//! Reads are protected, because a reference arrives from the network: only the store's
+//! own bucket is read (a reference to another bucket would make the reader, a workflow
+//! node say, read its private buckets for whoever sent it), and never more than
+//! [`ArtifactStore::max_bytes`] (the size is checked before reading, and the read itself
+//! stops one byte past the cap).
 //!
 //! Layout (see `docs/protocol.md`, "Artifacts"): version `v` of artifact `name` is the
 //! object `{name}@v{v}` of the namespace's bucket (`{ns}_artifacts`), with metadata
@@ -15,17 +27,28 @@
 //! same version (the last write wins); give concurrent writers distinct names.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use async_nats::jetstream::{self, object_store};
 use futures::StreamExt;
-use messages::payload::{object_uri, split_version_key, version_key};
+use messages::payload::{
+    artifact_part, object_ref, object_uri, parse_object_uri, split_version_key, version_key, wrap,
+    JSON_MIME,
+};
 use messages::workflow::ArtifactRef;
 use messages::Part;
+use serde_json::Value;
 use tokio::io::AsyncReadExt;
 use tokio::sync::OnceCell;
 
 use crate::error::ArtifactError;
-use crate::payload::MAX_ARTIFACT_BYTES;
+
+/// The default size (bytes of serialised JSON) above which inputs and outputs travel
+/// through the object store: 256 KiB.
+pub const DEFAULT_ARTIFACT_THRESHOLD: usize = 256 * 1024;
+
+/// The largest artifact read into memory unless told otherwise: 64 MiB.
+pub const MAX_ARTIFACT_BYTES: usize = 64 * 1024 * 1024;
 
 /// Metadata key: the artifact's name (without its version suffix).
 const META_ARTIFACT: &str = "artifact";
@@ -60,13 +83,15 @@ pub struct ArtifactInfo {
     pub run: Option<String>,
 }
 
-/// Versioned artifacts of one namespace, optionally attributed to a run.
+/// The artifacts of one namespace (see the module doc), optionally attributed to a run.
 pub struct ArtifactStore {
     js: jetstream::Context,
     bucket: String,
     store: OnceCell<object_store::ObjectStore>,
     max_bytes: usize,
     run: Option<String>,
+    replicas: usize,
+    max_age: Duration,
 }
 
 impl std::fmt::Debug for ArtifactStore {
@@ -75,26 +100,51 @@ impl std::fmt::Debug for ArtifactStore {
             .field("bucket", &self.bucket)
             .field("max_bytes", &self.max_bytes)
             .field("run", &self.run)
+            .field("replicas", &self.replicas)
+            .field("max_age", &self.max_age)
             .finish_non_exhaustive()
     }
 }
 
 impl ArtifactStore {
-    /// The artifacts of namespace `ns`, through `client`; puts are capped at
-    /// [`MAX_ARTIFACT_BYTES`] and belong to no run.
+    /// The artifacts of namespace `ns`, through `client`; reads and versioned puts are
+    /// capped at [`MAX_ARTIFACT_BYTES`], puts belong to no run, and a bucket created here
+    /// has one replica and keeps its objects.
     pub fn new(client: async_nats::Client, ns: &str) -> Self {
+        ArtifactStore::in_bucket(client, messages::subjects::artifact_bucket(ns))
+    }
+
+    /// [`ArtifactStore::new`] on bucket `bucket` (a workflow node keeps the contents of
+    /// its large cards in a bucket of their own); reads refuse every other bucket.
+    pub fn in_bucket(client: async_nats::Client, bucket: impl Into<String>) -> Self {
         ArtifactStore {
             js: jetstream::new(client),
-            bucket: messages::subjects::artifact_bucket(ns),
+            bucket: bucket.into(),
             store: OnceCell::new(),
             max_bytes: MAX_ARTIFACT_BYTES,
             run: None,
+            replicas: 1,
+            max_age: Duration::ZERO,
         }
     }
 
-    /// Caps the size of what [`put`](Self::put) stores and [`get`](Self::get) loads.
+    /// Caps the size of what [`put`](Self::put) stores and every read loads.
     pub fn max_bytes(mut self, bytes: usize) -> Self {
         self.max_bytes = bytes;
+        self
+    }
+
+    /// The bucket, when this store creates it, has `replicas` replicas (default 1).
+    pub fn replicas(mut self, replicas: usize) -> Self {
+        self.replicas = replicas;
+        self
+    }
+
+    /// Objects expire `max_age` after they are stored (default zero: never). A bucket
+    /// found without an age limit (made by an agent, or an older version) is given this
+    /// one, so a deployment that sets a retention bounds what is kept.
+    pub fn max_age(mut self, max_age: Duration) -> Self {
+        self.max_age = max_age;
         self
     }
 
@@ -125,7 +175,7 @@ impl ArtifactStore {
 
     async fn open(&self) -> Result<&object_store::ObjectStore, ArtifactError> {
         self.store
-            .get_or_try_init(|| crate::payload::open_or_create(&self.js, &self.bucket))
+            .get_or_try_init(|| open_or_create(&self.js, &self.bucket, self.replicas, self.max_age))
             .await
     }
 
@@ -232,7 +282,13 @@ impl ArtifactStore {
             reason,
         };
         let store = self.open().await?;
-        let mut object = store.get(&key).await.map_err(|e| read_err(e.to_string()))?;
+        let mut object = store.get(&key).await.map_err(|e| match e.kind() {
+            object_store::GetErrorKind::NotFound => ArtifactError::NotFound {
+                bucket: self.bucket.clone(),
+                name: key.clone(),
+            },
+            _ => read_err(e.to_string()),
+        })?;
         let info = object.info().clone();
         if info.size > self.max_bytes {
             return Err(ArtifactError::TooLarge {
@@ -242,11 +298,9 @@ impl ArtifactStore {
                 limit: self.max_bytes,
             });
         }
-        let mut bytes = Vec::with_capacity(info.size);
-        object
-            .read_to_end(&mut bytes)
+        let bytes = read_capped(&mut object, self.max_bytes)
             .await
-            .map_err(|e| read_err(e.to_string()))?;
+            .map_err(|e| self.capped_err(&key, e))?;
         // A link is followed to the version it points at: `info` is that version's.
         let version = info
             .metadata
@@ -301,6 +355,262 @@ impl ArtifactStore {
         });
         Ok(found)
     }
+
+    /// Stores `value` as JSON under `name` (a plain object, unversioned); returns its
+    /// `nats-object://` URI.
+    pub async fn put_json(&self, name: &str, value: &Value) -> Result<String, ArtifactError> {
+        let bytes = serde_json::to_vec(value).map_err(|e| ArtifactError::Write {
+            bucket: self.bucket.clone(),
+            name: name.to_owned(),
+            reason: e.to_string(),
+        })?;
+        self.put_bytes(name, &bytes).await
+    }
+
+    /// Stores `bytes` under `name` (a plain object, unversioned, not capped); returns its
+    /// `nats-object://` URI.
+    pub async fn put_bytes(&self, name: &str, bytes: &[u8]) -> Result<String, ArtifactError> {
+        let store = self.open().await?;
+        let mut reader = bytes;
+        store
+            .put(name, &mut reader)
+            .await
+            .map_err(|e| ArtifactError::Write {
+                bucket: self.bucket.clone(),
+                name: name.to_owned(),
+                reason: e.to_string(),
+            })?;
+        Ok(object_uri(&self.bucket, name))
+    }
+
+    /// Stores JSON `bytes` as version 1 of artifact `name` of run `run`, with the link
+    /// `name` pointing at it, as [`put`](Self::put) lays versions out (not capped). For
+    /// names fixed by their run, whose writer may store them again after a crash: a
+    /// second put writes the same objects. Returns the versioned object's URI.
+    pub async fn put_first_version(
+        &self,
+        name: &str,
+        run: &str,
+        bytes: &[u8],
+    ) -> Result<String, ArtifactError> {
+        let key = version_key(name, 1);
+        let write_err = |reason: String| ArtifactError::Write {
+            bucket: self.bucket.clone(),
+            name: key.clone(),
+            reason,
+        };
+        let store = self.open().await?;
+        let metadata: HashMap<String, String> = [
+            (META_ARTIFACT, name),
+            (META_VERSION, "1"),
+            (META_RUN, run),
+            (META_MIME, JSON_MIME),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let meta = object_store::ObjectMetadata {
+            name: key.clone(),
+            metadata,
+            ..Default::default()
+        };
+        let mut reader = bytes;
+        let info = store
+            .put(meta, &mut reader)
+            .await
+            .map_err(|e| write_err(e.to_string()))?;
+        store
+            .add_link(name, &info)
+            .await
+            .map_err(|e| write_err(format!("linking {name} to {key}: {e}")))?;
+        Ok(object_uri(&self.bucket, &key))
+    }
+
+    /// Reads the bytes of object `name` of `bucket`: refused for any bucket but this
+    /// store's, and for objects over the cap (see the module doc).
+    pub async fn get_bytes(&self, bucket: &str, name: &str) -> Result<Vec<u8>, ArtifactError> {
+        if bucket != self.bucket {
+            return Err(ArtifactError::ForeignBucket {
+                bucket: bucket.to_owned(),
+                name: name.to_owned(),
+                own: self.bucket.clone(),
+            });
+        }
+        let store = self.open().await?;
+        let mut object = store.get(name).await.map_err(|e| match e.kind() {
+            object_store::GetErrorKind::NotFound => ArtifactError::NotFound {
+                bucket: bucket.to_owned(),
+                name: name.to_owned(),
+            },
+            _ => ArtifactError::Read {
+                bucket: bucket.to_owned(),
+                name: name.to_owned(),
+                reason: e.to_string(),
+            },
+        })?;
+        let size = object.info().size;
+        if size > self.max_bytes {
+            return Err(ArtifactError::TooLarge {
+                bucket: bucket.to_owned(),
+                name: name.to_owned(),
+                size,
+                limit: self.max_bytes,
+            });
+        }
+        read_capped(&mut object, self.max_bytes)
+            .await
+            .map_err(|e| self.capped_err(name, e))
+    }
+
+    /// Reads the JSON object `name` of `bucket` (see [`get_bytes`](Self::get_bytes)).
+    pub async fn get_json(&self, bucket: &str, name: &str) -> Result<Value, ArtifactError> {
+        let bytes = self.get_bytes(bucket, name).await?;
+        serde_json::from_slice(&bytes).map_err(|e| ArtifactError::NotJson {
+            bucket: bucket.to_owned(),
+            name: name.to_owned(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// Reads the JSON object a `nats-object://` URI names.
+    pub async fn get_uri(&self, uri: &str) -> Result<Value, ArtifactError> {
+        let (bucket, name) =
+            parse_object_uri(uri).ok_or_else(|| ArtifactError::BadUri(uri.to_owned()))?;
+        self.get_json(bucket, name).await
+    }
+
+    /// Reads the bytes of the object `reference` names: a `nats-object://` URI, or an
+    /// object name in this store's bucket. A versioned name (`{name}@v{v}`) that is not
+    /// found is read as the plain `name`: an agent may report `{name, version}` of an
+    /// object it stored unversioned.
+    pub async fn read_reference(&self, reference: &str) -> Result<Vec<u8>, ArtifactError> {
+        let (bucket, name) = object_ref(reference, &self.bucket)
+            .ok_or_else(|| ArtifactError::BadUri(reference.to_owned()))?;
+        match self.get_bytes(bucket, name).await {
+            Err(missing @ ArtifactError::NotFound { .. }) => match split_version_key(name) {
+                Some((plain, _)) => self.get_bytes(bucket, plain).await.map_err(|_| missing),
+                None => Err(missing),
+            },
+            other => other,
+        }
+    }
+
+    /// The part carrying `value`: inline (see [`messages::payload::wrap`]) when its JSON is
+    /// at most `threshold` bytes, else stored under `name` and referred to by a FilePart.
+    pub async fn encode(
+        &self,
+        value: Value,
+        name: &str,
+        threshold: usize,
+    ) -> Result<Part, ArtifactError> {
+        let bytes = serde_json::to_vec(&value).map_err(|e| ArtifactError::Write {
+            bucket: self.bucket.clone(),
+            name: name.to_owned(),
+            reason: e.to_string(),
+        })?;
+        if bytes.len() <= threshold {
+            return Ok(wrap(value));
+        }
+        self.put_bytes(name, &bytes).await?;
+        Ok(artifact_part(&self.bucket, name))
+    }
+
+    /// The error of a capped read of `name` that failed.
+    fn capped_err(&self, name: &str, e: Capped) -> ArtifactError {
+        match e {
+            Capped::Over => ArtifactError::TooLarge {
+                bucket: self.bucket.clone(),
+                name: name.to_owned(),
+                size: self.max_bytes + 1,
+                limit: self.max_bytes,
+            },
+            Capped::Io(e) => ArtifactError::Read {
+                bucket: self.bucket.clone(),
+                name: name.to_owned(),
+                reason: e.to_string(),
+            },
+        }
+    }
+}
+
+/// Why a capped read stopped.
+enum Capped {
+    /// More than the cap arrived (the object grew past its stated size).
+    Over,
+    /// Reading failed.
+    Io(std::io::Error),
+}
+
+/// Reads `object` to its end, but never more than `cap` bytes: the stated size was
+/// checked, and this bounds what a lying or changing object can make the reader hold.
+async fn read_capped(object: &mut object_store::Object, cap: usize) -> Result<Vec<u8>, Capped> {
+    let mut bytes = Vec::with_capacity(object.info().size.min(cap));
+    object
+        .take(cap as u64 + 1)
+        .read_to_end(&mut bytes)
+        .await
+        .map_err(Capped::Io)?;
+    if bytes.len() > cap {
+        return Err(Capped::Over);
+    }
+    Ok(bytes)
+}
+
+/// The object store `bucket`, created when it does not exist yet with `replicas` and
+/// `max_age` (another process may create it in between: then it is opened). A bucket
+/// found without an age limit is given `max_age` when that is not zero.
+async fn open_or_create(
+    js: &jetstream::Context,
+    bucket: &str,
+    replicas: usize,
+    max_age: Duration,
+) -> Result<object_store::ObjectStore, ArtifactError> {
+    let bucket_err = |reason: String| ArtifactError::Bucket {
+        bucket: bucket.to_owned(),
+        reason,
+    };
+    if let Ok(store) = js.get_object_store(bucket).await {
+        if !max_age.is_zero() {
+            give_age(js, bucket, max_age)
+                .await
+                .map_err(|e| bucket_err(e.to_string()))?;
+        }
+        return Ok(store);
+    }
+    let created = js
+        .create_object_store(object_store::Config {
+            bucket: bucket.to_owned(),
+            description: Some("mesh artifacts (large inputs and outputs)".into()),
+            num_replicas: replicas,
+            max_age,
+            ..Default::default()
+        })
+        .await;
+    match created {
+        Ok(store) => Ok(store),
+        Err(e) => js
+            .get_object_store(bucket)
+            .await
+            .map_err(|_| bucket_err(e.to_string())),
+    }
+}
+
+/// Gives the stream of object store `bucket` the age limit `max_age` when it has none.
+async fn give_age(
+    js: &jetstream::Context,
+    bucket: &str,
+    max_age: Duration,
+) -> Result<(), async_nats::Error> {
+    let mut stream = js.get_stream(format!("OBJ_{bucket}")).await?;
+    let info = stream.info().await?;
+    if info.config.max_age.is_zero() {
+        let mut config = info.config.clone();
+        config.max_age = max_age;
+        // The server wants the duplicate window within the age limit.
+        config.duplicate_window = config.duplicate_window.min(max_age);
+        js.update_stream(config).await?;
+    }
+    Ok(())
 }
 
 fn mime_of(metadata: &HashMap<String, String>) -> String {

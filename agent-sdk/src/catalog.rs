@@ -2,24 +2,24 @@
 //!
 //! At start it subscribes to the cards subject and pings discovery (every agent and
 //! workflow then republishes its card); after that, cards arrive as their agents publish
-//! them (every card interval). A card expires when no new copy arrives within the
-//! catalog's expiry (default [`DEFAULT_CARD_EXPIRY`], three default card intervals): its
-//! agent has stopped.
+//! them (every card interval), into a [`CardCache`]. A card expires when no new copy
+//! arrives within the catalog's expiry (default [`DEFAULT_CARD_EXPIRY`], three default
+//! card intervals): its agent has stopped.
 //!
 //! A workflow card too large for one NATS message carries its visualization as a
 //! `content_uri` reference to an object store; [`Catalog::full_card`] reads it back. The
 //! schemas, which is what tools need, are always in the card itself.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use messages::card::AgentCard;
 use messages::subjects;
 use serde_json::Value;
-use tokio::sync::Notify;
 
+use crate::cards::CardCache;
 use crate::error::ArtifactError;
 use crate::mesh::Mesh;
 use crate::tools::{Tool, ToolCall};
@@ -42,45 +42,10 @@ pub enum CatalogError {
     },
     /// The server did not confirm the subscription.
     #[error("confirming the cards subscription")]
-    Roundtrip(#[source] crate::roundtrip::RoundtripError),
+    Roundtrip(#[source] crate::error::RoundtripError),
     /// The discovery ping could not be published.
     #[error("publishing the discovery ping")]
     Ping(#[source] async_nats::PublishError),
-}
-
-/// Cards by name, with when each last arrived.
-#[derive(Debug)]
-struct Cards {
-    cards: RwLock<HashMap<String, (AgentCard, Instant)>>,
-    expiry: Duration,
-    arrived: Notify,
-}
-
-impl Cards {
-    fn live(&self) -> Vec<AgentCard> {
-        let now = Instant::now();
-        let mut cards: Vec<AgentCard> = self
-            .cards
-            .read()
-            .map(|c| {
-                c.values()
-                    .filter(|(_, seen)| now.saturating_duration_since(*seen) < self.expiry)
-                    .map(|(card, _)| card.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
-        cards.sort_by(|a, b| a.name.cmp(&b.name));
-        cards
-    }
-
-    fn insert(&self, card: AgentCard) {
-        if let Ok(mut cards) = self.cards.write() {
-            let now = Instant::now();
-            cards.retain(|_, (_, seen)| now.saturating_duration_since(*seen) < self.expiry);
-            cards.insert(card.name.clone(), (card, now));
-        }
-        self.arrived.notify_waiters();
-    }
 }
 
 /// A live registry of the cards on the mesh (see the module doc). Clones share it; the
@@ -88,7 +53,7 @@ impl Cards {
 #[derive(Debug, Clone)]
 pub struct Catalog {
     mesh: Mesh,
-    cards: Arc<Cards>,
+    cards: Arc<CardCache>,
     _watch: Arc<AbortOnDrop>,
 }
 
@@ -114,11 +79,7 @@ impl Catalog {
         crate::roundtrip::roundtrip(&client)
             .await
             .map_err(CatalogError::Roundtrip)?;
-        let cards = Arc::new(Cards {
-            cards: RwLock::new(HashMap::new()),
-            expiry,
-            arrived: Notify::new(),
-        });
+        let cards = Arc::new(CardCache::new(expiry));
         let registry = cards.clone();
         let watch = tokio::spawn(async move {
             while let Some(msg) = sub.next().await {
@@ -159,6 +120,11 @@ impl Catalog {
         self.cards.live()
     }
 
+    /// The cache the catalog keeps (when each card last arrived, waiting for cards).
+    pub fn cache(&self) -> &CardCache {
+        &self.cards
+    }
+
     /// The live cards of workflows.
     pub fn workflows(&self) -> Vec<AgentCard> {
         self.cards()
@@ -197,22 +163,9 @@ impl Catalog {
     pub async fn wait_until(
         &self,
         within: Duration,
-        mut ready: impl FnMut(&[AgentCard]) -> bool,
+        ready: impl FnMut(&[AgentCard]) -> bool,
     ) -> bool {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            let arrived = self.cards.arrived.notified();
-            if ready(&self.cards()) {
-                return true;
-            }
-            // Expiry is noticed on the next arrival or, at the latest, at the deadline.
-            let tick = tokio::time::Instant::now() + self.cards.expiry.min(within) / 4;
-            let wake = tick.min(deadline);
-            let _ = tokio::time::timeout_at(wake, arrived).await;
-            if tokio::time::Instant::now() >= deadline {
-                return ready(&self.cards());
-            }
-        }
+        self.cards.wait_until(within, ready).await
     }
 
     /// The live card of `name`, waiting up to `within` for it to arrive.
@@ -232,7 +185,19 @@ impl Catalog {
         let Some(uri) = card.visualization_ref().map(str::to_owned) else {
             return Ok(Some(card));
         };
-        match self.mesh.artifacts().get_uri(&uri).await? {
+        // The workflow node keeps large card contents in a bucket of their own; any other
+        // reference is read from the namespace's artifacts, which refuse other buckets.
+        let cards = crate::ArtifactStore::in_bucket(
+            self.mesh.client().clone(),
+            messages::subjects::cards_bucket(self.mesh.ns()),
+        );
+        let in_cards = messages::payload::parse_object_uri(&uri)
+            .is_some_and(|(bucket, _)| bucket == cards.bucket());
+        let stored = match in_cards {
+            true => cards.get_uri(&uri).await?,
+            false => self.mesh.artifacts().get_uri(&uri).await?,
+        };
+        match stored {
             Value::Object(params) => Ok(Some(card.with_visualization_params(params))),
             _ => Err(ArtifactError::NotJson {
                 bucket: uri.clone(),

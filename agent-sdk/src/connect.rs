@@ -1,7 +1,8 @@
 //! How a process reaches a secured mesh: who it is (user and password, an NKey, or a
 //! credentials file), TLS (a CA to trust, a client certificate for mutual TLS) and its
 //! private inbox prefix. One [`ConnectConfig`] serves the agent SDK, `stub-agents` and
-//! every `workflow-node` command (a `clap` argument group: flags and `NATS_*` variables).
+//! every `workflow-node` command (with feature `clap`, a `clap` argument group: flags and
+//! `NATS_*` variables).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -38,50 +39,81 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 ///
 /// At most one identity: a user and password, an NKey seed (inline or from a file), or a
 /// credentials file (JWT and seed, for servers in operator mode).
-#[derive(Debug, Clone, Default, clap::Args)]
+#[derive(Debug, Clone, Default)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct ConnectConfig {
     /// User name on the NATS server (with --password).
-    #[arg(long, env = "NATS_USER", help_heading = "NATS connection")]
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, env = "NATS_USER", help_heading = "NATS connection")
+    )]
     pub user: Option<String>,
     /// The user's password.
-    #[arg(
-        long,
-        env = "NATS_PASSWORD",
-        hide_env_values = true,
-        help_heading = "NATS connection"
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            env = "NATS_PASSWORD",
+            hide_env_values = true,
+            help_heading = "NATS connection"
+        )
     )]
     pub password: Option<String>,
     /// NKey user seed (`SU…`); prefer --nkey-file, which keeps it off the command line.
-    #[arg(
-        long,
-        env = "NATS_NKEY",
-        hide_env_values = true,
-        help_heading = "NATS connection"
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            env = "NATS_NKEY",
+            hide_env_values = true,
+            help_heading = "NATS connection"
+        )
     )]
     pub nkey: Option<String>,
     /// File holding an NKey user seed (`SU…`, as `nk -gen user` writes it).
-    #[arg(long, env = "NATS_NKEY_FILE", help_heading = "NATS connection")]
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, env = "NATS_NKEY_FILE", help_heading = "NATS connection")
+    )]
     pub nkey_file: Option<PathBuf>,
     /// Credentials file (.creds: a user JWT and its seed).
-    #[arg(long, env = "NATS_CREDS", help_heading = "NATS connection")]
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, env = "NATS_CREDS", help_heading = "NATS connection")
+    )]
     pub creds: Option<PathBuf>,
     /// CA certificate (PEM) to trust for the server's certificate; given, the connection
     /// requires TLS.
-    #[arg(long, env = "NATS_CA", help_heading = "NATS connection")]
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, env = "NATS_CA", help_heading = "NATS connection")
+    )]
     pub tls_ca: Option<PathBuf>,
     /// Client certificate (PEM), for servers that verify clients (mutual TLS); with
     /// --tls-key.
-    #[arg(long, env = "NATS_CERT", help_heading = "NATS connection")]
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, env = "NATS_CERT", help_heading = "NATS connection")
+    )]
     pub tls_cert: Option<PathBuf>,
     /// The client certificate's private key (PEM).
-    #[arg(long, env = "NATS_KEY", help_heading = "NATS connection")]
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, env = "NATS_KEY", help_heading = "NATS connection")
+    )]
     pub tls_key: Option<PathBuf>,
     /// Require TLS even without --tls-ca (a server certificate from a public CA).
-    #[arg(long, env = "NATS_TLS", help_heading = "NATS connection")]
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, env = "NATS_TLS", help_heading = "NATS connection")
+    )]
     pub tls: bool,
     /// Prefix of this connection's reply inboxes (default `_INBOX`): `_INBOX.{user}` where
     /// the server lets each user read only its own inbox.
-    #[arg(long, env = "NATS_INBOX_PREFIX", help_heading = "NATS connection")]
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, env = "NATS_INBOX_PREFIX", help_heading = "NATS connection")
+    )]
     pub inbox_prefix: Option<String>,
 }
 

@@ -1,10 +1,11 @@
 //! Errors, one enum per boundary: [`AgentError`] (what a handler returns), [`ServeError`]
-//! (starting an agent), [`ArtifactError`] (the object store) and [`CallError`] (calling an
-//! agent or a workflow).
+//! (starting an agent), [`ArtifactError`] (the object store), [`CallError`] (calling an
+//! agent or a workflow), and what those carry: [`ConnectionError`] (talking to the NATS
+//! server), [`MalformedReply`] (a final reply that cannot be read), [`RoundtripError`].
 
-use messages::SubjectError;
+use std::time::Duration;
 
-use crate::exchange::{ConnectionError, MalformedReply};
+use messages::{SubjectError, TaskState};
 
 /// The failure of a handler: a message for people and an optional machine-readable kind
 /// (matched by workflows against a node's `non_retryable_errors`).
@@ -95,7 +96,29 @@ pub enum ArtifactError {
         /// The client's error, as text.
         reason: String,
     },
-    /// Reading the object failed (including: it does not exist).
+    /// The reference names a bucket other than the store's: refused, as a reader may be
+    /// able to read buckets (its own among them) that whoever sent the reference may not.
+    #[error(
+        "artifact '{name}' is in bucket '{bucket}': references may name only the mesh's \
+         artifact bucket '{own}'"
+    )]
+    ForeignBucket {
+        /// The bucket the reference names.
+        bucket: String,
+        /// The object's name in it.
+        name: String,
+        /// The store's own bucket.
+        own: String,
+    },
+    /// The object does not exist.
+    #[error("reading artifact {bucket}/{name}: not found")]
+    NotFound {
+        /// The bucket.
+        bucket: String,
+        /// The object's name in the bucket.
+        name: String,
+    },
+    /// Reading the object failed.
     #[error("reading artifact {bucket}/{name}: {reason}")]
     Read {
         /// The bucket (`{ns}_artifacts` unless a URI names another).
@@ -211,4 +234,52 @@ pub enum CallError {
     /// The input or the output artifact could not be transferred.
     #[error(transparent)]
     Artifact(#[from] ArtifactError),
+}
+
+/// Talking to the NATS server failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectionError {
+    /// The reply or status inbox could not be subscribed to.
+    #[error("subscribing to an inbox")]
+    Subscribe(#[source] async_nats::SubscribeError),
+    /// The request could not be published.
+    #[error("publishing the request")]
+    Publish(#[source] async_nats::PublishError),
+    /// The request could not be flushed to the server.
+    #[error("flushing the request")]
+    Flush(#[source] async_nats::client::FlushError),
+    /// The timeout passed while the client was not connected to any server.
+    #[error("lost the connection to the NATS server (not back within {} s)", .timeout.as_secs_f64())]
+    Lost {
+        /// The exchange's timeout.
+        timeout: Duration,
+    },
+}
+
+/// A final reply that could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum MalformedReply {
+    /// The message on the reply inbox is not a JSON-RPC response.
+    #[error("not a JSON-RPC response")]
+    NotJsonRpc(#[source] serde_json::Error),
+    /// Its `workflow_node_result` DataPart does not parse.
+    #[error("malformed workflow_node_result")]
+    NodeResult(#[source] serde_json::Error),
+    /// The final task is in a state that is not terminal.
+    #[error("the final task is in state {0:?}")]
+    NotTerminal(TaskState),
+}
+
+/// Why [`crate::Mesh::roundtrip`] could not confirm that the server has taken what was sent.
+#[derive(Debug, thiserror::Error)]
+pub enum RoundtripError {
+    /// The inbox for the message could not be subscribed to.
+    #[error("subscribing to an inbox")]
+    Subscribe(#[source] async_nats::SubscribeError),
+    /// The message could not be published.
+    #[error("publishing to the server")]
+    Publish(#[source] async_nats::PublishError),
+    /// The message did not come back within ten seconds.
+    #[error("the server did not answer within {} s", crate::roundtrip::ROUNDTRIP_TIMEOUT.as_secs())]
+    TimedOut,
 }

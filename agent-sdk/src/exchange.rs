@@ -1,5 +1,5 @@
-//! One request and its final reply, resent while the callee is silent: how
-//! [`crate::call_agent`] and the workflow node's CLI (`workflow-node run` and `test`) call.
+//! One request and its final reply, resent while the callee is silent: the one exchange
+//! under [`crate::Mesh`]'s calls and [`crate::workflow`]'s runs.
 //!
 //! NATS core delivers at most once, so a request (or its reply) can be lost while a server
 //! restarts or a workflow replica dies before its stream stored the request. The caller
@@ -27,8 +27,10 @@ use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
 use messages::headers::STATUS_TO;
 use messages::jsonrpc::{ErrorObject, Outcome, RequestId, Response};
-use messages::{AgentReply, TaskState, TaskStatusUpdateEvent};
+use messages::{AgentReply, TaskStatusUpdateEvent};
 use tokio::time::Instant;
+
+use crate::error::{ConnectionError, MalformedReply};
 
 /// How long a caller waits for a sign of life before resending, unless told otherwise.
 pub const DEFAULT_RESEND_INTERVAL: Duration = Duration::from_secs(3);
@@ -61,57 +63,23 @@ impl From<Duration> for Timing {
 
 /// A request ready to go out (and out again).
 #[derive(Debug, Clone)]
-pub struct Outgoing {
+pub(crate) struct Outgoing {
     /// The callee's request subject.
-    pub subject: String,
+    pub(crate) subject: String,
     /// The JSON-RPC id in `body`: replies and status updates with another id are ignored.
-    pub id: RequestId,
+    pub(crate) id: RequestId,
     /// Headers to send (trace context, call depth); `Mesh-Status-To` is added.
-    pub headers: HeaderMap,
+    pub(crate) headers: HeaderMap,
     /// The JSON-RPC request.
-    pub body: Bytes,
+    pub(crate) body: Bytes,
     /// Who signs it (see [`crate::signing`]): signed again at every send, so a resend
     /// long after the first is not refused as stale.
-    pub signer: Option<crate::signing::Signer>,
-}
-
-/// Talking to the NATS server failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectionError {
-    /// The reply or status inbox could not be subscribed to.
-    #[error("subscribing to an inbox")]
-    Subscribe(#[source] async_nats::SubscribeError),
-    /// The request could not be published.
-    #[error("publishing the request")]
-    Publish(#[source] async_nats::PublishError),
-    /// The request could not be flushed to the server.
-    #[error("flushing the request")]
-    Flush(#[source] async_nats::client::FlushError),
-    /// The timeout passed while the client was not connected to any server.
-    #[error("lost the connection to the NATS server (not back within {} s)", .timeout.as_secs_f64())]
-    Lost {
-        /// The exchange's timeout.
-        timeout: Duration,
-    },
-}
-
-/// A final reply that could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum MalformedReply {
-    /// The message on the reply inbox is not a JSON-RPC response.
-    #[error("not a JSON-RPC response")]
-    NotJsonRpc(#[source] serde_json::Error),
-    /// Its `workflow_node_result` DataPart does not parse.
-    #[error("malformed workflow_node_result")]
-    NodeResult(#[source] serde_json::Error),
-    /// The final task is in a state that is not terminal.
-    #[error("the final task is in state {0:?}")]
-    NotTerminal(TaskState),
+    pub(crate) signer: Option<crate::signing::Signer>,
 }
 
 /// Why [`send_until_answered`] returned no final reply.
 #[derive(Debug, thiserror::Error)]
-pub enum ExchangeError {
+pub(crate) enum ExchangeError {
     /// Subscribing, publishing or flushing failed.
     #[error(transparent)]
     Connection(#[from] ConnectionError),
@@ -136,7 +104,7 @@ pub enum ExchangeError {
 /// Sends `request` and returns its final reply (a Task, or a bare Message), resending
 /// while the callee is silent (see the module doc). `on_status` sees each status update
 /// for the request, in order, including those queued before the final reply.
-pub async fn send_until_answered(
+pub(crate) async fn send_until_answered(
     client: &Client,
     request: Outgoing,
     timing: Timing,

@@ -48,7 +48,7 @@
 //!   one whose task finished recently (the last `dedup_capacity` calls within
 //!   `dedup_window`) gets the same answer again, without running the handler;
 //! - sends a running call's caller a `working` update every heartbeat interval, so a
-//!   caller that resends after silence (see [`exchange`]) does not; a handler tells the
+//!   caller that resends after silence (see [`Timing`]) does not; a handler tells the
 //!   caller how it is going with [`NodeRequest::send_status`] (a workflow node forwards
 //!   that to its run's callers);
 //! - aborts a running call on a `tasks/cancel` broadcast and answers `canceled`;
@@ -56,48 +56,58 @@
 //!   found", -32001);
 //! - answers malformed requests with a JSON-RPC error and keeps serving.
 //!
-//! Modules: [`mesh`] (the caller's handle, calls, progress, cancel), [`connect`] (user,
-//! NKey, credentials, TLS and inbox prefix for a secured mesh), [`catalog`] (the cards
-//! on the mesh), [`tools`] and [`declare`] (tools for LLMs), [`agent`] (builder and
-//! handle), [`handler`] (what agents implement), [`client`] ([`call_agent`], the
-//! positional form of [`Mesh::agent`]), [`exchange`] (a request resent while the callee is silent), [`payload`] (the object store; the wrapping conventions are in `messages::payload`), [`schema`]
-//! (JSON Schema checks), [`stub`] (YAML-described stub agents for testing workflows),
-//! [`error`], [`signing`] (NKey signatures proving who asks), [`telemetry`] (logs and OpenTelemetry traces in one call), [`health`] (liveness and readiness probes over HTTP). Inside: `protocol` decodes requests and builds replies without I/O, `server`
-//! runs the loop.
+//! Modules: [`mesh`] (the caller's handle, calls, progress, cancel), [`workflow`] (runs of
+//! a workflow read as results: invoke, start, retry, `tasks/get`), [`connect`] (user,
+//! NKey, credentials, TLS and inbox prefix for a secured mesh), [`catalog`] (the cards on
+//! the mesh; [`cards`], the cache it keeps), [`tools`] and [`declare`] (tools for LLMs), [`agent`] (builder and handle),
+//! [`handler`] (what agents implement), [`artifacts`] (the object store; the wrapping
+//! conventions are in `messages::payload`), [`schema`] (JSON Schema checks), [`stub`]
+//! (YAML-described stub agents for testing workflows), [`error`], [`signing`] (NKey
+//! signatures proving who asks), [`telemetry`] (logs and OpenTelemetry traces in one
+//! call), [`health`] (liveness and readiness probes over HTTP). Inside: `exchange` sends a
+//! request until it is answered (every call goes through it), `protocol` decodes requests
+//! and builds replies without I/O, `server` runs the loop.
+//!
+//! Features: `clap` makes [`ConnectConfig`] a `clap` argument group; `stubs` builds the
+//! `stub-agents` binary. An agent needs neither.
 
 pub mod agent;
 pub mod artifacts;
+pub mod cards;
 pub mod catalog;
-pub mod client;
 pub mod connect;
 pub mod declare;
 mod dedup;
 pub mod error;
-pub mod exchange;
+mod exchange;
 pub mod handler;
 pub mod health;
 pub mod mesh;
-pub mod payload;
 mod protocol;
-pub mod roundtrip;
+mod roundtrip;
 pub mod schema;
 mod server;
 pub mod signing;
 pub mod stub;
 pub mod telemetry;
 pub mod tools;
+pub mod workflow;
 
 pub use agent::{
     skill, AgentBuilder, AgentHandle, DEFAULT_DEDUP_CAPACITY, DEFAULT_DEDUP_WINDOW,
     DEFAULT_NAMESPACE,
 };
 pub use artifacts::{Artifact, ArtifactInfo, ArtifactStore};
+pub use cards::CardCache;
 pub use catalog::{Catalog, CatalogError};
-pub use client::{call_agent, call_agent_with, CallOptions};
 pub use connect::{ConnectConfig, ConnectConfigError};
-pub use error::{AgentError, ArtifactError, CallError, ServeError};
+pub use error::{
+    AgentError, ArtifactError, CallError, ConnectionError, MalformedReply, RoundtripError,
+    ServeError,
+};
+pub use exchange::{Timing, DEFAULT_RESEND_INTERVAL};
 pub use handler::{handler_fn, FnHandler, Handler, HandlerResult, NodeRequest, WorkflowCallInfo};
-pub use mesh::{AgentCall, Call, Mesh, Output, Progress, ProgressStream};
+pub use mesh::{AgentCall, Call, CallOptions, Mesh, Output, Progress, ProgressStream};
 pub use protocol::{KIND_CANCELED, KIND_INPUT_VALIDATION, KIND_OUTPUT_VALIDATION};
 pub use signing::{SignatureError, Signer};
 pub use stub::{load_stub_file, serve_stubs, StubFile};

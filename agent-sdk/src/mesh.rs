@@ -36,11 +36,11 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use crate::agent::{AgentBuilder, AgentHandle, DEFAULT_NAMESPACE};
+use crate::artifacts::{ArtifactStore, DEFAULT_ARTIFACT_THRESHOLD};
 use crate::catalog::{Catalog, CatalogError, DEFAULT_CARD_EXPIRY};
-use crate::client::{call_error, CallOptions};
+use crate::error::MalformedReply;
 use crate::error::{CallError, ServeError};
-use crate::exchange::MalformedReply;
-use crate::payload::Artifacts;
+use crate::exchange::{ExchangeError, DEFAULT_RESEND_INTERVAL};
 
 /// The timeout of calls unless told otherwise: 60 s.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -122,15 +122,18 @@ impl Mesh {
         &self.ns
     }
 
-    /// The artifacts (object store) of the namespace.
-    pub fn artifacts(&self) -> Artifacts {
-        Artifacts::new(self.client.clone(), &self.ns)
+    /// Returns once the server has taken every message and subscription this connection
+    /// sent before the call. A flush only writes them to the socket: another connection
+    /// publishing a moment later could still meet "no responders". (A message sent to
+    /// itself coming back proves it, as a server handles a connection's messages in order.)
+    pub async fn roundtrip(&self) -> Result<(), crate::error::RoundtripError> {
+        crate::roundtrip::roundtrip(&self.client).await
     }
 
-    /// The versioned artifacts of the namespace: `put(name, bytes, mime)` returns
-    /// `{name, version}`, `get` and `list(run)` read them back (see [`crate::ArtifactStore`]).
-    pub fn artifact_store(&self) -> crate::ArtifactStore {
-        crate::ArtifactStore::new(self.client.clone(), &self.ns)
+    /// The artifacts (object store) of the namespace: `put(name, bytes, mime)` returns
+    /// `{name, version}`, `get` and `list(run)` read them back (see [`ArtifactStore`]).
+    pub fn artifacts(&self) -> ArtifactStore {
+        ArtifactStore::new(self.client.clone(), &self.ns)
     }
 
     /// A call to agent (or workflow) `name`, to set up with the builder methods and start
@@ -181,7 +184,8 @@ impl AgentCall {
         self
     }
 
-    /// Silence after which the request is sent again (see [`crate::exchange`]).
+    /// Silence after which the request is sent again, with the same task id (see
+    /// [`crate::Timing`]).
     pub fn resend_interval(mut self, interval: Duration) -> Self {
         self.options.resend_interval = interval;
         self
@@ -289,6 +293,58 @@ impl AgentCall {
             task: Some(tokio::spawn(run.instrument(tracing::Span::current()))),
             cancel: Some(cancel),
         }
+    }
+}
+
+/// Options of a call: what [`Mesh::defaults`] sets for every call and [`AgentCall`]'s
+/// builder methods change for one.
+#[derive(Debug, Clone)]
+pub struct CallOptions {
+    /// How long to wait for the final reply, from the first send.
+    pub timeout: Duration,
+    /// Silence after which the request is sent again, with the same task id (default
+    /// [`DEFAULT_RESEND_INTERVAL`]; see [`crate::Timing`]).
+    pub resend_interval: Duration,
+    /// An instruction sent as a TextPart before the input.
+    pub instruction: Option<String>,
+    /// Extra headers (trace context, call depth: see
+    /// [`crate::NodeRequest::onward_headers`]). When traces are exported, the current
+    /// span's context replaces a `traceparent` here (see [`crate::telemetry`]).
+    pub headers: HeaderMap,
+    /// Inputs whose JSON is larger go through the object store.
+    pub artifact_threshold: usize,
+    /// The calling agent's name, sent as `Mesh-Caller`: a workflow scopes task ids by it
+    /// (see `messages::headers::CALLER`). Overrides a `Mesh-Caller` in `headers`.
+    pub caller: Option<String>,
+    /// Who signs the request (and its cancel): a workflow then lets only this key (or an
+    /// operator) cancel the run. See [`crate::signing`].
+    pub signer: Option<crate::signing::Signer>,
+}
+
+impl CallOptions {
+    /// Default options with `timeout`.
+    pub fn new(timeout: Duration) -> Self {
+        CallOptions {
+            timeout,
+            resend_interval: DEFAULT_RESEND_INTERVAL,
+            instruction: None,
+            headers: HeaderMap::new(),
+            artifact_threshold: DEFAULT_ARTIFACT_THRESHOLD,
+            caller: None,
+            signer: None,
+        }
+    }
+
+    /// These options, calling as agent `name` (the `Mesh-Caller` header).
+    pub fn with_caller(mut self, name: impl Into<String>) -> Self {
+        self.caller = Some(name.into());
+        self
+    }
+
+    /// These options, with requests signed by `signer`.
+    pub fn with_signer(mut self, signer: crate::signing::Signer) -> Self {
+        self.signer = Some(signer);
+        self
     }
 }
 
@@ -564,7 +620,7 @@ pub(crate) async fn run_call(
     use messages::{Message, Request, Role};
     subjects::validate_namespace(&ns).map_err(CallError::InvalidSubject)?;
     subjects::validate_token(&agent).map_err(CallError::InvalidSubject)?;
-    let artifacts = Artifacts::new(client.clone(), &ns);
+    let artifacts = ArtifactStore::new(client.clone(), &ns);
     let mut parts = Vec::new();
     if let Some(text) = options.instruction {
         parts.push(Part::text(text));
@@ -660,33 +716,12 @@ fn failure(
     }
 }
 
-/// [`run_call`] and the reading of its output, in the caller's task (no cancel on drop):
-/// what [`crate::call_agent_with`] does.
-pub(crate) async fn call_in_place(
-    client: &Client,
-    ns: &str,
-    agent: &str,
-    input: Value,
-    options: CallOptions,
-) -> Result<Value, CallError> {
-    let mut options = options;
-    crate::telemetry::inject_current(&mut options.headers);
-    let id = uuid::Uuid::new_v4().simple().to_string();
-    let ended = run_call(
-        client.clone(),
-        ns.to_owned(),
-        agent.to_owned(),
-        id,
-        Input::Value(input),
-        options,
-        |_| {},
-    )
-    .await?;
-    read_value(&Artifacts::new(client.clone(), ns), agent, ended).await
-}
-
 /// The output of a call that ended, stored outputs fetched.
-async fn read_value(artifacts: &Artifacts, agent: &str, ended: Ended) -> Result<Value, CallError> {
+async fn read_value(
+    artifacts: &ArtifactStore,
+    agent: &str,
+    ended: Ended,
+) -> Result<Value, CallError> {
     match reading(agent, &ended)? {
         TaskReading::Output(value) => Ok(value),
         TaskReading::Artifact(name) => {
@@ -697,5 +732,21 @@ async fn read_value(artifacts: &Artifacts, agent: &str, ended: Ended) -> Result<
         }
         TaskReading::Object(uri) => Ok(artifacts.get_uri(&uri).await?),
         TaskReading::Failed(f) => Err(failure(agent, f, ended.run)),
+    }
+}
+
+/// The [`CallError`] of a failed exchange with `agent`.
+pub(crate) fn call_error(agent: &str, e: ExchangeError) -> CallError {
+    let agent = agent.to_owned();
+    match e {
+        ExchangeError::Connection(source) => CallError::Connection { agent, source },
+        ExchangeError::NoResponders => CallError::NoResponders(agent),
+        ExchangeError::TimedOut { sends } => CallError::TimedOut { agent, sends },
+        ExchangeError::Refused(e) => CallError::Rpc {
+            agent,
+            code: e.code,
+            message: e.message,
+        },
+        ExchangeError::Malformed(source) => CallError::InvalidReply { agent, source },
     }
 }

@@ -12,26 +12,14 @@ use std::time::Duration;
 use async_nats::Client;
 use futures::StreamExt;
 
-/// How long [`roundtrip`] waits for its message to come back.
-pub const ROUNDTRIP_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::error::RoundtripError;
 
-/// Why [`roundtrip`] could not confirm that the server has taken what was sent.
-#[derive(Debug, thiserror::Error)]
-pub enum RoundtripError {
-    /// The inbox for the message could not be subscribed to.
-    #[error("subscribing to an inbox")]
-    Subscribe(#[source] async_nats::SubscribeError),
-    /// The message could not be published.
-    #[error("publishing to the server")]
-    Publish(#[source] async_nats::PublishError),
-    /// The message did not come back within [`ROUNDTRIP_TIMEOUT`].
-    #[error("the server did not answer within {} s", ROUNDTRIP_TIMEOUT.as_secs())]
-    TimedOut,
-}
+/// How long [`roundtrip`] waits for its message to come back.
+pub(crate) const ROUNDTRIP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Returns once the server has taken every message and subscription `client` sent
 /// before the call (see the module doc).
-pub async fn roundtrip(client: &Client) -> Result<(), RoundtripError> {
+pub(crate) async fn roundtrip(client: &Client) -> Result<(), RoundtripError> {
     let inbox = client.new_inbox();
     let mut echo = client
         .subscribe(inbox.clone())

@@ -22,10 +22,10 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::agent::{AgentBuilder, AgentHandle};
+use crate::artifacts::ArtifactStore;
 use crate::dedup::{Admission, Calls};
 use crate::error::ServeError;
 use crate::handler::{DynHandler, NodeRequest, StatusSink};
-use crate::payload::Artifacts;
 use crate::protocol::{
     self, Call, Decoded, InputSource, Outcome, Output, KIND_INPUT_VALIDATION,
     KIND_OUTPUT_VALIDATION,
@@ -41,7 +41,7 @@ struct Shared {
     handler: Arc<dyn DynHandler>,
     input_schema: Option<Schema>,
     output_schema: Option<Schema>,
-    artifacts: Artifacts,
+    artifacts: ArtifactStore,
     artifact_threshold: usize,
     permits: Arc<Semaphore>,
     heartbeat_interval: std::time::Duration,
@@ -126,7 +126,7 @@ pub(crate) async fn start(
         handler,
         input_schema,
         output_schema,
-        artifacts: Artifacts::new(client.clone(), &ns),
+        artifacts: ArtifactStore::new(client.clone(), &ns),
         artifact_threshold: builder.artifact_threshold,
         permits: Arc::new(Semaphore::new(builder.max_in_flight)),
         heartbeat_interval: builder.heartbeat_interval,
@@ -618,7 +618,7 @@ async fn store_output(shared: &Shared, call: &Call, output: Value) -> Outcome {
         messages::sub_task::without_token(&call.task_id)
     );
     match shared.artifacts.put_json(&name, &output).await {
-        Ok(()) => Outcome::Success(Output::Artifact {
+        Ok(_) => Outcome::Success(Output::Artifact {
             bucket: shared.artifacts.bucket().to_owned(),
             name,
         }),

@@ -3,15 +3,12 @@
 
 mod common;
 
+use std::future::IntoFuture;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_sdk::payload::Artifacts;
-use agent_sdk::{
-    call_agent, call_agent_with, handler_fn, AgentBuilder, AgentError, CallError, CallOptions,
-    NodeRequest,
-};
+use agent_sdk::{handler_fn, AgentBuilder, AgentError, CallError, CallOptions, Mesh, NodeRequest};
 use anyhow::{Context, Result};
 use async_nats::HeaderMap;
 use bytes::Bytes;
@@ -167,7 +164,11 @@ async fn a_handler_error_carries_its_kind() -> Result<()> {
     assert_eq!(result.error_kind.as_deref(), Some("transient"));
     assert_eq!(result.retry_count, 2);
 
-    let plain = call_agent(&client, "mesh", "Flaky", json!({}), WAIT).await;
+    let plain = Mesh::new(client.clone())
+        .agent("Flaky")
+        .timeout(WAIT)
+        .call(json!({}))
+        .await;
     match plain {
         Err(CallError::Failed { message, kind, .. }) => {
             assert_eq!(
@@ -195,7 +196,11 @@ async fn non_object_inputs_and_outputs_are_wrapped() -> Result<()> {
 
     // A plain call: the reply's DataPart is wrapped on the wire and unwrapped by call_agent.
     assert_eq!(
-        call_agent(&client, "mesh", "Listify", json!(7), WAIT).await?,
+        Mesh::new(client.clone())
+            .agent("Listify")
+            .timeout(WAIT)
+            .call(json!(7))
+            .await?,
         json!([7, 7])
     );
     Ok(())
@@ -215,7 +220,7 @@ async fn large_inputs_and_outputs_travel_through_the_object_store() -> Result<()
     let big = "x".repeat(300 * 1024);
 
     // A FilePart naming an object in the namespace's bucket.
-    let artifacts = Artifacts::new(client.clone(), "mesh");
+    let artifacts = agent_sdk::ArtifactStore::new(client.clone(), "mesh");
     artifacts
         .put_json("inputs/big.json", &json!({"text": big}))
         .await?;
@@ -236,7 +241,11 @@ async fn large_inputs_and_outputs_travel_through_the_object_store() -> Result<()
     assert_eq!(stored["length"], json!(big.len()));
 
     // call_agent stores the large input and fetches the large output.
-    let out = call_agent(&client, "mesh", "Big", json!({"text": big}), WAIT).await?;
+    let out = Mesh::new(client.clone())
+        .agent("Big")
+        .timeout(WAIT)
+        .call(json!({"text": big}))
+        .await?;
     assert_eq!(out["echo"].as_str().map(str::len), Some(big.len()));
     Ok(())
 }
@@ -343,21 +352,39 @@ async fn a_cancel_broadcast_aborts_a_running_handler() -> Result<()> {
 async fn a_plain_message_send_works_through_call_agent() -> Result<()> {
     let (_server, client) = setup().await?;
     let _agent = doubler(Arc::default()).serve(client.clone()).await?;
-    let out = call_agent(&client, "mesh", "Doubler", json!({"n": 4}), WAIT).await?;
+    let out = Mesh::new(client.clone())
+        .agent("Doubler")
+        .timeout(WAIT)
+        .call(json!({"n": 4}))
+        .await?;
     assert_eq!(out, json!({"n": 8.0, "instruction": null, "node": null}));
 
     let mut options = CallOptions::new(WAIT);
     options.instruction = Some("please".into());
-    let out = call_agent_with(&client, "mesh", "Doubler", json!({"n": 1}), options).await?;
+    let out = Mesh::new(client.clone())
+        .defaults(options)
+        .agent("Doubler")
+        .call(json!({"n": 1}))
+        .await?;
     assert_eq!(out["instruction"], "please");
 
-    match call_agent(&client, "mesh", "Doubler", json!({"n": "x"}), WAIT).await {
+    match Mesh::new(client.clone())
+        .agent("Doubler")
+        .timeout(WAIT)
+        .call(json!({"n": "x"}))
+        .await
+    {
         Err(CallError::Failed {
             validation_errors, ..
         }) => assert_eq!(validation_errors.len(), 1),
         other => panic!("expected a validation failure, got {other:?}"),
     }
-    match call_agent(&client, "mesh", "Nobody", json!({}), WAIT).await {
+    match Mesh::new(client.clone())
+        .agent("Nobody")
+        .timeout(WAIT)
+        .call(json!({}))
+        .await
+    {
         Err(CallError::NoResponders(name)) => assert_eq!(name, "Nobody"),
         other => panic!("expected no responders, got {other:?}"),
     }
@@ -402,7 +429,11 @@ async fn garbage_gets_an_error_reply_and_the_agent_keeps_serving() -> Result<()>
             Bytes::from_static(b"junk"),
         )
         .await?;
-    let out = call_agent(&client, "mesh", "Doubler", json!({"n": 1}), WAIT).await?;
+    let out = Mesh::new(client.clone())
+        .agent("Doubler")
+        .timeout(WAIT)
+        .call(json!({"n": 1}))
+        .await?;
     assert_eq!(out["n"], json!(2.0));
     Ok(())
 }
@@ -428,7 +459,11 @@ async fn a_panicking_handler_fails_the_call_not_the_agent() -> Result<()> {
     .await?;
     assert_eq!(result.status, ResultStatus::Failure);
     assert_eq!(
-        call_agent(&client, "mesh", "Panicky", json!({}), WAIT).await?,
+        Mesh::new(client.clone())
+            .agent("Panicky")
+            .timeout(WAIT)
+            .call(json!({}))
+            .await?,
         json!({"ok": true})
     );
     Ok(())
@@ -457,7 +492,13 @@ async fn max_in_flight_bounds_concurrent_handlers() -> Result<()> {
         }))
         .serve(client.clone())
         .await?;
-    let calls = (0..8).map(|_| call_agent(&client, "mesh", "Narrow", json!({}), WAIT));
+    let calls = (0..8).map(|_| {
+        Mesh::new(client.clone())
+            .agent("Narrow")
+            .timeout(WAIT)
+            .call(json!({}))
+            .into_future()
+    });
     for r in futures::future::join_all(calls).await {
         assert_eq!(r?, Value::Null);
     }
@@ -472,7 +513,12 @@ async fn a_stopped_agent_no_longer_answers() -> Result<()> {
     assert_eq!(agent.name(), "Doubler");
     agent.stop().await;
     client.flush().await?;
-    match call_agent(&client, "mesh", "Doubler", json!({"n": 1}), WAIT).await {
+    match Mesh::new(client.clone())
+        .agent("Doubler")
+        .timeout(WAIT)
+        .call(json!({"n": 1}))
+        .await
+    {
         Err(CallError::NoResponders(_)) => Ok(()),
         other => panic!("expected no responders, got {other:?}"),
     }
@@ -532,19 +578,34 @@ async fn calls_name_their_caller_in_mesh_caller() -> Result<()> {
             async move {
                 let mut options = CallOptions::new(WAIT);
                 options.headers = req.onward_headers();
-                call_agent_with(&client, "mesh", "Seer", json!({}), options)
+                Mesh::new(client.clone())
+                    .defaults(options)
+                    .agent("Seer")
+                    .call(json!({}))
                     .await
                     .map_err(|e| AgentError::new(e.to_string()))
             }
         }))
         .serve(client.clone())
         .await?;
-    let anonymous = call_agent(&client, "mesh", "Seer", json!({}), WAIT).await?;
+    let anonymous = Mesh::new(client.clone())
+        .agent("Seer")
+        .timeout(WAIT)
+        .call(json!({}))
+        .await?;
     assert_eq!(anonymous, json!({"caller": null}));
     let named = CallOptions::new(WAIT).with_caller("Planner");
-    let named = call_agent_with(&client, "mesh", "Seer", json!({}), named).await?;
+    let named = Mesh::new(client.clone())
+        .defaults(named)
+        .agent("Seer")
+        .call(json!({}))
+        .await?;
     assert_eq!(named, json!({"caller": "Planner"}));
-    let relayed = call_agent(&client, "mesh", "Relay", json!({}), WAIT).await?;
+    let relayed = Mesh::new(client.clone())
+        .agent("Relay")
+        .timeout(WAIT)
+        .call(json!({}))
+        .await?;
     assert_eq!(relayed, json!({"caller": "Relay"}));
     Ok(())
 }
@@ -581,7 +642,11 @@ async fn inputs_come_only_from_the_mesh_bucket_and_replies_go_only_to_allowed_su
     client
         .publish_with_headers(subjects::agent_request("mesh", "Big"), h, body)
         .await?;
-    let out = call_agent(&client, "mesh", "Big", json!({"n": 2}), WAIT).await?;
+    let out = Mesh::new(client.clone())
+        .agent("Big")
+        .timeout(WAIT)
+        .call(json!({"n": 2}))
+        .await?;
     assert_eq!(out["n"], json!(2));
     client.flush().await?;
     use futures::FutureExt;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_sdk::{call_agent_with, handler_fn, AgentBuilder, CallOptions};
+use agent_sdk::{handler_fn, AgentBuilder, CallOptions, Mesh};
 use anyhow::{Context, Result};
 use common::*;
 use messages::{subjects, AgentReply, Method, Request, Response, Task, TaskState, TaskStatus};
@@ -71,7 +71,11 @@ async fn a_request_met_by_silence_is_resent_with_the_same_task_id() -> Result<()
     let callee = flaky_callee(&client, "Flaky").await?;
     let mut options = CallOptions::new(WAIT);
     options.resend_interval = Duration::from_millis(200);
-    let out = call_agent_with(&client, "mesh", "Flaky", json!({"x": 1}), options).await?;
+    let out = Mesh::new(client.clone())
+        .defaults(options)
+        .agent("Flaky")
+        .call(json!({"x": 1}))
+        .await?;
     assert_eq!(out, json!({"copy": 1}), "the first final reply wins");
     let seen = callee.await??;
     assert_eq!(seen.len(), 2);
@@ -112,7 +116,11 @@ async fn copies_resent_to_a_busy_agent_get_signs_of_life_and_one_answer() -> Res
     });
     let mut options = CallOptions::new(WAIT);
     options.resend_interval = Duration::from_millis(50);
-    let out = call_agent_with(&client, "mesh", "Busy", json!({}), options).await?;
+    let out = Mesh::new(client.clone())
+        .defaults(options)
+        .agent("Busy")
+        .call(json!({}))
+        .await?;
     release.await??;
     assert_eq!(out, json!(7));
     assert_eq!(
@@ -135,7 +143,13 @@ async fn a_call_whose_server_goes_away_ends_with_a_lost_connection_within_its_ti
     options.resend_interval = Duration::from_millis(200);
     let call = tokio::spawn({
         let client = client.clone();
-        async move { call_agent_with(&client, "mesh", "Silent", json!({}), options).await }
+        async move {
+            Mesh::new(client.clone())
+                .defaults(options)
+                .agent("Silent")
+                .call(json!({}))
+                .await
+        }
     });
     next(&mut requests).await?;
     tokio::task::spawn_blocking(move || server.stop()).await??;
@@ -195,7 +209,10 @@ async fn no_responders_after_the_callee_took_the_request_is_waited_out_not_fatal
     let callee = callee_that_answers_once_then_vanishes(&client, "Restarting").await?;
     let mut options = CallOptions::new(Duration::from_secs(2));
     options.resend_interval = Duration::from_millis(20);
-    let err = call_agent_with(&client, "mesh", "Restarting", json!({}), options)
+    let err = Mesh::new(client.clone())
+        .defaults(options)
+        .agent("Restarting")
+        .call(json!({}))
         .await
         .expect_err("nobody ever answers");
     callee.await??;

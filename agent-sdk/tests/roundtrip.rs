@@ -1,10 +1,10 @@
-//! `roundtrip` against a real nats-server: a subscription made on one connection is known
+//! `Mesh::roundtrip` against a real nats-server: a subscription made on one connection is known
 //! to the server, for every other connection, once `roundtrip` returns (a flush alone is
 //! not enough: another connection's request can still meet "no responders").
 
 mod common;
 
-use agent_sdk::roundtrip::roundtrip;
+use agent_sdk::Mesh;
 use anyhow::Result;
 use common::*;
 use futures::StreamExt;
@@ -17,7 +17,7 @@ async fn a_subscription_is_known_to_every_connection_after_a_roundtrip() -> Resu
         let callee = async_nats::connect(server.url()).await?;
         let subject = format!("svc.{i}");
         let mut requests = callee.subscribe(subject.clone()).await?;
-        roundtrip(&callee).await?;
+        Mesh::new(callee.clone()).roundtrip().await?;
         let inbox = caller.new_inbox();
         let mut replies = caller.subscribe(inbox.clone()).await?;
         caller

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::Duration;
 
-use agent_sdk::call_agent;
+use agent_sdk::Mesh;
 use anyhow::{Context, Result};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -64,7 +64,11 @@ async fn readiness_follows_the_agents_the_server_and_the_drain() -> Result<()> {
     assert_eq!(readiness_becomes(addr, 200, TIMEOUT).await.trim(), "ready");
     let live = get(addr, "/livez").await;
     assert_eq!((live.status, live.body), (200, "ok\n".into()));
-    let out = call_agent(&client, "mesh", "Echo", json!({"a": 1}), TIMEOUT).await?;
+    let out = Mesh::new(client.clone())
+        .agent("Echo")
+        .timeout(TIMEOUT)
+        .call(json!({"a": 1}))
+        .await?;
     assert_eq!(out, json!({"a": 1}));
 
     // Cut off from NATS: unready, alive, and ready again once the server is back.
@@ -80,7 +84,11 @@ async fn readiness_follows_the_agents_the_server_and_the_drain() -> Result<()> {
     let why = readiness_becomes(addr, 503, TIMEOUT).await;
     assert!(why.contains("draining"), "{why}");
     let client = async_nats::connect(server.url()).await?;
-    let out = call_agent(&client, "mesh", "Echo", json!({"b": 2}), TIMEOUT).await?;
+    let out = Mesh::new(client.clone())
+        .agent("Echo")
+        .timeout(TIMEOUT)
+        .call(json!({"b": 2}))
+        .await?;
     assert_eq!(out, json!({"b": 2}), "still serving while unready");
 
     // A second signal ends the delay: the agents stop and the process exits cleanly.

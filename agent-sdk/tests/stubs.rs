@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use agent_sdk::{call_agent, load_stub_file, serve_stubs, CallError, StubFile};
+use agent_sdk::{load_stub_file, serve_stubs, CallError, Mesh, StubFile};
 use anyhow::Result;
 use common::*;
 use messages::{ResultStatus, TaskState};
@@ -44,14 +44,11 @@ async fn serve(client: &async_nats::Client) -> Result<Vec<agent_sdk::AgentHandle
 async fn rules_pick_the_first_match_and_templates_compute() -> Result<()> {
     let (_server, client) = setup().await?;
     let _stubs = serve(&client).await?;
-    let out = call_agent(
-        &client,
-        "mesh",
-        "ValueClassifier",
-        json!({"value": 4}),
-        WAIT,
-    )
-    .await?;
+    let out = Mesh::new(client.clone())
+        .agent("ValueClassifier")
+        .timeout(WAIT)
+        .call(json!({"value": 4}))
+        .await?;
     assert_eq!(out, json!({"category": "small", "value": 4, "double": 9}));
 
     let (_, result) = call_node(
@@ -77,20 +74,22 @@ async fn rules_pick_the_first_match_and_templates_compute() -> Result<()> {
     .await?;
     assert_eq!(result.output, Some(json!({"category": "large", "call": 1})));
 
-    match call_agent(
-        &client,
-        "mesh",
-        "ValueClassifier",
-        json!({"value": 5000}),
-        WAIT,
-    )
-    .await
+    match Mesh::new(client.clone())
+        .agent("ValueClassifier")
+        .timeout(WAIT)
+        .call(json!({"value": 5000}))
+        .await
     {
         Err(CallError::Failed { message, .. }) => assert_eq!(message, "no rule matched"),
         other => panic!("expected no rule matched, got {other:?}"),
     }
     // The advertised input schema is enforced.
-    match call_agent(&client, "mesh", "ValueClassifier", json!({}), WAIT).await {
+    match Mesh::new(client.clone())
+        .agent("ValueClassifier")
+        .timeout(WAIT)
+        .call(json!({}))
+        .await
+    {
         Err(CallError::Failed {
             validation_errors, ..
         }) => assert_eq!(validation_errors.len(), 1),
@@ -149,7 +148,11 @@ async fn delay_holds_the_answer_back() -> Result<()> {
     let (_server, client) = setup().await?;
     let _stubs = serve(&client).await?;
     let start = Instant::now();
-    let out = call_agent(&client, "mesh", "Sleepy", json!([1, "two"]), WAIT).await?;
+    let out = Mesh::new(client.clone())
+        .agent("Sleepy")
+        .timeout(WAIT)
+        .call(json!([1, "two"]))
+        .await?;
     assert_eq!(out, json!([1, "two"]));
     assert!(start.elapsed() >= Duration::from_millis(50));
     Ok(())
@@ -236,14 +239,11 @@ async fn the_binary_serves_a_file() -> Result<()> {
         }
     }
     assert!(ready, "stub-agents never published a card");
-    let out = call_agent(
-        &client,
-        "mesh",
-        "ValueClassifier",
-        json!({"value": 1}),
-        WAIT,
-    )
-    .await?;
+    let out = Mesh::new(client.clone())
+        .agent("ValueClassifier")
+        .timeout(WAIT)
+        .call(json!({"value": 1}))
+        .await?;
     assert_eq!(out["category"], "small");
     child.kill().await?;
     Ok(())
@@ -276,7 +276,11 @@ async fn without_a_url_the_binary_starts_and_stops_its_own_server() -> Result<()
     assert!(serving, "the binary never said it was serving");
     let url = url.expect("the binary names the server it started");
     let client = async_nats::connect(url.as_str()).await?;
-    let out = call_agent(&client, "mesh", "Sleepy", json!({"a": 1}), WAIT).await?;
+    let out = Mesh::new(client.clone())
+        .agent("Sleepy")
+        .timeout(WAIT)
+        .call(json!({"a": 1}))
+        .await?;
     assert_eq!(out, json!({"a": 1}));
 
     let pid = child.id().expect("running").to_string();

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use agent_sdk::telemetry;
-use agent_sdk::{call_agent_with, handler_fn, AgentBuilder, CallOptions, NodeRequest};
+use agent_sdk::{handler_fn, AgentBuilder, CallOptions, Mesh, NodeRequest};
 use serde_json::json;
 use test_harness::otlp::{Receiver, Trace};
 use tracing::Instrument;
@@ -55,14 +55,11 @@ fn a_handled_request_and_the_call_it_makes_nest_under_the_callers_span() {
 
         let root = tracing::info_span!("caller");
         let out = async {
-            call_agent_with(
-                &client,
-                "mesh",
-                "Outer",
-                json!({}),
-                CallOptions::new(Duration::from_secs(10)),
-            )
-            .await
+            Mesh::new(client.clone())
+                .defaults(CallOptions::new(Duration::from_secs(10)))
+                .agent("Outer")
+                .call(json!({}))
+                .await
         }
         .instrument(root.clone())
         .await

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use agent_sdk::{call_agent_with, CallOptions};
+use agent_sdk::{CallOptions, Mesh};
 use async_nats::HeaderMap;
 use serde_json::json;
 use test_harness::otlp::Receiver;
@@ -54,7 +54,10 @@ async fn call_then_terminate(url: &str, env: &[(&str, String)], traceparent: &st
     let mut headers = HeaderMap::new();
     headers.insert("traceparent", traceparent);
     options.headers = headers;
-    let out = call_agent_with(&client, "mesh", "Echo", json!({"a": 1}), options)
+    let out = Mesh::new(client.clone())
+        .defaults(options)
+        .agent("Echo")
+        .call(json!({"a": 1}))
         .await
         .unwrap();
     assert_eq!(out, json!({"a": 1}));

@@ -345,7 +345,13 @@ async fn the_old_positional_calls_still_work_through_the_mesh() -> Result<()> {
     let mesh = Mesh::new(client.clone()).namespace("acme.prod")?;
     let _agent = mesh.serve(orders(Arc::default())).await?;
     let input = json!({"lines": [{"sku": "a", "qty": 1}]});
-    let old = agent_sdk::call_agent(&client, "acme.prod", "Orders", input.clone(), WAIT).await?;
+    let old = Mesh::new(client.clone())
+        .namespace("acme.prod")
+        .expect("a valid namespace")
+        .agent("Orders")
+        .timeout(WAIT)
+        .call(input.clone())
+        .await?;
     let new = mesh.agent("Orders").call(input).await?;
     assert_eq!(old, new);
     assert!(Mesh::new(client).namespace("a..b").is_err());

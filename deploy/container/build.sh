@@ -13,7 +13,7 @@ shift || true
 engine="${CONTAINER_ENGINE:-$(command -v podman >/dev/null && echo podman || echo docker)}"
 target="${CARGO_TARGET_DIR:-target}"
 
-cargo build --release --locked -p workflow-node -p agent-sdk --bins
+cargo build --release --locked -p workflow-node -p agent-sdk --features agent-sdk/stubs --bins
 context="$target/container-context"
 rm -rf "$context"
 mkdir -p "$context/bin"

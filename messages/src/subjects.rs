@@ -133,6 +133,12 @@ pub fn artifact_bucket(ns: &str) -> String {
     format!("{}_artifacts", ns.replace('.', "_"))
 }
 
+/// `{ns}_wf_cards` (dots as `_`): the object store bucket where a workflow node keeps card
+/// contents too large for a card (as long as the cards that refer to them).
+pub fn cards_bucket(ns: &str) -> String {
+    format!("{}_wf_cards", ns.replace('.', "_"))
+}
+
 /// `$KV.{bucket}.{key}`: the subject a JetStream KV bucket stores `key` under. Publishing
 /// to it (through JetStream, for the ack) writes the key, which lets a writer pipeline
 /// writes or add headers (TTL, purge, expected sequence) the KV API does not expose.

@@ -86,7 +86,7 @@ pub(crate) async fn run(client: async_nats::Client, input: Value) -> Result<Repo
         .context("the workflow's card never arrived")?;
 
     // Artifact mode: the input is stored first, and the call names it.
-    let store = mesh.artifact_store();
+    let store = mesh.artifacts();
     let bytes = serde_json::to_vec(&input)?;
     let input_ref = store
         .put("shouting-input.json", &bytes, "application/json")

@@ -8,10 +8,10 @@ use std::process::ExitCode;
 use anyhow::anyhow;
 use serde_json::json;
 
-use super::client::invoke;
 use super::connect::{connect, NatsArgs};
 use super::run::{show_progress, DEFAULT_TIMEOUT};
 use crate::shell::{Config, WorkflowNode};
+use agent_sdk::workflow::invoke;
 
 /// Arguments of `demo`.
 #[derive(Debug, clap::Args)]

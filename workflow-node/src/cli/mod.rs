@@ -2,7 +2,6 @@
 
 pub mod approvals;
 pub mod card;
-pub mod client;
 pub mod connect;
 pub mod definitions;
 pub mod demo;

@@ -10,11 +10,11 @@ use anyhow::{anyhow, Context, Result};
 use messages::workflow::WorkflowDataPart;
 use serde_json::{json, Value};
 
-use agent_sdk::exchange::Timing;
+use agent_sdk::Timing;
 
-use super::client::{invoke_as, new_task_id, submit, RunResult, StartAs};
 use super::connect::{connect, NatsArgs};
 use crate::shell::{Config, WorkflowNode};
+use agent_sdk::workflow::{invoke_as, new_task_id, submit, RunResult, StartAs};
 
 /// Arguments of `run`.
 #[derive(Debug, clap::Args)]

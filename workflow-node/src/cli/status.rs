@@ -7,9 +7,9 @@ use std::process::ExitCode;
 use anyhow::{anyhow, Result};
 use serde_json::json;
 
-use super::client::{get_run_signed, GetRunError, RunState};
 use super::connect::{connect, NatsArgs};
 use super::identity::SignArgs;
+use agent_sdk::workflow::{get_run_signed, GetRunError, RunState};
 
 /// Arguments of `status`.
 #[derive(Debug, clap::Args)]

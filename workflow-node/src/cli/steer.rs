@@ -9,12 +9,12 @@
 
 use std::process::ExitCode;
 
-use agent_sdk::exchange::Timing;
+use agent_sdk::workflow::{new_task_id, RunResult, StartAs};
+use agent_sdk::Timing;
 use anyhow::{anyhow, Result};
 use messages::control::RunControl;
 use serde_json::json;
 
-use super::client::{exchange, new_task_id, RunResult};
 use super::runs::{find, open, refused, Target};
 use crate::core::ExecutionId;
 use crate::ops::refusal::Refusal;
@@ -152,10 +152,23 @@ async fn retry_and_wait(
 ) -> Result<RunResult> {
     let (client, ns) = (runs.client(), runs.namespace());
     let execution = crate::shell::run::names::execution_id(&run.workflow, task_id);
-    let outgoing = steer::retry_request(ns, (&run.workflow, &run.execution), task_id, signer)?;
     if !json {
         eprintln!("retrying run {} as run {execution}", run.execution);
     }
+    let start = StartAs {
+        task_id: task_id.to_string(),
+        version: None,
+        signer,
+    };
     let progress = super::run::show_progress;
-    Ok(exchange(client, ns, &run.workflow, outgoing, timing, progress, None).await?)
+    let retried = agent_sdk::workflow::retry(
+        client,
+        ns,
+        &run.workflow,
+        &run.execution.0,
+        timing,
+        start,
+        progress,
+    );
+    Ok(retried.await?)
 }

@@ -27,11 +27,11 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
 use serde_json::Value;
 
-use agent_sdk::exchange::Timing;
+use agent_sdk::Timing;
 
-use super::client::{invoke, RunResult};
 use super::connect::{connect, NatsArgs};
 use crate::shell::{Config, WorkflowNode};
+use agent_sdk::workflow::{invoke, RunResult};
 
 /// Arguments of `test`.
 #[derive(Debug, clap::Args)]
@@ -43,7 +43,7 @@ pub struct Args {
     #[arg(long, default_value = "60s")]
     pub timeout: String,
     /// Silence after which a case's request is resent with the same task id, e.g. 3s (see
-    /// `agent_sdk::exchange`).
+    /// `agent_sdk::Timing`).
     #[arg(long, default_value = "3s")]
     pub resend_interval: String,
     /// NATS connection.
@@ -302,11 +302,14 @@ async fn retry(
         .execution_id
         .as_deref()
         .ok_or_else(|| anyhow!("the run never said its execution id"))?;
-    let execution = crate::core::ExecutionId(execution.to_string());
-    let task_id = super::client::new_task_id();
-    let signer = keys.get("").cloned();
-    let outgoing = crate::ops::steer::retry_request(ns, (workflow, &execution), &task_id, signer)?;
-    Ok(super::client::exchange(client, ns, workflow, outgoing, timing, |_| {}, None).await?)
+    let start = agent_sdk::workflow::StartAs {
+        task_id: agent_sdk::workflow::new_task_id(),
+        version: None,
+        signer: keys.get("").cloned(),
+    };
+    let retried =
+        agent_sdk::workflow::retry(client, ns, workflow, execution, timing, start, |_| {});
+    Ok(retried.await?)
 }
 
 /// What differs between a result and the expectations (empty: the case passes).
@@ -400,7 +403,7 @@ async fn spawn_approver(
     let mut requests = client
         .subscribe(messages::subjects::approvals(ns, workflow))
         .await?;
-    agent_sdk::roundtrip::roundtrip(client).await?;
+    agent_sdk::Mesh::new(client.clone()).roundtrip().await?;
     let (client, subject) = (
         client.clone(),
         messages::subjects::agent_request(ns, workflow),

@@ -5,12 +5,12 @@
 //! with a failed task and no code, so once the record's checks pass, such a refusal is
 //! about who asks.
 
-use agent_sdk::exchange::{send_until_answered, Outgoing, Timing};
+use agent_sdk::workflow::{start_retry, StartAs, Started};
+use agent_sdk::Timing;
 use messages::a2a::{Message, Part, Role};
-use messages::control::{RunControl, WorkflowRetry, WorkflowRunControl};
+use messages::control::{RunControl, WorkflowRunControl};
 use messages::jsonrpc::{Method, Outcome, Request, TaskIdParams};
-use messages::reply::final_task;
-use messages::{subjects, AgentReply};
+use messages::AgentReply;
 use serde_json::json;
 
 use crate::core::ExecutionId;
@@ -136,36 +136,6 @@ pub fn retryable(run: &FoundRun) -> Result<(), Refusal> {
     )))
 }
 
-/// The `message/send` that retries run `run` (its workflow and execution id) as a new run
-/// with task id `task_id`, signed by `signer`.
-pub fn retry_request(
-    ns: &str,
-    run: (&str, &ExecutionId),
-    task_id: &str,
-    signer: Option<agent_sdk::Signer>,
-) -> Result<Outgoing, Refusal> {
-    let (workflow, execution) = run;
-    let retried = WorkflowRetry {
-        execution_id: execution.0.clone(),
-    };
-    let mut message = Message::new(
-        task_id.to_string(),
-        Role::User,
-        vec![Part::data_part(&retried)],
-    );
-    message.task_id = Some(task_id.to_string());
-    let request = Request::message_send(task_id, message);
-    let body = serde_json::to_vec(&request)
-        .map_err(|e| Refusal::failed(format!("encoding the retry: {e}")))?;
-    Ok(Outgoing {
-        subject: subjects::agent_request(ns, workflow),
-        id: task_id.into(),
-        headers: async_nats::HeaderMap::new(),
-        body: body.into(),
-        signer,
-    })
-}
-
 /// Retries `run` as a new run with task id `task_id` and returns its execution id once
 /// the workflow accepted it.
 pub async fn retry(
@@ -177,29 +147,30 @@ pub async fn retry(
 ) -> Result<ExecutionId, Refusal> {
     retryable(run)?;
     let execution = crate::shell::run::names::execution_id(&run.workflow, task_id);
+    let start = StartAs {
+        task_id: task_id.to_string(),
+        version: None,
+        signer,
+    };
     let ns = runs.namespace();
-    let outgoing = retry_request(ns, (&run.workflow, &run.execution), task_id, signer)?;
-    accepted(outgoing, runs.client(), timing).await?;
-    Ok(execution)
-}
-
-/// Sends a start until the workflow accepts it; one it answers at once with a final reply
-/// was refused (the record's checks passed: by who asks).
-async fn accepted(
-    outgoing: Outgoing,
-    client: &async_nats::Client,
-    timing: Timing,
-) -> Result<(), Refusal> {
-    let accepted = std::sync::Arc::new(tokio::sync::Notify::new());
-    let told = accepted.clone();
-    let sent = send_until_answered(client, outgoing, timing, move |_| told.notify_one());
-    tokio::select! {
-        ended = sent => {
-            let reply = ended.map_err(|e| Refusal::unavailable(format!("sending the retry: {e}")))?;
-            let task = final_task(reply).expect("send_until_answered returns final replies only");
-            let text = task_text(&task).unwrap_or_else(|| "the retry was refused".into());
-            Err(Refusal::new(RefusalKind::NotPermitted, text))
-        }
-        _ = accepted.notified() => Ok(()),
+    let started = start_retry(
+        runs.client(),
+        ns,
+        &run.workflow,
+        &run.execution.0,
+        timing,
+        start,
+    )
+    .await
+    .map_err(|e| Refusal::unavailable(format!("sending the retry: {e}")))?;
+    match started {
+        Started::Accepted => Ok(execution),
+        // A final reply before the start was stored: the record's checks passed, so the
+        // node refused who asks.
+        Started::Ended { text, .. } if text.is_empty() => Err(Refusal::new(
+            RefusalKind::NotPermitted,
+            "the retry was refused",
+        )),
+        Started::Ended { text, .. } => Err(Refusal::new(RefusalKind::NotPermitted, text)),
     }
 }

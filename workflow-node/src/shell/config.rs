@@ -84,7 +84,7 @@ impl Default for Config {
             workers: 64,
             pull: Pull::default(),
             inline_limit: 256 * 1024,
-            max_artifact_bytes: agent_sdk::payload::MAX_ARTIFACT_BYTES as u64,
+            max_artifact_bytes: agent_sdk::artifacts::MAX_ARTIFACT_BYTES as u64,
             card_wait: Duration::from_secs(2),
             replicas: 1,
             max_deliver: 10,

@@ -14,7 +14,6 @@ use crate::core::Millis;
 use crate::shell::config::Config;
 use crate::shell::error::{Context, Result};
 use crate::shell::mesh::artifacts::Artifacts;
-use crate::shell::mesh::registry::Registry;
 use crate::shell::mesh::seal;
 use crate::shell::store::versions;
 use crate::shell::telemetry::health::Health;
@@ -35,7 +34,7 @@ pub(crate) struct Shared {
     /// The wakes bucket (see `worker::wakes`).
     pub(in crate::shell) wakes: kv::Store,
     /// Agent cards seen on the mesh, ours among them.
-    pub(in crate::shell) registry: Arc<Registry>,
+    pub(in crate::shell) registry: Arc<agent_sdk::CardCache>,
     /// The cards of the workflows this node serves, by name.
     pub(in crate::shell) cards: HashMap<String, AgentCard>,
     /// The object store.

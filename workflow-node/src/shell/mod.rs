@@ -35,7 +35,7 @@ mod layers;
 pub use config::{Config, Pull};
 pub use context::now;
 pub use error::{Error, Result};
-pub use mesh::registry::{full_card, Registry, CARD_EXPIRY_INTERVALS};
+pub use mesh::registry::{full_card, CARD_EXPIRY_INTERVALS};
 pub use node::WorkflowNode;
 pub use run::envelope::{Caller, Envelope};
 pub use run::record::RunRecord;

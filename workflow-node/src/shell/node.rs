@@ -16,7 +16,7 @@ use crate::shell::config::Config;
 use crate::shell::context::Shared;
 use crate::shell::error::{Context, Error, Result};
 use crate::shell::mesh::artifacts::Artifacts;
-use crate::shell::mesh::registry::{self, Registry, CARD_EXPIRY_INTERVALS};
+use crate::shell::mesh::registry::{self, CARD_EXPIRY_INTERVALS};
 use crate::shell::mesh::seal;
 use crate::shell::mesh::setup::{kv_bucket, patiently};
 use crate::shell::run::names;
@@ -95,7 +95,9 @@ impl WorkflowNode {
             .iter()
             .map(|w| (w.name.clone(), crate::visual::agent_card(w, &ns)))
             .collect();
-        let registry = Arc::new(Registry::new(config.card_interval * CARD_EXPIRY_INTERVALS));
+        let registry = Arc::new(agent_sdk::CardCache::new(
+            config.card_interval * CARD_EXPIRY_INTERVALS,
+        ));
         let metrics = metrics::Metrics::new(&config.metrics)?;
         let metrics_listener = match config.metrics.addr {
             Some(addr) => Some(scrape::bind(addr).await?),
@@ -188,7 +190,8 @@ impl WorkflowNode {
         background.push(tokio::spawn(keep_sweeping(shared.clone(), served.clone())));
         // Requests are taken once the server knows the subscriptions (a flush only
         // writes them out).
-        agent_sdk::roundtrip::roundtrip(&shared.client)
+        agent_sdk::Mesh::new(shared.client.clone())
+            .roundtrip()
             .await
             .context(|| "making the subscriptions known to the server".into())?;
         // Cards go out only now: a caller that sees one finds a responder.
@@ -243,7 +246,7 @@ impl WorkflowNode {
     }
 
     /// The registry of cards seen on the mesh.
-    pub fn registry(&self) -> &Registry {
+    pub fn registry(&self) -> &agent_sdk::CardCache {
         &self.shared.registry
     }
 

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use agent_sdk::exchange::Timing;
+use agent_sdk::Timing;
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
@@ -14,7 +14,6 @@ use messages::card::AgentCard;
 use serde_json::{json, Value};
 
 use super::{events, json_response, ApiError, ApiResult, Ctx};
-use crate::cli::client::{self, InvokeError, StartAs};
 use crate::core::{ExecutionId, Millis};
 use crate::ops::definition;
 use crate::ops::refusal::RefusalKind;
@@ -22,6 +21,7 @@ use crate::ops::runs::{Filter, RunRef, Runs, StatusFilter};
 use crate::ops::view::{self, rfc3339};
 use crate::shell::now;
 use crate::shell::FoundRun;
+use agent_sdk::workflow::{self, InvokeError, StartAs};
 
 /// How long a start waits for the workflow to accept the run.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -222,13 +222,13 @@ async fn start(State(ctx): State<Ctx>, Path(name): Path<String>, body: Bytes) ->
         )));
     }
     let input = body.get("input").cloned().unwrap_or(json!({}));
-    let task_id = client::new_task_id();
+    let task_id = workflow::new_task_id();
     let as_ = StartAs {
         task_id: task_id.clone(),
         version: text(&body, "version")?.map(str::to_owned),
         signer: ctx.signer.clone(),
     };
-    let started = client::start(
+    let started = workflow::start(
         &ctx.client,
         &ctx.ns,
         &name,
@@ -241,12 +241,12 @@ async fn start(State(ctx): State<Ctx>, Path(name): Path<String>, body: Bytes) ->
     let execution = match started {
         // The `Started` event is stored; the record may not be yet. A start without a
         // `Mesh-Caller` has this id.
-        client::Started::Accepted => {
+        workflow::Started::Accepted => {
             let execution = crate::shell::run::names::caller_execution_id(&name, None, &task_id);
             recorded(&ctx, &name, &execution).await?;
             execution.0
         }
-        client::Started::Ended { text, .. } => {
+        workflow::Started::Ended { text, .. } => {
             let which = RunRef {
                 id: &task_id,
                 workflow: Some(&name),

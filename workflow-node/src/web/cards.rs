@@ -1,83 +1,49 @@
 //! The cards on the mesh, as the web view shows them: every card that arrived on the cards
-//! subject, with when it last did. At start, and on [`Cards::refresh`], a discovery ping
-//! asks every agent and workflow to publish its card now.
+//! subject, with when it last did, kept by an `agent_sdk::Catalog` whose cards never
+//! expire (the view shows how long ago each was seen instead). At start, and on
+//! [`Cards::refresh`], a discovery ping asks every agent and workflow to publish its card
+//! now.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Result;
-use futures::StreamExt;
 use messages::card::AgentCard;
-use messages::subjects;
 
 use crate::core::Millis;
-use crate::shell::now;
 
-/// Cards by name, with when each last arrived.
+/// Cards by name, with when each last arrived; the watch stops when this is dropped.
 #[derive(Debug)]
-pub(super) struct Cards {
-    client: async_nats::Client,
-    ns: String,
-    seen: RwLock<BTreeMap<String, (AgentCard, Millis)>>,
-}
+pub(super) struct Cards(agent_sdk::Catalog);
 
 impl Cards {
     /// Every card, by name, with when it last arrived.
     pub(super) fn all(&self) -> Vec<(AgentCard, Millis)> {
-        self.seen
-            .read()
-            .map(|s| s.values().cloned().collect())
-            .unwrap_or_default()
+        let seen = self.0.cache().live_seen();
+        seen.into_iter()
+            .map(|(card, at)| (card, millis(at)))
+            .collect()
     }
 
     /// The card named `name`, if one arrived.
     pub(super) fn get(&self, name: &str) -> Option<(AgentCard, Millis)> {
-        self.seen.read().ok()?.get(name).cloned()
+        let (card, at) = self.0.cache().get_seen(name)?;
+        Some((card, millis(at)))
     }
 
     /// Asks every agent to publish its card now.
     pub(super) async fn refresh(&self) -> Result<()> {
-        self.client
-            .publish(subjects::discovery_ping(&self.ns), "".into())
-            .await?;
-        Ok(())
-    }
-
-    fn insert(&self, card: AgentCard) {
-        if let Ok(mut seen) = self.seen.write() {
-            seen.insert(card.name.clone(), (card, now()));
-        }
+        Ok(self.0.refresh().await?)
     }
 }
 
-/// The task that keeps the cards; dropping it stops it.
-#[derive(Debug)]
-pub(super) struct Watch(tokio::task::JoinHandle<()>);
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
+/// `at` in milliseconds since the Unix epoch.
+fn millis(at: SystemTime) -> Millis {
+    let ms = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    Millis(u64::try_from(ms).unwrap_or(u64::MAX))
 }
 
 /// Subscribes to the cards of namespace `ns`, pings discovery, and keeps the cards.
-pub(super) async fn follow(client: async_nats::Client, ns: &str) -> Result<(Arc<Cards>, Watch)> {
-    let mut sub = client.subscribe(subjects::agent_cards(ns)).await?;
-    client.flush().await?;
-    let cards = Arc::new(Cards {
-        client,
-        ns: ns.to_owned(),
-        seen: RwLock::new(BTreeMap::new()),
-    });
-    let kept = cards.clone();
-    let task = tokio::spawn(async move {
-        while let Some(msg) = sub.next().await {
-            match serde_json::from_slice::<AgentCard>(&msg.payload) {
-                Ok(card) => kept.insert(card),
-                Err(e) => tracing::debug!("ignoring a malformed agent card: {e}"),
-            }
-        }
-    });
-    cards.refresh().await?;
-    Ok((cards, Watch(task)))
+pub(super) async fn follow(client: async_nats::Client, ns: &str) -> Result<Cards> {
+    let mesh = agent_sdk::Mesh::new(client).namespace(ns)?;
+    Ok(Cards(mesh.catalog_with_expiry(Duration::MAX).await?))
 }

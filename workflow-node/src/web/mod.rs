@@ -46,7 +46,7 @@ impl Ctx {
 pub struct Web {
     addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
-    _cards: cards::Watch,
+    _cards: Arc<cards::Cards>,
 }
 
 impl Web {
@@ -65,7 +65,8 @@ impl Web {
             .await
             .with_context(|| format!("binding the web view at {addr}"))?;
         let addr = listener.local_addr()?;
-        let (cards, watch) = cards::follow(client.clone(), ns).await?;
+        let cards = Arc::new(cards::follow(client.clone(), ns).await?);
+        let watch = cards.clone();
         let ctx = Ctx {
             client,
             ns: ns.to_owned(),

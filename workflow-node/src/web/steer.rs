@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use agent_sdk::exchange::Timing;
+use agent_sdk::Timing;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -14,9 +14,9 @@ use serde_json::json;
 
 use super::api::{find, object, text};
 use super::{json_response, ApiError, ApiResult, Ctx};
-use crate::cli::client::new_task_id;
 use crate::ops::approvals::{self, Decided};
 use crate::ops::steer;
+use agent_sdk::workflow::new_task_id;
 
 /// How long a retry waits for the workflow to accept the new run.
 const RETRY_TIMEOUT: Duration = Duration::from_secs(30);

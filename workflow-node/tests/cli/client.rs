@@ -1,16 +1,16 @@
-//! `cli::client::invoke` (behind `run` and `test`) against a stand-in workflow on a real
+//! `agent_sdk::workflow::invoke` (behind `run` and `test`) against a stand-in workflow on a real
 //! nats-server: a request met by silence is resent with the same ids; a refusal is an
 //! error a caller can match.
 
 use std::time::Duration;
 
-use agent_sdk::exchange::Timing;
+use agent_sdk::workflow::{invoke, InvokeError};
+use agent_sdk::Timing;
 use futures::StreamExt;
 use messages::a2a::{AgentReply, Message, Role, Task, TaskState, TaskStatus};
 use messages::jsonrpc::{ErrorObject, Method, Request, Response};
 use messages::subjects;
 use serde_json::json;
-use workflow_node::cli::client::{invoke, InvokeError};
 
 /// What the stand-in does with the requests it receives, in order.
 #[derive(Clone, Copy)]

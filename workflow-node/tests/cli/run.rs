@@ -170,7 +170,7 @@ workflow:
         let run_client = client.clone();
         tokio::spawn(async move {
             let timeout = std::time::Duration::from_secs(60);
-            workflow_node::cli::client::invoke(
+            agent_sdk::workflow::invoke(
                 &run_client,
                 "mesh",
                 "Hello",

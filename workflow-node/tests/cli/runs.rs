@@ -8,11 +8,11 @@ use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_sdk::workflow::{invoke_as, new_task_id, RunResult};
 use agent_sdk::{handler_fn, AgentBuilder, NodeRequest};
 use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::runtime::Runtime;
-use workflow_node::cli::client::{invoke_as, new_task_id, RunResult};
 use workflow_node::shell::{run::names, Config, WorkflowNode};
 
 use crate::support::fixtures::{CHAIN, GATE};

@@ -8,13 +8,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_sdk::workflow::{invoke_as, new_task_id, RunResult};
 use agent_sdk::{handler_fn, AgentBuilder, AgentError, NodeRequest};
 use messages::control::RunControl;
 use messages::workflow::WorkflowDataPart;
 use serde_json::{json, Value};
 use tokio::runtime::Runtime;
 use tokio::sync::{mpsc, Notify};
-use workflow_node::cli::client::{invoke_as, new_task_id, RunResult};
 use workflow_node::core::{CallPhase, NodeStatus, TaskKey};
 use workflow_node::shell::{run::names, Config, WorkflowNode};
 use workflow_node::shell::{FoundRun, Inspector};
@@ -406,7 +406,7 @@ fn only_the_owner_or_an_operator_may_retry_a_signed_run() {
     let owner = agent_sdk::Signer::from_seed_file(m.keys.path().join("owner")).unwrap();
     let task_id = new_task_id();
     let id = names::execution_id("Flaky", &task_id).0;
-    let start = workflow_node::cli::client::StartAs {
+    let start = agent_sdk::workflow::StartAs {
         task_id,
         version: None,
         signer: Some(owner),

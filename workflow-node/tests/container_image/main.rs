@@ -11,7 +11,7 @@
 //! ```sh
 //! bash deploy/container/base-image.sh
 //! export CONTAINERS_CONF=$PWD/deploy/container/containers-ci.conf   # on the CI machines
-//! cargo build -p agent-sdk --bin stub-agents
+//! cargo build -p agent-sdk --features stubs --bin stub-agents
 //! cargo test -p workflow-node --test container_image -- --ignored
 //! ```
 //!
@@ -82,7 +82,7 @@ impl Image {
         let stubs = node.with_file_name("stub-agents");
         assert!(
             stubs.exists(),
-            "{} is missing: cargo build -p agent-sdk --bin stub-agents",
+            "{} is missing: cargo build -p agent-sdk --features stubs --bin stub-agents",
             stubs.display()
         );
         for from in [&node, &stubs] {

@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
+use agent_sdk::workflow::invoke;
 use futures::StreamExt;
 use messages::subjects;
 use serde_json::json;
-use workflow_node::cli::client::invoke;
 
 use crate::support;
 use crate::support::crash::replicas::{write_file, Logs, Spawner};

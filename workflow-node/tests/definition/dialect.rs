@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use agent_sdk::workflow::invoke;
 use async_nats::jetstream::{self, object_store};
 use futures::StreamExt;
 use messages::card::AgentCard;
@@ -14,7 +15,6 @@ use messages::workflow::Dialect;
 use messages::{headers, subjects};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
-use workflow_node::cli::client::invoke;
 use workflow_node::definition::parse_str;
 use workflow_node::shell::{Config, WorkflowNode};
 

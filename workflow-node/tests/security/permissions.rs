@@ -248,7 +248,10 @@ async fn an_agent_can_neither_forge_events_write_state_read_runs_nor_approve() {
         .subscribe(subjects::approvals(NS, "PollAndApprove"))
         .await
         .unwrap();
-    agent_sdk::roundtrip::roundtrip(&ops.client).await.unwrap();
+    agent_sdk::Mesh::new(ops.client.clone())
+        .roundtrip()
+        .await
+        .unwrap();
     let alice = secure.connect("alice").await;
     let mesh = Mesh::new(alice.client.clone()).timeout(WAIT);
     catalog_has(&mesh, &["PollAndApprove", "Echo"]).await;

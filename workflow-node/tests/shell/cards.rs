@@ -148,7 +148,7 @@ async fn a_card_not_republished_expires_from_the_registry_but_our_own_never_do()
     );
     assert!(!registry.names().contains(&"Fleeting".to_owned()));
 
-    let r = workflow_node::cli::client::invoke(
+    let r = agent_sdk::workflow::invoke(
         &client,
         "mesh",
         "CallsFleeting",
@@ -185,7 +185,8 @@ async fn a_card_goes_out_only_once_a_request_finds_a_responder() {
         .subscribe(subjects::agent_cards("mesh"))
         .await
         .expect("subscribe");
-    agent_sdk::roundtrip::roundtrip(&caller)
+    agent_sdk::Mesh::new(caller.clone())
+        .roundtrip()
         .await
         .expect("the server took the subscription");
     let mut nodes = Vec::new();

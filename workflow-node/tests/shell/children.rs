@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
+use agent_sdk::workflow::{invoke, RunResult};
 use futures::StreamExt;
 use messages::jsonrpc::Request;
 use messages::subjects;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
-use workflow_node::cli::client::{invoke, RunResult};
 use workflow_node::core::{ExecutionId, RunStatus};
 use workflow_node::shell::run::record::RunRecord;
 use workflow_node::shell::{run::names, Config};

@@ -4,13 +4,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use agent_sdk::workflow::{invoke, RunResult};
 use futures::StreamExt;
 use messages::a2a::{Message, Part, Role};
 use messages::jsonrpc::Request;
 use messages::workflow::{Decision, WorkflowApprovalDecision, WorkflowDataPart};
 use messages::{headers, subjects};
 use serde_json::{json, Value};
-use workflow_node::cli::client::{invoke, RunResult};
 use workflow_node::definition::{parse_str, Workflow};
 use workflow_node::shell::{Config, WorkflowNode};
 

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_sdk::workflow::{invoke, RunResult};
 use messages::workflow::WorkflowDataPart;
 use serde_json::{json, Value};
-use workflow_node::cli::client::{invoke, RunResult};
 use workflow_node::shell::Config;
 
 use crate::support;

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
+use agent_sdk::workflow::invoke;
 use futures::StreamExt;
 use serde_json::json;
-use workflow_node::cli::client::invoke;
 use workflow_node::core::ExecutionId;
 use workflow_node::shell::Inspector;
 use workflow_node::shell::{run::names, Config};

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use agent_sdk::workflow::{invoke, invoke_as, new_task_id};
 use agent_sdk::{handler_fn, AgentBuilder, NodeRequest};
 use futures::StreamExt;
 use messages::workflow::{Decision, WorkflowApprovalDecision, WorkflowDataPart};
 use messages::{subjects, Message, Part, Request, Role};
 use serde_json::json;
-use workflow_node::cli::client::{invoke, invoke_as, new_task_id};
 use workflow_node::definition::parse_str;
 use workflow_node::shell::Inspector;
 use workflow_node::shell::{run::names, Config, WorkflowNode};

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
+use agent_sdk::workflow::{get_run, get_run_signed, invoke_as, new_task_id, RunResult, StartAs};
 use agent_sdk::{CallError, Mesh as SdkMesh, Signer};
 use futures::StreamExt;
 use messages::a2a::{Message, Part, Role};
@@ -14,9 +15,6 @@ use messages::jsonrpc::{codes, Request};
 use messages::workflow::{Decision, NodePhase, RunPhase, WorkflowApprovalDecision};
 use messages::{headers, subjects};
 use serde_json::{json, Value};
-use workflow_node::cli::client::{
-    get_run, get_run_signed, invoke_as, new_task_id, RunResult, StartAs,
-};
 use workflow_node::shell::{run::names, Config, WorkflowNode};
 
 use crate::support;

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
+use agent_sdk::workflow::invoke;
 use serde_json::{json, Value};
-use workflow_node::cli::client::invoke;
 use workflow_node::definition::parse_str;
 use workflow_node::shell::{run::names, Config, RunRecord, WorkflowNode};
 

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
+use agent_sdk::workflow::{invoke, RunResult};
 use agent_sdk::{handler_fn, AgentBuilder, NodeRequest};
 use serde_json::{json, Value};
-use workflow_node::cli::client::{invoke, RunResult};
 use workflow_node::definition::parse_str;
 use workflow_node::shell::{Config, WorkflowNode};
 

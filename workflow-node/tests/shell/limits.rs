@@ -6,12 +6,12 @@
 
 use std::time::Duration;
 
+use agent_sdk::workflow::invoke;
 use agent_sdk::{handler_fn, AgentBuilder, NodeRequest};
 use messages::a2a::{Message, Role};
 use messages::jsonrpc::{codes, Request};
 use messages::{headers, subjects};
 use serde_json::{json, Value};
-use workflow_node::cli::client::invoke;
 use workflow_node::limits::{Limits, MAX_JSON_DEPTH};
 use workflow_node::shell::{run::names, Config, WorkflowNode};
 

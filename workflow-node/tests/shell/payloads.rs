@@ -4,11 +4,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_sdk::workflow::invoke;
 use messages::a2a::{Message, Part, Role};
 use messages::jsonrpc::Request;
 use messages::{headers, subjects};
 use serde_json::{json, Value};
-use workflow_node::cli::client::invoke;
 use workflow_node::definition::parse_str;
 use workflow_node::shell::{Config, WorkflowNode};
 
@@ -114,7 +114,7 @@ async fn large_inputs_and_outputs_travel_through_the_object_store() {
 #[tokio::test]
 async fn a_workflow_input_can_be_an_object_store_artifact_and_trace_context_reaches_agents() {
     let (_server, client, _node, _agent, seen) = setup(256 * 1024).await;
-    let artifacts = agent_sdk::payload::Artifacts::new(client.clone(), "mesh");
+    let artifacts = agent_sdk::ArtifactStore::new(client.clone(), "mesh");
     artifacts
         .put_json("my-input.json", &json!({"blob": "from the store"}))
         .await

@@ -6,12 +6,12 @@
 
 use std::time::Duration;
 
+use agent_sdk::workflow::invoke;
 use futures::StreamExt;
 use messages::a2a::{Message, Role};
 use messages::jsonrpc::Request;
 use messages::{headers, subjects};
 use serde_json::{json, Value};
-use workflow_node::cli::client::invoke;
 use workflow_node::core::{ExecutionId, NodeStatus};
 use workflow_node::shell::run::history::HELD_MAX;
 use workflow_node::shell::Inspector;

@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use agent_sdk::workflow::{get_run, invoke, RunResult};
 use messages::workflow::{NodePhase, RunOutcome, RunPhase, WorkflowDataPart};
 use messages::TaskState;
 use serde_json::{json, Value};
-use workflow_node::cli::client::{get_run, invoke, RunResult};
 use workflow_node::core::{NodeStatus, RunStatus};
 use workflow_node::shell::Inspector;
 use workflow_node::shell::{Config, MetricsConfig, Otlp, WorkflowNode};

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use workflow_node::cli::client::{invoke, RunResult};
+use agent_sdk::workflow::{invoke, RunResult};
 use workflow_node::shell::{run::names, Config};
 
 use crate::support;

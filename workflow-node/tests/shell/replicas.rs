@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use agent_sdk::workflow::invoke;
 use futures::StreamExt;
 use serde_json::json;
-use workflow_node::cli::client::invoke;
 use workflow_node::definition::parse_str;
 use workflow_node::shell::{run::names, Config, RunRecord, WorkflowNode};
 

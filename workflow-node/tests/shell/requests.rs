@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use agent_sdk::workflow::{get_run, invoke, GetRunError};
 use futures::StreamExt;
 use messages::a2a::{Message, Part, Role};
 use messages::jsonrpc::Request;
@@ -11,7 +12,6 @@ use messages::payload::{object_uri, wrap, JSON_MIME};
 use messages::workflow::{Decision, NodePhase, RunPhase, WorkflowApprovalDecision};
 use messages::{headers, subjects, TaskState};
 use serde_json::{json, Value};
-use workflow_node::cli::client::{get_run, invoke, GetRunError};
 use workflow_node::shell::Config;
 
 use crate::support;

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use agent_sdk::workflow::invoke;
 use agent_sdk::{handler_fn, AgentBuilder, NodeRequest};
 use futures::StreamExt;
 use messages::a2a::{Message, Role};
@@ -11,7 +12,6 @@ use messages::jsonrpc::Request;
 use messages::payload::wrap;
 use messages::subjects;
 use serde_json::json;
-use workflow_node::cli::client::invoke;
 use workflow_node::definition::parse_str;
 use workflow_node::shell::{run::names, Config, WorkflowNode};
 

@@ -7,15 +7,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_sdk::exchange::{send_until_answered, Outgoing, Timing};
-use agent_sdk::{handler_fn, AgentBuilder, AgentError, NodeRequest};
-use messages::a2a::{Message, Part, Role, TaskState};
-use messages::control::WorkflowRetry;
-use messages::jsonrpc::Request;
-use messages::reply::{final_task, output_part, Output};
-use messages::subjects;
+use agent_sdk::workflow::{invoke_as, new_task_id, retry};
+use agent_sdk::{handler_fn, AgentBuilder, AgentError, NodeRequest, Timing};
 use serde_json::json;
-use workflow_node::cli::client::{invoke_as, new_task_id};
 use workflow_node::definition::parse_str;
 use workflow_node::shell::{Config, WorkflowNode};
 
@@ -97,32 +91,23 @@ async fn a_retry_runs_the_version_its_run_started_with_after_an_upgrade() {
 
     // The first run's caller retries it, naming it by its task id (unsigned, as it started).
     let task_id = new_task_id();
-    let retried = WorkflowRetry {
-        execution_id: first_task.clone(),
-    };
-    let mut message = Message::new(task_id.clone(), Role::User, vec![Part::data_part(&retried)]);
-    message.task_id = Some(task_id.clone());
-    let request = Request::message_send(task_id.as_str(), message);
-    let outgoing = Outgoing {
-        subject: subjects::agent_request("mesh", "Flow"),
-        id: task_id.as_str().into(),
-        headers: async_nats::HeaderMap::new(),
-        body: serde_json::to_vec(&request).unwrap().into(),
-        signer: None,
-    };
     let timing = Timing {
         timeout: TIMEOUT,
         resend_interval: Duration::from_secs(3),
     };
-    let reply = send_until_answered(&client, outgoing, timing, |_| {})
-        .await
-        .expect("a final reply");
-    let task = final_task(reply).expect("a task");
-    let parts = task.status.message.map(|m| m.parts).unwrap_or_default();
-    assert_eq!(task.status.state, TaskState::Completed, "{parts:?}");
-    let Some(Output::Inline(output)) = output_part(&parts) else {
-        panic!("no output: {parts:?}");
-    };
+    let result = retry(
+        &client,
+        "mesh",
+        "Flow",
+        &first_task,
+        timing,
+        &task_id,
+        |_| {},
+    )
+    .await
+    .expect("a final reply");
+    assert_eq!(result.status, "success", "{result:?}");
+    let output = result.output.expect("an output");
     // Version 1's output, with a's first (kept) output: a ran once in all.
     assert_eq!(output, json!({"version": "one", "a": 1}));
     assert_eq!(counted.load(Ordering::SeqCst), 1);

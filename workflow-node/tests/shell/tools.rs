@@ -283,10 +283,9 @@ async fn progress_streams_as_typed_events_and_a_run_is_canceled_or_dropped() {
     drop(call);
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let state =
-            workflow_node::cli::client::get_run(&m.client, "mesh", "Gate", "dropped-run", None)
-                .await
-                .expect("tasks/get");
+        let state = agent_sdk::workflow::get_run(&m.client, "mesh", "Gate", "dropped-run", None)
+            .await
+            .expect("tasks/get");
         if state.run.status == RunPhase::Cancelled {
             break;
         }

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use agent_sdk::workflow::{get_run, invoke_as, RunState};
 use messages::a2a::{AgentReply, Message, Part, Role};
 use messages::jsonrpc::{Request, Response};
 use messages::payload::{object_uri, wrap, JSON_MIME};
@@ -12,7 +13,6 @@ use messages::workflow::{NodePhase, RunPhase};
 use messages::{headers, subjects};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Mutex};
-use workflow_node::cli::client::{get_run, invoke_as, RunState};
 use workflow_node::core::{Event, TimerId};
 use workflow_node::shell::{run::names, Config, Envelope};
 

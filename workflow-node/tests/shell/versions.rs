@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
+use agent_sdk::workflow::{invoke, invoke_as, new_task_id, RunResult, StartAs};
 use agent_sdk::{handler_fn, AgentBuilder, NodeRequest};
 use futures::StreamExt;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
-use workflow_node::cli::client::{invoke, invoke_as, new_task_id, RunResult, StartAs};
 use workflow_node::definition::parse_str;
 use workflow_node::shell::store::versions::{self, StoredDefinition};
 use workflow_node::shell::{run::names, Config, WorkflowNode};
@@ -340,7 +340,8 @@ async fn a_run_uses_the_version_of_the_replica_that_took_its_request() {
         .subscribe(messages::subjects::run_events_all("mesh", "Flow"))
         .await
         .expect("subscribe");
-    agent_sdk::roundtrip::roundtrip(&client)
+    agent_sdk::Mesh::new(client.clone())
+        .roundtrip()
         .await
         .expect("the server took the subscription");
     let caller = client.clone();

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
+use agent_sdk::workflow::{invoke, RunResult};
 use serde_json::{json, Value};
-use workflow_node::cli::client::{invoke, RunResult};
 use workflow_node::shell::{run::names, Config};
 
 use crate::support;

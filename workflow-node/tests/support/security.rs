@@ -188,7 +188,8 @@ impl Watched {
     /// The server errors so far (none on a connection that stayed within its rights).
     pub(crate) async fn errors(&mut self) -> Vec<String> {
         // A round trip first: an error the server sent before it is in by then.
-        agent_sdk::roundtrip::roundtrip(&self.client)
+        agent_sdk::Mesh::new(self.client.clone())
+            .roundtrip()
             .await
             .expect("a round trip through the own inbox");
         let mut seen = Vec::new();

@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+use agent_sdk::workflow::invoke;
 use serde_json::json;
-use workflow_node::cli::client::invoke;
 
 use crate::support;
 use crate::support::fixtures::{doubler, CHAIN};

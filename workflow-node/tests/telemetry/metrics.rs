@@ -7,9 +7,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use agent_sdk::workflow::{invoke, RunResult};
 use futures::future::join_all;
 use serde_json::json;
-use workflow_node::cli::client::{invoke, RunResult};
 use workflow_node::shell::{Config, MetricsConfig, Otlp, WorkflowNode};
 
 use crate::support;

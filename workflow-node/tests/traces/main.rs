@@ -17,7 +17,7 @@ mod support;
 use std::time::Duration;
 
 use agent_sdk::telemetry;
-use agent_sdk::{call_agent_with, handler_fn, AgentBuilder, AgentError, CallOptions, NodeRequest};
+use agent_sdk::{handler_fn, AgentBuilder, AgentError, CallOptions, Mesh, NodeRequest};
 use serde_json::json;
 use test_harness::otlp::{Receiver, Span, Trace};
 use tracing::Instrument;
@@ -124,7 +124,10 @@ async fn scenario(receiver: &Receiver) {
                 let mut options = CallOptions::new(Duration::from_secs(60));
                 options.headers = req.onward_headers();
                 let x = req.input["x"].clone();
-                let out = call_agent_with(&c, "mesh", "Child", json!({"x": x}), options)
+                let out = Mesh::new(c.clone())
+                    .defaults(options)
+                    .agent("Child")
+                    .call(json!({"x": x}))
                     .await
                     .map_err(|e| AgentError::new(e.to_string()))?;
                 Ok(json!({"b": out["c"].as_i64().unwrap_or(0) * 2}))
@@ -148,14 +151,11 @@ async fn scenario(receiver: &Receiver) {
         let c = client.clone();
         calls.push(tokio::spawn(
             async move {
-                call_agent_with(
-                    &c,
-                    "mesh",
-                    "Parent",
-                    json!({"x": i * 10}),
-                    CallOptions::new(Duration::from_secs(90)),
-                )
-                .await
+                Mesh::new(c.clone())
+                    .defaults(CallOptions::new(Duration::from_secs(90)))
+                    .agent("Parent")
+                    .call(json!({"x": i * 10}))
+                    .await
             }
             .instrument(span),
         ));

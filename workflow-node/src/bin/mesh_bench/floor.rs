@@ -147,7 +147,7 @@ async fn echo(env: &Env, subject: &str) -> Result<tokio::task::JoinHandle<()>> {
     // A flush only writes the socket: a request from the other connection right after it
     // can meet "no responders". Once our own message comes back, the server has the
     // subscription.
-    agent_sdk::roundtrip::roundtrip(&responder).await?;
+    agent_sdk::Mesh::new(responder.clone()).roundtrip().await?;
     Ok(task)
 }
 

@@ -55,7 +55,7 @@ impl KvMeter {
         for b in buckets {
             subs.push(client.subscribe(messages::subjects::kv_all(b)).await?);
         }
-        agent_sdk::roundtrip::roundtrip(&client).await?;
+        agent_sdk::Mesh::new(client.clone()).roundtrip().await?;
         let s = seen.clone();
         let task = tokio::spawn(async move {
             let mut all = futures::stream::select_all(subs);
@@ -85,7 +85,9 @@ impl KvMeter {
                 }
             }
             None => {
-                agent_sdk::roundtrip::roundtrip(&self.client).await?;
+                agent_sdk::Mesh::new(self.client.clone())
+                    .roundtrip()
+                    .await?;
                 let mut last = u64::MAX;
                 while self.seen.msgs.load(Ordering::Relaxed) != last && Instant::now() < deadline {
                     last = self.seen.msgs.load(Ordering::Relaxed);

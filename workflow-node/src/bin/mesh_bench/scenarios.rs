@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use agent_sdk::workflow::invoke;
 use anyhow::{bail, Result};
 use futures::StreamExt;
 use serde_json::{json, Value};
-use workflow_node::cli::client::invoke;
 use workflow_node::definition::Workflow;
 use workflow_node::shell::{Config, WorkflowNode};
 

@@ -31,7 +31,7 @@ impl Wiretap {
     /// itself sends (JetStream's deliveries and replies), in namespace `ns`'s terms.
     pub(crate) async fn start(client: async_nats::Client, ns: &str) -> Result<Wiretap> {
         let mut sub = client.subscribe(">").await?;
-        agent_sdk::roundtrip::roundtrip(&client).await?;
+        agent_sdk::Mesh::new(client.clone()).roundtrip().await?;
         let seen: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
         let log: Arc<Mutex<Vec<(Instant, String)>>> = Arc::default();
         let (s, l, ns) = (seen.clone(), log.clone(), ns.to_owned());
@@ -58,7 +58,9 @@ impl Wiretap {
     /// Counts so far (after a message of ours came back, and the count held still), per
     /// one of `units`.
     pub(crate) async fn take(&self, units: u64) -> Result<BTreeMap<String, f64>> {
-        agent_sdk::roundtrip::roundtrip(&self.client).await?;
+        agent_sdk::Mesh::new(self.client.clone())
+            .roundtrip()
+            .await?;
         let total = || {
             self.seen
                 .lock()

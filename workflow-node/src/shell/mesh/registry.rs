@@ -1,5 +1,6 @@
 //! The agent-card registry: every card seen on the discovery subject, and our own cards,
-//! published at start, on an interval, and when pinged.
+//! published at start, on an interval, and when pinged, kept in an `agent_sdk::CardCache`
+//! (the cache callers and the web view keep too).
 //!
 //! A card seen on the mesh expires when no new copy arrives for [`CARD_EXPIRY_INTERVALS`]
 //! card intervals: its agent is gone, and a call to it should fail with "has no card"
@@ -11,16 +12,16 @@
 //! gets it back with [`full_card`].
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
+use agent_sdk::CardCache;
 use async_nats::jetstream;
 use futures::StreamExt;
 use messages::card::AgentCard;
 use messages::subjects;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncReadExt;
-use tokio::sync::Notify;
 
 use crate::shell::error::{Context, Error, Result};
 use crate::shell::mesh::artifacts::Artifacts;
@@ -28,118 +29,31 @@ use crate::shell::mesh::artifacts::Artifacts;
 /// How many card intervals a card of another agent lives without a new copy.
 pub const CARD_EXPIRY_INTERVALS: u32 = 3;
 
-/// Cards by agent name.
-pub struct Registry {
-    cards: RwLock<HashMap<String, Entry>>,
-    expiry: Duration,
-    arrived: Notify,
-}
-
-/// A card and when its last copy arrived; `None` for our own, which never expire.
-struct Entry {
-    card: AgentCard,
-    seen: Option<Instant>,
-}
-
-impl Entry {
-    fn live(&self, now: Instant, expiry: Duration) -> bool {
-        self.seen
-            .is_none_or(|seen| now.saturating_duration_since(seen) < expiry)
+/// The card of `name` in `registry`, waiting up to `wait` for it to arrive after asking
+/// every agent to republish. `None` when it does not.
+pub(in crate::shell) async fn wait_for(
+    registry: &CardCache,
+    client: &async_nats::Client,
+    ns: &str,
+    name: &str,
+    wait: Duration,
+) -> Option<AgentCard> {
+    if let Some(card) = registry.get(name) {
+        return Some(card);
     }
-}
-
-impl Registry {
-    /// An empty registry whose cards from the mesh expire `expiry` after their last copy.
-    pub fn new(expiry: Duration) -> Self {
-        Registry {
-            cards: RwLock::new(HashMap::new()),
-            expiry,
-            arrived: Notify::new(),
-        }
-    }
-
-    /// Records a card seen on the mesh. A copy of one of our own cards changes nothing.
-    pub fn insert(&self, card: AgentCard) {
-        self.insert_at(card, Some(Instant::now()));
-    }
-
-    /// Records one of our own cards: it never expires.
-    pub(in crate::shell) fn insert_own(&self, card: AgentCard) {
-        self.insert_at(card, None);
-    }
-
-    fn insert_at(&self, card: AgentCard, seen: Option<Instant>) {
-        if let Ok(mut cards) = self.cards.write() {
-            let ours = cards.get(&card.name).is_some_and(|e| e.seen.is_none());
-            if seen.is_none() || !ours {
-                let now = seen.unwrap_or_else(Instant::now);
-                cards.retain(|_, e| e.live(now, self.expiry));
-                cards.insert(card.name.clone(), Entry { card, seen });
-            }
-        }
-        self.arrived.notify_waiters();
-    }
-
-    /// The card of `name`, if seen and not expired.
-    pub fn get(&self, name: &str) -> Option<AgentCard> {
-        self.get_at(name, Instant::now())
-    }
-
-    fn get_at(&self, name: &str, now: Instant) -> Option<AgentCard> {
-        let cards = self.cards.read().ok()?;
-        let entry = cards.get(name)?;
-        entry.live(now, self.expiry).then(|| entry.card.clone())
-    }
-
-    /// Names of every agent whose card is in the registry and not expired.
-    pub fn names(&self) -> Vec<String> {
-        let now = Instant::now();
-        let mut names: Vec<String> = self
-            .cards
-            .read()
-            .map(|c| {
-                c.iter()
-                    .filter(|(_, e)| e.live(now, self.expiry))
-                    .map(|(name, _)| name.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
-        names.sort();
-        names
-    }
-
-    /// The card of `name`, waiting up to `wait` for it to arrive (after asking every agent
-    /// to republish). `None` when it does not.
-    pub(in crate::shell) async fn wait_for(
-        &self,
-        client: &async_nats::Client,
-        ns: &str,
-        name: &str,
-        wait: Duration,
-    ) -> Option<AgentCard> {
-        if let Some(card) = self.get(name) {
-            return Some(card);
-        }
-        let deadline = tokio::time::Instant::now() + wait;
-        let _ = client
-            .publish(subjects::discovery_ping(ns), "".into())
-            .await;
-        loop {
-            let arrived = self.arrived.notified();
-            if let Some(card) = self.get(name) {
-                return Some(card);
-            }
-            if tokio::time::timeout_at(deadline, arrived).await.is_err() {
-                return self.get(name);
-            }
-        }
-    }
+    let _ = client
+        .publish(subjects::discovery_ping(ns), "".into())
+        .await;
+    registry
+        .wait_until(wait, |cards| cards.iter().any(|c| c.name == name))
+        .await;
+    registry.get(name)
 }
 
 /// Keeps the registry up to date from the discovery subject (`sub`, from
 /// [`subscribe_cards`]).
 pub(in crate::shell) async fn watch_cards(
-    registry: Arc<Registry>,
+    registry: Arc<CardCache>,
     mut sub: async_nats::Subscriber,
 ) {
     while let Some(msg) = sub.next().await {
@@ -284,42 +198,5 @@ async fn publish_round(client: &async_nats::Client, ns: &str, wire: &[(String, V
                 bytes.len()
             );
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn card(name: &str) -> AgentCard {
-        AgentCard::new(name, "d", "nats:x", "1")
-    }
-
-    #[test]
-    fn cards_from_the_mesh_expire_and_ours_do_not() {
-        let registry = Registry::new(Duration::from_secs(3));
-        let t0 = Instant::now();
-        registry.insert_at(card("Theirs"), Some(t0));
-        registry.insert_own(card("Ours"));
-        let later = t0 + Duration::from_secs(2);
-        assert!(registry.get_at("Theirs", later).is_some());
-        let expired = t0 + Duration::from_secs(3);
-        assert!(registry.get_at("Theirs", expired).is_none());
-        assert!(registry
-            .get_at("Ours", expired + Duration::from_secs(3600))
-            .is_some());
-        // A new copy renews it.
-        registry.insert_at(card("Theirs"), Some(later));
-        assert!(registry.get_at("Theirs", expired).is_some());
-    }
-
-    #[test]
-    fn a_copy_of_our_own_card_from_the_mesh_leaves_ours_in_place() {
-        let registry = Registry::new(Duration::from_secs(3));
-        let ours = card("Ours").with_visualization("graph TD".into(), serde_json::json!({}));
-        registry.insert_own(ours.clone());
-        registry.insert(card("Ours").with_visualization_ref("nats-object://b/n".into()));
-        let now = Instant::now() + Duration::from_secs(3600);
-        assert_eq!(registry.get_at("Ours", now), Some(ours));
     }
 }

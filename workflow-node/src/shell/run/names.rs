@@ -36,12 +36,6 @@ pub fn secrets_bucket(ns: &str) -> String {
     format!("{}_wf_secrets", ns_token(ns))
 }
 
-/// The object store bucket of card contents too large for a card (kept as long as the
-/// cards that refer to them).
-pub fn cards_bucket(ns: &str) -> String {
-    format!("{}_wf_cards", ns_token(ns))
-}
-
 /// The event stream of one workflow.
 pub fn event_stream(ns: &str, workflow: &str) -> String {
     format!("{}_WF_{workflow}", ns_token(ns))

@@ -272,7 +272,7 @@ impl Inspector {
         };
         let bucket = subjects::artifact_bucket(&self.ns);
         let uri = messages::payload::object_uri(&bucket, &object);
-        agent_sdk::payload::Artifacts::new(self.client.clone(), &self.ns)
+        agent_sdk::ArtifactStore::new(self.client.clone(), &self.ns)
             .get_uri(&uri)
             .await
             .map(Some)

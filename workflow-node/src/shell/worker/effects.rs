@@ -222,10 +222,16 @@ impl RunContext<'_> {
     async fn dispatch(&self, d: &Dispatch) -> Result<()> {
         let shared = self.shared;
         let agent = d.target.agent_name();
-        let Some(card) = shared
-            .registry
-            .wait_for(&shared.client, &shared.ns, agent, shared.config.card_wait)
-            .await
+        let registry = &shared.registry;
+        let wait = shared.config.card_wait;
+        let Some(card) = crate::shell::mesh::registry::wait_for(
+            registry,
+            &shared.client,
+            &shared.ns,
+            agent,
+            wait,
+        )
+        .await
         else {
             let failure = Failure {
                 class: FailureClass::Unreachable,

@@ -1,19 +1,22 @@
-//! Calling a workflow the way another agent would: a `message/send` with the input as a
-//! DataPart, progress from the status subject, and the final Task. The request is resent
-//! with the same message id while the workflow is silent (`agent_sdk::exchange`); the
-//! workflow starts one run per message id, so a resend never starts a second run.
+//! Calling a workflow the way an operator or a test does: a `message/send` with the input
+//! as a DataPart, progress from the status subject, and the final Task read as a
+//! [`RunResult`] (a failed run is a result, not an error). The request goes through the
+//! same exchange as [`crate::Mesh::agent`]'s calls: resent with the same message id while
+//! the workflow is silent; the workflow starts one run per message id, so a resend never
+//! starts a second run.
 //!
-//! [`get_run`] asks a workflow where a run is (`tasks/get`), for a caller that lost track
-//! of it.
+//! [`start`] and [`submit`] return once the run is accepted; [`retry`] and
+//! [`start_retry`] start a new run from an ended one; [`get_run`] asks a workflow where a
+//! run is (`tasks/get`), for a caller that lost track of it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use agent_sdk::exchange::{
-    send_until_answered, ConnectionError, ExchangeError, MalformedReply, Outgoing, Timing,
-};
-use agent_sdk::ArtifactError;
+use crate::error::{ArtifactError, ConnectionError, MalformedReply};
+use crate::exchange::{send_until_answered, ExchangeError, Outgoing, Timing};
+use crate::signing::Signer;
 use messages::a2a::{Message, Part, Role, TaskState, TaskStatusUpdateEvent};
+use messages::control::WorkflowRetry;
 use messages::jsonrpc::{codes, Outcome, Request, Response};
 use messages::payload::wrap;
 use messages::reply::{final_task, output_part, Output};
@@ -21,6 +24,7 @@ use messages::subjects;
 use messages::workflow::{RunOutcome, WorkflowDataPart, WorkflowRunState};
 use messages::{headers, AgentReply};
 use serde_json::Value;
+
 /// How a run ended, as its caller sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunResult {
@@ -103,7 +107,7 @@ pub enum InvokeError {
 
 /// Invokes `workflow` with `input`, calling `progress` with each update's DataPart; waits
 /// up to the timeout and resends after the resend interval of silence (see
-/// `agent_sdk::exchange`). A bare `Duration` is the timeout with the default interval (3 s).
+/// [`crate::Mesh`]'s calls). A bare `Duration` is the timeout with the default interval (3 s).
 ///
 /// When the process exports traces, the call is a `workflow.invoke` span whose context
 /// the request carries: the run's spans nest under it.
@@ -119,7 +123,7 @@ pub async fn invoke(
     invoke_as(client, ns, workflow, input, timing, &task_id, progress).await
 }
 
-/// A fresh task id for a run started from the command line.
+/// A fresh task id for a run (`run-` and a random UUID).
 pub fn new_task_id() -> String {
     format!("run-{}", uuid::Uuid::new_v4().simple())
 }
@@ -135,7 +139,7 @@ pub struct StartAs {
     pub version: Option<String>,
     /// Who signs the request (`--nkey-seed-file`): only this key, or an operator, may then
     /// cancel the run.
-    pub signer: Option<agent_sdk::Signer>,
+    pub signer: Option<Signer>,
 }
 
 impl From<&str> for StartAs {
@@ -158,8 +162,22 @@ impl From<&String> for StartAs {
 
 /// The `message/send` of a run of `workflow` with `input`, named as `start` says.
 fn start_request(ns: &str, workflow: &str, input: &Value, start: &StartAs) -> Outgoing {
+    send_request(ns, workflow, wrap(input.clone()), start)
+}
+
+/// The `message/send` that retries run `execution_id` of `workflow` as a new run, named as
+/// `start` says.
+fn retry_request(ns: &str, workflow: &str, execution_id: &str, start: &StartAs) -> Outgoing {
+    let retried = WorkflowRetry {
+        execution_id: execution_id.to_owned(),
+    };
+    send_request(ns, workflow, Part::data_part(&retried), start)
+}
+
+/// The `message/send` to `workflow` carrying `part`, named as `start` says.
+fn send_request(ns: &str, workflow: &str, part: Part, start: &StartAs) -> Outgoing {
     let task_id = start.task_id.as_str();
-    let mut message = Message::new(task_id.to_owned(), Role::User, vec![wrap(input.clone())]);
+    let mut message = Message::new(task_id.to_owned(), Role::User, vec![part]);
     message.task_id = Some(task_id.to_owned());
     if let Some(version) = &start.version {
         let mut metadata = serde_json::Map::new();
@@ -192,7 +210,7 @@ pub async fn invoke_as(
     task: impl Into<StartAs>,
     progress: impl FnMut(&WorkflowDataPart),
 ) -> Result<RunResult, InvokeError> {
-    use agent_sdk::telemetry;
+    use crate::telemetry;
     use tracing::Instrument;
     let (timing, task) = (timing.into(), task.into());
     if !telemetry::active() {
@@ -250,10 +268,39 @@ async fn invoke_in(
     exchange(client, ns, workflow, outgoing, timing, progress, trace).await
 }
 
+/// Retries run `execution_id` of `workflow` (which ended without success) as a new run
+/// named as `task` says, and waits for the new run's result as [`invoke_as`] does.
+pub async fn retry(
+    client: &async_nats::Client,
+    ns: &str,
+    workflow: &str,
+    execution_id: &str,
+    timing: Timing,
+    task: impl Into<StartAs>,
+    progress: impl FnMut(&WorkflowDataPart),
+) -> Result<RunResult, InvokeError> {
+    let outgoing = retry_request(ns, workflow, execution_id, &task.into());
+    exchange(client, ns, workflow, outgoing, timing, progress, None).await
+}
+
+/// [`retry`] that returns once the workflow accepted the new run, or answered at once (a
+/// refusal), as [`start`] does.
+pub async fn start_retry(
+    client: &async_nats::Client,
+    ns: &str,
+    workflow: &str,
+    execution_id: &str,
+    timing: Timing,
+    task: impl Into<StartAs>,
+) -> Result<Started, InvokeError> {
+    let outgoing = retry_request(ns, workflow, execution_id, &task.into());
+    until_accepted(client, ns, workflow, outgoing, timing).await
+}
+
 /// Sends a start (`outgoing`) to `workflow` until it is answered, calling `progress` with
-/// each update's DataPart, and reads the final reply: what [`invoke_as`] and a retry of a
-/// run (`workflow-node runs retry`) share.
-pub(crate) async fn exchange(
+/// each update's DataPart, and reads the final reply: what [`invoke_as`] and [`retry`]
+/// share.
+async fn exchange(
     client: &async_nats::Client,
     ns: &str,
     workflow: &str,
@@ -361,6 +408,18 @@ pub async fn start(
     task: impl Into<StartAs>,
 ) -> Result<Started, InvokeError> {
     let outgoing = start_request(ns, workflow, input, &task.into());
+    until_accepted(client, ns, workflow, outgoing, timing).await
+}
+
+/// Sends `outgoing` until the workflow accepts the run (its first status update) or
+/// answers at once with a final reply.
+async fn until_accepted(
+    client: &async_nats::Client,
+    ns: &str,
+    workflow: &str,
+    outgoing: Outgoing,
+    timing: Timing,
+) -> Result<Started, InvokeError> {
     let accepted = std::sync::Arc::new(tokio::sync::Notify::new());
     let told = accepted.clone();
     let exchange = send_until_answered(client, outgoing, timing, move |_| told.notify_one());
@@ -434,7 +493,7 @@ async fn artifact_output(
     ns: &str,
     uri: &str,
 ) -> Result<Value, InvokeError> {
-    let artifacts = agent_sdk::payload::Artifacts::new(client.clone(), ns);
+    let artifacts = crate::ArtifactStore::new(client.clone(), ns);
     artifacts
         .get_uri(uri)
         .await
@@ -516,7 +575,7 @@ pub async fn get_run_signed(
     workflow: &str,
     task: &str,
     caller: Option<&str>,
-    signer: Option<&agent_sdk::Signer>,
+    signer: Option<&Signer>,
 ) -> Result<RunState, GetRunError> {
     let request = Request::tasks_get(format!("get-{}", uuid::Uuid::new_v4().simple()), task);
     let body = serde_json::to_vec(&request).expect("a tasks/get request serialises to JSON");

@@ -1,0 +1,199 @@
+//! [`CardCache`]: the agent cards seen on the mesh, by name, each with when its last copy
+//! arrived. The one cache behind the [`crate::Catalog`] of a caller, a workflow node's
+//! registry and the web view's list of cards.
+//!
+//! A card from the mesh expires when no new copy arrives within the cache's expiry: its
+//! agent has stopped, and a call to it should fail with "has no card" rather than wait on
+//! a subject nobody serves. Cards put in with [`CardCache::insert_own`] (a workflow node's
+//! own) never expire, and a copy of one arriving from the mesh leaves it in place.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+use std::time::{Duration, Instant, SystemTime};
+
+use messages::card::AgentCard;
+use tokio::sync::Notify;
+
+/// Cards by name, with when each last arrived (see the module doc).
+#[derive(Debug)]
+pub struct CardCache {
+    cards: RwLock<HashMap<String, Entry>>,
+    expiry: Duration,
+    arrived: Notify,
+}
+
+/// A card and when its last copy arrived; `seen` is `None` for our own, which never
+/// expire.
+#[derive(Debug)]
+struct Entry {
+    card: AgentCard,
+    seen: Option<Instant>,
+    /// The wall-clock time of the last copy, for people (`seen` decides expiry).
+    at: SystemTime,
+}
+
+impl Entry {
+    fn live(&self, now: Instant, expiry: Duration) -> bool {
+        self.seen
+            .is_none_or(|seen| now.saturating_duration_since(seen) < expiry)
+    }
+}
+
+impl CardCache {
+    /// An empty cache whose cards from the mesh expire `expiry` after their last copy
+    /// (`Duration::MAX`: never).
+    pub fn new(expiry: Duration) -> Self {
+        CardCache {
+            cards: RwLock::new(HashMap::new()),
+            expiry,
+            arrived: Notify::new(),
+        }
+    }
+
+    /// How long a card from the mesh lives without a new copy.
+    pub fn expiry(&self) -> Duration {
+        self.expiry
+    }
+
+    /// Records a card that arrived from the mesh. A copy of one of our own cards changes
+    /// nothing.
+    pub fn insert(&self, card: AgentCard) {
+        self.insert_at(card, Some(Instant::now()));
+    }
+
+    /// Records one of our own cards: it never expires.
+    pub fn insert_own(&self, card: AgentCard) {
+        self.insert_at(card, None);
+    }
+
+    fn insert_at(&self, card: AgentCard, seen: Option<Instant>) {
+        if let Ok(mut cards) = self.cards.write() {
+            let ours = cards.get(&card.name).is_some_and(|e| e.seen.is_none());
+            if seen.is_none() || !ours {
+                let now = seen.unwrap_or_else(Instant::now);
+                cards.retain(|_, e| e.live(now, self.expiry));
+                let entry = Entry {
+                    card,
+                    seen,
+                    at: SystemTime::now(),
+                };
+                cards.insert(entry.card.name.clone(), entry);
+            }
+        }
+        self.arrived.notify_waiters();
+    }
+
+    /// The live card of `name`.
+    pub fn get(&self, name: &str) -> Option<AgentCard> {
+        self.get_seen(name).map(|(card, _)| card)
+    }
+
+    /// The live card of `name`, with the wall-clock time its last copy arrived.
+    pub fn get_seen(&self, name: &str) -> Option<(AgentCard, SystemTime)> {
+        self.get_at(name, Instant::now())
+    }
+
+    fn get_at(&self, name: &str, now: Instant) -> Option<(AgentCard, SystemTime)> {
+        let cards = self.cards.read().ok()?;
+        let entry = cards.get(name)?;
+        entry
+            .live(now, self.expiry)
+            .then(|| (entry.card.clone(), entry.at))
+    }
+
+    /// Every live card, by name.
+    pub fn live(&self) -> Vec<AgentCard> {
+        self.live_seen().into_iter().map(|(card, _)| card).collect()
+    }
+
+    /// Every live card, by name, with the wall-clock time its last copy arrived.
+    pub fn live_seen(&self) -> Vec<(AgentCard, SystemTime)> {
+        let now = Instant::now();
+        let mut cards: Vec<(AgentCard, SystemTime)> = self
+            .cards
+            .read()
+            .map(|c| {
+                c.values()
+                    .filter(|e| e.live(now, self.expiry))
+                    .map(|e| (e.card.clone(), e.at))
+                    .collect()
+            })
+            .unwrap_or_default();
+        cards.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+        cards
+    }
+
+    /// The names of every live card, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.live().into_iter().map(|c| c.name).collect()
+    }
+
+    /// Waits up to `within` until `ready` holds of the live cards (checked at once and on
+    /// each card that arrives); returns whether it did.
+    pub async fn wait_until(
+        &self,
+        within: Duration,
+        mut ready: impl FnMut(&[AgentCard]) -> bool,
+    ) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let arrived = self.arrived.notified();
+            if ready(&self.live()) {
+                return true;
+            }
+            // Expiry is noticed on the next arrival or, at the latest, at the deadline.
+            let tick = tokio::time::Instant::now() + self.expiry.min(within) / 4;
+            let wake = tick.min(deadline);
+            let _ = tokio::time::timeout_at(wake, arrived).await;
+            if tokio::time::Instant::now() >= deadline {
+                return ready(&self.live());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn card(name: &str) -> AgentCard {
+        AgentCard::new(name, "d", "nats:x", "1")
+    }
+
+    #[test]
+    fn cards_from_the_mesh_expire_and_ours_do_not() {
+        let cache = CardCache::new(Duration::from_secs(3));
+        let t0 = Instant::now();
+        cache.insert_at(card("Theirs"), Some(t0));
+        cache.insert_own(card("Ours"));
+        let later = t0 + Duration::from_secs(2);
+        assert!(cache.get_at("Theirs", later).is_some());
+        let expired = t0 + Duration::from_secs(3);
+        assert!(cache.get_at("Theirs", expired).is_none());
+        assert!(cache
+            .get_at("Ours", expired + Duration::from_secs(3600))
+            .is_some());
+        // A new copy renews it.
+        cache.insert_at(card("Theirs"), Some(later));
+        assert!(cache.get_at("Theirs", expired).is_some());
+    }
+
+    #[test]
+    fn a_copy_of_our_own_card_from_the_mesh_leaves_ours_in_place() {
+        let cache = CardCache::new(Duration::from_secs(3));
+        let ours = card("Ours").with_visualization("graph TD".into(), serde_json::json!({}));
+        cache.insert_own(ours.clone());
+        cache.insert(card("Ours").with_visualization_ref("nats-object://b/n".into()));
+        let now = Instant::now() + Duration::from_secs(3600);
+        assert_eq!(cache.get_at("Ours", now).map(|(c, _)| c), Some(ours));
+    }
+
+    #[test]
+    fn without_expiry_every_card_stays() {
+        let cache = CardCache::new(Duration::MAX);
+        let t0 = Instant::now();
+        cache.insert_at(card("Theirs"), Some(t0));
+        let much_later = t0 + Duration::from_secs(365 * 24 * 3600);
+        assert!(cache.get_at("Theirs", much_later).is_some());
+    }
+}
