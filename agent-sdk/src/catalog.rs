@@ -182,29 +182,9 @@ impl Catalog {
         let Some(card) = self.get(name) else {
             return Ok(None);
         };
-        let Some(uri) = card.visualization_ref().map(str::to_owned) else {
-            return Ok(Some(card));
-        };
-        // The workflow node keeps large card contents in a bucket of their own; any other
-        // reference is read from the namespace's artifacts, which refuse other buckets.
-        let cards = crate::ArtifactStore::in_bucket(
-            self.mesh.client().clone(),
-            messages::subjects::cards_bucket(self.mesh.ns()),
-        );
-        let in_cards = messages::payload::parse_object_uri(&uri)
-            .is_some_and(|(bucket, _)| bucket == cards.bucket());
-        let stored = match in_cards {
-            true => cards.get_uri(&uri).await?,
-            false => self.mesh.artifacts().get_uri(&uri).await?,
-        };
-        match stored {
-            Value::Object(params) => Ok(Some(card.with_visualization_params(params))),
-            _ => Err(ArtifactError::NotJson {
-                bucket: uri.clone(),
-                name: card.name.clone(),
-                reason: "the stored visualization is not a JSON object".into(),
-            }),
-        }
+        with_visualization(self.mesh.client(), self.mesh.ns(), card)
+            .await
+            .map(Some)
     }
 
     /// One tool per live card (see [`Tool::from_card`]), by tool name. Two cards whose
@@ -230,5 +210,38 @@ impl Catalog {
     /// output, or set it up first (see [`ToolCall`]).
     pub fn call_tool(&self, name: &str, arguments: Value) -> ToolCall {
         ToolCall::new(self.clone(), name, arguments)
+    }
+}
+
+/// `card` with its visualization inline: read back from the object store when the card
+/// carries only a reference to it, as is otherwise. The workflow node keeps large card
+/// contents in a bucket of their own (namespace `ns`); any other reference is read from the
+/// namespace's artifacts. Both stores refuse other buckets and bound what they read.
+pub async fn with_visualization(
+    client: &async_nats::Client,
+    ns: &str,
+    card: AgentCard,
+) -> Result<AgentCard, ArtifactError> {
+    let Some(uri) = card.visualization_ref().map(str::to_owned) else {
+        return Ok(card);
+    };
+    let cards = crate::ArtifactStore::in_bucket(client.clone(), subjects::cards_bucket(ns));
+    let in_cards = messages::payload::parse_object_uri(&uri)
+        .is_some_and(|(bucket, _)| bucket == cards.bucket());
+    let stored = match in_cards {
+        true => cards.get_uri(&uri).await?,
+        false => {
+            crate::ArtifactStore::new(client.clone(), ns)
+                .get_uri(&uri)
+                .await?
+        }
+    };
+    match stored {
+        Value::Object(params) => Ok(card.with_visualization_params(params)),
+        _ => Err(ArtifactError::NotJson {
+            bucket: uri.clone(),
+            name: card.name.clone(),
+            reason: "the stored visualization is not a JSON object".into(),
+        }),
     }
 }

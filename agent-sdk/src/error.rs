@@ -162,7 +162,7 @@ pub enum ArtifactError {
     },
 }
 
-/// Why [`crate::call_agent`] returned no output.
+/// Why a call ([`crate::Call`]) returned no output.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
     /// The agent name or namespace cannot be put into a subject.

@@ -20,7 +20,7 @@
 //! Trace context travels in NATS headers (`traceparent`, `tracestate`): [`inject_current`]
 //! writes the current span's, [`extract`] reads a request's. The agent server runs each
 //! handler in a span that is a child of the request's `traceparent`, and
-//! [`crate::call_agent_with`] and [`crate::NodeRequest::onward_headers`] carry the current
+//! [`crate::Mesh`]'s calls and [`crate::NodeRequest::onward_headers`] carry the current
 //! span on, so calls made from a handler nest under it.
 //!
 //! For spans that outlive a process (a workflow run handled by several replicas), the

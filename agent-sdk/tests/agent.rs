@@ -194,7 +194,7 @@ async fn non_object_inputs_and_outputs_are_wrapped() -> Result<()> {
     let (_, result) = call_node(&client, "Listify", &node_request("e", "n", 1), json!(5)).await?;
     assert_eq!(result.output, Some(json!([5, 5])));
 
-    // A plain call: the reply's DataPart is wrapped on the wire and unwrapped by call_agent.
+    // A plain call: the reply's DataPart is wrapped on the wire and unwrapped by the Mesh's call.
     assert_eq!(
         Mesh::new(client.clone())
             .agent("Listify")
@@ -240,7 +240,7 @@ async fn large_inputs_and_outputs_travel_through_the_object_store() -> Result<()
     let stored = artifacts.get_json(artifacts.bucket(), &name).await?;
     assert_eq!(stored["length"], json!(big.len()));
 
-    // call_agent stores the large input and fetches the large output.
+    // The Mesh's call stores the large input and fetches the large output.
     let out = Mesh::new(client.clone())
         .agent("Big")
         .timeout(WAIT)

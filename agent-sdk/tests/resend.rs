@@ -1,4 +1,4 @@
-//! `call_agent` against a real nats-server resends a request that meets silence, with the
+//! A Mesh's call against a real nats-server resends a request that meets silence, with the
 //! same task id, and takes the first final reply.
 
 mod common;

@@ -76,9 +76,7 @@ fn found(workflow: Workflow, notes: Vec<String>) -> Found {
 /// The definition in the card of a node serving `workflow`, if one answers.
 async fn from_card(client: &async_nats::Client, ns: &str, workflow: &str) -> Option<Workflow> {
     let card = card_of(client, ns, workflow).await?;
-    let card = crate::shell::full_card(&async_nats::jetstream::new(client.clone()), card)
-        .await
-        .ok()?;
+    let card = crate::shell::full_card(client, ns, card).await.ok()?;
     let doc = json!({"name": workflow, "workflow": card.workflow_config()?});
     crate::definition::parse_str(&doc.to_string(), "card.json").ok()
 }

@@ -84,8 +84,7 @@ async fn get_card(State(ctx): State<Ctx>, Path(name): Path<String>) -> ApiResult
             ctx.ns
         )));
     };
-    let card =
-        crate::shell::full_card(&async_nats::jetstream::new(ctx.client.clone()), card).await?;
+    let card = crate::shell::full_card(&ctx.client, &ctx.ns, card).await?;
     let mut v = card_view(&card, seen);
     v["mermaid"] = json!(card.mermaid_source());
     v["workflow_config"] = json!(card.workflow_config());

@@ -95,8 +95,7 @@ async fn a_card_over_the_payload_limit_reaches_the_mesh_with_its_diagram_in_the_
     );
     assert!(card.visualization_ref().is_some());
 
-    let js = async_nats::jetstream::new(client.clone());
-    let fetched = full_card(&js, card)
+    let fetched = full_card(&client, "mesh", card)
         .await
         .expect("the diagram is retrievable");
     assert_eq!(fetched.mermaid_source(), full.mermaid_source());

@@ -89,7 +89,7 @@ impl Artifacts {
 /// The node's error for the artifact store's: a missing object is missing, a foreign
 /// bucket or an object over the limit is refused, the rest is a connection error (worth
 /// retrying) or a setup error.
-fn artifact_error(e: ArtifactError) -> Error {
+pub(in crate::shell) fn artifact_error(e: ArtifactError) -> Error {
     use ArtifactError as A;
     match e {
         A::BadUri(name) => Error::Missing(format!("artifact '{name}' (not an artifact name)")),

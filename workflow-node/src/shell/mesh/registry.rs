@@ -16,12 +16,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sdk::CardCache;
-use async_nats::jetstream;
 use futures::StreamExt;
 use messages::card::AgentCard;
 use messages::subjects;
 use sha2::{Digest, Sha256};
-use tokio::io::AsyncReadExt;
 
 use crate::shell::error::{Context, Error, Result};
 use crate::shell::mesh::artifacts::Artifacts;
@@ -142,23 +140,16 @@ async fn store_visualization(artifacts: &Artifacts, card: &AgentCard) -> Result<
 
 /// `card` with its visualization inline: read back from the object store when the card
 /// carries only a reference to it (see [`AgentCard::visualization_ref`]), as is otherwise.
-pub async fn full_card(js: &jetstream::Context, card: AgentCard) -> Result<AgentCard> {
-    let Some(uri) = card.visualization_ref() else {
-        return Ok(card);
-    };
-    let Some((bucket, name)) = messages::payload::parse_object_uri(uri) else {
-        return Err(Error::Missing(format!(
-            "the visualization of {} ('{uri}' is not a nats-object:// URI)",
-            card.name
-        )));
-    };
-    let what = || format!("reading the visualization of {} from {uri}", card.name);
-    let store = js.get_object_store(bucket).await.context(what)?;
-    let mut object = store.get(name).await.context(what)?;
-    let mut bytes = Vec::new();
-    object.read_to_end(&mut bytes).await.context(what)?;
-    let params = serde_json::from_slice(&bytes).context(what)?;
-    Ok(card.with_visualization_params(params))
+/// One reading for the node and the SDK ([`agent_sdk::catalog::with_visualization`]): only
+/// the namespace's card and artifact buckets, each read bounded.
+pub async fn full_card(
+    client: &async_nats::Client,
+    ns: &str,
+    card: AgentCard,
+) -> Result<AgentCard> {
+    agent_sdk::catalog::with_visualization(client, ns, card)
+        .await
+        .map_err(super::artifacts::artifact_error)
 }
 
 /// Publishes our cards (`wire`, from [`wire_cards`]) at start, every interval, and on every
