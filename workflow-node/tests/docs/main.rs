@@ -347,12 +347,13 @@ fn issue_citations(name: &str, text: &str) -> Vec<String> {
 
 /// The code, scripts and example files under `under` (all but this check itself).
 fn rust_files(tree: &Tree, under: &str) -> Vec<String> {
-    const CODE: &[&str] = &[".rs", ".yaml", ".yml", ".py", ".sh", ".toml", "run", "lint"];
+    const CODE: &[&str] = &[".rs", ".yaml", ".yml", ".py", ".sh", ".toml"];
     let prefix = format!("{under}/");
     tree.entries
         .iter()
         .filter(|e| e.starts_with(&prefix) && e.as_str() != THIS_FILE)
-        .filter(|e| CODE.iter().any(|ext| e.ends_with(ext)))
+        .filter(|e| under == ".ci" || CODE.iter().any(|ext| e.ends_with(ext)))
+        .filter(|e| tree.root.join(e).is_file())
         .cloned()
         .collect()
 }
