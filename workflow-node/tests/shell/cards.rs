@@ -225,3 +225,35 @@ async fn a_card_goes_out_only_once_a_request_finds_a_responder() {
         nodes.push(node.await.expect("join").expect("node"));
     }
 }
+
+/// A card is what any client on the mesh may publish: a reference in it to another bucket
+/// must not make the node (the CLI's `runs show`, the web view's card page) read that
+/// bucket. The node's own reading once read whatever bucket a card named, unbounded.
+#[tokio::test]
+async fn a_card_naming_a_foreign_bucket_is_refused_not_read() {
+    let server = test_harness::nats();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client.clone());
+    let secrets = js
+        .create_object_store(async_nats::jetstream::object_store::Config {
+            bucket: "someone_elses".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("a bucket of another tenant");
+    let mut private: &[u8] = br#"{"mermaid": "their private diagram"}"#;
+    secrets
+        .put("diagram", &mut private)
+        .await
+        .expect("an object in it");
+    let full = workflow_node::visual::agent_card(&wf(&huge_workflow(2)), "mesh");
+    let forged = full.with_visualization_ref("nats-object://someone_elses/diagram".into());
+
+    let read = full_card(&client, "mesh", forged).await;
+
+    let err = read.expect_err("another bucket is not read");
+    assert!(
+        err.to_string().contains("someone_elses"),
+        "the refusal names the bucket: {err}"
+    );
+}
