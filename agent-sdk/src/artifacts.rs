@@ -212,29 +212,11 @@ impl ArtifactStore {
         let store = self.open().await?;
         let version = self.latest(store, name).await?.map_or(1, |v| v + 1);
         let key = version_key(name, version);
-        let metadata: HashMap<String, String> = [
-            (META_ARTIFACT, name),
-            (META_VERSION, &version.to_string()),
-            (META_MIME, mime),
-            (META_RUN, self.run.as_deref().unwrap_or("")),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-        let meta = object_store::ObjectMetadata {
-            name: key.clone(),
-            metadata,
-            ..Default::default()
-        };
-        let mut reader = bytes;
-        let info = store
-            .put(meta, &mut reader)
+        let run = self.run.as_deref().unwrap_or("");
+        let version_text = version.to_string();
+        put_linked(store, (name, &key), [&version_text, mime, run], bytes)
             .await
-            .map_err(|e| write_err(e.to_string()))?;
-        store
-            .add_link(name, &info)
-            .await
-            .map_err(|e| write_err(format!("pointing '{name}' at {key}: {e}")))?;
+            .map_err(write_err)?;
         Ok(ArtifactRef {
             name: name.to_owned(),
             version: Some(version),
@@ -400,29 +382,9 @@ impl ArtifactStore {
             reason,
         };
         let store = self.open().await?;
-        let metadata: HashMap<String, String> = [
-            (META_ARTIFACT, name),
-            (META_VERSION, "1"),
-            (META_RUN, run),
-            (META_MIME, JSON_MIME),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-        let meta = object_store::ObjectMetadata {
-            name: key.clone(),
-            metadata,
-            ..Default::default()
-        };
-        let mut reader = bytes;
-        let info = store
-            .put(meta, &mut reader)
+        put_linked(store, (name, &key), ["1", JSON_MIME, run], bytes)
             .await
-            .map_err(|e| write_err(e.to_string()))?;
-        store
-            .add_link(name, &info)
-            .await
-            .map_err(|e| write_err(format!("linking {name} to {key}: {e}")))?;
+            .map_err(write_err)?;
         Ok(object_uri(&self.bucket, &key))
     }
 
@@ -619,4 +581,39 @@ fn mime_of(metadata: &HashMap<String, String>) -> String {
         .filter(|m| !m.is_empty())
         .cloned()
         .unwrap_or_else(|| "application/octet-stream".into())
+}
+
+/// Stores `bytes` as object `key` of version `[version, mime, run]` of artifact `name`,
+/// and points the link `name` at it: how every version is laid out. The error is the
+/// reason, for the caller to name the object.
+async fn put_linked(
+    store: &object_store::ObjectStore,
+    (name, key): (&str, &str),
+    [version, mime, run]: [&str; 3],
+    bytes: &[u8],
+) -> Result<object_store::ObjectInfo, String> {
+    let metadata: HashMap<String, String> = [
+        (META_ARTIFACT, name),
+        (META_VERSION, version),
+        (META_MIME, mime),
+        (META_RUN, run),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let meta = object_store::ObjectMetadata {
+        name: key.to_owned(),
+        metadata,
+        ..Default::default()
+    };
+    let mut reader = bytes;
+    let info = store
+        .put(meta, &mut reader)
+        .await
+        .map_err(|e| e.to_string())?;
+    store
+        .add_link(name, &info)
+        .await
+        .map_err(|e| format!("pointing '{name}' at {key}: {e}"))?;
+    Ok(info)
 }
