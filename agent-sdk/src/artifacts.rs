@@ -258,31 +258,7 @@ impl ArtifactStore {
     /// Reads an artifact: the version the reference names, else the latest.
     pub async fn get(&self, reference: &ArtifactRef) -> Result<Artifact, ArtifactError> {
         let key = reference.object_key();
-        let read_err = |reason: String| ArtifactError::Read {
-            bucket: self.bucket.clone(),
-            name: key.clone(),
-            reason,
-        };
-        let store = self.open().await?;
-        let mut object = store.get(&key).await.map_err(|e| match e.kind() {
-            object_store::GetErrorKind::NotFound => ArtifactError::NotFound {
-                bucket: self.bucket.clone(),
-                name: key.clone(),
-            },
-            _ => read_err(e.to_string()),
-        })?;
-        let info = object.info().clone();
-        if info.size > self.max_bytes {
-            return Err(ArtifactError::TooLarge {
-                bucket: self.bucket.clone(),
-                name: key,
-                size: info.size,
-                limit: self.max_bytes,
-            });
-        }
-        let bytes = read_capped(&mut object, self.max_bytes)
-            .await
-            .map_err(|e| self.capped_err(&key, e))?;
+        let (info, bytes) = self.read_object(&key).await?;
         // A link is followed to the version it points at: `info` is that version's.
         let version = info
             .metadata
@@ -398,30 +374,41 @@ impl ArtifactStore {
                 own: self.bucket.clone(),
             });
         }
+        Ok(self.read_object(name).await?.1)
+    }
+
+    /// Reads object `name` of this store's bucket with its info (a link followed to what
+    /// it points at), refused when its stated size, or what it turns out to hold, is over
+    /// the cap: the one bounded read of the store.
+    async fn read_object(
+        &self,
+        name: &str,
+    ) -> Result<(object_store::ObjectInfo, Vec<u8>), ArtifactError> {
         let store = self.open().await?;
         let mut object = store.get(name).await.map_err(|e| match e.kind() {
             object_store::GetErrorKind::NotFound => ArtifactError::NotFound {
-                bucket: bucket.to_owned(),
+                bucket: self.bucket.clone(),
                 name: name.to_owned(),
             },
             _ => ArtifactError::Read {
-                bucket: bucket.to_owned(),
+                bucket: self.bucket.clone(),
                 name: name.to_owned(),
                 reason: e.to_string(),
             },
         })?;
-        let size = object.info().size;
-        if size > self.max_bytes {
+        let info = object.info().clone();
+        if info.size > self.max_bytes {
             return Err(ArtifactError::TooLarge {
-                bucket: bucket.to_owned(),
+                bucket: self.bucket.clone(),
                 name: name.to_owned(),
-                size,
+                size: info.size,
                 limit: self.max_bytes,
             });
         }
-        read_capped(&mut object, self.max_bytes)
+        let bytes = read_capped(&mut object, self.max_bytes)
             .await
-            .map_err(|e| self.capped_err(name, e))
+            .map_err(|e| self.capped_err(name, e))?;
+        Ok((info, bytes))
     }
 
     /// Reads the JSON object `name` of `bucket` (see [`get_bytes`](Self::get_bytes)).

@@ -371,16 +371,9 @@ pub async fn submit(
     timing: Timing,
     task: impl Into<StartAs>,
 ) -> Result<(), InvokeError> {
-    let outgoing = start_request(ns, workflow, input, &task.into());
-    let accepted = std::sync::Arc::new(tokio::sync::Notify::new());
-    let told = accepted.clone();
-    let exchange = send_until_answered(client, outgoing, timing, move |_| told.notify_one());
-    tokio::select! {
-        ended = exchange => ended
-            .map(drop)
-            .map_err(|e| invoke_error(workflow, ns, timing.timeout, e)),
-        _ = accepted.notified() => Ok(()),
-    }
+    start(client, ns, workflow, input, timing, task)
+        .await
+        .map(drop)
 }
 
 /// How [`start`] went: the workflow accepted the run, or answered at once with its final
@@ -427,9 +420,8 @@ async fn until_accepted(
         ended = exchange => {
             let reply = ended.map_err(|e| invoke_error(workflow, ns, timing.timeout, e))?;
             let task = final_task(reply).expect("send_until_answered returns final replies only");
-            let parts = task.status.message.map(|m| m.parts).unwrap_or_default();
-            let text: Vec<&str> = parts.iter().filter_map(Part::as_text).collect();
-            Ok(Started::Ended { state: task.status.state, text: text.join("\n") })
+            let text = task.status.message.as_ref().map(Message::text).unwrap_or_default();
+            Ok(Started::Ended { state: task.status.state, text })
         }
         _ = accepted.notified() => Ok(Started::Accepted),
     }

@@ -16,7 +16,6 @@ use crate::shell::error::{Error, Result};
 /// The node's handle on the object store: both buckets (`agent_sdk::ArtifactStore`, with
 /// its protections), made on first use.
 pub(in crate::shell) struct Artifacts {
-    ns: String,
     /// The artifact bucket: objects expire after the retention (a run's artifacts are
     /// written while it runs, and a run never outlives it).
     artifacts: ArtifactStore,
@@ -35,7 +34,6 @@ impl Artifacts {
     ) -> Artifacts {
         let client = js.client();
         Artifacts {
-            ns: ns.to_string(),
             artifacts: ArtifactStore::new(client.clone(), ns)
                 .replicas(replicas)
                 .max_age(retention)
@@ -72,9 +70,8 @@ impl Artifacts {
     /// Reads a JSON artifact from our bucket: a `nats-object://` URI or an object name.
     pub(in crate::shell) async fn get(&self, name: &str) -> Result<Value> {
         let bytes = self.artifacts.read_reference(name).await;
-        let bucket = subjects::artifact_bucket(&self.ns);
-        let (bucket, name) =
-            messages::payload::object_ref(name, &bucket).unwrap_or((&bucket, name));
+        let bucket = self.artifacts.bucket();
+        let (bucket, name) = messages::payload::object_ref(name, bucket).unwrap_or((bucket, name));
         decode_artifact(&bytes.map_err(artifact_error)?, bucket, name)
     }
 
