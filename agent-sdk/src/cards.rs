@@ -135,18 +135,35 @@ impl CardCache {
         within: Duration,
         mut ready: impl FnMut(&[AgentCard]) -> bool,
     ) -> bool {
+        let probe = || ready(&self.live()).then_some(());
+        self.wait_with(within, probe).await.is_some()
+    }
+
+    /// The live card of `name`, waiting up to `within` for it to arrive (one look-up per
+    /// arrival, not a copy of every card).
+    pub async fn wait_for(&self, name: &str, within: Duration) -> Option<AgentCard> {
+        self.wait_with(within, || self.get(name)).await
+    }
+
+    /// Waits up to `within` until `probe` finds something (tried at once and on each card
+    /// that arrives).
+    async fn wait_with<T>(
+        &self,
+        within: Duration,
+        mut probe: impl FnMut() -> Option<T>,
+    ) -> Option<T> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             let arrived = self.arrived.notified();
-            if ready(&self.live()) {
-                return true;
+            if let Some(found) = probe() {
+                return Some(found);
             }
             // Expiry is noticed on the next arrival or, at the latest, at the deadline.
             let tick = tokio::time::Instant::now() + self.expiry.min(within) / 4;
             let wake = tick.min(deadline);
             let _ = tokio::time::timeout_at(wake, arrived).await;
             if tokio::time::Instant::now() >= deadline {
-                return ready(&self.live());
+                return probe();
             }
         }
     }

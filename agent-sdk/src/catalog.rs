@@ -170,9 +170,7 @@ impl Catalog {
 
     /// The live card of `name`, waiting up to `within` for it to arrive.
     pub async fn wait_for(&self, name: &str, within: Duration) -> Option<AgentCard> {
-        self.wait_until(within, |cards| cards.iter().any(|c| c.name == name))
-            .await;
-        self.get(name)
+        self.cards.wait_for(name, within).await
     }
 
     /// The card of `name` with its visualization inline: read back from the object store

@@ -42,10 +42,7 @@ pub(in crate::shell) async fn wait_for(
     let _ = client
         .publish(subjects::discovery_ping(ns), "".into())
         .await;
-    registry
-        .wait_until(wait, |cards| cards.iter().any(|c| c.name == name))
-        .await;
-    registry.get(name)
+    registry.wait_for(name, wait).await
 }
 
 /// Keeps the registry up to date from the discovery subject (`sub`, from
