@@ -93,7 +93,7 @@ async fn list_waiting(args: ListArgs) -> Result<ExitCode> {
             w.run.execution.0.clone(),
             w.run.workflow.clone(),
             w.node.clone(),
-            table::time(w.since),
+            crate::ops::view::time(w.since),
             approvers,
             table::short(ask.and_then(|a| a.message.as_deref()).unwrap_or(""), 80),
         ]);

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::connect::NatsArgs;
 use super::runs::{open, refused};
-use super::table::{self, Table};
+use super::table::Table;
 use crate::ops::definitions;
 
 /// Arguments of `definitions`.
@@ -107,7 +107,7 @@ async fn list(args: ListArgs) -> Result<ExitCode> {
             r.stored.workflow.clone(),
             r.stored.version.clone(),
             r.stored.hash.clone(),
-            table::time(Some(r.stored.served_at)),
+            crate::ops::view::time(Some(r.stored.served_at)),
             r.running.to_string(),
             r.ended.to_string(),
         ]);

@@ -214,7 +214,7 @@ async fn list(args: ListArgs) -> Result<ExitCode> {
                 r.execution.0.clone(),
                 r.workflow.clone(),
                 s.shown_status().into(),
-                table::time(Some(s.started_at)),
+                crate::ops::view::time(Some(s.started_at)),
                 table::span(Some(s.started_at), r.record.ended_at, now),
                 view::caller(r).unwrap_or("-").into(),
             ]);
@@ -274,7 +274,7 @@ fn history_table(entries: &[HistoryEntry]) -> Table {
         };
         t.row(vec![
             e.n.to_string(),
-            table::time(Some(e.at)),
+            crate::ops::view::time(Some(e.at)),
             e.replica.clone(),
             e.event.clone(),
             node,

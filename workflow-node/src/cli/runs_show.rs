@@ -91,7 +91,7 @@ pub(super) async fn show(args: ShowArgs) -> Result<ExitCode> {
                 run.workflow
             ));
         };
-        let status = view::statuses_of(&run, Some(&def));
+        let status = view::statuses_of(&run, &def);
         print!("{}", crate::visual::mermaid_with_status(&def, &status));
     } else if target.json {
         let v = view::view(&run, &apart, def.as_ref(), now());
@@ -225,7 +225,7 @@ fn render(run: &FoundRun, apart: &Apart, def: Option<&Workflow>, now: Millis) ->
         run.execution,
         run.workflow,
         s.shown_status(),
-        table::time(Some(s.started_at)),
+        crate::ops::view::time(Some(s.started_at)),
         table::span(Some(s.started_at), r.ended_at, now),
         view::caller(run).unwrap_or("-"),
     );
@@ -237,7 +237,7 @@ fn render(run: &FoundRun, apart: &Apart, def: Option<&Workflow>, now: Millis) ->
             .unwrap_or_default();
         out.push_str(&format!(
             "  paused since {}{why}\n",
-            table::time(Some(paused.since))
+            crate::ops::view::time(Some(paused.since))
         ));
     }
     if let Some(old) = &s.retry_of {
@@ -272,7 +272,7 @@ fn nodes_table(run: &FoundRun, def: Option<&Workflow>, now: Millis) -> Table {
             } else {
                 "-".into()
             },
-            table::time(row.started),
+            crate::ops::view::time(row.started),
             table::span(row.started, row.ended, now),
             table::short(row.error.as_deref().unwrap_or(""), 80),
         ]);

@@ -54,17 +54,6 @@ impl Table {
     }
 }
 
-/// `2026-11-26 10:42:03Z`: a time in UTC to the second; `-` for none.
-pub fn time(at: Option<Millis>) -> String {
-    match at.filter(|m| m.0 > 0) {
-        Some(m) => {
-            let (date, clock) = m.civil();
-            format!("{date} {clock}Z")
-        }
-        None => "-".into(),
-    }
-}
-
 /// `10:42:03`: the time of day in UTC.
 pub fn clock(at: Millis) -> String {
     at.civil().1
@@ -106,6 +95,7 @@ pub fn short(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::view::time;
 
     #[test]
     fn tables_pad_every_column_but_the_last() {

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 
-use crate::core::Millis;
 use crate::shell::run::names;
 use crate::shell::store::versions::{self, count_runs, StoredDefinition, SERVED_REFRESH};
 
@@ -109,7 +108,7 @@ pub async fn delete(runs: &Runs, workflow: &str, version: &str) -> Result<Row, R
     if maybe_served(&row.stored) {
         return Err(Refusal::conflict(format!(
             "{what} was served by a replica at {}: stop serving it first (a replica marks what it serves every {} min)",
-            civil(row.stored.served_at),
+            super::view::time(Some(row.stored.served_at)),
             SERVED_REFRESH.as_secs() / 60
         )));
     }
@@ -123,13 +122,4 @@ pub async fn delete(runs: &Runs, workflow: &str, version: &str) -> Result<Row, R
     .await;
     purged.map_err(|e| Refusal::unavailable(format!("deleting {what}: {e}")))?;
     Ok(row.clone())
-}
-
-/// `2026-11-26 10:42:03Z`, as the CLI's tables write a time.
-fn civil(at: Millis) -> String {
-    if at.0 == 0 {
-        return "-".into();
-    }
-    let (date, clock) = at.civil();
-    format!("{date} {clock}Z")
 }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::core::{ExecutionId, Millis, RunStatus};
+use crate::core::{Millis, RunStatus};
 use crate::shell::run::history::HistoryEntry;
 use crate::shell::{now, Error as ShellError};
 use crate::shell::{Apart, FoundRun, Inspector};
@@ -192,15 +192,6 @@ impl Runs {
             ))),
             _ => Ok(found),
         }
-    }
-
-    /// The run `execution` of `workflow` as it is now; `None` once its retention passed.
-    pub async fn read(
-        &self,
-        workflow: &str,
-        execution: &ExecutionId,
-    ) -> Result<Option<FoundRun>, Refusal> {
-        Ok(self.reader()?.read_run(workflow, execution).await?)
     }
 
     /// What `run` keeps apart (a large input or output), read back.

@@ -15,6 +15,17 @@ pub fn rfc3339(at: Option<Millis>) -> Option<String> {
     at.filter(|m| m.0 > 0).map(Millis::rfc3339)
 }
 
+/// `2026-11-26 10:42:03Z`: a time in UTC to the second; `-` for none.
+pub fn time(at: Option<Millis>) -> String {
+    match at.filter(|m| m.0 > 0) {
+        Some(m) => {
+            let (date, clock) = m.civil();
+            format!("{date} {clock}Z")
+        }
+        None => "-".into(),
+    }
+}
+
 /// Who started a run: its `Mesh-Caller`, else the calling workflow's sub-task.
 pub fn caller(run: &FoundRun) -> Option<&str> {
     let c = &run.record.caller;
@@ -115,22 +126,13 @@ fn kind(kind: &NodeKind) -> &'static str {
     }
 }
 
-/// Every node's status: the definition's nodes (pending unless reached), else those the
-/// run has reached.
-pub fn statuses_of(run: &FoundRun, def: Option<&Workflow>) -> BTreeMap<String, NodeStatus> {
+/// Every node of definition `def` with its status in `run` (pending unless reached).
+pub fn statuses_of(run: &FoundRun, def: &Workflow) -> BTreeMap<String, NodeStatus> {
     let state = &run.record.state;
-    match def {
-        Some(def) => def
-            .nodes
-            .iter()
-            .map(|n| (n.id.clone(), state.node_status(&n.id)))
-            .collect(),
-        None => state
-            .nodes
-            .iter()
-            .map(|(id, n)| (id.clone(), n.status))
-            .collect(),
-    }
+    def.nodes
+        .iter()
+        .map(|n| (n.id.clone(), state.node_status(&n.id)))
+        .collect()
 }
 
 /// The whole run: its summary, nodes, input, output, error, waiting gates and maps.

@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 use super::{events, json_response, ApiError, ApiResult, Ctx};
 use crate::core::{ExecutionId, Millis};
+use crate::definition::Workflow;
 use crate::ops::definition;
 use crate::ops::refusal::RefusalKind;
 use crate::ops::runs::{Filter, RunRef, Runs, StatusFilter};
@@ -154,18 +155,26 @@ async fn list_runs(State(ctx): State<Ctx>, RawQuery(query): RawQuery) -> ApiResu
     Ok(json_response(StatusCode::OK, &Value::Array(rows)))
 }
 
-/// The run as the API shows it: `runs show --json`, with the workflow's diagram coloured
-/// by status when its definition is at hand.
-pub(super) async fn run_view(runs: &Runs, run: &FoundRun) -> Result<Value, ApiError> {
-    let apart = runs.apart(run).await?;
+/// The definition `run` was made with, when it can be had (why not is logged).
+pub(super) async fn definition_of(runs: &Runs, run: &FoundRun) -> Option<Workflow> {
     let found = definition::of_run(runs.client(), runs.namespace(), run, None).await;
     for note in &found.notes {
         tracing::debug!("run {}: {note}", run.execution);
     }
-    let def = found.workflow;
-    let mut v = view::view(run, &apart, def.as_ref(), now());
-    v["mermaid"] = json!(def.as_ref().map(|d| {
-        let status = view::statuses_of(run, Some(d));
+    found.workflow
+}
+
+/// The run as the API shows it: `runs show --json`, with the workflow's diagram coloured
+/// by status when its definition `def` is at hand.
+pub(super) async fn run_view(
+    runs: &Runs,
+    run: &FoundRun,
+    def: Option<&Workflow>,
+) -> Result<Value, ApiError> {
+    let apart = runs.apart(run).await?;
+    let mut v = view::view(run, &apart, def, now());
+    v["mermaid"] = json!(def.map(|d| {
+        let status = view::statuses_of(run, d);
         crate::visual::mermaid_with_status(d, &status)
     }));
     Ok(v)
@@ -173,7 +182,8 @@ pub(super) async fn run_view(runs: &Runs, run: &FoundRun) -> Result<Value, ApiEr
 
 async fn get_run(State(ctx): State<Ctx>, Path(id): Path<String>) -> ApiResult {
     let (runs, run) = find(&ctx, &id).await?;
-    let v = run_view(&runs, &run).await?;
+    let def = definition_of(&runs, &run).await;
+    let v = run_view(&runs, &run, def.as_ref()).await?;
     Ok(json_response(StatusCode::OK, &v))
 }
 

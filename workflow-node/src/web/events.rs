@@ -13,8 +13,9 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::api::{find, run_view};
+use super::api::{definition_of, find, run_view};
 use super::{ApiError, Ctx};
+use crate::definition::Workflow;
 use crate::ops::follow::{Change, Follow};
 use crate::ops::runs::Runs;
 
@@ -27,12 +28,14 @@ pub(super) async fn stream(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let (runs, run) = find(&ctx, &id).await?;
-    let first = run_view(&runs, &run).await?;
+    // The definition is looked up once: a run keeps the one it started with.
+    let def = definition_of(&runs, &run).await;
+    let first = run_view(&runs, &run, def.as_ref()).await?;
     // Followed before the first event is sent: no change after it is missed.
     let follow = Follow::start(&runs, run).await?;
     let (tx, rx) = mpsc::channel::<Event>(BUFFER);
     tokio::spawn(async move {
-        if let Err(message) = feed(&runs, follow, first, &tx).await {
+        if let Err(message) = feed((&runs, def.as_ref()), follow, first, &tx).await {
             let v = json!({"error": message});
             let _ = tx.send(event("error", &v)).await;
         }
@@ -52,7 +55,7 @@ fn event(name: &str, data: &Value) -> Event {
 /// Sends the run's events to `tx` until the run ends or the reader goes away; what went
 /// wrong, if anything did.
 async fn feed(
-    runs: &Runs,
+    (runs, def): (&Runs, Option<&Workflow>),
     mut follow: Follow,
     first: Value,
     tx: &mpsc::Sender<Event>,
@@ -68,7 +71,7 @@ async fn feed(
         let sent = match change {
             None => break,
             Some(Change::Run(run)) => {
-                let v = run_view(runs, &run).await.map_err(|e| e.message)?;
+                let v = run_view(runs, &run, def).await.map_err(|e| e.message)?;
                 tx.send(event("run", &v)).await
             }
             Some(Change::Status(u)) => {

@@ -66,10 +66,7 @@ async fn control(
 /// `202 {"execution_id", "retry_of"}` once the workflow accepted the new run.
 pub(super) async fn retry(State(ctx): State<Ctx>, Path(id): Path<String>) -> ApiResult {
     let (runs, run) = find(&ctx, &id).await?;
-    let timing = Timing {
-        timeout: RETRY_TIMEOUT,
-        resend_interval: Duration::from_secs(3),
-    };
+    let timing = Timing::new(RETRY_TIMEOUT);
     let signer = ctx.signer.clone();
     let execution = steer::retry(&runs, &run, &new_task_id(), signer, timing).await?;
     Ok(json_response(
