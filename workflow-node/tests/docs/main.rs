@@ -346,7 +346,7 @@ fn issue_citations(name: &str, text: &str) -> Vec<String> {
 }
 
 /// The code, scripts and example files under `under` (all but this check itself).
-fn rust_files(tree: &Tree, under: &str) -> Vec<String> {
+fn code_files(tree: &Tree, under: &str) -> Vec<String> {
     const CODE: &[&str] = &[".rs", ".yaml", ".yml", ".py", ".sh", ".toml"];
     let prefix = format!("{under}/");
     tree.entries
@@ -371,7 +371,7 @@ fn docs_name_only_paths_that_exist_and_cite_no_issue_numbers() {
         problems.extend(issue_citations(doc, &text));
     }
     for dir in NO_ISSUE_CODE {
-        for file in rust_files(&tree, dir) {
+        for file in code_files(&tree, dir) {
             let text = fs::read_to_string(root.join(&file)).expect("a source file is readable");
             problems.extend(issue_citations(&file, &text));
         }

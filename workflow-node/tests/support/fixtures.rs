@@ -56,6 +56,16 @@ workflow:
   output_mapping: {value: "{{again.output.value}}"}
 "#;
 
+/// One call of a `Fatal` agent (each test brings its own, failing its own way).
+pub(crate) const BROKEN: &str = r#"
+name: Broken
+workflow:
+  description: an agent that always fails
+  nodes:
+    - {id: call, type: agent, agent_name: Fatal}
+  output_mapping: {ok: "{{call.output.ok}}"}
+"#;
+
 /// An approval by `alice`, then an `Echo` call: `{went: true}` once approved.
 pub(crate) const GATE: &str = r#"
 name: Gate

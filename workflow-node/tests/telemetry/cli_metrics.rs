@@ -12,7 +12,7 @@ use agent_sdk::workflow::invoke;
 use serde_json::json;
 
 use crate::support;
-use crate::support::fixtures::{doubler, CHAIN};
+use crate::support::fixtures::{doubler, BROKEN, CHAIN};
 use crate::support::process::{self, Child};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -27,15 +27,6 @@ const STUBS: &str = concat!(
     rules: [{output: {ok: true}}]
 "#,
 );
-
-const BROKEN: &str = r#"
-name: Broken
-workflow:
-  description: an agent that always fails
-  nodes:
-    - {id: call, type: agent, agent_name: Fatal}
-  output_mapping: {ok: "{{call.output.ok}}"}
-"#;
 
 /// A server, stub agents in this process, and the workflow files.
 struct Setup {

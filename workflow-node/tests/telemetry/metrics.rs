@@ -13,7 +13,7 @@ use serde_json::json;
 use workflow_node::shell::{Config, MetricsConfig, Otlp, WorkflowNode};
 
 use crate::support;
-use crate::support::fixtures::{doubler, CHAIN};
+use crate::support::fixtures::{doubler, BROKEN, CHAIN};
 use crate::support::mesh::{mesh, settled, workflows};
 use crate::support::metrics::{scrape, scrape_until, Scrape};
 
@@ -35,15 +35,6 @@ const STUBS: &str = concat!(
     rules: [{output: {ok: true}}]
 "#,
 );
-
-const BROKEN: &str = r#"
-name: Broken
-workflow:
-  description: an agent that always fails
-  nodes:
-    - {id: call, type: agent, agent_name: Fatal}
-  output_mapping: {ok: "{{call.output.ok}}"}
-"#;
 
 const RETRIED: &str = r#"
 name: Retried
