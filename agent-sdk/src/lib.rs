@@ -112,3 +112,36 @@ pub use protocol::{KIND_CANCELED, KIND_INPUT_VALIDATION, KIND_OUTPUT_VALIDATION}
 pub use signing::{SignatureError, Signer};
 pub use stub::{load_stub_file, serve_stubs, StubFile};
 pub use tools::{GeminiDeclaration, Tool, ToolCall, ToolError};
+
+#[cfg(test)]
+mod tests {
+    /// An agent's build pulls no command-line parser or binary-only crates: they come
+    /// with the `clap` and `stubs` features (the `stub-agents` binary requires `stubs`).
+    #[test]
+    fn an_agent_build_pulls_no_clap_and_the_plumbing_stays_private() {
+        let manifest = include_str!("../Cargo.toml");
+        let deps = manifest
+            .split("[dependencies]")
+            .nth(1)
+            .and_then(|s| s.split("\n[").next())
+            .expect("a [dependencies] table");
+        for name in ["clap", "anyhow", "nats-process"] {
+            let line = deps
+                .lines()
+                .find(|l| l.starts_with(&format!("{name} ")) || l.starts_with(&format!("{name}.")))
+                .unwrap_or_else(|| panic!("{name} is a dependency"));
+            assert!(
+                line.contains("optional = true"),
+                "{name} is not optional: {line}"
+            );
+        }
+        assert!(manifest.contains("required-features = [\"stubs\"]"));
+        let lib = include_str!("lib.rs");
+        for plumbing in ["mod exchange;", "mod roundtrip;"] {
+            assert!(
+                lib.lines().any(|l| l == plumbing),
+                "{plumbing} is not private"
+            );
+        }
+    }
+}

@@ -16,3 +16,6 @@ pub mod ops;
 pub mod shell;
 pub mod visual;
 pub mod web;
+
+#[cfg(test)]
+mod layout;
