@@ -8,111 +8,22 @@
 //! on its connection), and leaves the runs as they were.
 
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use agent_sdk::{CallError, ConnectConfig, Mesh};
 use futures::{FutureExt, StreamExt};
-use messages::a2a::{Message, Part, Role};
-use messages::jsonrpc::Request;
 use messages::subjects;
-use messages::workflow::{
-    Decision, WorkflowApprovalDecision, WorkflowApprovalRequest, WorkflowDataPart,
-};
 use serde_json::{json, Value};
 use workflow_node::core::{ExecutionId, NodeStatus};
 use workflow_node::shell::Inspector;
-use workflow_node::shell::{Config, WorkflowNode};
 
-use crate::support::security::{repo, Secure, Watched};
+use crate::support::security::{
+    approval_request, cli, cli_without, decision, node, repo, stubs_file, ChildGuard, Secure,
+    Watched, WAIT,
+};
 
 const NS: &str = "mesh";
-const WAIT: Duration = Duration::from_secs(60);
-
-/// The `workflow-node` binary as `user`: its connection settings from the user's env file
-/// (the variables, not flags), run from the repository root.
-fn cli(secure: &Secure, user: &str, args: &[&str]) -> Output {
-    cli_without(secure, user, &[], args)
-}
-
-/// [`cli`] without some of the user's variables.
-fn cli_without(secure: &Secure, user: &str, without: &[&str], args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_workflow-node"));
-    for (key, _) in std::env::vars() {
-        if key.starts_with("NATS_") && key != "NATS_SERVER_BIN" {
-            command.env_remove(key);
-        }
-    }
-    let env = secure.env(user);
-    command
-        .envs(
-            env.iter()
-                .filter(|(k, _)| !without.contains(&k.as_str()))
-                .cloned(),
-        )
-        .args(args)
-        .current_dir(repo())
-        .output()
-        .expect("running workflow-node")
-}
-
-fn stubs_file() -> agent_sdk::StubFile {
-    agent_sdk::load_stub_file(repo().join("examples/agents.yaml")).expect("examples/agents.yaml")
-}
-
-/// The node in this process, as user `node`, hosting the example workflows.
-async fn node(secure: &Secure) -> (WorkflowNode, Watched) {
-    let watched = secure.connect("node").await;
-    let (workflows, problems) =
-        workflow_node::definition::load_paths(&[repo().join("examples/workflows")]);
-    assert!(problems.is_empty(), "{problems:?}");
-    // Ops' key (the one it connects with) decides the example gates: their approver names
-    // are bound to it.
-    let ops = agent_sdk::Signer::from_seed_file(secure.pki.join("ops.nk")).expect("ops.nk");
-    let ops_key = ops.public_key().to_string();
-    let config = Config {
-        card_wait: Duration::from_millis(500),
-        approvers: [("ops-team", &ops_key), ("alice", &ops_key)]
-            .into_iter()
-            .map(|(n, k)| (n.to_string(), k.clone()))
-            .collect(),
-        operators: vec![ops_key.clone()],
-        ..Config::default()
-    };
-    let node = WorkflowNode::start(watched.client.clone(), workflows, config)
-        .await
-        .expect("the node starts as user node");
-    (node, watched)
-}
-
-/// The first approval request published for `workflow`.
-async fn approval_request(asks: &mut async_nats::Subscriber) -> WorkflowApprovalRequest {
-    loop {
-        let msg = tokio::time::timeout(WAIT, asks.next())
-            .await
-            .expect("an approval request")
-            .expect("the subscription lives");
-        let part: Part = serde_json::from_slice(&msg.payload).expect("a part");
-        if let Some(Ok(Some(WorkflowDataPart::ApprovalRequest(ask)))) =
-            part.as_data().map(WorkflowDataPart::from_data)
-        {
-            return ask;
-        }
-    }
-}
-
-/// A decision on `node` of run `execution`, as the CLI sends it.
-fn decision(execution: &str, node: &str, by: &str) -> Vec<u8> {
-    let decision = WorkflowApprovalDecision {
-        execution_id: execution.to_owned(),
-        node_id: node.to_owned(),
-        decision: Decision::Approve,
-        by: Some(by.to_owned()),
-        comment: None,
-    };
-    let message = Message::new("forged", Role::User, vec![Part::data_part(&decision)]);
-    serde_json::to_vec(&Request::message_send("forged", message)).expect("json")
-}
 
 /// The numbers MapDouble doubled, as PollAndApprove returns them.
 fn doubled(output: &Value) -> Vec<i64> {
@@ -494,20 +405,4 @@ fn foreign_seed(secure: &Secure) -> String {
         .unwrap()
         .trim()
         .to_owned()
-}
-
-/// A child process killed (SIGKILL) on drop unless stopped before.
-struct ChildGuard(std::process::Child);
-
-impl ChildGuard {
-    fn stop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        self.stop();
-    }
 }
