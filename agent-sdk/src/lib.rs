@@ -73,6 +73,7 @@
 
 pub mod agent;
 pub mod artifacts;
+pub mod card_trust;
 pub mod cards;
 pub mod catalog;
 pub mod connect;
@@ -98,7 +99,8 @@ pub use agent::{
     DEFAULT_NAMESPACE,
 };
 pub use artifacts::{Artifact, ArtifactInfo, ArtifactStore};
-pub use cards::CardCache;
+pub use card_trust::{AgentKey, CardTrust};
+pub use cards::{CardCache, CardRefused};
 pub use catalog::{Catalog, CatalogError};
 pub use connect::{ConnectConfig, ConnectConfigError};
 pub use error::{
@@ -110,7 +112,7 @@ pub use handler::{handler_fn, FnHandler, Handler, HandlerResult, NodeRequest, Wo
 pub use mesh::{AgentCall, Call, CallOptions, Mesh, Output, Progress, ProgressStream};
 pub use protocol::{KIND_CANCELED, KIND_INPUT_VALIDATION, KIND_OUTPUT_VALIDATION};
 pub use signing::{SignatureError, Signer};
-pub use stub::{load_stub_file, serve_stubs, StubFile};
+pub use stub::{load_stub_file, serve_stubs, serve_stubs_signed, StubFile};
 pub use tools::{GeminiDeclaration, Tool, ToolCall, ToolError};
 
 #[cfg(test)]

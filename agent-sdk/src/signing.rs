@@ -206,6 +206,37 @@ impl Signer {
         &self.public
     }
 
+    /// The signature headers over `bytes`, which the caller made of the time `now` (in ms
+    /// since the epoch, as [`SIGNED_AT`] carries it): one signer for every scheme.
+    pub(crate) fn sign_headers(
+        &self,
+        now: SystemTime,
+        bytes: impl FnOnce(u64) -> Vec<u8>,
+    ) -> HeaderMap {
+        let at = millis(now);
+        let signature = self
+            .pair
+            .sign(&bytes(at))
+            .expect("a signer has a seed, so it signs");
+        let mut headers = HeaderMap::new();
+        headers.insert(SIGNER, self.public.as_str());
+        headers.insert(SIGNED_AT, at.to_string().as_str());
+        headers.insert(SIGNATURE, BASE64URL_NOPAD.encode(&signature).as_str());
+        headers
+    }
+
+    /// A signer whose seed is the 32 bytes `raw` (a key derived from a secret that several
+    /// processes share, so that they sign as one).
+    pub fn from_raw_seed(raw: [u8; 32]) -> Signer {
+        let pair =
+            KeyPair::new_from_raw(KeyPairType::User, raw).expect("32 bytes are an Ed25519 seed");
+        let public = pair.public_key();
+        Signer {
+            pair: Arc::new(pair),
+            public,
+        }
+    }
+
     /// The signature headers of a request with `payload` on `subject`, signed at `now`.
     pub fn sign(&self, subject: &str, payload: &[u8], now: SystemTime) -> HeaderMap {
         let mut headers = HeaderMap::new();
@@ -260,6 +291,21 @@ pub fn verify(
     now: SystemTime,
     allowed: Allowed<'_>,
 ) -> Result<String, SignatureError> {
+    verify_signed(headers, now, allowed, |at| {
+        signed_bytes(subject, at, payload)
+    })
+}
+
+/// Checks the signature headers in `headers` over the bytes `signed` makes of the
+/// signing time: all there and well formed, verifying with the key named, made within
+/// [`MAX_SKEW`] of `now`, by a key `allowed`. Returns the signer's public key. One check
+/// for every scheme (requests here, cards in [`crate::card_trust`]).
+pub(crate) fn verify_signed(
+    headers: Option<&HeaderMap>,
+    now: SystemTime,
+    allowed: Allowed<'_>,
+    signed: impl FnOnce(u64) -> Vec<u8>,
+) -> Result<String, SignatureError> {
     if !is_signed(headers) {
         return Err(SignatureError::Unsigned);
     }
@@ -293,7 +339,7 @@ pub fn verify(
             format!("{n} bytes, not the 64 of an Ed25519 signature"),
         ));
     }
-    pair.verify(&signed_bytes(subject, at, payload), &signature)
+    pair.verify(&signed(at), &signature)
         .map_err(|_| SignatureError::BadSignature { key: key.clone() })?;
     let now = millis(now);
     let skew = MAX_SKEW.as_millis() as u64;
