@@ -54,12 +54,18 @@ pub struct WatchArgs {
 }
 
 /// The definition of `run` (see [`definition::of_run`]), its notes said on stderr.
-async fn definition_of(runs: &Runs, run: &FoundRun, file: Option<&PathBuf>) -> Option<Workflow> {
+async fn definition_of(
+    runs: &Runs,
+    run: &FoundRun,
+    file: Option<&PathBuf>,
+    cards: &agent_sdk::CardTrust,
+) -> Option<Workflow> {
     let found = definition::of_run(
         runs.client(),
         runs.namespace(),
         run,
         file.map(PathBuf::as_path),
+        cards,
     )
     .await;
     for note in &found.notes {
@@ -75,7 +81,7 @@ pub(super) async fn show(args: ShowArgs) -> Result<ExitCode> {
     let shown = async {
         let run = runs::find(&runs, target).await?;
         let apart = runs.apart(&run).await?;
-        let def = definition_of(&runs, &run, args.file.as_ref()).await;
+        let def = definition_of(&runs, &run, args.file.as_ref(), &target.nats.cards).await;
         Ok::<_, Refusal>((run, apart, def))
     }
     .await;
@@ -108,7 +114,7 @@ pub(super) async fn watch(args: WatchArgs) -> Result<ExitCode> {
     let (conn, runs) = runs::open(&target.nats).await?;
     let watched = async {
         let run = runs::find(&runs, target).await?;
-        let def = definition_of(&runs, &run, args.file.as_ref()).await;
+        let def = definition_of(&runs, &run, args.file.as_ref(), &target.nats.cards).await;
         follow(&runs, run, def, target.json).await
     }
     .await;

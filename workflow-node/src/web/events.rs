@@ -29,7 +29,7 @@ pub(super) async fn stream(
 ) -> Result<Response, ApiError> {
     let (runs, run) = find(&ctx, &id).await?;
     // The definition is looked up once: a run keeps the one it started with.
-    let def = definition_of(&runs, &run).await;
+    let def = definition_of(&runs, &run, ctx.cards.trust()).await;
     let first = run_view(&runs, &run, def.as_ref()).await?;
     // Followed before the first event is sent: no change after it is missed.
     let follow = Follow::start(&runs, run).await?;

@@ -11,6 +11,9 @@
 //! - **event MACs**: an event a replica publishes into a run's stream carries an HMAC of
 //!   its subject, de-duplication id and payload in header `Mesh-Event-Mac`; an event
 //!   without a valid one (a forged start, cancel, decision or timer) is refused.
+//! - **the card key**: the NKey that signs the deployment's workflow cards
+//!   ([`Seal::card_signer`]), its seed an HMAC of a fixed label. Every replica derives the
+//!   same key with no key file to distribute, and it changes when the secret does.
 
 use async_nats::jetstream::{self, kv};
 use hmac::{Hmac, Mac};
@@ -110,6 +113,13 @@ impl Seal {
             mac.update(part);
         }
         mac
+    }
+
+    /// The key that signs the deployment's workflow cards: the same on every replica (see
+    /// the module doc).
+    pub fn card_signer(&self) -> agent_sdk::Signer {
+        let seed: [u8; 32] = self.mac(&[b"card-key-v1"]).finalize().into_bytes().into();
+        agent_sdk::Signer::from_raw_seed(seed)
     }
 
     fn token(&self, workflow: &str, sub_task_id: &str) -> String {
