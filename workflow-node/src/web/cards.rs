@@ -56,6 +56,8 @@ pub(super) async fn follow(
     ns: &str,
     trust: agent_sdk::CardTrust,
 ) -> Result<Cards> {
-    let mesh = agent_sdk::Mesh::new(client).namespace(ns)?.card_trust(trust);
+    let mesh = agent_sdk::Mesh::new(client)
+        .namespace(ns)?
+        .card_trust(trust);
     Ok(Cards(mesh.catalog_with_expiry(Duration::MAX).await?))
 }

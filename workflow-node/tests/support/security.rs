@@ -111,6 +111,13 @@ impl Secure {
         Watched::connect(&self.server.url(), self.config(user)).await
     }
 
+    /// The key of `user`'s NKey seed file (`USER.nk`, for `node`, `agents` and `ops`).
+    pub(crate) fn signer(&self, user: &str) -> agent_sdk::Signer {
+        let path = self.pki.join(format!("{user}.nk"));
+        agent_sdk::Signer::from_seed_file(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
     /// The server log's lines about permission violations.
     pub(crate) fn violations_logged(&self) -> Vec<String> {
         std::fs::read_to_string(self.server.log_path())
@@ -244,6 +251,14 @@ pub(crate) fn stubs_file() -> agent_sdk::StubFile {
 
 /// The node in this process, as user `node`, hosting the example workflows.
 pub(crate) async fn node(secure: &Secure) -> (WorkflowNode, Watched) {
+    node_with(secure, |_| {}).await
+}
+
+/// [`node`], its config changed by `tweak` before it starts.
+pub(crate) async fn node_with(
+    secure: &Secure,
+    tweak: impl FnOnce(&mut Config),
+) -> (WorkflowNode, Watched) {
     let watched = secure.connect("node").await;
     let (workflows, problems) =
         workflow_node::definition::load_paths(&[repo().join("examples/workflows")]);
@@ -252,7 +267,7 @@ pub(crate) async fn node(secure: &Secure) -> (WorkflowNode, Watched) {
     // are bound to it.
     let ops = agent_sdk::Signer::from_seed_file(secure.pki.join("ops.nk")).expect("ops.nk");
     let ops_key = ops.public_key().to_string();
-    let config = Config {
+    let mut config = Config {
         card_wait: Duration::from_millis(500),
         approvers: [("ops-team", &ops_key), ("alice", &ops_key)]
             .into_iter()
@@ -261,6 +276,7 @@ pub(crate) async fn node(secure: &Secure) -> (WorkflowNode, Watched) {
         operators: vec![ops_key.clone()],
         ..Config::default()
     };
+    tweak(&mut config);
     let node = WorkflowNode::start(watched.client.clone(), workflows, config)
         .await
         .expect("the node starts as user node");
