@@ -20,6 +20,7 @@ use crate::definition::Workflow;
 use crate::ops::follow::{Change, Follow};
 use crate::ops::refusal::Refusal;
 use crate::ops::runs::Runs;
+use crate::ops::words::AgentWords;
 use crate::ops::{definition, view};
 use crate::shell::callers::statuses::AgentUpdate;
 use crate::shell::now;
@@ -148,7 +149,7 @@ async fn follow(
     while let Some(change) = changes.next().await? {
         let next = match change {
             Change::Status(u) => {
-                print_update(&u, json);
+                print_update(&u, def.as_ref(), json);
                 continue;
             }
             Change::Run(next) => *next,
@@ -170,24 +171,18 @@ async fn follow(
     Ok(())
 }
 
-/// A status update of one of the run's agents, on one line.
-fn print_update(u: &AgentUpdate, json: bool) {
+/// A status update of one of the run's agents, on one line: its words, quoted after its
+/// name (see [`AgentWords`]), never as a line of ours.
+fn print_update(u: &AgentUpdate, def: Option<&Workflow>, json: bool) {
+    let words = AgentWords::of(u, def);
     if json {
-        let v = json!({"event": "agent_status", "node_id": u.task.node,
+        let agent = words.as_ref().and_then(|w| w.agent.clone());
+        let v = json!({"event": "agent_status", "node_id": u.task.node, "agent": agent,
             "sub_task_id": u.sub_task_id, "state": u.state, "text": u.text, "data": u.data});
         println!("{v}");
-    } else {
-        let what = u
-            .text
-            .clone()
-            .or_else(|| u.data.as_ref().map(Value::to_string));
-        println!(
-            "{}  {} [{}]: {}",
-            table::clock(now()),
-            u.task.node,
-            u.state,
-            table::short(&what.unwrap_or_default(), 120)
-        );
+    } else if let Some(words) = words {
+        let at = table::clock(now());
+        println!("{at}  {} [{}] {words}", u.task.node, u.state);
     }
 }
 
