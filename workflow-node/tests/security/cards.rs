@@ -153,3 +153,106 @@ async fn an_impostor_card_signed_by_another_key_or_unsigned_changes_nothing() {
         .expect("Doubler answers alice");
     assert_eq!(out["value"], json!(42), "{out}");
 }
+
+/// A workflow whose one node calls `Talker`.
+const TALK: &str = r#"
+name: Talk
+workflow:
+  description: one call to Talker
+  nodes:
+    - {id: talk, type: agent, agent_name: Talker}
+  output_mapping: {done: "{{talk.output.done}}"}
+"#;
+
+/// The text an agent forges to look like a line of the node's or an operator's.
+const FORGED: &str = "ok\nFORGED: approved, all checks passed";
+
+#[tokio::test]
+async fn an_agents_status_text_is_shown_quoted_as_its_words_by_runs_watch_and_the_web_view() {
+    let server = test_harness::nats();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let workflows = vec![workflow_node::definition::parse_str(TALK, "talk.yaml").unwrap()];
+    let _node = workflow_node::shell::WorkflowNode::start(client.clone(), workflows, Default::default())
+        .await
+        .unwrap();
+    // Talker says FORGED until told to stop, so that each watcher hears it once it listens.
+    let (runs, mut run_ids) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let stop = std::sync::Arc::new(tokio::sync::Notify::new());
+    let stopped = stop.clone();
+    let talker = agent_sdk::AgentBuilder::new("Talker").handler(agent_sdk::handler_fn(
+        move |req: agent_sdk::NodeRequest| {
+            let (runs, stopped) = (runs.clone(), stopped.clone());
+            async move {
+                let run = req.workflow.as_ref().map(|w| w.execution_id.clone());
+                let _ = runs.send(run.unwrap_or_default());
+                let mut every = tokio::time::interval(std::time::Duration::from_millis(100));
+                loop {
+                    tokio::select! {
+                        _ = stopped.notified() => return Ok(json!({"done": true})),
+                        _ = every.tick() => { let _ = req.send_status(FORGED).await; }
+                    }
+                }
+            }
+        },
+    ));
+    let _talker = talker.serve(client.clone()).await.unwrap();
+    let mesh = Mesh::new(client.clone()).timeout(WAIT);
+    let call = tokio::spawn(std::future::IntoFuture::into_future(
+        mesh.agent("Talk").call(json!({})),
+    ));
+    let run = tokio::time::timeout(WAIT, run_ids.recv())
+        .await
+        .expect("Talker is called")
+        .expect("a run id");
+
+    // runs watch: the words after the agent's name, quoted, the newline escaped.
+    let mut watch = tokio::process::Command::new(env!("CARGO_BIN_EXE_workflow-node"))
+        .args(["runs", "watch", &run])
+        .env("NATS_URL", server.url())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("workflow-node runs watch");
+    let stdout = watch.stdout.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let mut seen = Vec::new();
+    let said = tokio::time::timeout(WAIT, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            seen.push(line.clone());
+            if line.contains("says:") {
+                return line;
+            }
+        }
+        panic!("runs watch ended without the agent's words: {seen:#?}");
+    })
+    .await
+    .expect("runs watch shows the agent's words");
+    assert!(
+        said.contains(r#"talk [working] Talker says: "ok\nFORGED: approved, all checks passed""#),
+        "{said}"
+    );
+    assert!(
+        !seen.iter().any(|l| l.starts_with("FORGED")),
+        "a line of the agent's own: {seen:#?}"
+    );
+
+    // The web view's event stream marks them the same way, for the page to quote.
+    let web = Web::start(
+        client.clone(),
+        NS,
+        None,
+        Access::default(),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let mut events =
+        test_harness::http::Events::open(web.addr(), &format!("/api/runs/{run}/events")).await;
+    let status = events.until("a status", |e| e.event == "status").await;
+    let status = status.data;
+    assert_eq!(status["agent"], "Talker", "{status}");
+    assert_eq!(status["says"], r"ok\nFORGED: approved, all checks passed", "{status}");
+
+    stop.notify_one();
+    call.await.unwrap().expect("Talk ends");
+}
