@@ -219,11 +219,11 @@ async fn an_agents_status_text_is_shown_quoted_as_its_words_by_runs_watch_and_th
     let said = tokio::time::timeout(WAIT, async {
         while let Some(line) = lines.next_line().await.unwrap() {
             seen.push(line.clone());
-            if line.contains("says:") {
+            if line.contains("FORGED") {
                 return line;
             }
         }
-        panic!("runs watch ended without the agent's words: {seen:#?}");
+        panic!("runs watch ended without the agent's text: {seen:#?}");
     })
     .await
     .expect("runs watch shows the agent's words");
