@@ -128,8 +128,10 @@ mod tests {
     const WF: &str = r#"
 name: W
 workflow:
+  description: w
   nodes:
     - {id: double, type: agent, agent_name: Doubler}
+  output_mapping: {v: "{{double.output}}"}
 "#;
 
     #[test]
