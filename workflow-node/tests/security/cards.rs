@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 
-use agent_sdk::{AgentKey, CardTrust, Mesh, Signer};
+use agent_sdk::{AgentKey, Mesh, Signer};
 use messages::card::AgentCard;
 use messages::subjects;
 use serde_json::{json, Value};
@@ -16,17 +16,6 @@ use workflow_node::web::{Access, Web};
 use crate::support::security::{node_with, stubs_file, Secure, WAIT};
 
 const NS: &str = "mesh";
-
-/// The trust of every reader here: `Doubler` bound to `key`, signed cards required.
-fn doubler_bound_to(key: &Signer) -> CardTrust {
-    CardTrust {
-        agent_keys: vec![AgentKey {
-            name: "Doubler".into(),
-            key: key.public_key().into(),
-        }],
-        require_signed_cards: true,
-    }
-}
 
 /// The impostor's `Doubler`: another description, and a form demanding a password.
 fn impostor_card() -> Vec<u8> {
@@ -61,7 +50,15 @@ async fn web_card_until(addr: SocketAddr, name: &str, done: impl Fn(&Value) -> b
 async fn an_impostor_card_signed_by_another_key_or_unsigned_changes_nothing() {
     let secure = Secure::start();
     let agents_key = secure.signer("agents");
-    let trust = doubler_bound_to(&agents_key);
+    // Each reader's settings as the shipped env files give them: the example agents
+    // bound to the agents user's key, signed cards required.
+    let trust = secure.card_trust("node");
+    assert!(trust.require_signed_cards);
+    let doubler = AgentKey {
+        name: "Doubler".into(),
+        key: agents_key.public_key().into(),
+    };
+    assert!(trust.agent_keys.contains(&doubler), "{trust:?}");
     let (node, _node_conn) = node_with(&secure, |c| c.card_trust = trust.clone()).await;
     let agents = secure.connect("agents").await;
     let _stubs = agent_sdk::serve_stubs_signed(
@@ -77,7 +74,7 @@ async fn an_impostor_card_signed_by_another_key_or_unsigned_changes_nothing() {
     let alice = secure.connect("alice").await;
     let mesh = Mesh::new(alice.client.clone())
         .timeout(WAIT)
-        .card_trust(trust.clone());
+        .card_trust(secure.card_trust("alice"));
     let catalog = mesh.catalog().await.expect("a catalog as alice");
     let ops = secure.connect("ops").await;
     let web = Web::start_trusting(
@@ -86,7 +83,7 @@ async fn an_impostor_card_signed_by_another_key_or_unsigned_changes_nothing() {
         None,
         Access::default(),
         "127.0.0.1:0".parse().unwrap(),
-        trust.clone(),
+        secure.card_trust("ops"),
     )
     .await
     .expect("the web view as ops");

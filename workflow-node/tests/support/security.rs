@@ -106,6 +106,29 @@ impl Secure {
             .connect
     }
 
+    /// `user`'s card settings (which keys sign which agents' cards, whether unsigned ones
+    /// count), parsed from the flags that its env file's variables stand for.
+    pub(crate) fn card_trust(&self, user: &str) -> agent_sdk::CardTrust {
+        #[derive(Parser)]
+        struct Flags {
+            #[command(flatten)]
+            cards: agent_sdk::CardTrust,
+        }
+        let mut args = vec!["test".to_owned()];
+        for (key, value) in self.env(user) {
+            match key.as_str() {
+                "MESH_AGENT_KEYS" => args.extend(["--agent-key".to_owned(), value]),
+                "MESH_REQUIRE_SIGNED_CARDS" if value == "true" => {
+                    args.push("--require-signed-cards".to_owned())
+                }
+                _ => {}
+            }
+        }
+        Flags::try_parse_from(args)
+            .expect("the env file's card settings are valid flags")
+            .cards
+    }
+
     /// A connection as `user`, its server errors collected.
     pub(crate) async fn connect(&self, user: &str) -> Watched {
         Watched::connect(&self.server.url(), self.config(user)).await
