@@ -29,6 +29,10 @@
 //! modes: parameter mode (the arguments are the input) and artifact mode (only
 //! `input_artifact`, a stored artifact holding the input).
 //!
+//! A catalog takes a card only when its signer may speak for its name ([`card_trust`]:
+//! names bound to keys with [`Mesh::card_trust`], else the first key seen per name), and
+//! an agent signs its own with [`AgentBuilder::signer`].
+//!
 //! ## Serving
 //!
 //! An agent declares a name, description, skills and JSON Schemas with an
@@ -36,7 +40,7 @@
 //! [`AgentBuilder::serve`]. The SDK then, following `docs/protocol.md`:
 //!
 //! - publishes the card (with the schemas extension) at start, every card interval and on
-//!   any message to the discovery ping subject;
+//!   any message to the discovery ping subject, each copy signed when it has a signer;
 //! - serves `{ns}.a2a.v1.agent.request.{name}` in queue group `{name}`, one tokio task per
 //!   call, at most `max_in_flight` handlers at once;
 //! - reads the input (DataPart, wrapped non-objects, object-store FileParts), validates it
