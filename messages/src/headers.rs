@@ -36,7 +36,8 @@ pub const CALLER: &str = "Mesh-Caller";
 
 /// The NKey user public key (`U…`) that signed the request (see `agent_sdk::signing`):
 /// who proves to be asking, where it matters (an approval decision, a cancel, a start
-/// whose run only its signer may cancel). Sent with [`SIGNED_AT`] and [`SIGNATURE`].
+/// whose run only its signer may cancel). Sent with [`SIGNED_AT`] and [`SIGNATURE`]. The
+/// three also sign an agent card message (`agent_sdk::card_trust`).
 pub const SIGNER: &str = "Mesh-Signer";
 
 /// When the request was signed, in milliseconds since the Unix epoch: a signature more
@@ -44,5 +45,6 @@ pub const SIGNER: &str = "Mesh-Signer";
 pub const SIGNED_AT: &str = "Mesh-Signed-At";
 
 /// The Ed25519 signature of [`SIGNER`]'s key, base64url without padding, over
-/// `mesh-sig-v1\n{subject}\n{signed_at}\n{hex sha256 of the payload}`.
+/// `mesh-sig-v1\n{subject}\n{signed_at}\n{hex sha256 of the payload}` (a card's: over
+/// `mesh-card-v1\n{name}\n{signed_at}\n{hex sha256 of the card}`).
 pub const SIGNATURE: &str = "Mesh-Signature";
