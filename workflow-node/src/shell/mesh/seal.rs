@@ -184,6 +184,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_replica_derives_the_same_card_key_and_another_secret_another() {
+        let key = |secret: &[u8]| Seal::new(secret).card_signer().public_key().to_owned();
+        assert_eq!(key(b"secret"), key(b"secret"));
+        assert_ne!(key(b"secret"), key(b"other"));
+        assert!(agent_sdk::signing::is_user_public_key(&key(b"secret")));
+    }
+
+    #[test]
     fn call_ids_verify_only_with_their_token() {
         let seal = Seal::new(b"secret");
         let id = seal.call_id("Wf", "e1_check-stock_0_2");
