@@ -200,9 +200,14 @@ async fn record_cancel(
     };
     let (state, text) =
         match publish_event(shared, &workflow.name, execution, &msg_id, &envelope).await {
-            Ok(_) => (
+            Ok(true) => (
                 TaskState::Working,
                 format!("cancel of run {execution} requested"),
+            ),
+            // Only a replica makes the id: this identity's cancel is recorded already.
+            Ok(false) => (
+                TaskState::Working,
+                format!("cancel of run {execution} was already requested: this one changes nothing"),
             ),
             Err(e) => (
                 TaskState::Failed,

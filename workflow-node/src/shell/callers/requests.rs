@@ -281,7 +281,7 @@ async fn approve(
         comment: d.comment,
     };
     let msg_id = msg_id::approval_decision(&execution.0, &d.node_id);
-    publish_event(
+    let stored = publish_event(
         shared,
         &workflow.name,
         &execution,
@@ -290,6 +290,14 @@ async fn approve(
     )
     .await
     .map_err(|e| format!("could not record the decision: {e}"))?;
+    if !stored {
+        // Only a replica makes the id: another decision on the node came first.
+        return Err(format!(
+            "a decision on '{}' of run {execution} was already recorded: this one is not \
+             (the first decision counts)",
+            d.node_id
+        ));
+    }
     Ok(format!(
         "decision on '{}' of run {execution} recorded",
         d.node_id

@@ -64,7 +64,7 @@ pub(in crate::shell) async fn control(
         RunControl::Resume => Event::ResumeRequested,
     };
     let msg_id = msg_id::run_control(&execution.0, action, request);
-    publish_event(
+    let stored = publish_event(
         shared,
         &workflow.name,
         &execution,
@@ -73,6 +73,12 @@ pub(in crate::shell) async fn control(
     )
     .await
     .map_err(|e| format!("could not record the {action}: {e}"))?;
+    if !stored {
+        return Err(format!(
+            "the {action} of run {execution} by request '{request}' was already recorded: \
+             this copy changes nothing"
+        ));
+    }
     Ok(format!("{action} of run {execution} recorded"))
 }
 

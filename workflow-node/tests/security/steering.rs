@@ -1,0 +1,193 @@
+//! Steering that nobody else can squat or replay, under the shipped least-privilege
+//! configuration: an operator's decision and cancel go through although an agent, or a
+//! caller asking an agent to reply into the workflow's stream, published their readable
+//! de-duplication ids first; a captured signed request sent again (from another inbox,
+//! under another caller name, after its run moved on) is refused; cancels of runs that do
+//! not exist yet are kept briefly and a few per caller.
+
+
+use agent_sdk::{CallError, Mesh};
+use async_nats::HeaderMap;
+use messages::a2a::{Message, Part, Role};
+use messages::jsonrpc::Request;
+use messages::{headers, subjects};
+use serde_json::json;
+
+use crate::support::security::{approval_request, cli, node, stubs_file, Secure, Watched, WAIT};
+
+const NS: &str = "mesh";
+const WORKFLOW: &str = "PollAndApprove";
+
+/// The mesh: the node as user node, the stub agents as user agents, ops watching approval
+/// requests of [`WORKFLOW`], alice calling.
+struct Mesh4 {
+    secure: Secure,
+    node: Watched,
+    _node: workflow_node::shell::WorkflowNode,
+    agents: Watched,
+    _stubs: Vec<agent_sdk::AgentHandle>,
+    asks: async_nats::Subscriber,
+    alice: Watched,
+}
+
+async fn mesh() -> Mesh4 {
+    let secure = Secure::start();
+    let (node_handle, node_conn) = node(&secure).await;
+    let agents = secure.connect("agents").await;
+    let stubs = agent_sdk::serve_stubs(agents.client.clone(), NS, stubs_file())
+        .await
+        .expect("stub agents serve as user agents");
+    let ops = secure.connect("ops").await;
+    let asks = ops
+        .client
+        .subscribe(subjects::approvals(NS, WORKFLOW))
+        .await
+        .unwrap();
+    Mesh::new(ops.client.clone()).roundtrip().await.unwrap();
+    std::mem::forget(ops);
+    let alice = secure.connect("alice").await;
+    let catalog = Mesh::new(alice.client.clone()).catalog().await.unwrap();
+    for name in [WORKFLOW, "Echo"] {
+        assert!(catalog.wait_for(name, WAIT).await.is_some(), "no card of {name}");
+    }
+    Mesh4 {
+        secure,
+        node: node_conn,
+        _node: node_handle,
+        agents,
+        _stubs: stubs,
+        asks,
+        alice,
+    }
+}
+
+impl Mesh4 {
+    /// Alice calls [`WORKFLOW`]; its execution id once it waits at its gate.
+    async fn waiting_run(
+        &mut self,
+    ) -> (
+        String,
+        tokio::task::JoinHandle<Result<serde_json::Value, CallError>>,
+    ) {
+        let mesh = Mesh::new(self.alice.client.clone()).timeout(WAIT);
+        let call = tokio::spawn(std::future::IntoFuture::into_future(
+            mesh.agent(WORKFLOW).call(json!({})),
+        ));
+        let ask = approval_request(&mut self.asks).await;
+        (ask.execution_id, call)
+    }
+
+    /// The last sequence of the workflow's event stream (which only grows), as the node's
+    /// user reads it.
+    async fn last_seq(&self) -> u64 {
+        let js = async_nats::jetstream::new(self.node.client.clone());
+        let mut stream = js.get_stream(format!("mesh_WF_{WORKFLOW}")).await.unwrap();
+        stream.info().await.unwrap().state.last_sequence
+    }
+
+    /// Waits until the workflow's stream has stored a message after sequence `seq`.
+    async fn stored_after(&self, seq: u64) {
+        let stored = tokio::time::timeout(WAIT, async {
+            while self.last_seq().await <= seq {
+                tokio::task::yield_now().await;
+            }
+        });
+        stored.await.expect("a message stored in the workflow's stream");
+    }
+
+    fn ops(&self, args: &[&str]) -> std::process::Output {
+        let seed = self.secure.pki.join("ops.nk");
+        let mut args: Vec<&str> = args.to_vec();
+        args.extend(["--nkey-seed-file", seed.to_str().unwrap()]);
+        cli(&self.secure, "ops", &args)
+    }
+}
+
+/// The ids a replica gave a decision on the gate and an operator's cancel before they
+/// carried a tag only a replica can make.
+fn old_ids(exec: &str, secure: &Secure) -> [String; 2] {
+    let ops = agent_sdk::Signer::from_seed_file(secure.pki.join("ops.nk")).unwrap();
+    [
+        format!("approval.{exec}.gate"),
+        format!("cancel.{exec}.{}", ops.public_key()),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_publishing_the_readable_ids_first_drops_no_decision_and_no_cancel() {
+    let mut m = mesh().await;
+    let (first, call) = m.waiting_run().await;
+    let (second, cancelled) = m.waiting_run().await;
+    // A rogue agent process publishes the ids of the decision on the first run and of the
+    // operator's cancel of the second into the stream, on a response subject it may use.
+    for id in [&old_ids(&first, &m.secure)[0], &old_ids(&second, &m.secure)[1]] {
+        let mut h = HeaderMap::new();
+        h.insert(headers::MSG_ID, id.as_str());
+        let subject = subjects::agent_response(NS, WORKFLOW, "squat");
+        let js = async_nats::jetstream::new(m.agents.client.clone());
+        let ack = js.publish_with_headers(subject, h, "{}".into()).await;
+        let ack = ack.unwrap().await.expect("the stream stores it");
+        assert!(!ack.duplicate, "{id} is new to the stream");
+    }
+    decide_and_cancel(&m, &first, call, &second, cancelled).await;
+    assert_eq!(m.agents.errors().await, Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_asking_echo_to_reply_with_the_readable_ids_drops_no_decision_and_no_cancel() {
+    let mut m = mesh().await;
+    let (first, call) = m.waiting_run().await;
+    let (second, cancelled) = m.waiting_run().await;
+    // Alice asks Echo to answer on the workflow's response subject, under a task id that
+    // is the decision's (then the cancel's) readable id: Echo's reply carries it as its
+    // de-duplication id.
+    for id in [&old_ids(&first, &m.secure)[0], &old_ids(&second, &m.secure)[1]] {
+        let mut message = Message::new(
+            uuid::Uuid::new_v4().to_string(),
+            Role::User,
+            vec![Part::text("squat")],
+        );
+        message.task_id = Some(id.clone());
+        let body = serde_json::to_vec(&Request::message_send("squat", message)).unwrap();
+        let mut h = HeaderMap::new();
+        h.insert(
+            headers::REPLY_TO,
+            subjects::agent_response(NS, WORKFLOW, "squat").as_str(),
+        );
+        let before = m.last_seq().await;
+        m.alice
+            .client
+            .publish_with_headers(subjects::agent_request(NS, "Echo"), h, body.into())
+            .await
+            .unwrap();
+        m.stored_after(before).await;
+    }
+    decide_and_cancel(&m, &first, call, &second, cancelled).await;
+    assert_eq!(m.alice.errors().await, Vec::<String>::new());
+}
+
+/// Ops approves the first run's gate and cancels the second with the CLI: both take effect.
+async fn decide_and_cancel(
+    m: &Mesh4,
+    first: &str,
+    call: tokio::task::JoinHandle<Result<serde_json::Value, CallError>>,
+    second: &str,
+    cancelled: tokio::task::JoinHandle<Result<serde_json::Value, CallError>>,
+) {
+    let approved = m.ops(&["approve", first, "gate", "--by", "ops-team"]);
+    assert_eq!(approved.status.code(), Some(0), "{approved:?}");
+    let output = tokio::time::timeout(WAIT, call)
+        .await
+        .expect("the decision takes effect")
+        .unwrap()
+        .expect("the run succeeds");
+    assert!(output.get("doubled").is_some(), "{output}");
+    let stopped = m.ops(&["runs", "cancel", second, "--reason", "ops says stop"]);
+    assert_eq!(stopped.status.code(), Some(0), "{stopped:?}");
+    let ended = tokio::time::timeout(WAIT, cancelled)
+        .await
+        .expect("the cancel takes effect")
+        .unwrap();
+    let e = ended.expect_err("the run is cancelled");
+    assert!(matches!(e, CallError::Canceled { .. }), "{e}");
+}
