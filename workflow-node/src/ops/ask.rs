@@ -22,11 +22,8 @@ pub async fn ask(
     let body = serde_json::to_vec(request)
         .map_err(|e| Refusal::failed(format!("encoding the request: {e}")))?;
     let subject = subjects::agent_request(ns, workflow);
-    let headers = signer
-        .map(|s| s.sign(&subject, &body, std::time::SystemTime::now()))
-        .unwrap_or_default();
-    let reply = match client
-        .request_with_headers(subject, headers, body.into())
+    let headers = async_nats::HeaderMap::new();
+    let reply = match agent_sdk::signing::request(client, subject, headers, body.into(), signer)
         .await
     {
         Ok(r) => r,

@@ -191,3 +191,141 @@ async fn decide_and_cancel(
     let e = ended.expect_err("the run is cancelled");
     assert!(matches!(e, CallError::Canceled { .. }), "{e}");
 }
+
+/// A request on `subject` with `body`, answered on a fresh inbox of `who`, with `extra`
+/// headers, signed by `signer`: the headers as sent, the inbox and its subscription.
+async fn signed(
+    who: &Watched,
+    signer: &agent_sdk::Signer,
+    subject: &str,
+    body: &[u8],
+    extra: &[(&str, &str)],
+) -> (HeaderMap, String, async_nats::Subscriber) {
+    let inbox = who.client.new_inbox();
+    let answers = who.client.subscribe(inbox.clone()).await.unwrap();
+    let mut h = HeaderMap::new();
+    for (name, value) in extra {
+        h.insert(*name, *value);
+    }
+    signer.sign_into(&mut h, subject, Some(&inbox), body, std::time::SystemTime::now());
+    (h, inbox, answers)
+}
+
+/// Sends `body` with exactly `headers` and reply subject `reply` from `who`.
+async fn send(who: &Watched, subject: &str, reply: &str, headers: &HeaderMap, body: &[u8]) {
+    who.client
+        .publish_with_reply_and_headers(
+            subject.to_owned(),
+            reply.to_owned(),
+            headers.clone(),
+            body.to_vec().into(),
+        )
+        .await
+        .unwrap();
+    who.client.flush().await.unwrap();
+}
+
+/// The next answer on `answers`, as JSON.
+async fn answer(answers: &mut async_nats::Subscriber) -> serde_json::Value {
+    use futures::StreamExt;
+    let msg = tokio::time::timeout(WAIT, answers.next())
+        .await
+        .expect("an answer")
+        .expect("the subscription lives");
+    serde_json::from_slice(&msg.payload).unwrap()
+}
+
+/// Asserts that `answer` refuses a request for `reason`.
+fn refused(answer: &serde_json::Value, reason: &str) {
+    let text = answer.to_string();
+    assert!(
+        text.contains(reason) && !text.contains("\"doubled\""),
+        "expected a refusal for {reason:?}: {text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_captured_signed_start_sent_again_joins_nothing_and_starts_nothing() {
+    let mut m = mesh().await;
+    let bob = m.secure.connect("bob").await;
+    let bob_key = agent_sdk::Signer::generate();
+    let subject = subjects::agent_request(NS, WORKFLOW);
+    let mut message = Message::new("bob-1", Role::User, vec![messages::payload::wrap(json!({}))]);
+    message.task_id = Some("bob-task".into());
+    let body = serde_json::to_vec(&Request::message_send("bob-1", message)).unwrap();
+    // Bob starts a run, signed; it waits at its gate.
+    let (h, bob_inbox, mut bob_answers) = signed(&bob, &bob_key, &subject, &body, &[]).await;
+    send(&bob, &subject, &bob_inbox, &h, &body).await;
+    let ask = approval_request(&mut m.asks).await;
+
+    // Alice captured the request: from her own inbox it does not verify (before, she
+    // joined bob's run and would have received its output).
+    let alice_inbox = m.alice.client.new_inbox();
+    let mut alice_answers = m.alice.client.subscribe(alice_inbox.clone()).await.unwrap();
+    send(&m.alice, &subject, &alice_inbox, &h, &body).await;
+    refused(&answer(&mut alice_answers).await, "does not verify");
+    // Under another caller name, to bob's inbox: no verify either (before, a second run
+    // owned by bob's key started, answering bob).
+    let mut renamed = h.clone();
+    renamed.insert(headers::CALLER, "mallory");
+    send(&m.alice, &subject, &bob_inbox, &renamed, &body).await;
+    refused(&answer(&mut bob_answers).await, "does not verify");
+    // Exactly as bob sent it: its nonce was seen.
+    send(&m.alice, &subject, &bob_inbox, &h, &body).await;
+    refused(&answer(&mut bob_answers).await, "replayed signature");
+
+    // Bob's run goes on and answers bob only.
+    let approved = m.ops(&["approve", &ask.execution_id, "gate", "--by", "ops-team"]);
+    assert_eq!(approved.status.code(), Some(0), "{approved:?}");
+    let last = loop {
+        let a = answer(&mut bob_answers).await;
+        if a["result"]["status"]["state"] == "completed" {
+            break a;
+        }
+    };
+    assert!(last.to_string().contains("doubled"), "{last}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_captured_signed_pause_sent_again_after_the_resume_is_refused() {
+    use messages::control::RunControl;
+    use workflow_node::ops::steer::control_request;
+    let mut m = mesh().await;
+    let (exec, call) = m.waiting_run().await;
+    let ops = m.secure.connect("ops").await;
+    let key = agent_sdk::Signer::from_seed_file(m.secure.pki.join("ops.nk")).unwrap();
+    let subject = subjects::agent_request(NS, WORKFLOW);
+    let control = |action| {
+        serde_json::to_vec(&control_request(&exec, action, Some("hold".into()))).unwrap()
+    };
+    // The operator pauses the run, then resumes it.
+    let pause = control(RunControl::Pause);
+    let (pause_h, pause_inbox, mut pause_answers) = signed(&ops, &key, &subject, &pause, &[]).await;
+    send(&ops, &subject, &pause_inbox, &pause_h, &pause).await;
+    let paused = answer(&mut pause_answers).await;
+    assert_eq!(paused["result"]["status"]["state"], "completed", "{paused}");
+    let resume = control(RunControl::Resume);
+    let (h, inbox, mut answers) = signed(&ops, &key, &subject, &resume, &[]).await;
+    send(&ops, &subject, &inbox, &h, &resume).await;
+    let resumed = answer(&mut answers).await;
+    assert_eq!(resumed["result"]["status"]["state"], "completed", "{resumed}");
+    // The captured pause, sent again byte for byte (past JetStream's duplicate window it
+    // would have paused the run again): refused for its nonce, whenever it comes.
+    send(&ops, &subject, &pause_inbox, &pause_h, &pause).await;
+    let again = answer(&mut pause_answers).await;
+    assert_eq!(again["result"]["status"]["state"], "failed", "{again}");
+    refused(&again, "replayed signature");
+    let inspector = workflow_node::shell::Inspector::open(m.node.client.clone(), NS)
+        .await
+        .unwrap();
+    let execution = workflow_node::core::ExecutionId::parse(&exec).unwrap();
+    let run = inspector.read_run(WORKFLOW, &execution).await.unwrap().unwrap();
+    assert!(run.record.state.paused.is_none(), "the run is not paused");
+    let approved = m.ops(&["approve", &exec, "gate", "--by", "ops-team"]);
+    assert_eq!(approved.status.code(), Some(0), "{approved:?}");
+    tokio::time::timeout(WAIT, call)
+        .await
+        .expect("the run ends")
+        .unwrap()
+        .expect("the run succeeds");
+}

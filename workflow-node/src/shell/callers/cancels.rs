@@ -97,8 +97,7 @@ pub(in crate::shell) async fn cancel(
         let e = ErrorObject::new(code, message);
         Some(wire::error_response(Some(request_id.clone()), e))
     };
-    let signed = identity::signer_of(msg.headers.as_ref(), msg.subject.as_str(), &msg.payload);
-    let signer = match signed {
+    let signer = match identity::signer(shared, msg).await {
         Ok(signer) => signer,
         Err(e) => {
             let message = format!("the cancel's signature is refused: {e}");

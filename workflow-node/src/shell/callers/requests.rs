@@ -36,6 +36,7 @@ use crate::core::{Event, ExecutionId, NodeStatus};
 use crate::definition::{NodeKind, Workflow};
 use crate::shell::callers::cancels;
 use crate::shell::callers::identity::{self, caller_name};
+use crate::shell::callers::nonces;
 use crate::shell::callers::steer;
 use crate::shell::context::Shared;
 use crate::shell::error::{Context, Result};
@@ -170,9 +171,9 @@ async fn handle(
                 );
                 return Some(wire::error_response(Some(request.id), e));
             };
-            let signer =
-                identity::signer_of(msg.headers.as_ref(), msg.subject.as_str(), &msg.payload)
-                    .map_err(|e| format!("the request's signature is refused: {e}"))
+            let signer = identity::signer(shared, msg)
+                .await
+                .map_err(|e| format!("the request's signature is refused: {e}"))
                     .and_then(|signer| {
                         identity::may_see(
                             &shared.config,
@@ -271,8 +272,12 @@ async fn approve(
             status.as_str()
         ));
     }
-    let signed = (msg.headers.as_ref(), msg.subject.as_str(), &msg.payload[..]);
+    let reply = msg.reply.as_ref().map(|r| r.as_str());
+    let signed = (msg.headers.as_ref(), msg.subject.as_str(), reply, &msg.payload[..]);
     let by = identity::approver(&shared.config, &d.node_id, def, signed, d.by.as_deref())?;
+    nonces::first_use(shared, msg.headers.as_ref())
+        .await
+        .map_err(|e| format!("the decision on '{}' is refused: {e}", d.node_id))?;
     let approved = d.decision == Decision::Approve;
     let event = Event::ApprovalDecided {
         node: d.node_id.clone(),
@@ -392,7 +397,7 @@ async fn start(
         Err(text) => return refuse(text),
     };
     // The key that signed the start owns the run: only it (or an operator) may cancel it.
-    let signer = match identity::signer_of(h, msg.subject.as_str(), &msg.payload) {
+    let signer = match identity::signer(shared, msg).await {
         Ok(signer) => signer,
         Err(e) => return refuse(format!("the request's signature is refused: {e}")),
     };

@@ -89,7 +89,8 @@ async fn steerable(
     msg: &async_nats::Message,
     id: &str,
 ) -> std::result::Result<(ExecutionId, RunRecord), String> {
-    let signer = identity::signer_of(msg.headers.as_ref(), msg.subject.as_str(), &msg.payload)
+    let signer = identity::signer(shared, msg)
+        .await
         .map_err(|e| format!("the request's signature is refused: {e}"))?;
     let caller = identity::caller_name(msg);
     let found = cancels::find(shared, workflow, caller.as_deref(), id)
