@@ -17,7 +17,7 @@ use crate::shell::context::Shared;
 use crate::shell::error::{Context, Error, Result};
 use crate::shell::mesh::artifacts::Artifacts;
 use crate::shell::mesh::registry::{self, CARD_EXPIRY_INTERVALS};
-use crate::shell::callers::nonces;
+use crate::shell::callers::{early, nonces};
 use crate::shell::mesh::seal;
 use crate::shell::mesh::setup::{kv_bucket, patiently};
 use crate::shell::run::names;
@@ -93,6 +93,7 @@ impl WorkflowNode {
         let versions = patiently(|| kv_bucket(&js, &versions_name, replicas)).await?;
         let seal = patiently(|| seal::Seal::open_or_create(&js, &ns, replicas)).await?;
         let nonces = patiently(|| nonces::bucket(&js, &ns, replicas)).await?;
+        let early_cancels = patiently(|| early::bucket(&js, &ns, replicas)).await?;
         let cards = workflows
             .iter()
             .map(|w| (w.name.clone(), crate::visual::agent_card(w, &ns)))
@@ -128,6 +129,7 @@ impl WorkflowNode {
             versions: versions::Versions::new(versions),
             seal,
             nonces,
+            early_cancels,
         });
         for card in shared.cards.values() {
             shared.registry.insert_own(card.clone());

@@ -6,6 +6,8 @@
 //! not exist yet are kept briefly and a few per caller.
 
 
+use std::time::Duration;
+
 use agent_sdk::{CallError, Mesh};
 use async_nats::HeaderMap;
 use messages::a2a::{Message, Part, Role};
@@ -328,4 +330,69 @@ async fn a_captured_signed_pause_sent_again_after_the_resume_is_refused() {
         .expect("the run ends")
         .unwrap()
         .expect("the run succeeds");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancels_of_runs_not_started_are_kept_a_few_per_caller_and_briefly() {
+    use futures::StreamExt;
+    use workflow_node::shell::run::names;
+    const KEPT: usize = 20;
+    let secure = Secure::start();
+    let (_node, node_conn) = crate::support::security::node_configured(&secure, |c| {
+        c.early_cancel_expiry = Duration::from_secs(3);
+        c.early_cancels_per_caller = KEPT;
+    })
+    .await;
+    let alice = secure.connect("alice").await;
+    let subject = subjects::agent_request(NS, WORKFLOW);
+    // Alice cancels 200 task ids that no run was started with, unsigned.
+    let (mut kept, mut refusals) = (Vec::new(), 0);
+    for i in 0..200 {
+        let id = format!("ghost-{i}");
+        let body = serde_json::to_vec(&Request::tasks_cancel(format!("c{i}"), id.as_str()));
+        let reply = alice
+            .client
+            .request(subject.clone(), body.unwrap().into())
+            .await
+            .expect("an answer");
+        let answer: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
+        if answer.get("error").is_some() {
+            let message = answer["error"]["message"].as_str().unwrap_or_default();
+            assert!(message.contains("at most 20"), "{answer}");
+            refusals += 1;
+        } else {
+            kept.push(names::run_key(
+                WORKFLOW,
+                &names::caller_execution_id(WORKFLOW, None, &id),
+            ));
+        }
+    }
+    // At most KEPT at a time: the rest refused (slots free again as kept ones expire, so
+    // how many more got in depends on how fast they came).
+    assert!(kept.len() >= KEPT && refusals > 0, "kept {}, refused {refusals}", kept.len());
+    assert_eq!(kept.len() + refusals, 200);
+    // The runs bucket holds records of kept cancels only, none for the refused ones.
+    let js = async_nats::jetstream::new(node_conn.client.clone());
+    let runs = js.get_key_value("mesh_wf_runs").await.unwrap();
+    let mut watch = runs.watch_all_from_revision(1).await.unwrap();
+    let held = |keys: Vec<String>| keys.into_iter().filter(|k| k.starts_with("PollAndApprove."));
+    let mut keys: Vec<String> = held(runs.keys().await.unwrap().map(|k| k.unwrap()).collect().await).collect();
+    assert!(keys.iter().all(|k| kept.contains(k)), "{keys:?}");
+    // Each goes once its short expiry is over: the bucket marks each key gone.
+    let mut left: std::collections::BTreeSet<String> = kept.into_iter().collect();
+    tokio::time::timeout(WAIT, async {
+        while let Some(entry) = watch.next().await {
+            let entry = entry.unwrap();
+            if entry.operation != async_nats::jetstream::kv::Operation::Put {
+                left.remove(&entry.key);
+            }
+            if left.is_empty() {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("every kept cancel's record expires");
+    let keys: Vec<String> = held(runs.keys().await.unwrap().map(|k| k.unwrap()).collect().await).collect();
+    assert_eq!(keys, Vec::<String>::new());
 }

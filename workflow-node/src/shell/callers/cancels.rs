@@ -17,6 +17,7 @@ use messages::{msg_id, subjects};
 
 use crate::core::{Event, ExecutionId};
 use crate::definition::Workflow;
+use crate::shell::callers::early;
 use crate::shell::callers::identity::{self, Named};
 use crate::shell::context::Shared;
 use crate::shell::error::Result;
@@ -119,6 +120,10 @@ pub(in crate::shell) async fn cancel(
             signer,
             ..Caller::default()
         };
+        if let Err(why) = early::take_slot(shared, &by, &execution).await {
+            tracing::warn!(workflow = %workflow.name, "an early cancel refused: {why}");
+            return refuse(codes::NOT_PERMITTED, why);
+        }
         let sent = Sent { by, checked: false };
         return Some(record_cancel(shared, workflow, &execution, &request_id, reason, sent).await);
     };

@@ -41,6 +41,11 @@ pub fn nonces_bucket(ns: &str) -> String {
     format!("{}_wf_nonces", ns_token(ns))
 }
 
+/// The KV bucket counting cancels kept for runs not started (see `callers::early`).
+pub fn early_cancels_bucket(ns: &str) -> String {
+    format!("{}_wf_early_cancels", ns_token(ns))
+}
+
 /// The event stream of one workflow.
 pub fn event_stream(ns: &str, workflow: &str) -> String {
     format!("{}_WF_{workflow}", ns_token(ns))
