@@ -305,7 +305,13 @@ pub async fn request(
         .await
         .map_err(|e| RequestError::with_source(RequestErrorKind::Other, e))?;
     if let Some(signer) = signer {
-        signer.sign_into(&mut headers, &subject, Some(&inbox), &payload, SystemTime::now());
+        signer.sign_into(
+            &mut headers,
+            &subject,
+            Some(&inbox),
+            &payload,
+            SystemTime::now(),
+        );
     }
     client
         .publish_with_reply_and_headers(subject, inbox, headers, payload)
@@ -411,9 +417,9 @@ pub fn verify(
             format!("{n} bytes, not the 64 of an Ed25519 signature"),
         ));
     }
-    let raw = BASE64URL_NOPAD.decode(nonce.as_bytes()).map_err(|e| {
-        bad(NONCE, format!("not base64url without padding ({e})"))
-    })?;
+    let raw = BASE64URL_NOPAD
+        .decode(nonce.as_bytes())
+        .map_err(|e| bad(NONCE, format!("not base64url without padding ({e})")))?;
     if !(MIN_NONCE_BYTES..=MAX_NONCE_BYTES).contains(&raw.len()) {
         let n = raw.len();
         return Err(bad(
@@ -598,7 +604,14 @@ mod tests {
         };
         let allowed = vec![s.public_key().to_string(), other.public_key().to_string()];
         let v = |subject: &str, body: &[u8], h: &HeaderMap| {
-            verify(Some(h), subject, REPLY, body, t(10), Allowed::Only(&allowed))
+            verify(
+                Some(h),
+                subject,
+                REPLY,
+                body,
+                t(10),
+                Allowed::Only(&allowed),
+            )
         };
         assert_eq!(v(SUBJECT, br#"{"decision":"reject"}"#, &h), bad(&s));
         assert_eq!(v("mesh.a2a.v1.agent.request.Other", BODY, &h), bad(&s));
@@ -619,7 +632,8 @@ mod tests {
         h.insert(STATUS_TO, "_INBOX.ops.s");
         h.insert(CALLER, "ops");
         s.sign_into(&mut h, SUBJECT, REPLY, BODY, t(0));
-        let v = |h: &HeaderMap, reply| verify(Some(h), SUBJECT, reply, BODY, t(1), Allowed::AnyUser);
+        let v =
+            |h: &HeaderMap, reply| verify(Some(h), SUBJECT, reply, BODY, t(1), Allowed::AnyUser);
         assert_eq!(v(&h, REPLY), Ok(s.public_key().to_string()));
         let bad = Err(SignatureError::BadSignature {
             key: s.public_key().to_string(),
@@ -684,8 +698,16 @@ mod tests {
     fn old_and_future_signatures_are_refused_within_the_skew_they_pass() {
         let s = Signer::generate();
         let at = |secs| s.sign(SUBJECT, REPLY, BODY, t(secs));
-        let now =
-            |h: &HeaderMap, secs| verify(Some(h), SUBJECT, REPLY, BODY, t(secs), Allowed::Only(&only(&s)));
+        let now = |h: &HeaderMap, secs| {
+            verify(
+                Some(h),
+                SUBJECT,
+                REPLY,
+                BODY,
+                t(secs),
+                Allowed::Only(&only(&s)),
+            )
+        };
         assert!(now(&at(0), 300).is_ok(), "exactly the skew passes");
         assert_eq!(
             now(&at(0), 301),

@@ -23,20 +23,19 @@ pub async fn ask(
         .map_err(|e| Refusal::failed(format!("encoding the request: {e}")))?;
     let subject = subjects::agent_request(ns, workflow);
     let headers = async_nats::HeaderMap::new();
-    let reply = match agent_sdk::signing::request(client, subject, headers, body.into(), signer)
-        .await
-    {
-        Ok(r) => r,
-        Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
-            return Err(Refusal::new(
-                RefusalKind::NoResponder,
-                format!(
+    let reply =
+        match agent_sdk::signing::request(client, subject, headers, body.into(), signer).await {
+            Ok(r) => r,
+            Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
+                return Err(Refusal::new(
+                    RefusalKind::NoResponder,
+                    format!(
                     "no workflow node serves {workflow} in namespace '{ns}' now: nothing was sent"
                 ),
-            ))
-        }
-        Err(e) => return Err(Refusal::unavailable(format!("asking {workflow}: {e}"))),
-    };
+                ))
+            }
+            Err(e) => return Err(Refusal::unavailable(format!("asking {workflow}: {e}"))),
+        };
     let response: Response = serde_json::from_slice(&reply.payload).map_err(|e| {
         Refusal::failed(format!(
             "{workflow} sent an answer that cannot be read: {e}"

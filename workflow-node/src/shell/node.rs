@@ -12,12 +12,12 @@ use tokio::task::JoinHandle;
 
 use crate::definition::Workflow;
 use crate::shell::callers::{cancels, identity, requests, statuses};
+use crate::shell::callers::{early, nonces};
 use crate::shell::config::Config;
 use crate::shell::context::Shared;
 use crate::shell::error::{Context, Error, Result};
 use crate::shell::mesh::artifacts::Artifacts;
 use crate::shell::mesh::registry::{self, CARD_EXPIRY_INTERVALS};
-use crate::shell::callers::{early, nonces};
 use crate::shell::mesh::seal;
 use crate::shell::mesh::setup::{kv_bucket, patiently};
 use crate::shell::run::names;

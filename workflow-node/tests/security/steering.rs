@@ -5,7 +5,6 @@
 //! under another caller name, after its run moved on) is refused; cancels of runs that do
 //! not exist yet are kept briefly and a few per caller.
 
-
 use std::time::Duration;
 
 use agent_sdk::{CallError, Mesh};
@@ -22,17 +21,18 @@ const WORKFLOW: &str = "PollAndApprove";
 
 /// The mesh: the node as user node, the stub agents as user agents, ops watching approval
 /// requests of [`WORKFLOW`], alice calling.
-struct Mesh4 {
+struct Steered {
     secure: Secure,
     node: Watched,
     _node: workflow_node::shell::WorkflowNode,
     agents: Watched,
     _stubs: Vec<agent_sdk::AgentHandle>,
     asks: async_nats::Subscriber,
+    _ops: Watched,
     alice: Watched,
 }
 
-async fn mesh() -> Mesh4 {
+async fn mesh() -> Steered {
     let secure = Secure::start();
     let (node_handle, node_conn) = node(&secure).await;
     let agents = secure.connect("agents").await;
@@ -46,24 +46,27 @@ async fn mesh() -> Mesh4 {
         .await
         .unwrap();
     Mesh::new(ops.client.clone()).roundtrip().await.unwrap();
-    std::mem::forget(ops);
     let alice = secure.connect("alice").await;
     let catalog = Mesh::new(alice.client.clone()).catalog().await.unwrap();
     for name in [WORKFLOW, "Echo"] {
-        assert!(catalog.wait_for(name, WAIT).await.is_some(), "no card of {name}");
+        assert!(
+            catalog.wait_for(name, WAIT).await.is_some(),
+            "no card of {name}"
+        );
     }
-    Mesh4 {
+    Steered {
         secure,
         node: node_conn,
         _node: node_handle,
         agents,
         _stubs: stubs,
         asks,
+        _ops: ops,
         alice,
     }
 }
 
-impl Mesh4 {
+impl Steered {
     /// Alice calls [`WORKFLOW`]; its execution id once it waits at its gate.
     async fn waiting_run(
         &mut self,
@@ -94,7 +97,9 @@ impl Mesh4 {
                 tokio::task::yield_now().await;
             }
         });
-        stored.await.expect("a message stored in the workflow's stream");
+        stored
+            .await
+            .expect("a message stored in the workflow's stream");
     }
 
     fn ops(&self, args: &[&str]) -> std::process::Output {
@@ -122,7 +127,10 @@ async fn an_agent_publishing_the_readable_ids_first_drops_no_decision_and_no_can
     let (second, cancelled) = m.waiting_run().await;
     // A rogue agent process publishes the ids of the decision on the first run and of the
     // operator's cancel of the second into the stream, on a response subject it may use.
-    for id in [&old_ids(&first, &m.secure)[0], &old_ids(&second, &m.secure)[1]] {
+    for id in [
+        &old_ids(&first, &m.secure)[0],
+        &old_ids(&second, &m.secure)[1],
+    ] {
         let mut h = HeaderMap::new();
         h.insert(headers::MSG_ID, id.as_str());
         let subject = subjects::agent_response(NS, WORKFLOW, "squat");
@@ -143,7 +151,10 @@ async fn a_caller_asking_echo_to_reply_with_the_readable_ids_drops_no_decision_a
     // Alice asks Echo to answer on the workflow's response subject, under a task id that
     // is the decision's (then the cancel's) readable id: Echo's reply carries it as its
     // de-duplication id.
-    for id in [&old_ids(&first, &m.secure)[0], &old_ids(&second, &m.secure)[1]] {
+    for id in [
+        &old_ids(&first, &m.secure)[0],
+        &old_ids(&second, &m.secure)[1],
+    ] {
         let mut message = Message::new(
             uuid::Uuid::new_v4().to_string(),
             Role::User,
@@ -170,7 +181,7 @@ async fn a_caller_asking_echo_to_reply_with_the_readable_ids_drops_no_decision_a
 
 /// Ops approves the first run's gate and cancels the second with the CLI: both take effect.
 async fn decide_and_cancel(
-    m: &Mesh4,
+    m: &Steered,
     first: &str,
     call: tokio::task::JoinHandle<Result<serde_json::Value, CallError>>,
     second: &str,
@@ -209,7 +220,13 @@ async fn signed(
     for (name, value) in extra {
         h.insert(*name, *value);
     }
-    signer.sign_into(&mut h, subject, Some(&inbox), body, std::time::SystemTime::now());
+    signer.sign_into(
+        &mut h,
+        subject,
+        Some(&inbox),
+        body,
+        std::time::SystemTime::now(),
+    );
     (h, inbox, answers)
 }
 
@@ -252,7 +269,11 @@ async fn a_captured_signed_start_sent_again_joins_nothing_and_starts_nothing() {
     let bob = m.secure.connect("bob").await;
     let bob_key = agent_sdk::Signer::generate();
     let subject = subjects::agent_request(NS, WORKFLOW);
-    let mut message = Message::new("bob-1", Role::User, vec![messages::payload::wrap(json!({}))]);
+    let mut message = Message::new(
+        "bob-1",
+        Role::User,
+        vec![messages::payload::wrap(json!({}))],
+    );
     message.task_id = Some("bob-task".into());
     let body = serde_json::to_vec(&Request::message_send("bob-1", message)).unwrap();
     // Bob starts a run, signed; it waits at its gate.
@@ -297,9 +318,8 @@ async fn a_captured_signed_pause_sent_again_after_the_resume_is_refused() {
     let ops = m.secure.connect("ops").await;
     let key = agent_sdk::Signer::from_seed_file(m.secure.pki.join("ops.nk")).unwrap();
     let subject = subjects::agent_request(NS, WORKFLOW);
-    let control = |action| {
-        serde_json::to_vec(&control_request(&exec, action, Some("hold".into()))).unwrap()
-    };
+    let control =
+        |action| serde_json::to_vec(&control_request(&exec, action, Some("hold".into()))).unwrap();
     // The operator pauses the run, then resumes it.
     let pause = control(RunControl::Pause);
     let (pause_h, pause_inbox, mut pause_answers) = signed(&ops, &key, &subject, &pause, &[]).await;
@@ -310,7 +330,10 @@ async fn a_captured_signed_pause_sent_again_after_the_resume_is_refused() {
     let (h, inbox, mut answers) = signed(&ops, &key, &subject, &resume, &[]).await;
     send(&ops, &subject, &inbox, &h, &resume).await;
     let resumed = answer(&mut answers).await;
-    assert_eq!(resumed["result"]["status"]["state"], "completed", "{resumed}");
+    assert_eq!(
+        resumed["result"]["status"]["state"], "completed",
+        "{resumed}"
+    );
     // The captured pause, sent again byte for byte (past JetStream's duplicate window it
     // would have paused the run again): refused for its nonce, whenever it comes.
     send(&ops, &subject, &pause_inbox, &pause_h, &pause).await;
@@ -321,7 +344,11 @@ async fn a_captured_signed_pause_sent_again_after_the_resume_is_refused() {
         .await
         .unwrap();
     let execution = workflow_node::core::ExecutionId::parse(&exec).unwrap();
-    let run = inspector.read_run(WORKFLOW, &execution).await.unwrap().unwrap();
+    let run = inspector
+        .read_run(WORKFLOW, &execution)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(run.record.state.paused.is_none(), "the run is not paused");
     let approved = m.ops(&["approve", &exec, "gate", "--by", "ops-team"]);
     assert_eq!(approved.status.code(), Some(0), "{approved:?}");
@@ -334,7 +361,9 @@ async fn a_captured_signed_pause_sent_again_after_the_resume_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancels_of_runs_not_started_are_kept_a_few_per_caller_and_briefly() {
+    use async_nats::jetstream::kv::Operation;
     use futures::StreamExt;
+    use std::collections::BTreeSet;
     use workflow_node::shell::run::names;
     const KEPT: usize = 20;
     let secure = Secure::start();
@@ -343,10 +372,14 @@ async fn cancels_of_runs_not_started_are_kept_a_few_per_caller_and_briefly() {
         c.early_cancels_per_caller = KEPT;
     })
     .await;
+    // Every change of the runs bucket from now on, as the node's user sees it.
+    let js = async_nats::jetstream::new(node_conn.client.clone());
+    let runs = js.get_key_value("mesh_wf_runs").await.unwrap();
+    let mut watch = runs.watch_all().await.unwrap();
     let alice = secure.connect("alice").await;
     let subject = subjects::agent_request(NS, WORKFLOW);
     // Alice cancels 200 task ids that no run was started with, unsigned.
-    let (mut kept, mut refusals) = (Vec::new(), 0);
+    let (mut kept, mut refusals) = (BTreeSet::new(), 0);
     for i in 0..200 {
         let id = format!("ghost-{i}");
         let body = serde_json::to_vec(&Request::tasks_cancel(format!("c{i}"), id.as_str()));
@@ -361,38 +394,49 @@ async fn cancels_of_runs_not_started_are_kept_a_few_per_caller_and_briefly() {
             assert!(message.contains("at most 20"), "{answer}");
             refusals += 1;
         } else {
-            kept.push(names::run_key(
-                WORKFLOW,
-                &names::caller_execution_id(WORKFLOW, None, &id),
-            ));
+            let execution = names::caller_execution_id(WORKFLOW, None, &id);
+            kept.insert(names::run_key(WORKFLOW, &execution));
         }
     }
     // At most KEPT at a time: the rest refused (slots free again as kept ones expire, so
     // how many more got in depends on how fast they came).
-    assert!(kept.len() >= KEPT && refusals > 0, "kept {}, refused {refusals}", kept.len());
+    assert!(
+        kept.len() >= KEPT && refusals > 0,
+        "kept {}, refused {refusals}",
+        kept.len()
+    );
     assert_eq!(kept.len() + refusals, 200);
-    // The runs bucket holds records of kept cancels only, none for the refused ones.
-    let js = async_nats::jetstream::new(node_conn.client.clone());
-    let runs = js.get_key_value("mesh_wf_runs").await.unwrap();
-    let mut watch = runs.watch_all_from_revision(1).await.unwrap();
-    let held = |keys: Vec<String>| keys.into_iter().filter(|k| k.starts_with("PollAndApprove."));
-    let mut keys: Vec<String> = held(runs.keys().await.unwrap().map(|k| k.unwrap()).collect().await).collect();
-    assert!(keys.iter().all(|k| kept.contains(k)), "{keys:?}");
-    // Each goes once its short expiry is over: the bucket marks each key gone.
-    let mut left: std::collections::BTreeSet<String> = kept.into_iter().collect();
+    // Each kept cancel's record is written, then goes once its short expiry is over; no
+    // refused one is ever written.
+    let (mut written, mut gone) = (BTreeSet::new(), BTreeSet::new());
     tokio::time::timeout(WAIT, async {
         while let Some(entry) = watch.next().await {
             let entry = entry.unwrap();
-            if entry.operation != async_nats::jetstream::kv::Operation::Put {
-                left.remove(&entry.key);
+            if !entry.key.starts_with("PollAndApprove.") {
+                continue;
             }
-            if left.is_empty() {
+            assert!(kept.contains(&entry.key), "a record of {}", entry.key);
+            match entry.operation {
+                Operation::Put => written.insert(entry.key),
+                Operation::Delete | Operation::Purge => gone.insert(entry.key),
+            };
+            if gone == kept {
                 break;
             }
         }
     })
     .await
     .expect("every kept cancel's record expires");
-    let keys: Vec<String> = held(runs.keys().await.unwrap().map(|k| k.unwrap()).collect().await).collect();
-    assert_eq!(keys, Vec::<String>::new());
+    assert_eq!(written, kept);
+    let keys: Vec<String> = runs
+        .keys()
+        .await
+        .unwrap()
+        .map(|k| k.unwrap())
+        .collect()
+        .await;
+    assert!(
+        keys.iter().all(|k| !k.starts_with("PollAndApprove.")),
+        "{keys:?}"
+    );
 }

@@ -82,7 +82,10 @@ async fn mesh() -> (Mesh, Keys) {
 /// Sends `request` to `workflow` with `h` and returns the answer, which comes to the
 /// `Mesh-Reply-To` the headers name (signed with them).
 async fn ask(m: &Mesh, workflow: &str, h: async_nats::HeaderMap, body: Vec<u8>) -> Value {
-    let inbox = h.get(headers::REPLY_TO).expect("a reply subject").to_string();
+    let inbox = h
+        .get(headers::REPLY_TO)
+        .expect("a reply subject")
+        .to_string();
     let mut answers = m.client.subscribe(inbox).await.unwrap();
     m.client
         .publish_with_headers(subjects::agent_request("mesh", workflow), h, body.into())

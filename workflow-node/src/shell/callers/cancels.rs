@@ -202,22 +202,23 @@ async fn record_cancel(
             reason: Some(reason.unwrap_or_else(|| "requested by the caller".into())),
         })
     };
-    let (state, text) =
-        match publish_event(shared, &workflow.name, execution, &msg_id, &envelope).await {
-            Ok(true) => (
-                TaskState::Working,
-                format!("cancel of run {execution} requested"),
-            ),
-            // Only a replica makes the id: this identity's cancel is recorded already.
-            Ok(false) => (
-                TaskState::Working,
-                format!("cancel of run {execution} was already requested: this one changes nothing"),
-            ),
-            Err(e) => (
-                TaskState::Failed,
-                format!("could not record the cancel: {e}"),
-            ),
-        };
+    let (state, text) = match publish_event(shared, &workflow.name, execution, &msg_id, &envelope)
+        .await
+    {
+        Ok(true) => (
+            TaskState::Working,
+            format!("cancel of run {execution} requested"),
+        ),
+        // Only a replica makes the id: this identity's cancel is recorded already.
+        Ok(false) => (
+            TaskState::Working,
+            format!("cancel of run {execution} was already requested: this one changes nothing"),
+        ),
+        Err(e) => (
+            TaskState::Failed,
+            format!("could not record the cancel: {e}"),
+        ),
+    };
     let id = serde_json::to_value(request_id).unwrap_or_default();
     let task = wire::task(&execution.0, &execution.0, state, vec![Part::text(text)]);
     wire::response(&id, task)

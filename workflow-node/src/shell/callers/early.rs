@@ -64,10 +64,18 @@ pub(in crate::shell) async fn take_slot(
     for n in 0..most {
         let slot = format!("{who}.{n}");
         let value = bytes::Bytes::from(execution.0.clone());
-        match shared.early_cancels.create_with_ttl(&slot, value, expiry).await {
+        match shared
+            .early_cancels
+            .create_with_ttl(&slot, value, expiry)
+            .await
+        {
             Ok(_) => return Ok(()),
             Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(format!("the cancel could not be kept for run {execution}: {e}")),
+            Err(e) => {
+                return Err(format!(
+                    "the cancel could not be kept for run {execution}: {e}"
+                ))
+            }
         }
     }
     Err(format!(

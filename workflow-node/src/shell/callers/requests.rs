@@ -174,14 +174,14 @@ async fn handle(
             let signer = identity::signer(shared, msg)
                 .await
                 .map_err(|e| format!("the request's signature is refused: {e}"))
-                    .and_then(|signer| {
-                        identity::may_see(
-                            &shared.config,
-                            &execution,
-                            &record.caller,
-                            signer.as_deref(),
-                        )
-                    });
+                .and_then(|signer| {
+                    identity::may_see(
+                        &shared.config,
+                        &execution,
+                        &record.caller,
+                        signer.as_deref(),
+                    )
+                });
             if let Err(why) = signer {
                 let e = ErrorObject::new(codes::NOT_PERMITTED, why);
                 return Some(wire::error_response(Some(request.id), e));
@@ -273,7 +273,12 @@ async fn approve(
         ));
     }
     let reply = msg.reply.as_ref().map(|r| r.as_str());
-    let signed = (msg.headers.as_ref(), msg.subject.as_str(), reply, &msg.payload[..]);
+    let signed = (
+        msg.headers.as_ref(),
+        msg.subject.as_str(),
+        reply,
+        &msg.payload[..],
+    );
     let by = identity::approver(&shared.config, &d.node_id, def, signed, d.by.as_deref())?;
     nonces::first_use(shared, msg.headers.as_ref())
         .await

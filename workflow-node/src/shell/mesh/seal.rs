@@ -226,7 +226,9 @@ mod tests {
     fn msg_ids_carry_a_tag_only_the_secret_makes() {
         let seal = Seal::new(b"secret");
         let id = seal.msg_id("approval.e1.gate");
-        let tag = id.strip_prefix("approval.e1.gate.").expect("the fact comes first");
+        let tag = id
+            .strip_prefix("approval.e1.gate.")
+            .expect("the fact comes first");
         assert_eq!(tag.len(), MSG_ID_TAG_HEX);
         assert_eq!(id, Seal::new(b"secret").msg_id("approval.e1.gate"));
         assert_ne!(id, Seal::new(b"other").msg_id("approval.e1.gate"));

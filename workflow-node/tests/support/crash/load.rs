@@ -306,7 +306,7 @@ async fn approve_all(
                     subject,
                     h,
                     body.clone().into(),
-                    Some(&alice),
+                    Some(alice),
                 );
                 let answer = tokio::time::timeout(Duration::from_secs(3), asked).await;
                 if let Ok(Ok(reply)) = answer {
