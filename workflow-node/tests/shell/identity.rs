@@ -147,7 +147,7 @@ async fn decide(
 ) -> Result<String, String> {
     let h = match sign {
         Some((s, at)) => headers(workflow, &body, Some(s), at, None),
-        None => async_nats::HeaderMap::new(),
+        None => headers(workflow, &body, None, SystemTime::now(), None),
     };
     let answer = ask(m, workflow, h, body).await;
     let text = answer["result"]["status"]["message"]["parts"][0]["text"]
