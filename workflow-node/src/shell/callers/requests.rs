@@ -371,14 +371,22 @@ async fn start(
                 .map(str::to_string)
                 .unwrap_or_else(|| v.to_string())
         });
+    // The key that signed the start owns the run: only it (or an operator) may cancel it.
+    // Checked once: a signature's nonce is accepted once.
+    let signer = match identity::signer(shared, msg).await {
+        Ok(signer) => signer,
+        Err(e) => return refuse(format!("the request's signature is refused: {e}")),
+    };
     // A retry runs with the definition and the input of the run it retries.
     let retried = match message.find_data::<WorkflowRetry>() {
         None => None,
         Some(Err(e)) => return refuse(format!("malformed workflow_retry: {e}")),
-        Some(Ok(r)) => match steer::retry_source(shared, workflow, msg, &r).await {
-            Ok(found) => Some(found),
-            Err(text) => return refuse(text),
-        },
+        Some(Ok(r)) => {
+            match steer::retry_source(shared, workflow, msg, signer.as_deref(), &r).await {
+                Ok(found) => Some(found),
+                Err(text) => return refuse(text),
+            }
+        }
     };
     let pinned_workflow;
     let workflow = match (pinned, &retried) {
@@ -400,11 +408,6 @@ async fn start(
     let input = match input {
         Ok(input) => input,
         Err(text) => return refuse(text),
-    };
-    // The key that signed the start owns the run: only it (or an operator) may cancel it.
-    let signer = match identity::signer(shared, msg).await {
-        Ok(signer) => signer,
-        Err(e) => return refuse(format!("the request's signature is refused: {e}")),
     };
     let workflow_caller = message.find_data::<WorkflowNodeRequest>().is_some();
     let caller = Caller {
