@@ -59,7 +59,7 @@ pub fn verify_card(
         return Ok(None);
     }
     signing::verify_signed(headers, now, Allowed::AnyUser, |at| {
-        card_signed_bytes(name, at, card)
+        Ok(card_signed_bytes(name, at, card))
     })
     .map(Some)
 }
@@ -314,7 +314,7 @@ mod tests {
     fn a_request_signature_never_verifies_as_a_card_signature() {
         let s = Signer::generate();
         let now = SystemTime::now();
-        let h = s.sign("Doubler", CARD, now);
+        let h = s.sign("Doubler", None, CARD, now);
         assert!(matches!(
             verify_card(Some(&h), "Doubler", CARD, now),
             Err(SignatureError::BadSignature { .. })

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use test_harness::http::get;
 use workflow_node::web::{Access, Web};
 
-use crate::support::security::{node_with, stubs_file, Secure, WAIT};
+use crate::support::security::{node_configured, stubs_file, Secure, WAIT};
 
 const NS: &str = "mesh";
 
@@ -59,7 +59,7 @@ async fn an_impostor_card_signed_by_another_key_or_unsigned_changes_nothing() {
         key: agents_key.public_key().into(),
     };
     assert!(trust.agent_keys.contains(&doubler), "{trust:?}");
-    let (node, _node_conn) = node_with(&secure, |c| c.card_trust = trust.clone()).await;
+    let (node, _node_conn) = node_configured(&secure, |c| c.card_trust = trust.clone()).await;
     let agents = secure.connect("agents").await;
     let _stubs = agent_sdk::serve_stubs_signed(
         agents.client.clone(),

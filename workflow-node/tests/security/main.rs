@@ -6,3 +6,4 @@ mod support;
 
 mod cards;
 mod permissions;
+mod steering;

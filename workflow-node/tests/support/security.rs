@@ -274,13 +274,14 @@ pub(crate) fn stubs_file() -> agent_sdk::StubFile {
 
 /// The node in this process, as user `node`, hosting the example workflows.
 pub(crate) async fn node(secure: &Secure) -> (WorkflowNode, Watched) {
-    node_with(secure, |_| {}).await
+    node_configured(secure, |_| {}).await
 }
 
-/// [`node`], its config changed by `tweak` before it starts.
-pub(crate) async fn node_with(
+/// [`node`], its settings changed by `change` (after ops' key is set as the example gates'
+/// approver and the operator).
+pub(crate) async fn node_configured(
     secure: &Secure,
-    tweak: impl FnOnce(&mut Config),
+    change: impl FnOnce(&mut Config),
 ) -> (WorkflowNode, Watched) {
     let watched = secure.connect("node").await;
     let (workflows, problems) =
@@ -290,7 +291,7 @@ pub(crate) async fn node_with(
     // are bound to it.
     let ops = agent_sdk::Signer::from_seed_file(secure.pki.join("ops.nk")).expect("ops.nk");
     let ops_key = ops.public_key().to_string();
-    let mut config = Config {
+    let config = Config {
         card_wait: Duration::from_millis(500),
         approvers: [("ops-team", &ops_key), ("alice", &ops_key)]
             .into_iter()
@@ -299,7 +300,8 @@ pub(crate) async fn node_with(
         operators: vec![ops_key.clone()],
         ..Config::default()
     };
-    tweak(&mut config);
+    let mut config = config;
+    change(&mut config);
     let node = WorkflowNode::start(watched.client.clone(), workflows, config)
         .await
         .expect("the node starts as user node");
