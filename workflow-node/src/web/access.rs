@@ -40,6 +40,16 @@ pub struct AccessArgs {
         hide_env_values = true
     )]
     pub operator_tokens: Vec<String>,
+    /// A name the view is also served under, besides loopback names and the address it
+    /// is bound to (the name a proxy serves it as; repeatable): requests naming any other
+    /// host are refused.
+    #[arg(
+        long = "public-host",
+        value_name = "NAME",
+        env = "MESH_HTTP_PUBLIC_HOSTS",
+        value_delimiter = ','
+    )]
+    pub public_hosts: Vec<String>,
 }
 
 /// What a request may do.
@@ -53,6 +63,7 @@ enum Role {
 #[derive(Debug, Clone, Default)]
 pub struct Access {
     tokens: Vec<([u8; 32], Role)>,
+    public_hosts: Vec<String>,
 }
 
 fn digest(token: &str) -> [u8; 32] {
@@ -78,7 +89,15 @@ impl Access {
                 tokens.push((digest(t.trim()), role));
             }
         }
-        Ok(Access { tokens })
+        Ok(Access {
+            tokens,
+            public_hosts: args.public_hosts.clone(),
+        })
+    }
+
+    /// The names given with `--public-host`.
+    pub(super) fn public_hosts(&self) -> &[String] {
+        &self.public_hosts
     }
 
     /// Whether any token is required.
