@@ -38,7 +38,6 @@ use messages::payload::{
 use messages::workflow::ArtifactRef;
 use messages::Part;
 use serde_json::Value;
-use tokio::io::AsyncReadExt;
 use tokio::sync::OnceCell;
 
 use crate::error::ArtifactError;
@@ -379,24 +378,16 @@ impl ArtifactStore {
 
     /// Reads object `name` of this store's bucket with its info (a link followed to what
     /// it points at), refused when its stated size, or what it turns out to hold, is over
-    /// the cap: the one bounded read of the store.
+    /// the cap: the one bounded read of the store. It asks the server only for what the
+    /// shipped permissions let a reader ask (see `deploy/README.md`): the object's latest
+    /// metadata by its name, and its chunks through a consumer filtered on that object's
+    /// chunk subject, named in the request's subject.
     async fn read_object(
         &self,
         name: &str,
     ) -> Result<(object_store::ObjectInfo, Vec<u8>), ArtifactError> {
         let store = self.open().await?;
-        let mut object = store.get(name).await.map_err(|e| match e.kind() {
-            object_store::GetErrorKind::NotFound => ArtifactError::NotFound {
-                bucket: self.bucket.clone(),
-                name: name.to_owned(),
-            },
-            _ => ArtifactError::Read {
-                bucket: self.bucket.clone(),
-                name: name.to_owned(),
-                reason: e.to_string(),
-            },
-        })?;
-        let info = object.info().clone();
+        let info = self.info_followed(store, name).await?;
         if info.size > self.max_bytes {
             return Err(ArtifactError::TooLarge {
                 bucket: self.bucket.clone(),
@@ -405,10 +396,105 @@ impl ArtifactStore {
                 limit: self.max_bytes,
             });
         }
-        let bytes = read_capped(&mut object, self.max_bytes)
+        let bytes = self
+            .read_chunks(&info)
             .await
             .map_err(|e| self.capped_err(name, e))?;
         Ok((info, bytes))
+    }
+
+    /// The info of object `name`, a link followed (once, within this bucket) to its target.
+    async fn info_followed(
+        &self,
+        store: &object_store::ObjectStore,
+        name: &str,
+    ) -> Result<object_store::ObjectInfo, ArtifactError> {
+        let info = self.info_of(store, name).await?;
+        let Some(link) = info.options.as_ref().and_then(|o| o.link.clone()) else {
+            return Ok(info);
+        };
+        let target = match link.name {
+            Some(target) if link.bucket == self.bucket => target,
+            _ => {
+                return Err(ArtifactError::ForeignBucket {
+                    bucket: link.bucket,
+                    name: name.to_owned(),
+                    own: self.bucket.clone(),
+                })
+            }
+        };
+        let info = self.info_of(store, &target).await?;
+        if info.options.as_ref().is_some_and(|o| o.link.is_some()) {
+            return Err(ArtifactError::Read {
+                bucket: self.bucket.clone(),
+                name: name.to_owned(),
+                reason: format!("'{target}' is a link to a link"),
+            });
+        }
+        Ok(info)
+    }
+
+    /// The info of object `name` itself; a deleted object is not found.
+    async fn info_of(
+        &self,
+        store: &object_store::ObjectStore,
+        name: &str,
+    ) -> Result<object_store::ObjectInfo, ArtifactError> {
+        let not_found = || ArtifactError::NotFound {
+            bucket: self.bucket.clone(),
+            name: name.to_owned(),
+        };
+        match store.info(name).await {
+            Ok(info) if info.deleted => Err(not_found()),
+            Ok(info) => Ok(info),
+            Err(e) if e.kind() == object_store::InfoErrorKind::NotFound => Err(not_found()),
+            Err(e) => Err(ArtifactError::Read {
+                bucket: self.bucket.clone(),
+                name: name.to_owned(),
+                reason: e.to_string(),
+            }),
+        }
+    }
+
+    /// The chunks of the object `info` describes, through an ordered consumer named here
+    /// and filtered on the object's chunk subject (`$O.{bucket}.C.{nuid}`): the request
+    /// names both in its subject, the only consumer the shipped permissions let a reader
+    /// make. Never more than the cap; the content is checked against the stated digest.
+    async fn read_chunks(&self, info: &object_store::ObjectInfo) -> Result<Vec<u8>, Capped> {
+        let cap = self.max_bytes;
+        let mut bytes = Vec::with_capacity(info.size.min(cap));
+        if info.chunks == 0 {
+            return Ok(bytes);
+        }
+        let other = |e: &dyn std::fmt::Display| Capped::Io(std::io::Error::other(e.to_string()));
+        let stream = self
+            .js
+            .get_stream(format!("OBJ_{}", self.bucket))
+            .await
+            .map_err(|e| other(&e))?;
+        let consumer = stream
+            .create_consumer(jetstream::consumer::push::OrderedConfig {
+                name: Some(format!("read-{}", uuid::Uuid::new_v4().simple())),
+                deliver_subject: self.js.client().new_inbox(),
+                filter_subject: format!("$O.{}.C.{}", self.bucket, info.nuid),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| other(&e))?;
+        let mut chunks = consumer.messages().await.map_err(|e| other(&e))?;
+        for _ in 0..info.chunks {
+            let chunk = match chunks.next().await {
+                Some(Ok(chunk)) => chunk,
+                Some(Err(e)) => return Err(other(&e)),
+                None => return Err(other(&"the object's chunks ended early")),
+            };
+            if bytes.len() + chunk.payload.len() > cap {
+                return Err(Capped::Over);
+            }
+            bytes.extend_from_slice(&chunk.payload);
+        }
+        check_digest(info, &bytes).map_err(|e| other(&e))?;
+        Ok(bytes)
     }
 
     /// Reads the JSON object `name` of `bucket` (see [`get_bytes`](Self::get_bytes)).
@@ -490,19 +576,31 @@ enum Capped {
     Io(std::io::Error),
 }
 
-/// Reads `object` to its end, but never more than `cap` bytes: the stated size was
-/// checked, and this bounds what a lying or changing object can make the reader hold.
-async fn read_capped(object: &mut object_store::Object, cap: usize) -> Result<Vec<u8>, Capped> {
-    let mut bytes = Vec::with_capacity(object.info().size.min(cap));
-    object
-        .take(cap as u64 + 1)
-        .read_to_end(&mut bytes)
-        .await
-        .map_err(Capped::Io)?;
-    if bytes.len() > cap {
-        return Err(Capped::Over);
+/// Whether `bytes` are what `info`'s digest (`SHA-256=` and URL-safe base64) says.
+fn check_digest(info: &object_store::ObjectInfo, bytes: &[u8]) -> Result<(), String> {
+    use sha2::Digest as _;
+    let Some(stated) = info.digest.as_deref() else {
+        return Ok(());
+    };
+    let Some(stated) = stated.strip_prefix("SHA-256=") else {
+        return Err(format!("an unknown digest '{stated}'"));
+    };
+    let actual = data_encoding::BASE64URL.encode(&sha2::Sha256::digest(bytes));
+    if stated.trim_end_matches('=') != actual.trim_end_matches('=') {
+        return Err("the content does not match its digest".into());
     }
-    Ok(bytes)
+    Ok(())
+}
+
+/// A random part for the names of objects made for inputs and outputs: 244 random bits
+/// (two version-4 UUIDs), so that nobody finds such an object without being handed its
+/// name.
+pub fn unguessable() -> String {
+    format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    )
 }
 
 /// The object store `bucket`, created when it does not exist yet with `replicas` and
