@@ -5,5 +5,6 @@
 mod support;
 
 mod artifacts;
+mod deploy;
 mod permissions;
 mod web;
