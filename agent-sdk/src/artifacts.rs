@@ -91,6 +91,20 @@ pub struct ArtifactStore {
     run: Option<String>,
     replicas: usize,
     max_age: Duration,
+    /// The namespace whose workflow nodes serve reads of this bucket, when asked first.
+    served_by: Option<String>,
+}
+
+/// An object read back: the version it is (when it is one of a versioned artifact), its
+/// media type and its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectRead {
+    /// The version read: a link followed to the version it points at.
+    pub version: Option<u64>,
+    /// The media type stored with it (`application/octet-stream` when none).
+    pub mime: String,
+    /// The content.
+    pub bytes: Vec<u8>,
 }
 
 impl std::fmt::Debug for ArtifactStore {
@@ -110,7 +124,9 @@ impl ArtifactStore {
     /// capped at [`MAX_ARTIFACT_BYTES`], puts belong to no run, and a bucket created here
     /// has one replica and keeps its objects.
     pub fn new(client: async_nats::Client, ns: &str) -> Self {
-        ArtifactStore::in_bucket(client, messages::subjects::artifact_bucket(ns))
+        let mut store = ArtifactStore::in_bucket(client, messages::subjects::artifact_bucket(ns));
+        store.served_by = Some(ns.to_owned());
+        store
     }
 
     /// [`ArtifactStore::new`] on bucket `bucket` (a workflow node keeps the contents of
@@ -124,7 +140,15 @@ impl ArtifactStore {
             run: None,
             replicas: 1,
             max_age: Duration::ZERO,
+            served_by: None,
         }
+    }
+
+    /// Reads from JetStream itself, never asking a workflow node (see
+    /// [`read_object`](Self::read_object)): what a workflow node's own store does.
+    pub fn read_directly(mut self) -> Self {
+        self.served_by = None;
+        self
     }
 
     /// Caps the size of what [`put`](Self::put) stores and every read loads.
@@ -257,20 +281,14 @@ impl ArtifactStore {
     /// Reads an artifact: the version the reference names, else the latest.
     pub async fn get(&self, reference: &ArtifactRef) -> Result<Artifact, ArtifactError> {
         let key = reference.object_key();
-        let (info, bytes) = self.read_object(&key).await?;
-        // A link is followed to the version it points at: `info` is that version's.
-        let version = info
-            .metadata
-            .get(META_VERSION)
-            .and_then(|v| v.parse().ok())
-            .or_else(|| split_version_key(&info.name).map(|(_, v)| v));
+        let read = self.read_object(&key).await?;
         Ok(Artifact {
             reference: ArtifactRef {
                 name: reference.name.clone(),
-                version,
+                version: read.version,
             },
-            mime: mime_of(&info.metadata),
-            bytes,
+            mime: read.mime,
+            bytes: read.bytes,
         })
     }
 
@@ -373,19 +391,32 @@ impl ArtifactStore {
                 own: self.bucket.clone(),
             });
         }
-        Ok(self.read_object(name).await?.1)
+        Ok(self.read_object(name).await?.bytes)
     }
 
-    /// Reads object `name` of this store's bucket with its info (a link followed to what
+    /// Reads object `name` of this store's bucket (a link followed to what it points at),
+    /// refused when it is over the cap. A store of a namespace asks the namespace's
+    /// workflow nodes first ([`messages::subjects::artifact_get`]): the only read the
+    /// shipped permissions give callers and agents. Where no node answers (a mesh without
+    /// one, or one that allows JetStream reads), it reads from JetStream itself.
+    async fn read_object(&self, name: &str) -> Result<ObjectRead, ArtifactError> {
+        if let Some(ns) = &self.served_by {
+            let client = self.js.client();
+            let served = crate::artifact_get::read(&client, ns, &self.bucket, name, self.max_bytes);
+            if let Some(read) = served.await {
+                return read;
+            }
+        }
+        self.read_direct(name).await
+    }
+
+    /// Reads object `name` of this store's bucket from JetStream (a link followed to what
     /// it points at), refused when its stated size, or what it turns out to hold, is over
-    /// the cap: the one bounded read of the store. It asks the server only for what the
-    /// shipped permissions let a reader ask (see `deploy/README.md`): the object's latest
-    /// metadata by its name, and its chunks through a consumer filtered on that object's
-    /// chunk subject, named in the request's subject.
-    async fn read_object(
-        &self,
-        name: &str,
-    ) -> Result<(object_store::ObjectInfo, Vec<u8>), ArtifactError> {
+    /// the cap: the one bounded read of the store, and what a workflow node serves. It
+    /// asks the server for the object's latest metadata by its name, and for its chunks
+    /// through a consumer whose create request names it and filters on that object's
+    /// chunk subject.
+    pub async fn read_direct(&self, name: &str) -> Result<ObjectRead, ArtifactError> {
         let store = self.open().await?;
         let info = self.info_followed(store, name).await?;
         if info.size > self.max_bytes {
@@ -400,7 +431,16 @@ impl ArtifactStore {
             .read_chunks(&info)
             .await
             .map_err(|e| self.capped_err(name, e))?;
-        Ok((info, bytes))
+        let version = info
+            .metadata
+            .get(META_VERSION)
+            .and_then(|v| v.parse().ok())
+            .or_else(|| split_version_key(&info.name).map(|(_, v)| v));
+        Ok(ObjectRead {
+            version,
+            mime: mime_of(&info.metadata),
+            bytes,
+        })
     }
 
     /// The info of object `name`, a link followed (once, within this bucket) to its target.

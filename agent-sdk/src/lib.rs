@@ -72,6 +72,7 @@
 //! `stub-agents` binary. An agent needs neither.
 
 pub mod agent;
+mod artifact_get;
 pub mod artifacts;
 pub mod cards;
 pub mod catalog;
@@ -97,7 +98,7 @@ pub use agent::{
     skill, AgentBuilder, AgentHandle, DEFAULT_DEDUP_CAPACITY, DEFAULT_DEDUP_WINDOW,
     DEFAULT_NAMESPACE,
 };
-pub use artifacts::{Artifact, ArtifactInfo, ArtifactStore};
+pub use artifacts::{Artifact, ArtifactInfo, ArtifactStore, ObjectRead};
 pub use cards::CardCache;
 pub use catalog::{Catalog, CatalogError};
 pub use connect::{ConnectConfig, ConnectConfigError};

@@ -46,3 +46,19 @@ pub const SIGNED_AT: &str = "Mesh-Signed-At";
 /// The Ed25519 signature of [`SIGNER`]'s key, base64url without padding, over
 /// `mesh-sig-v1\n{subject}\n{signed_at}\n{hex sha256 of the payload}`.
 pub const SIGNATURE: &str = "Mesh-Signature";
+
+/// On an answer to an artifact read ([`crate::subjects::artifact_get`]): which part of the
+/// object's bytes the message carries, `{index}/{count}` in decimal, from `1/{count}`; the
+/// parts arrive in order and their payloads, joined, are the object.
+pub const ARTIFACT_PART: &str = "Mesh-Artifact-Part";
+
+/// On the first part of an artifact read's answer: the object's media type, when stored.
+pub const ARTIFACT_MIME: &str = "Mesh-Artifact-Mime";
+
+/// On the first part of an artifact read's answer: the version read (of a versioned
+/// artifact, a link followed to the version it points at), in decimal.
+pub const ARTIFACT_VERSION: &str = "Mesh-Artifact-Version";
+
+/// On an artifact read's refusal (the only message of the answer, its payload saying why
+/// in words): `not-found`, `too-large`, `invalid` or `unavailable`.
+pub const ARTIFACT_ERROR: &str = "Mesh-Artifact-Error";

@@ -1,9 +1,10 @@
 //! Artifacts under the shipped configuration: an object is read by whoever was handed its
 //! name, and by nobody else. Bob starts a signed run whose input (300 KB) and output are
 //! too large for a message: the node stores both, the called agent reads its input, Bob
-//! reads the output. Alice, another caller who knows the run's id, can neither list the
-//! bucket, nor read the objects by the names that id once gave them, nor read the stream's
-//! messages by sequence.
+//! reads the output, each through a workflow node. Alice, another caller who knows the
+//! run's id, can neither list the bucket, nor read the objects by the names that id once
+//! gave them, nor read the stream's messages by sequence, nor ask JetStream with
+//! wildcards for every object's metadata or chunks.
 
 use agent_sdk::{ArtifactStore, Mesh, Output, Signer};
 use serde_json::{json, Value};
@@ -75,11 +76,12 @@ async fn only_who_is_handed_an_artifact_reads_it() {
 
     let mut alice = secure.connect("alice").await;
     let hers = ArtifactStore::new(alice.client.clone(), NS);
-    // Listing the bucket is a consumer on every object's metadata: refused.
+    // Listing the bucket (a consumer on every object's metadata): refused, from its first
+    // step on.
     let listed = hers.list(&execution.0).await;
     assert!(listed.is_err(), "alice listed the bucket: {listed:?}");
     alice
-        .denied("Publish", "$JS.API.CONSUMER.CREATE.OBJ_mesh_artifacts")
+        .denied("Publish", "$JS.API.STREAM.INFO.OBJ_mesh_artifacts")
         .await;
     // The names a run's id once gave its objects name nothing now.
     for name in [
@@ -94,23 +96,39 @@ async fn only_who_is_handed_an_artifact_reads_it() {
             "{name}: {read:?}"
         );
     }
-    // Reading the stream's messages by sequence, as the JetStream API allows: refused.
-    for (subject, body) in [
+    // Reading the stream's messages by sequence, as the JetStream API allows, and asking
+    // it with wildcards (the subjects that name one object take them) for the latest
+    // metadata of any object or a consumer on every object's chunks: the server refuses
+    // each request before JetStream sees it.
+    let asks = [
         (
             "$JS.API.STREAM.MSG.GET.OBJ_mesh_artifacts",
             json!({"seq": 1}),
         ),
         ("$JS.API.DIRECT.GET.OBJ_mesh_artifacts", json!({"seq": 1})),
-    ] {
-        let asked = alice.client.request(subject, body.to_string().into()).await;
-        let answer = asked.map(|m| String::from_utf8_lossy(&m.payload).into_owned());
-        if let Ok(answer) = &answer {
-            let start: String = answer.chars().take(200).collect();
-            assert!(
-                !answer.contains("\"message\""),
-                "alice read a message by sequence: {start}…"
-            );
-        }
+        (
+            "$JS.API.DIRECT.GET.OBJ_mesh_artifacts.$O.mesh_artifacts.M.*",
+            Value::Null,
+        ),
+        (
+            "$JS.API.CONSUMER.CREATE.OBJ_mesh_artifacts.all.$O.mesh_artifacts.C.*",
+            json!({"stream_name": "OBJ_mesh_artifacts", "config": {"name": "all",
+                "filter_subject": "$O.mesh_artifacts.C.*", "ack_policy": "none",
+                "deliver_subject": "_INBOX.alice.all"}}),
+        ),
+    ];
+    for (subject, body) in asks {
+        let body = if body.is_null() {
+            String::new()
+        } else {
+            body.to_string()
+        };
+        let inbox = alice.client.new_inbox();
+        alice
+            .client
+            .publish_with_reply(subject, inbox, body.into())
+            .await
+            .unwrap();
         alice.denied("Publish", subject).await;
     }
     // And bob still reads his output.
