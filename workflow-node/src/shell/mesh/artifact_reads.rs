@@ -42,9 +42,9 @@ pub(in crate::shell) async fn serve(shared: Arc<Shared>, mut reads: Subscriber) 
         let Some(reply) = msg.reply.clone() else {
             continue;
         };
-        // Only an inbox (or a mesh response subject): never a subject the node would
-        // be made to write to for someone else.
-        if subjects::check_reply(&shared.ns, &reply).is_err() {
+        // Only an inbox: never a subject the node would be made to write to for someone
+        // else (a workflow's response subject would put the bytes in its stream).
+        if !reply.starts_with("_INBOX") || subjects::check_reply(&shared.ns, &reply).is_err() {
             continue;
         }
         let Ok(permit) = at_once.clone().acquire_owned().await else {
