@@ -73,7 +73,7 @@ impl Boundary {
                     == Ok(ip)
             });
         }
-        self.hosts.iter().any(|h| *h == name)
+        self.hosts.contains(&name)
     }
 
     /// Why `request` is refused, if it is (see the module doc).
