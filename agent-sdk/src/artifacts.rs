@@ -12,7 +12,11 @@
 //! own bucket is read (a reference to another bucket would make the reader, a workflow
 //! node say, read its private buckets for whoever sent it), and never more than
 //! [`ArtifactStore::max_bytes`] (the size is checked before reading, and the read itself
-//! stops one byte past the cap).
+//! stops one byte past the cap). A store of a namespace reads through the namespace's
+//! workflow nodes when one answers (`docs/protocol.md`, "Reading an artifact"): readers
+//! have no JetStream API on the bucket under the shipped permissions, since its subjects
+//! take wildcards. The names it makes for large inputs and outputs carry 128 random bits
+//! or more ([`unguessable`]): a name is the key to its object.
 //!
 //! Layout (see `docs/protocol.md`, "Artifacts"): version `v` of artifact `name` is the
 //! object `{name}@v{v}` of the namespace's bucket (`{ns}_artifacts`), with metadata

@@ -5,7 +5,8 @@
 //! hold no data and are always served; they ask for a token when the API wants one.
 //!
 //! A token goes in `Authorization: Bearer TOKEN`, or, for an event stream (a browser's
-//! `EventSource` sets no headers), as the `access_token` query parameter.
+//! `EventSource` sets no headers), as the `access_token` query parameter. Which host and
+//! origin a request may come from is decided before, by `boundary.rs`.
 
 use std::net::SocketAddr;
 
@@ -18,7 +19,8 @@ use sha2::{Digest, Sha256};
 
 use super::ApiError;
 
-/// The tokens of the web view, as `serve --http` and `ui` take them.
+/// The tokens of the web view and the names it is served under, as `serve --http` and
+/// `ui` take them.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct AccessArgs {
     /// A token that may read cards and runs over HTTP (repeatable; comma-separated in the
