@@ -31,7 +31,7 @@ async fn the_local_server_refuses_anonymous_clients_and_serves_each_role() {
 
     // The node, the agents and a caller, each with its own user.
     let node_conn = Watched::connect(&url, single.config_without("node", &TLS)).await;
-    let (_node, _) = node_on(&single, node_conn).await;
+    let (_node, _) = node_on(&single, node_conn, |_| {}).await;
     let mut agents = Watched::connect(&url, single.config_without("agents", &TLS)).await;
     let _stubs = agent_sdk::serve_stubs(agents.client.clone(), "mesh", stubs_file())
         .await

@@ -7,4 +7,5 @@ mod support;
 mod artifacts;
 mod deploy;
 mod permissions;
+mod steering;
 mod web;

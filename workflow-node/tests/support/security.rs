@@ -260,11 +260,25 @@ pub(crate) fn stubs_file() -> agent_sdk::StubFile {
 
 /// The node in this process, as user `node`, hosting the example workflows.
 pub(crate) async fn node(secure: &Secure) -> (WorkflowNode, Watched) {
-    node_on(secure, secure.connect("node").await).await
+    node_configured(secure, |_| {}).await
 }
 
-/// [`node`] on a connection of one's own (user `node` on a server without TLS, say).
-pub(crate) async fn node_on(secure: &Secure, watched: Watched) -> (WorkflowNode, Watched) {
+/// [`node`], its settings changed by `change` (after ops' key is set as the example gates'
+/// approver and the operator).
+pub(crate) async fn node_configured(
+    secure: &Secure,
+    change: impl FnOnce(&mut Config),
+) -> (WorkflowNode, Watched) {
+    node_on(secure, secure.connect("node").await, change).await
+}
+
+/// [`node_configured`] on a connection of one's own (user `node` on a server without TLS,
+/// say).
+pub(crate) async fn node_on(
+    secure: &Secure,
+    watched: Watched,
+    change: impl FnOnce(&mut Config),
+) -> (WorkflowNode, Watched) {
     let (workflows, problems) =
         workflow_node::definition::load_paths(&[repo().join("examples/workflows")]);
     assert!(problems.is_empty(), "{problems:?}");
@@ -281,6 +295,8 @@ pub(crate) async fn node_on(secure: &Secure, watched: Watched) -> (WorkflowNode,
         operators: vec![ops_key.clone()],
         ..Config::default()
     };
+    let mut config = config;
+    change(&mut config);
     let node = WorkflowNode::start(watched.client.clone(), workflows, config)
         .await
         .expect("the node starts as user node");
