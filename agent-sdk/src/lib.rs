@@ -76,6 +76,7 @@
 //! `stub-agents` binary. An agent needs neither.
 
 pub mod agent;
+mod artifact_get;
 pub mod artifacts;
 pub mod card_trust;
 pub mod cards;
@@ -102,7 +103,7 @@ pub use agent::{
     skill, AgentBuilder, AgentHandle, DEFAULT_DEDUP_CAPACITY, DEFAULT_DEDUP_WINDOW,
     DEFAULT_NAMESPACE,
 };
-pub use artifacts::{Artifact, ArtifactInfo, ArtifactStore};
+pub use artifacts::{Artifact, ArtifactInfo, ArtifactStore, ObjectRead};
 pub use card_trust::{AgentKey, CardTrust};
 pub use cards::{CardCache, CardRefused};
 pub use catalog::{Catalog, CatalogError};

@@ -646,7 +646,9 @@ pub(crate) async fn run_call(
             artifacts
                 .encode(
                     input,
-                    &format!("input/{id}.json"),
+                    // The name is the only key to the object: random, not derived from
+                    // the call's id (which the callee and the workflow node see).
+                    &format!("input/{id}-{}.json", crate::artifacts::unguessable()),
                     options.artifact_threshold,
                 )
                 .await?

@@ -618,9 +618,10 @@ fn effective(requested: Option<&Value>, own: &Option<Schema>) -> Result<Option<S
     }
 }
 
-/// Inline when small, else stored as `{task_id}/{suggested name or output.json}`, the task
-/// id without its call token (object names are visible to every reader of the bucket; the
-/// token proves the reply's origin and must not leak before the reply is sent).
+/// Inline when small, else stored as `{task_id}/{random}/{suggested name or output.json}`,
+/// the task id without its call token (the token proves the reply's origin and must not
+/// leak before the reply is sent), the random part the key to the object (see
+/// [`crate::artifacts::unguessable`]).
 async fn store_output(shared: &Shared, call: &Call, output: Value) -> Outcome {
     let size = match serde_json::to_vec(&output) {
         Ok(b) => b.len(),
@@ -635,9 +636,12 @@ async fn store_output(shared: &Shared, call: &Call, output: Value) -> Outcome {
         .and_then(|r| r.suggested_output_filename.clone())
         .filter(|f| !f.is_empty())
         .unwrap_or_else(|| "output.json".into());
+    // The name is the only key to the object: a random part keeps whoever knows the
+    // task id (the caller's side, operators) from reading it without the reply.
     let name = format!(
-        "{}/{file}",
-        messages::sub_task::without_token(&call.task_id)
+        "{}/{}/{file}",
+        messages::sub_task::without_token(&call.task_id),
+        crate::artifacts::unguessable()
     );
     match shared.artifacts.put_json(&name, &output).await {
         Ok(_) => Outcome::Success(Output::Artifact {

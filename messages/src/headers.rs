@@ -55,3 +55,19 @@ pub const NONCE: &str = "Mesh-Nonce";
 /// and the hex SHA-256 of the payload. A card's is over
 /// `mesh-card-v1\n{name}\n{signed_at}\n{hex sha256 of the card}` (no nonce).
 pub const SIGNATURE: &str = "Mesh-Signature";
+
+/// On an answer to an artifact read ([`crate::subjects::artifact_get`]): which part of the
+/// object's bytes the message carries, `{index}/{count}` in decimal, from `1/{count}`; the
+/// parts arrive in order and their payloads, joined, are the object.
+pub const ARTIFACT_PART: &str = "Mesh-Artifact-Part";
+
+/// On the first part of an artifact read's answer: the object's media type, when stored.
+pub const ARTIFACT_MIME: &str = "Mesh-Artifact-Mime";
+
+/// On the first part of an artifact read's answer: the version read (of a versioned
+/// artifact, a link followed to the version it points at), in decimal.
+pub const ARTIFACT_VERSION: &str = "Mesh-Artifact-Version";
+
+/// On an artifact read's refusal (the only message of the answer, its payload saying why
+/// in words): `not-found`, `too-large`, `invalid` or `unavailable`.
+pub const ARTIFACT_ERROR: &str = "Mesh-Artifact-Error";

@@ -27,6 +27,9 @@ function table(headers, rows) {
 
 async function api(method, path, body) {
   const init = { method, headers: {} };
+  // The API takes JSON only (docs/http.md, "Requests from other pages"): a POST always
+  // sends a JSON body, if only {}.
+  if (body === undefined && method !== "GET") body = {};
   if (body !== undefined) {
     init.body = JSON.stringify(body);
     init.headers["Content-Type"] = "application/json";

@@ -16,6 +16,7 @@ use crate::shell::callers::{early, nonces};
 use crate::shell::config::Config;
 use crate::shell::context::Shared;
 use crate::shell::error::{Context, Error, Result};
+use crate::shell::mesh::artifact_reads;
 use crate::shell::mesh::artifacts::Artifacts;
 use crate::shell::mesh::registry::{self, CARD_EXPIRY_INTERVALS};
 use crate::shell::mesh::seal;
@@ -148,6 +149,8 @@ impl WorkflowNode {
             card_sub,
         )));
         background.push(tokio::spawn(wakes::run(shared.clone())));
+        let reads = artifact_reads::subscribe(&shared).await?;
+        background.push(tokio::spawn(artifact_reads::serve(shared.clone(), reads)));
         let mut metrics_addr = None;
         if let (Some(listener), Some(reader)) = (metrics_listener, shared.metrics.scrape_reader()) {
             metrics_addr = listener.local_addr().ok();

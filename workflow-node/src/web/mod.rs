@@ -6,6 +6,7 @@
 
 mod access;
 mod api;
+mod boundary;
 mod cards;
 mod events;
 mod pages;
@@ -87,8 +88,15 @@ impl Web {
             signer,
             cards,
         };
-        let app =
-            api::router(ctx).layer(axum::middleware::from_fn_with_state(access, access::check));
+        // The boundary is the outer layer: a request from another page is refused before
+        // its token is looked at.
+        let boundary = boundary::Boundary::new(addr, access.public_hosts());
+        let app = api::router(ctx)
+            .layer(axum::middleware::from_fn_with_state(access, access::check))
+            .layer(axum::middleware::from_fn_with_state(
+                boundary,
+                boundary::check,
+            ));
         let task = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
                 tracing::error!("the web view stopped: {e}");

@@ -138,6 +138,19 @@ impl Seal {
         hex::encode(&bytes[..TOKEN_HEX / 2])
     }
 
+    /// The name of an object the node stores for `stem` (a run's input or output, a call's
+    /// input, a record too large for its key): `{stem}.{tag}{suffix}`, the tag 128 bits of
+    /// HMAC of both. The name is the only key to the object, so whoever knows the run or
+    /// call id cannot make it; and it is the same at every replica and after a crash, so a
+    /// second write replaces the first.
+    pub fn object_name(&self, stem: &str, suffix: &str) -> String {
+        let bytes = self
+            .mac(&[b"object", stem.as_bytes(), suffix.as_bytes()])
+            .finalize()
+            .into_bytes();
+        format!("{stem}.{}{suffix}", hex::encode(&bytes[..16]))
+    }
+
     /// The id a call of `workflow` goes out with: `{sub_task_id}-{token}`.
     pub fn call_id(&self, workflow: &str, sub_task_id: &str) -> String {
         format!("{sub_task_id}-{}", self.token(workflow, sub_task_id))
