@@ -244,10 +244,18 @@ pub(crate) fn stubs_file() -> agent_sdk::StubFile {
 
 /// The node in this process, as user `node`, hosting the example workflows.
 pub(crate) async fn node(secure: &Secure) -> (WorkflowNode, Watched) {
-    let watched = secure.connect("node").await;
     let (workflows, problems) =
         workflow_node::definition::load_paths(&[repo().join("examples/workflows")]);
     assert!(problems.is_empty(), "{problems:?}");
+    node_serving(secure, workflows).await
+}
+
+/// The node in this process, as user `node`, hosting `workflows` (the test's own).
+pub(crate) async fn node_serving(
+    secure: &Secure,
+    workflows: Vec<workflow_node::definition::Workflow>,
+) -> (WorkflowNode, Watched) {
+    let watched = secure.connect("node").await;
     // Ops' key (the one it connects with) decides the example gates: their approver names
     // are bound to it.
     let ops = agent_sdk::Signer::from_seed_file(secure.pki.join("ops.nk")).expect("ops.nk");
