@@ -653,3 +653,40 @@ async fn store_output(shared: &Shared, call: &Call, output: Value) -> Outcome {
         Err(e) => Outcome::failure(format!("cannot store the output: {e}"), None),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn schema(v: Value) -> Schema {
+        Schema::compile(&v).expect("a schema")
+    }
+
+    fn refusal(r: Result<(), Outcome>) -> String {
+        match r {
+            Err(Outcome::Failure { message, kind, .. }) => {
+                assert_eq!(kind.as_deref(), Some(KIND_INPUT_VALIDATION));
+                message
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_agents_schema_applies_whatever_the_request_sends() {
+        let own = schema(json!({"type": "object", "required": ["value"]}));
+        let anything = schema(json!({}));
+        let mut input = json!({"other": 1});
+        let why = refusal(conform("input", Some(&own), Some(&anything), &mut input));
+        assert!(why.contains("the agent's input schema"), "{why}");
+        // A request's schema adds its own constraints.
+        let narrower = schema(json!({"type": "object", "required": ["extra"]}));
+        let mut input = json!({"value": 1});
+        let why = refusal(conform("input", Some(&own), Some(&narrower), &mut input));
+        assert!(why.contains("the request's input schema"), "{why}");
+        let mut input = json!({"value": 1, "extra": 2});
+        assert!(conform("input", Some(&own), Some(&narrower), &mut input).is_ok());
+        assert!(conform("input", None, None, &mut json!(null)).is_ok());
+    }
+}

@@ -3,6 +3,7 @@
 //! updates, the task id in their payloads, a sub-workflow's record in the runs bucket) and
 //! makes Echo, whose replies the mesh lets through to any response subject, its deputy.
 //! The node never counts what Echo sends; the run ends with the held agent's real answer.
+//! And a caller cannot turn an agent's own input schema off by sending one of its own.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -10,7 +11,9 @@ use std::sync::Arc;
 use agent_sdk::{AgentHandle, Mesh, NodeRequest};
 use async_nats::HeaderMap;
 use futures::StreamExt;
-use messages::a2a::{AgentReply, Message, Role};
+use messages::a2a::{AgentReply, Message, Part, Role};
+use messages::reply::TaskReading;
+use messages::workflow::WorkflowNodeRequest;
 use messages::jsonrpc::{Outcome, Request, Response};
 use messages::payload::wrap;
 use messages::{call_proof, headers, subjects};
@@ -295,6 +298,67 @@ async fn a_sub_workflows_record_forges_no_result_through_echo() {
     assert_eq!(output, json!({"child": {"answer": {"value": 42}}}));
     s.node.shutdown().await;
     drop(s.secure);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_with_an_empty_schema_is_still_checked_against_the_agents_own() {
+    let secure = Secure::start();
+    let agents = secure.connect("agents").await;
+    let mut stubs = stubs_file();
+    stubs.agents.retain(|a| a.name == "Doubler");
+    let _stubs = agent_sdk::serve_stubs(agents.client.clone(), NS, stubs)
+        .await
+        .expect("Doubler serves as user agents");
+    let alice = secure.connect("alice").await.client;
+    // Alice asks Doubler (whose schema wants a number `value`) with a schema of her own that
+    // allows anything, and a `value` that is no number.
+    let node_request = WorkflowNodeRequest {
+        workflow_name: "Mine".into(),
+        node_id: "n".into(),
+        input_schema: Some(json!({})),
+        output_schema: Some(json!({})),
+        suggested_output_filename: None,
+        execution_id: None,
+        sub_task_id: None,
+        map_index: None,
+        loop_iteration: None,
+        attempt: None,
+    };
+    let parts = vec![
+        Part::data_part(&node_request),
+        wrap(json!({"value": "not a number"})),
+    ];
+    let mut message = Message::new("schemaless", Role::User, parts);
+    message.task_id = Some("schemaless".into());
+    let request = Request::message_send("schemaless", message);
+    let answer = tokio::time::timeout(
+        WAIT,
+        alice.request(
+            subjects::agent_request(NS, "Doubler"),
+            serde_json::to_vec(&request).unwrap().into(),
+        ),
+    )
+    .await
+    .expect("an answer in time")
+    .expect("an answer");
+    let reply = messages::reply::decode_reply(&answer.payload).expect("a reply");
+    let task = messages::reply::final_task(reply).expect("a final task");
+    let reading = messages::reply::read_task(&task).expect("readable");
+    let Some(TaskReading::Failed(failure)) = reading else {
+        panic!("the agent's schema was turned off: {reading:?}");
+    };
+    assert_eq!(
+        failure.kind.as_deref(),
+        Some("input_validation"),
+        "{failure:?}"
+    );
+    let message = failure.message.unwrap_or_default();
+    assert!(message.contains("the agent's input schema"), "{message}");
+    assert!(
+        failure.validation_errors.iter().any(|e| e.contains("value")),
+        "{:?}",
+        failure.validation_errors
+    );
 }
 
 /// The execution id a sub-task id starts with.
