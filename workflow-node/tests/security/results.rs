@@ -12,10 +12,10 @@ use agent_sdk::{AgentHandle, Mesh, NodeRequest};
 use async_nats::HeaderMap;
 use futures::StreamExt;
 use messages::a2a::{AgentReply, Message, Part, Role};
-use messages::reply::TaskReading;
-use messages::workflow::WorkflowNodeRequest;
 use messages::jsonrpc::{Outcome, Request, Response};
 use messages::payload::wrap;
+use messages::reply::TaskReading;
+use messages::workflow::WorkflowNodeRequest;
 use messages::{call_proof, headers, subjects};
 use serde_json::json;
 use tokio::sync::{mpsc, Mutex};
@@ -293,6 +293,31 @@ async fn a_sub_workflows_record_forges_no_result_through_echo() {
             "a forged result through Echo ended the sub-workflow's call (id {id}, record {record})"
         );
     }
+    // Nor does the id let ops join the child's run as its caller, to hear its output.
+    let mut message = Message::new("join", Role::User, vec![wrap(json!({}))]);
+    message.task_id = Some(id.clone());
+    let request = Request::message_send("join", message);
+    let mut h = HeaderMap::new();
+    h.insert(headers::CALLER, "HeldParent");
+    let answer = tokio::time::timeout(
+        WAIT,
+        s.ops.request_with_headers(
+            subjects::agent_request(NS, "HeldChild"),
+            h,
+            serde_json::to_vec(&request).unwrap().into(),
+        ),
+    )
+    .await
+    .expect("an answer in time")
+    .expect("an answer");
+    let reply = messages::reply::decode_reply(&answer.payload).expect("a reply");
+    let task = messages::reply::final_task(reply).expect("a final task");
+    let reading = messages::reply::read_task(&task).expect("readable");
+    let Some(TaskReading::Failed(refusal)) = reading else {
+        panic!("ops joined the child's run: {reading:?}");
+    };
+    let why = refusal.message.unwrap_or_default();
+    assert!(why.contains("started by another call"), "{why}");
     s.doubler.release.send(()).unwrap();
     let output = call.await.unwrap().expect("HeldParent succeeds");
     assert_eq!(output, json!({"child": {"answer": {"value": 42}}}));
@@ -355,7 +380,10 @@ async fn a_request_with_an_empty_schema_is_still_checked_against_the_agents_own(
     let message = failure.message.unwrap_or_default();
     assert!(message.contains("the agent's input schema"), "{message}");
     assert!(
-        failure.validation_errors.iter().any(|e| e.contains("value")),
+        failure
+            .validation_errors
+            .iter()
+            .any(|e| e.contains("value")),
         "{:?}",
         failure.validation_errors
     );
