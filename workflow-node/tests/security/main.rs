@@ -6,3 +6,4 @@ mod support;
 
 mod permissions;
 mod results;
+mod steering;

@@ -244,10 +244,19 @@ pub(crate) fn stubs_file() -> agent_sdk::StubFile {
 
 /// The node in this process, as user `node`, hosting the example workflows.
 pub(crate) async fn node(secure: &Secure) -> (WorkflowNode, Watched) {
+    node_configured(secure, |_| {}).await
+}
+
+/// [`node`], its settings changed by `change` (after ops' key is set as the example gates'
+/// approver and the operator).
+pub(crate) async fn node_configured(
+    secure: &Secure,
+    change: impl FnOnce(&mut Config),
+) -> (WorkflowNode, Watched) {
     let (workflows, problems) =
         workflow_node::definition::load_paths(&[repo().join("examples/workflows")]);
     assert!(problems.is_empty(), "{problems:?}");
-    node_serving(secure, workflows).await
+    node_serving_configured(secure, workflows, change).await
 }
 
 /// The node in this process, as user `node`, hosting `workflows` (the test's own).
@@ -255,12 +264,21 @@ pub(crate) async fn node_serving(
     secure: &Secure,
     workflows: Vec<workflow_node::definition::Workflow>,
 ) -> (WorkflowNode, Watched) {
+    node_serving_configured(secure, workflows, |_| {}).await
+}
+
+/// [`node_serving`], its settings changed by `change` as in [`node_configured`].
+async fn node_serving_configured(
+    secure: &Secure,
+    workflows: Vec<workflow_node::definition::Workflow>,
+    change: impl FnOnce(&mut Config),
+) -> (WorkflowNode, Watched) {
     let watched = secure.connect("node").await;
     // Ops' key (the one it connects with) decides the example gates: their approver names
     // are bound to it.
     let ops = agent_sdk::Signer::from_seed_file(secure.pki.join("ops.nk")).expect("ops.nk");
     let ops_key = ops.public_key().to_string();
-    let config = Config {
+    let mut config = Config {
         card_wait: Duration::from_millis(500),
         approvers: [("ops-team", &ops_key), ("alice", &ops_key)]
             .into_iter()
@@ -269,6 +287,7 @@ pub(crate) async fn node_serving(
         operators: vec![ops_key.clone()],
         ..Config::default()
     };
+    change(&mut config);
     let node = WorkflowNode::start(watched.client.clone(), workflows, config)
         .await
         .expect("the node starts as user node");
