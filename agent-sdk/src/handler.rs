@@ -49,6 +49,8 @@ pub(crate) struct StatusSink {
     pub(crate) subject: String,
     pub(crate) request_id: messages::RequestId,
     pub(crate) headers: HeaderMap,
+    /// The call's token, which proves each update (see [`messages::call_proof`]).
+    pub(crate) token: Option<String>,
 }
 
 impl std::fmt::Debug for StatusSink {
@@ -145,8 +147,13 @@ impl NodeRequest {
             messages::AgentReply::StatusUpdate(update),
         );
         let bytes = serde_json::to_vec(&response).expect("a status update serialises to JSON");
+        let mut headers = sink.headers.clone();
+        if let Some(token) = &sink.token {
+            let mac = messages::call_proof::mac(token, &sink.subject, &bytes);
+            headers.insert(messages::call_proof::CALL_MAC, mac.as_str());
+        }
         sink.client
-            .publish_with_headers(sink.subject.clone(), sink.headers.clone(), bytes.into())
+            .publish_with_headers(sink.subject.clone(), headers, bytes.into())
             .await?;
         Ok(true)
     }

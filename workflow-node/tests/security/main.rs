@@ -8,5 +8,6 @@ mod artifacts;
 mod cards;
 mod deploy;
 mod permissions;
+mod results;
 mod steering;
 mod web;

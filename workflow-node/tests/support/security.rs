@@ -309,14 +309,38 @@ pub(crate) async fn node_on(
     watched: Watched,
     change: impl FnOnce(&mut Config),
 ) -> (WorkflowNode, Watched) {
+    node_started(secure, watched, example_workflows(), change).await
+}
+
+/// The node in this process, as user `node`, hosting `workflows` (the test's own).
+pub(crate) async fn node_serving(
+    secure: &Secure,
+    workflows: Vec<workflow_node::definition::Workflow>,
+) -> (WorkflowNode, Watched) {
+    node_started(secure, secure.connect("node").await, workflows, |_| {}).await
+}
+
+/// The example workflows (`examples/workflows`).
+fn example_workflows() -> Vec<workflow_node::definition::Workflow> {
     let (workflows, problems) =
         workflow_node::definition::load_paths(&[repo().join("examples/workflows")]);
     assert!(problems.is_empty(), "{problems:?}");
+    workflows
+}
+
+/// The node on `watched`, hosting `workflows`, its settings changed by `change` as in
+/// [`node_configured`].
+async fn node_started(
+    secure: &Secure,
+    watched: Watched,
+    workflows: Vec<workflow_node::definition::Workflow>,
+    change: impl FnOnce(&mut Config),
+) -> (WorkflowNode, Watched) {
     // Ops' key (the one it connects with) decides the example gates: their approver names
     // are bound to it.
     let ops = agent_sdk::Signer::from_seed_file(secure.pki.join("ops.nk")).expect("ops.nk");
     let ops_key = ops.public_key().to_string();
-    let config = Config {
+    let mut config = Config {
         card_wait: Duration::from_millis(500),
         approvers: [("ops-team", &ops_key), ("alice", &ops_key)]
             .into_iter()
@@ -325,7 +349,6 @@ pub(crate) async fn node_on(
         operators: vec![ops_key.clone()],
         ..Config::default()
     };
-    let mut config = config;
     change(&mut config);
     let node = WorkflowNode::start(watched.client.clone(), workflows, config)
         .await

@@ -28,7 +28,7 @@ use messages::a2a::{Message, Part, TaskState};
 use messages::control::{WorkflowRetry, WorkflowRunControl};
 use messages::jsonrpc::{codes, ErrorObject, Method, Request};
 use messages::workflow::{Decision, WorkflowApprovalDecision, WorkflowNodeRequest, PIN_VERSION};
-use messages::{headers, msg_id, subjects};
+use messages::{call_proof, headers, msg_id, subjects};
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
@@ -93,7 +93,13 @@ pub(in crate::shell) async fn serve(
                 .or_else(|| header(msg.headers.as_ref(), headers::REPLY_TO));
             if let Some(answer) = handle(&shared, &workflow, &msg, reply_to.clone()).await {
                 if let Some(to) = reply_to {
-                    let _ = shared.client.publish(to, answer.into()).await;
+                    // A caller that sent a call token drops answers not proven with it.
+                    let token = call_token(msg.headers.as_ref()).ok().flatten();
+                    let h = shared.seal.answer_headers(token.as_deref(), &to, &answer);
+                    let _ = shared
+                        .client
+                        .publish_with_headers(to, h, answer.into())
+                        .await;
                 }
             }
         });
@@ -130,6 +136,17 @@ fn refused(msg: &async_nats::Message, refusal: &subjects::ReplySubjectError) -> 
     let id = Request::from_slice(&msg.payload).ok().map(|r| r.id);
     let e = ErrorObject::new(codes::INVALID_PARAMS, refusal.to_string());
     wire::error_response(id, e)
+}
+
+/// The request's `Mesh-Call-Token`, when it carries one; an error when it is malformed.
+fn call_token(h: Option<&HeaderMap>) -> std::result::Result<Option<String>, String> {
+    match header(h, call_proof::CALL_TOKEN) {
+        None => Ok(None),
+        Some(token) => match call_proof::check_token(&token) {
+            Ok(()) => Ok(Some(token)),
+            Err(e) => Err(e.to_string()),
+        },
+    }
 }
 
 fn header(h: Option<&HeaderMap>, name: &str) -> Option<String> {
@@ -409,6 +426,10 @@ async fn start(
         Ok(input) => input,
         Err(text) => return refuse(text),
     };
+    let token = match call_token(h) {
+        Ok(token) => token,
+        Err(e) => return refuse(e),
+    };
     let workflow_caller = message.find_data::<WorkflowNodeRequest>().is_some();
     let caller = Caller {
         reply_to,
@@ -422,6 +443,7 @@ async fn start(
         attached: false,
         name: caller_name(msg),
         signer,
+        call_token: token.as_deref().map(|t| shared.seal.wrap_token(t)),
     };
     // A plain start goes into the stream before the run is looked up, so that a worker
     // takes it while this replica looks: the look-up decides only what the caller is told.
@@ -445,6 +467,16 @@ async fn start(
         );
         if let Err(why) = owner {
             return refuse(why);
+        }
+        // A run started with a call token is that call's alone: a request naming it by its
+        // task id without the token (a forger that learned the id) neither joins it nor is
+        // answered from it, and a call whose task id a forger took first is refused, not
+        // answered with the forger's run.
+        if shared.seal.token_of(&record.caller) != token {
+            return refuse(format!(
+                "task '{task_key}' names a run started by another call (its {} differs)",
+                call_proof::CALL_TOKEN
+            ));
         }
     }
     let outcome = match found {
@@ -618,7 +650,15 @@ async fn accept(shared: &Shared, workflow: &Workflow, execution: &ExecutionId, c
     };
     let text = Part::text(format!("accepted as run {execution} of {}", workflow.name));
     let bytes = reply::status_update(caller, execution, TaskState::Submitted, vec![text]);
-    if let Err(e) = shared.client.publish(status_to.clone(), bytes.into()).await {
+    let token = shared.seal.token_of(caller);
+    let h = shared
+        .seal
+        .answer_headers(token.as_deref(), status_to, &bytes);
+    if let Err(e) = shared
+        .client
+        .publish_with_headers(status_to.clone(), h, bytes.into())
+        .await
+    {
         tracing::debug!("telling a caller that run {execution} was accepted failed: {e}");
     }
 }
@@ -653,8 +693,16 @@ async fn answer_ended(
             let ending = ended_run(shared, execution, record).await?;
             let dialect = shared.config.dialect;
             let reply = reply::final_reply(workflow, execution, caller, &ending, dialect);
+            let token = shared.seal.token_of(caller);
             markers
-                .send(&marker, claim, address, reply, ending.status)
+                .send(
+                    &marker,
+                    claim,
+                    address,
+                    reply,
+                    ending.status,
+                    token.as_deref(),
+                )
                 .await?
         }
         None => false,
@@ -666,7 +714,14 @@ async fn answer_ended(
                 "run {execution} has ended: its final reply is on its way to this address"
             ));
             let bytes = reply::status_update(caller, execution, TaskState::Working, vec![text]);
-            let _ = shared.client.publish(status_to.clone(), bytes.into()).await;
+            let token = shared.seal.token_of(caller);
+            let h = shared
+                .seal
+                .answer_headers(token.as_deref(), status_to, &bytes);
+            let _ = shared
+                .client
+                .publish_with_headers(status_to.clone(), h, bytes.into())
+                .await;
         }
     }
     // Sent (and marked so) here, not returned: the mark must follow the reply.
