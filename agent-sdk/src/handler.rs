@@ -169,14 +169,7 @@ impl NodeRequest {
     /// callers').
     pub fn onward_headers(&self) -> HeaderMap {
         let mut out = HeaderMap::new();
-        for name in [
-            messages::headers::TRACEPARENT,
-            messages::headers::TRACESTATE,
-        ] {
-            if let Some(v) = self.headers.get(name) {
-                out.insert(name, v.as_str());
-            }
-        }
+        crate::protocol::pass_trace_context(&self.headers, &mut out);
         crate::telemetry::inject_current(&mut out);
         let depth = self
             .headers

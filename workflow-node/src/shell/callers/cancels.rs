@@ -18,6 +18,7 @@ use messages::{msg_id, subjects};
 use crate::core::{Event, ExecutionId};
 use crate::definition::Workflow;
 use crate::shell::callers::identity::{self, Named};
+use crate::shell::callers::requests;
 use crate::shell::context::Shared;
 use crate::shell::error::Result;
 use crate::shell::run::envelope::Caller;
@@ -53,6 +54,10 @@ pub(in crate::shell) async fn serve(
             tracing::debug!(workflow = %workflow.name, "ignoring a non-cancel on the cancel subject");
             continue;
         };
+        if let Err(e) = requests::check_headers(msg.headers.as_ref()) {
+            tracing::warn!(workflow = %workflow.name, "ignoring a cancel: {e}");
+            continue;
+        }
         let shared = shared.clone();
         let workflow = workflow.clone();
         tokio::spawn(async move {
