@@ -1,0 +1,113 @@
+//! Bounded input under the shipped configuration: what a caller puts in a subject or a
+//! header is checked before anyone publishes to it. A subject longer than the server's
+//! control line would make the server drop the connection of whoever publishes to it
+//! (the node, an agent, the web view), failing other callers' runs each time.
+
+use std::net::SocketAddr;
+
+use agent_sdk::Mesh;
+use async_nats::HeaderMap;
+use messages::a2a::{Message, Part, Role};
+use messages::jsonrpc::{codes, Outcome, Request, Response};
+use messages::{headers, subjects};
+use serde_json::json;
+use workflow_node::web::{Access, Web};
+
+use crate::support::security::{node, stubs_file, Secure, Watched, WAIT};
+
+const NS: &str = "mesh";
+
+/// A request to `subject` with `headers`, answered on the sender's inbox: the answer.
+async fn ask(watched: &Watched, subject: &str, headers: HeaderMap) -> Response {
+    let message = Message::new(
+        "m1",
+        Role::User,
+        vec![Part::data(json!({"text": "hi"}).as_object().unwrap().clone())],
+    );
+    let body = serde_json::to_vec(&Request::message_send("r1", message)).unwrap();
+    let answer = tokio::time::timeout(
+        WAIT,
+        watched
+            .client
+            .request_with_headers(subject.to_owned(), headers, body.into()),
+    )
+    .await
+    .expect("an answer in time")
+    .expect("an answer");
+    serde_json::from_slice(&answer.payload).expect("a JSON-RPC response")
+}
+
+/// `header: value` alone.
+fn with(header: &'static str, value: &str) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert(header, value);
+    h
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subjects_and_headers_too_long_are_refused_and_cost_no_connection() {
+    let secure = Secure::start();
+    let (_node, node_conn) = node(&secure).await;
+    let agents = secure.connect("agents").await;
+    let _stubs = agent_sdk::serve_stubs(agents.client.clone(), NS, stubs_file())
+        .await
+        .expect("stub agents serve as user agents");
+    let ops = secure.connect("ops").await;
+    let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let web = Web::start(ops.client.clone(), NS, None, Access::default(), addr)
+        .await
+        .expect("the web view starts as user ops");
+    let alice = secure.connect("alice").await;
+    let bob = secure.connect("bob").await;
+    let bob_mesh = Mesh::new(bob.client.clone()).timeout(WAIT);
+    let catalog = bob_mesh.catalog().await.unwrap();
+    for name in ["EchoJson", "Echo"] {
+        assert!(catalog.wait_for(name, WAIT).await.is_some(), "no card of {name}");
+    }
+
+    // Alice asks the workflow and the agent to answer on a subject too long for the server,
+    // or names herself at length.
+    let long = format!("_INBOX.alice.{}", "x".repeat(5000));
+    let attacks = [
+        (headers::STATUS_TO, long.as_str(), "longer than 256 bytes"),
+        (headers::REPLY_TO, long.as_str(), "longer than 256 bytes"),
+        (headers::CALLER, &long[..1000], "Mesh-Caller is refused"),
+    ];
+    for target in ["EchoJson", "Echo"] {
+        for (header, value, why) in attacks {
+            let subject = subjects::agent_request(NS, target);
+            let answer = ask(&alice, &subject, with(header, value)).await;
+            let Outcome::Error(e) = &answer.outcome else {
+                panic!("{target} took a request with a long {header}: {answer:?}");
+            };
+            assert_eq!(e.code, codes::INVALID_PARAMS, "{e:?}");
+            assert!(e.message.contains(why), "{target}, {header}: {}", e.message);
+            assert!(e.message.len() < 300, "a short refusal: {}", e.message);
+        }
+    }
+    // And the web view to start a run of a workflow whose name is no subject token.
+    let path = format!("/api/workflows/{}/runs", "x".repeat(5000));
+    let answer = test_harness::http::post(web.addr(), &path, &json!({"input": {}})).await;
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    assert!(answer.body.contains("longer than 128"), "{}", answer.body);
+
+    // Bob's runs all succeed, and nobody's connection was dropped.
+    let runs = (0..10).map(|i| {
+        let call = bob_mesh
+            .agent("EchoJson")
+            .call(json!({"text": format!("bob {i}")}));
+        async move { (i, call.await) }
+    });
+    for (i, output) in futures::future::join_all(runs).await {
+        let output = output.unwrap_or_else(|e| panic!("bob's run {i} failed: {e}"));
+        assert_eq!(output, json!({"text": format!("bob {i}")}));
+    }
+    for (who, conn) in [
+        ("node", &node_conn),
+        ("agents", &agents),
+        ("web view (ops)", &ops),
+        ("alice", &alice),
+    ] {
+        assert_eq!(conn.disconnects().await, 0, "{who}'s connection was dropped");
+    }
+}
