@@ -455,7 +455,10 @@ pub(crate) fn reply_headers(msg_id: &str, request: Option<&HeaderMap>) -> Header
 /// passed on.
 pub(crate) fn pass_trace_context(from: &HeaderMap, to: &mut HeaderMap) {
     let valid = [
-        (TRACEPARENT, messages::inbound::traceparent as fn(&str) -> Option<&str>),
+        (
+            TRACEPARENT,
+            messages::inbound::traceparent as fn(&str) -> Option<&str>,
+        ),
         (TRACESTATE, messages::inbound::tracestate),
     ];
     for (name, valid) in valid {

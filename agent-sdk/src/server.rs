@@ -212,11 +212,12 @@ impl Serving {
 
     async fn on_request(&self, msg: Message, calls: &mut JoinSet<()>) {
         let reply = msg.reply.as_ref().map(|s| s.as_str());
-        if let Err((refusal, to)) = protocol::screen(&self.shared.ns, msg.headers.as_ref(), reply)
-        {
+        if let Err((refusal, to)) = protocol::screen(&self.shared.ns, msg.headers.as_ref(), reply) {
             tracing::warn!(agent = %self.shared.name, "refusing a request: {refusal}");
             if let Some(to) = to {
-                let id = messages::Request::from_slice(&msg.payload).ok().map(|r| r.id);
+                let id = messages::Request::from_slice(&msg.payload)
+                    .ok()
+                    .map(|r| r.id);
                 let e = ErrorObject::new(codes::INVALID_PARAMS, refusal);
                 self.shared
                     .publish(to, HeaderMap::new(), &Response::error(id, e))

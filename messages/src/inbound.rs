@@ -59,9 +59,7 @@ pub const CHECKED: [&str; 5] = [
 
 /// Checks every header of [`CHECKED`] that `get` finds (by name) with [`check_value`]: the
 /// first refused.
-pub fn check_headers<'a>(
-    get: impl Fn(&'static str) -> Option<&'a str>,
-) -> Result<(), HeaderError> {
+pub fn check_headers<'a>(get: impl Fn(&'static str) -> Option<&'a str>) -> Result<(), HeaderError> {
     CHECKED
         .iter()
         .filter_map(|name| Some((*name, get(name)?)))
@@ -118,9 +116,9 @@ fn member(m: &str) -> bool {
         && key.len() <= 256
         && key.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
         && key.matches('@').count() <= 1
-        && key.chars().all(|c| {
-            c.is_ascii_lowercase() || c.is_ascii_digit() || "_-*/@".contains(c)
-        });
+        && key
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_-*/@".contains(c));
     let value_ok = !value.is_empty()
         && value.len() <= 256
         && !value.ends_with(' ')

@@ -7,6 +7,7 @@
 //! | `max_json_depth` | 64 | a workflow input, an agent's output, a value a template resolves to, a definition file |
 //! | `max_nodes` | 1000 | a definition's `nodes` |
 //! | `max_map_items` | 1 000 000 | a map's `max_items` and the file's `default_max_map_items` |
+//! | `max_loop_iterations` | 10 000 | a loop's `max_iterations` |
 //! | template and condition length | 16 KiB | each template string and each condition, at load |
 //! | `max_call_depth` | 10, at most 100 | a request's `Mesh-Call-Depth` (per workflow; the ceiling is fixed) |
 //!
@@ -47,6 +48,10 @@ pub const MAX_NODES: usize = 1000;
 
 /// The largest `max_items` a map may set (its items are resolved, kept and counted).
 pub const MAX_MAP_ITEMS: usize = 1_000_000;
+
+/// The largest `max_iterations` a loop may set: each iteration is a call, kept in the run's
+/// history, so a loop without a ceiling is a run without an end.
+pub const MAX_LOOP_ITERATIONS: u32 = 10_000;
 
 /// The longest template string and condition, in bytes.
 pub const MAX_EXPRESSION_LEN: usize = workflow_expr::limits::MAX_TEXT_LEN;

@@ -22,7 +22,9 @@ async fn ask(watched: &Watched, subject: &str, headers: HeaderMap) -> Response {
     let message = Message::new(
         "m1",
         Role::User,
-        vec![Part::data(json!({"text": "hi"}).as_object().unwrap().clone())],
+        vec![Part::data(
+            json!({"text": "hi"}).as_object().unwrap().clone(),
+        )],
     );
     let body = serde_json::to_vec(&Request::message_send("r1", message)).unwrap();
     let answer = tokio::time::timeout(
@@ -62,7 +64,10 @@ async fn subjects_and_headers_too_long_are_refused_and_cost_no_connection() {
     let bob_mesh = Mesh::new(bob.client.clone()).timeout(WAIT);
     let catalog = bob_mesh.catalog().await.unwrap();
     for name in ["EchoJson", "Echo"] {
-        assert!(catalog.wait_for(name, WAIT).await.is_some(), "no card of {name}");
+        assert!(
+            catalog.wait_for(name, WAIT).await.is_some(),
+            "no card of {name}"
+        );
     }
 
     // Alice asks the workflow and the agent to answer on a subject too long for the server,
@@ -108,6 +113,10 @@ async fn subjects_and_headers_too_long_are_refused_and_cost_no_connection() {
         ("web view (ops)", &ops),
         ("alice", &alice),
     ] {
-        assert_eq!(conn.disconnects().await, 0, "{who}'s connection was dropped");
+        assert_eq!(
+            conn.disconnects().await,
+            0,
+            "{who}'s connection was dropped"
+        );
     }
 }

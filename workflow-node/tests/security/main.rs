@@ -4,5 +4,5 @@
 #[path = "../support/mod.rs"]
 mod support;
 
-mod permissions;
 mod bounds;
+mod permissions;
