@@ -540,9 +540,8 @@ async fn process(shared: &Arc<Shared>, call: &Call) -> Outcome {
         if !violations.is_empty() {
             return Outcome::Failure {
                 message: format!(
-                    "the input does not match the input schema ({} violation{})",
-                    violations.len(),
-                    if violations.len() == 1 { "" } else { "s" }
+                    "the input does not match the input schema ({})",
+                    crate::schema::counted(&violations)
                 ),
                 kind: Some(KIND_INPUT_VALIDATION.into()),
                 validation_errors: violations,
@@ -589,9 +588,8 @@ async fn process(shared: &Arc<Shared>, call: &Call) -> Outcome {
         if !violations.is_empty() {
             return Outcome::Failure {
                 message: format!(
-                    "the output does not match the output schema ({} violation{})",
-                    violations.len(),
-                    if violations.len() == 1 { "" } else { "s" }
+                    "the output does not match the output schema ({})",
+                    crate::schema::counted(&violations)
                 ),
                 kind: Some(KIND_OUTPUT_VALIDATION.into()),
                 validation_errors: violations,

@@ -10,7 +10,7 @@ use async_nats::HeaderMap;
 use messages::a2a::{Message, Part, Role};
 use messages::jsonrpc::{codes, Outcome, Request, Response};
 use messages::{headers, subjects};
-use serde_json::json;
+use serde_json::{json, Value};
 use workflow_node::web::{Access, Web};
 
 use crate::support::security::{node, stubs_file, Secure, Watched, WAIT};
@@ -19,13 +19,20 @@ const NS: &str = "mesh";
 
 /// A request to `subject` with `headers`, answered on the sender's inbox: the answer.
 async fn ask(watched: &Watched, subject: &str, headers: HeaderMap) -> Response {
-    let message = Message::new(
-        "m1",
-        Role::User,
-        vec![Part::data(
-            json!({"text": "hi"}).as_object().unwrap().clone(),
-        )],
-    );
+    let (answer, _) = ask_with(watched, subject, headers, json!({"text": "hi"})).await;
+    answer
+}
+
+/// A `message/send` of `data` to `subject` with `headers`, answered on the sender's inbox:
+/// the answer, and its size in bytes.
+async fn ask_with(
+    watched: &Watched,
+    subject: &str,
+    headers: HeaderMap,
+    data: Value,
+) -> (Response, usize) {
+    let data = data.as_object().expect("an object").clone();
+    let message = Message::new("m1", Role::User, vec![Part::data(data)]);
     let body = serde_json::to_vec(&Request::message_send("r1", message)).unwrap();
     let answer = tokio::time::timeout(
         WAIT,
@@ -36,7 +43,8 @@ async fn ask(watched: &Watched, subject: &str, headers: HeaderMap) -> Response {
     .await
     .expect("an answer in time")
     .expect("an answer");
-    serde_json::from_slice(&answer.payload).expect("a JSON-RPC response")
+    let response = serde_json::from_slice(&answer.payload).expect("a JSON-RPC response");
+    (response, answer.payload.len())
 }
 
 /// `header: value` alone.
@@ -119,4 +127,44 @@ async fn subjects_and_headers_too_long_are_refused_and_cost_no_connection() {
             "{who}'s connection was dropped"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_input_that_breaks_the_schema_gets_a_short_refusal() {
+    let secure = Secure::start();
+    let (_node, _conn) = node(&secure).await;
+    let alice = secure.connect("alice").await;
+    // 100 strings of 8 KiB where MapDouble's input schema wants numbers: 800 KiB, every
+    // item a violation.
+    let numbers = vec!["x".repeat(8 << 10); 100];
+    let subject = subjects::agent_request(NS, "MapDouble");
+    let (answer, size) = ask_with(
+        &alice,
+        &subject,
+        HeaderMap::new(),
+        json!({"numbers": numbers}),
+    )
+    .await;
+    let Outcome::Result(reply) = &answer.outcome else {
+        panic!("not a task: {answer:?}");
+    };
+    let messages::AgentReply::Task(task) = reply.as_ref() else {
+        panic!("not a task: {reply:?}");
+    };
+    assert_eq!(task.status.state, messages::TaskState::Failed);
+    let text = task
+        .status
+        .message
+        .as_ref()
+        .map(Message::text)
+        .unwrap_or_default();
+    // Only the start of a refusal is shown: the one before was all of the input.
+    let text = text.chars().take(2000).collect::<String>();
+    assert!(
+        text.contains("does not match the input_schema of MapDouble"),
+        "{text}"
+    );
+    assert!(text.contains("/numbers/0: \"xxx"), "{text}");
+    assert!(text.contains("and more"), "{text}");
+    assert!(size < 8 << 10, "a refusal of {size} bytes: {text}");
 }
