@@ -253,7 +253,10 @@ mod tests {
         req.headers.insert(messages::headers::CALL_DEPTH, "2");
         let h = req.onward_headers();
         assert_eq!(h.get("traceparent").unwrap().as_str(), TP);
-        assert_eq!(h.get("tracestate").unwrap().as_str(), "rojo=00f067aa0ba902b7");
+        assert_eq!(
+            h.get("tracestate").unwrap().as_str(),
+            "rojo=00f067aa0ba902b7"
+        );
         assert_eq!(h.get(messages::headers::CALL_DEPTH).unwrap().as_str(), "3");
     }
 

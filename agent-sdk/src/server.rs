@@ -26,6 +26,7 @@ use crate::artifacts::ArtifactStore;
 use crate::dedup::{Admission, Calls};
 use crate::error::ServeError;
 use crate::handler::{DynHandler, NodeRequest, StatusSink};
+use crate::pings::PingGate;
 use crate::protocol::{
     self, Call, Decoded, InputSource, Outcome, Output, KIND_INPUT_VALIDATION,
     KIND_OUTPUT_VALIDATION,
@@ -176,7 +177,12 @@ impl Serving {
         let start = tokio::time::Instant::now() + self.card_interval;
         let mut ticker = tokio::time::interval_at(start, self.card_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut gate = PingGate::default();
+        gate.published(std::time::Instant::now());
         loop {
+            let owed = gate.due();
+            let owed_at =
+                tokio::time::Instant::from_std(owed.unwrap_or_else(std::time::Instant::now));
             tokio::select! {
                 biased;
                 _ = &mut stop => break,
@@ -191,11 +197,14 @@ impl Serving {
                     None => break,
                 },
                 Some(_) = pings.next() => {
-                    publish_card(&self.shared.client, &self.cards_subject, &self.card).await;
+                    if gate.ping(std::time::Instant::now()) {
+                        self.publish_card(&mut gate).await;
+                    }
                 }
-                _ = ticker.tick() => {
-                    publish_card(&self.shared.client, &self.cards_subject, &self.card).await;
+                _ = tokio::time::sleep_until(owed_at), if owed.is_some() => {
+                    self.publish_card(&mut gate).await;
                 }
+                _ = ticker.tick() => self.publish_card(&mut gate).await,
                 Some(done) = calls.join_next(), if !calls.is_empty() => {
                     if let Err(e) = done {
                         tracing::error!(agent = %self.shared.name, "call task failed: {e}");
@@ -208,6 +217,12 @@ impl Serving {
         drop((requests, cancels, pings));
         while calls.join_next().await.is_some() {}
         tracing::info!(agent = %self.shared.name, "agent stopped");
+    }
+
+    /// Publishes the card, telling `gate` (pings answered within its gap wait for the next).
+    async fn publish_card(&self, gate: &mut PingGate) {
+        publish_card(&self.shared.client, &self.cards_subject, &self.card).await;
+        gate.published(std::time::Instant::now());
     }
 
     async fn on_request(&self, msg: Message, calls: &mut JoinSet<()>) {

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 
 use agent_sdk::Mesh;
 use async_nats::HeaderMap;
+use futures::StreamExt;
 use messages::a2a::{Message, Part, Role};
 use messages::jsonrpc::{codes, Outcome, Request, Response};
 use messages::{headers, subjects};
@@ -167,4 +168,51 @@ async fn a_large_input_that_breaks_the_schema_gets_a_short_refusal() {
     assert!(text.contains("/numbers/0: \"xxx"), "{text}");
     assert!(text.contains("and more"), "{text}");
     assert!(size < 8 << 10, "a refusal of {size} bytes: {text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_discovery_pings_gets_few_cards() {
+    let secure = Secure::start();
+    let (_node, _conn) = node(&secure).await;
+    let agents = secure.connect("agents").await;
+    let _stubs = agent_sdk::serve_stubs(agents.client.clone(), NS, stubs_file())
+        .await
+        .expect("stub agents serve as user agents");
+    let alice = secure.connect("alice").await;
+    let mut cards = alice
+        .client
+        .subscribe(subjects::agent_cards(NS))
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    const PINGS: usize = 5000;
+    for _ in 0..PINGS {
+        alice
+            .client
+            .publish(subjects::discovery_ping(NS), "".into())
+            .await
+            .unwrap();
+    }
+    alice.client.flush().await.unwrap();
+    // Every card that comes in the next three seconds is counted, by name: what the pings
+    // made, and what is still owed for them at the end of a gap.
+    let mut counts = std::collections::BTreeMap::<String, usize>::new();
+    let window = tokio::time::Instant::now() + std::time::Duration::from_secs(3);
+    while let Ok(Some(msg)) = tokio::time::timeout_at(window, cards.next()).await {
+        let card: messages::AgentCard = serde_json::from_slice(&msg.payload).expect("a card");
+        *counts.entry(card.name).or_default() += 1;
+    }
+    let gaps = started.elapsed().as_secs_f64() / agent_sdk::pings::PING_ANSWER_GAP.as_secs_f64();
+    // At most one card per gap that passed, one at its start, and one on the card
+    // interval, for each agent and workflow.
+    let most = gaps.ceil() as usize + 2;
+    for name in ["Echo", "Doubler", "EchoJson", "MapDouble"] {
+        assert!(counts.contains_key(name), "no card of {name}: {counts:?}");
+    }
+    for (name, count) in &counts {
+        assert!(
+            *count <= most,
+            "{PINGS} pings made {count} cards of {name} (at most {most} expected): {counts:?}"
+        );
+    }
 }
