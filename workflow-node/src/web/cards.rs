@@ -1,8 +1,9 @@
 //! The cards on the mesh, as the web view shows them: every card that arrived on the cards
-//! subject, with when it last did, kept by an `agent_sdk::Catalog` whose cards never
-//! expire (the view shows how long ago each was seen instead). At start, and on
-//! [`Cards::refresh`], a discovery ping asks every agent and workflow to publish its card
-//! now.
+//! subject, with when it last did, kept by an `agent_sdk::Catalog` for [`CARDS_KEPT`]
+//! after its last copy (the view shows how long ago each was seen), and at most
+//! `agent_sdk::cards::MAX_CARDS` of them: anyone allowed to publish a card can publish
+//! thousands. At start, and on [`Cards::refresh`], a discovery ping asks every agent and
+//! workflow to publish its card now.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -10,6 +11,10 @@ use anyhow::Result;
 use messages::card::AgentCard;
 
 use crate::core::Millis;
+
+/// How long the view keeps a card without a new copy: thirty default card intervals, so an
+/// agent that stopped still shows for a while, with how long ago it was seen.
+pub(super) const CARDS_KEPT: Duration = Duration::from_secs(300);
 
 /// Cards by name, with when each last arrived; the watch stops when this is dropped.
 #[derive(Debug)]
@@ -45,5 +50,5 @@ fn millis(at: SystemTime) -> Millis {
 /// Subscribes to the cards of namespace `ns`, pings discovery, and keeps the cards.
 pub(super) async fn follow(client: async_nats::Client, ns: &str) -> Result<Cards> {
     let mesh = agent_sdk::Mesh::new(client).namespace(ns)?;
-    Ok(Cards(mesh.catalog_with_expiry(Duration::MAX).await?))
+    Ok(Cards(mesh.catalog_with_expiry(CARDS_KEPT).await?))
 }

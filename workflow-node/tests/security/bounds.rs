@@ -216,3 +216,77 @@ async fn a_flood_of_discovery_pings_gets_few_cards() {
         );
     }
 }
+
+/// `GET path` of the web view until `done` holds of its answer (the view's catalog takes
+/// cards in the background); fails after [`WAIT`].
+async fn web_until(
+    web: &Web,
+    path: &str,
+    done: impl Fn(&test_harness::http::Answer) -> bool,
+) -> test_harness::http::Answer {
+    let give_up = tokio::time::Instant::now() + WAIT;
+    loop {
+        let answer = test_harness::http::get(web.addr(), path).await;
+        if done(&answer) {
+            return answer;
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "GET {path}: {}",
+            answer.body
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_view_keeps_few_cards_and_reads_diagrams_only_from_the_card_bucket() {
+    let secure = Secure::start();
+    let (_node, node_conn) = node(&secure).await;
+    let ops = secure.connect("ops").await;
+    let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let web = Web::start(ops.client.clone(), NS, None, Access::default(), addr)
+        .await
+        .expect("the web view starts as user ops");
+    let agents = secure.connect("agents").await;
+    let card = |name: &str| messages::AgentCard::new(name, "flood", "nats:x", "1");
+
+    // A caller's input, in the artifact bucket; a card (any agent user may publish one)
+    // whose diagram refers to it.
+    let secret = json!({"card_number": "4111 1111 1111 1111"});
+    let uri = agent_sdk::ArtifactStore::new(node_conn.client.clone(), NS)
+        .put_json("bob-input.json", &secret)
+        .await
+        .expect("the node stores an input");
+    let spy = card("Spy").with_visualization_ref(uri);
+    let publish = |card: messages::AgentCard| {
+        let client = agents.client.clone();
+        async move {
+            let bytes = serde_json::to_vec(&card).unwrap();
+            client
+                .publish(subjects::agent_cards(NS), bytes.into())
+                .await
+                .unwrap();
+        }
+    };
+    publish(spy).await;
+    let answer = web_until(&web, "/api/cards/Spy", |a| a.status != 404).await;
+    assert!(answer.status >= 400, "{}: {}", answer.status, answer.body);
+    assert!(!answer.body.contains("4111"), "{}", answer.body);
+
+    // A flood of cards under new names: the view keeps at most its cap.
+    let flood = agent_sdk::cards::MAX_CARDS + 500;
+    for i in 0..flood {
+        publish(card(&format!("Flood{i}"))).await;
+    }
+    publish(card("Last")).await;
+    agents.client.flush().await.unwrap();
+    web_until(&web, "/api/cards/Last", |a| a.status == 200).await;
+    let listed = test_harness::http::get(web.addr(), "/api/cards").await;
+    let listed = listed.json();
+    let count = listed.as_array().expect("a list").len();
+    assert!(
+        count <= agent_sdk::cards::MAX_CARDS,
+        "{count} cards kept of {flood} flooded"
+    );
+}
