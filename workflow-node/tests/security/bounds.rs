@@ -290,3 +290,65 @@ async fn the_web_view_keeps_few_cards_and_reads_diagrams_only_from_the_card_buck
         "{count} cards kept of {flood} flooded"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_stream_and_bucket_the_node_makes_has_a_byte_limit() {
+    let server = test_harness::nats();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client.clone());
+    // A runs bucket an older version made, without a limit.
+    js.create_key_value(async_nats::jetstream::kv::Config {
+        bucket: "mesh_wf_runs".into(),
+        history: 1,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut limits = workflow_node::limits::StoreLimits::default();
+    for (i, name) in workflow_node::limits::StoreLimits::NAMES.iter().enumerate() {
+        limits.set(name, (3 + i as u64) << 20).unwrap();
+    }
+    let (workflows, problems) = workflow_node::definition::load_paths(&[
+        crate::support::security::repo().join("examples/workflows/echo.json"),
+    ]);
+    assert!(problems.is_empty(), "{problems:?}");
+    let config = workflow_node::shell::Config {
+        store_limits: limits,
+        ..Default::default()
+    };
+    let _node = workflow_node::shell::WorkflowNode::start(client.clone(), workflows, config)
+        .await
+        .expect("the node starts");
+    // The object stores are made when first used: as the node makes them.
+    let artifacts = agent_sdk::ArtifactStore::new(client.clone(), NS).capacity(limits.artifacts);
+    artifacts.put_json("x", &json!({})).await.unwrap();
+
+    let expected = [
+        ("KV_mesh_wf_runs", limits.runs),
+        ("KV_mesh_wf_timers", limits.wakes),
+        ("KV_mesh_wf_defs", limits.versions),
+        ("KV_mesh_wf_secrets", limits.secrets),
+        ("mesh_WF_EchoJson", limits.events),
+        ("mesh_wf_history", limits.history),
+        ("OBJ_mesh_artifacts", limits.artifacts),
+    ];
+    for (stream, bytes) in expected {
+        let mut stream_handle = js.get_stream(stream).await.expect(stream);
+        let info = stream_handle.info().await.unwrap();
+        assert_eq!(info.config.max_bytes, bytes as i64, "{stream}");
+    }
+    // Nothing else the node made is unbounded.
+    let mut names = js.stream_names();
+    while let Some(name) = names.next().await {
+        let name = name.unwrap();
+        let info = js
+            .get_stream(&name)
+            .await
+            .unwrap()
+            .info()
+            .await
+            .unwrap()
+            .clone();
+        assert!(info.config.max_bytes > 0, "stream {name} has no byte limit");
+    }
+}
