@@ -67,8 +67,8 @@ pub struct StoreLimits {
     /// The artifact object store (`{ns}_artifacts`). Full: new artifacts are refused until
     /// old ones expire.
     pub artifacts: u64,
-    /// The card object store (`{ns}_wf_cards`). Full: large cards are published without
-    /// their diagram.
+    /// The card object store (`{ns}_wf_cards`): diagrams of cards too large for a message.
+    /// Full: a node with such a card cannot store it and does not start.
     pub cards: u64,
 }
 
