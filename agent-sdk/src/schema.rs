@@ -139,17 +139,12 @@ pub fn quote(value: &Value, max: usize) -> String {
     cut(String::from_utf8_lossy(&out.0).into_owned(), max)
 }
 
-/// `text` cut to at most `max` bytes (on a character boundary), with `…` when cut.
-fn cut(mut text: String, max: usize) -> String {
-    if text.len() > max {
-        let mut at = max;
-        while !text.is_char_boundary(at) {
-            at -= 1;
-        }
-        text.truncate(at);
-        text.push('…');
+/// `text` cut to at most `max` bytes, with `…` when cut.
+fn cut(text: String, max: usize) -> String {
+    match text.len() > max {
+        true => messages::inbound::excerpt(&text, max),
+        false => text,
     }
-    text
 }
 
 #[cfg(test)]

@@ -66,6 +66,19 @@ pub fn check_headers<'a>(get: impl Fn(&'static str) -> Option<&'a str>) -> Resul
         .try_for_each(|(name, value)| check_value(name, value))
 }
 
+/// At most the first `max` bytes of `text` (cut on a character boundary), with `…` when
+/// cut: how a refusal quotes what it refuses without carrying all of it.
+pub fn excerpt(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut at = max;
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    format!("{}…", &text[..at])
+}
+
 /// `value` if it is a W3C `traceparent`
 /// (`{version:2 hex}-{trace-id:32 hex}-{parent-id:16 hex}-{flags:2 hex}`, lowercase, a
 /// version other than `ff`, ids not all zeros; version `00` exactly 55 characters, a later
@@ -178,6 +191,12 @@ mod tests {
         ] {
             assert_eq!(tracestate(&bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn excerpts_cut_on_a_character_boundary() {
+        assert_eq!(excerpt("short", 10), "short");
+        assert_eq!(excerpt("ééé", 3), "é…");
     }
 
     #[test]

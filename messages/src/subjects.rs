@@ -238,12 +238,12 @@ pub fn check_reply(ns: &str, subject: &str) -> Result<(), ReplySubjectError> {
     refuse("only inboxes (_INBOX…) and the mesh's response and status subjects may be answered on")
 }
 
-/// At most the first 64 characters of `subject`, marked when cut: a refusal names the
-/// subject it refuses without carrying all of it.
+/// At most the first 64 bytes of `subject`, marked when cut: a refusal names the subject
+/// it refuses without carrying all of it.
 fn shortened(subject: &str) -> String {
-    match subject.char_indices().nth(64) {
-        Some((at, _)) => format!("{}… ({} bytes)", &subject[..at], subject.len()),
-        None => subject.to_owned(),
+    match subject.len() {
+        0..=64 => subject.to_owned(),
+        n => format!("{} ({n} bytes)", crate::inbound::excerpt(subject, 64)),
     }
 }
 
