@@ -178,7 +178,6 @@ impl Serving {
         let mut ticker = tokio::time::interval_at(start, self.card_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut gate = PingGate::default();
-        gate.published(std::time::Instant::now());
         loop {
             let owed = gate.due();
             let owed_at =
@@ -204,7 +203,9 @@ impl Serving {
                 _ = tokio::time::sleep_until(owed_at), if owed.is_some() => {
                     self.publish_card(&mut gate).await;
                 }
-                _ = ticker.tick() => self.publish_card(&mut gate).await,
+                _ = ticker.tick() => {
+                    publish_card(&self.shared.client, &self.cards_subject, &self.card).await;
+                }
                 Some(done) = calls.join_next(), if !calls.is_empty() => {
                     if let Err(e) = done {
                         tracing::error!(agent = %self.shared.name, "call task failed: {e}");
@@ -219,7 +220,8 @@ impl Serving {
         tracing::info!(agent = %self.shared.name, "agent stopped");
     }
 
-    /// Publishes the card, telling `gate` (pings answered within its gap wait for the next).
+    /// Publishes the card in answer to pings, telling `gate` (pings within its gap wait for
+    /// its end).
     async fn publish_card(&self, gate: &mut PingGate) {
         publish_card(&self.shared.client, &self.cards_subject, &self.card).await;
         gate.published(std::time::Instant::now());

@@ -167,11 +167,11 @@ pub(in crate::shell) async fn publish_cards(
     loop {
         let owed = gate.due();
         let owed_at = tokio::time::Instant::from_std(owed.unwrap_or_else(Instant::now));
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = tokio::time::sleep_until(owed_at), if owed.is_some() => {}
+        let for_pings = tokio::select! {
+            _ = tick.tick() => false,
+            _ = tokio::time::sleep_until(owed_at), if owed.is_some() => true,
             ping = pings.next(), if pinging => match ping {
-                Some(_) if gate.ping(Instant::now()) => {}
+                Some(_) if gate.ping(Instant::now()) => true,
                 Some(_) => continue,
                 None => {
                     tracing::warn!("the discovery-ping subscription ended: cards go out on \
@@ -180,9 +180,11 @@ pub(in crate::shell) async fn publish_cards(
                     continue;
                 }
             },
-        }
+        };
         publish_round(&client, &ns, &wire).await;
-        gate.published(Instant::now());
+        if for_pings {
+            gate.published(Instant::now());
+        }
     }
 }
 
