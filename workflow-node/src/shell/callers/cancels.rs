@@ -18,7 +18,6 @@ use messages::{msg_id, subjects};
 use crate::core::{Event, ExecutionId};
 use crate::definition::Workflow;
 use crate::shell::callers::identity::{self, Named};
-use crate::shell::callers::requests;
 use crate::shell::context::Shared;
 use crate::shell::error::Result;
 use crate::shell::run::envelope::Caller;
@@ -54,7 +53,7 @@ pub(in crate::shell) async fn serve(
             tracing::debug!(workflow = %workflow.name, "ignoring a non-cancel on the cancel subject");
             continue;
         };
-        if let Err(e) = requests::check_headers(msg.headers.as_ref()) {
+        if let Err(e) = identity::check_headers(msg.headers.as_ref()) {
             tracing::warn!(workflow = %workflow.name, "ignoring a cancel: {e}");
             continue;
         }

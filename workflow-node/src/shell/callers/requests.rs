@@ -118,18 +118,10 @@ fn screen(
     asked
         .screen(ns)
         .map_err(|(refusal, to)| (refusal.to_string(), to.map(str::to_owned)))?;
-    check_headers(msg.headers.as_ref()).map_err(|refusal| {
+    identity::check_headers(msg.headers.as_ref()).map_err(|refusal| {
         let to = msg.reply.as_ref().map(|r| r.to_string());
         (refusal.to_string(), to)
     })
-}
-
-/// Checks the mesh headers a request may carry (see [`inbound::check_headers`]), before
-/// any is read, stored in a record or passed on.
-pub(in crate::shell) fn check_headers(
-    h: Option<&HeaderMap>,
-) -> std::result::Result<(), inbound::HeaderError> {
-    inbound::check_headers(|name| Some(h?.get(name)?.as_str()))
 }
 
 /// The JSON-RPC error answering a request refused before it is read.
