@@ -44,7 +44,7 @@ impl Default for Limits {
 
 /// The most bytes each stream and bucket the node creates may hold (`serve --store-limit
 /// NAME=BYTES`). nats-server reserves these against its `max_file_store` when it creates
-/// them, so the defaults stay modest (about 1.2 GiB for a namespace, plus 32 MiB per
+/// them, so the defaults stay modest (about 1.2 GiB for a namespace, plus 128 MiB per
 /// workflow). What happens when one is full is said per field; a stream or bucket found
 /// with another limit (or none, made by an older version) is given this one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,8 +59,10 @@ pub struct StoreLimits {
     /// The secrets bucket (`{ns}_wf_secrets`), one small key.
     pub secrets: u64,
     /// Each workflow's event stream (`{ns}_WF_{workflow}`): starts, replies and steering
-    /// not yet applied. Full: new events are refused (a start is answered with an error)
-    /// until the workers catch up; nothing stored is dropped.
+    /// not yet applied (a backlog of agents' replies with their outputs). Full: new events
+    /// are refused until the workers catch up (a start is answered with an error; an
+    /// agent's reply is lost, and its call is tried again when it times out); nothing
+    /// stored is dropped.
     pub events: u64,
     /// The history stream (`{ns}_wf_history`). Full: the oldest entries are dropped.
     pub history: u64,
@@ -84,7 +86,7 @@ impl Default for StoreLimits {
             wakes: mib(64),
             versions: mib(64),
             secrets: mib(1),
-            events: mib(32),
+            events: mib(128),
             history: mib(256),
             artifacts: mib(512),
             cards: mib(64),
