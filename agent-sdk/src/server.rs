@@ -133,13 +133,17 @@ pub(crate) async fn start(
         heartbeat_interval: builder.heartbeat_interval,
         calls: Mutex::new(Calls::new(builder.dedup_capacity, builder.dedup_window)),
     });
-    let cards_subject = subjects::agent_cards(&ns);
-    publish_card(&client, &cards_subject, &card).await;
+    let card = CardOut {
+        subject: subjects::agent_cards(&ns),
+        name: name.clone(),
+        bytes: card,
+        signer: builder.signer.clone(),
+    };
+    card.publish(&client).await;
 
     let (stop_tx, stop_rx) = oneshot::channel();
     let serving = Serving {
         shared,
-        cards_subject,
         card,
         card_interval: builder.card_interval,
     };
@@ -152,16 +156,38 @@ pub(crate) async fn start(
     })
 }
 
-async fn publish_card(client: &Client, subject: &str, card: &Bytes) {
-    if let Err(e) = client.publish(subject.to_owned(), card.clone()).await {
-        tracing::warn!(subject, "cannot publish the agent card: {e}");
+/// The agent's card as it goes out: each copy signed afresh when the agent has a key.
+struct CardOut {
+    subject: String,
+    name: String,
+    bytes: Bytes,
+    signer: Option<crate::Signer>,
+}
+
+impl CardOut {
+    async fn publish(&self, client: &Client) {
+        let headers = match &self.signer {
+            Some(signer) => crate::card_trust::sign_card(
+                signer,
+                &self.name,
+                &self.bytes,
+                std::time::SystemTime::now(),
+            ),
+            None => HeaderMap::new(),
+        };
+        let subject = self.subject.clone();
+        if let Err(e) = client
+            .publish_with_headers(subject, headers, self.bytes.clone())
+            .await
+        {
+            tracing::warn!(subject = %self.subject, "cannot publish the agent card: {e}");
+        }
     }
 }
 
 struct Serving {
     shared: Arc<Shared>,
-    cards_subject: String,
-    card: Bytes,
+    card: CardOut,
     card_interval: std::time::Duration,
 }
 
@@ -203,9 +229,7 @@ impl Serving {
                 _ = tokio::time::sleep_until(owed_at), if owed.is_some() => {
                     self.publish_card(&mut gate).await;
                 }
-                _ = ticker.tick() => {
-                    publish_card(&self.shared.client, &self.cards_subject, &self.card).await;
-                }
+                _ = ticker.tick() => self.card.publish(&self.shared.client).await,
                 Some(done) = calls.join_next(), if !calls.is_empty() => {
                     if let Err(e) = done {
                         tracing::error!(agent = %self.shared.name, "call task failed: {e}");
@@ -223,7 +247,7 @@ impl Serving {
     /// Publishes the card in answer to pings, telling `gate` (pings within its gap wait for
     /// its end).
     async fn publish_card(&self, gate: &mut PingGate) {
-        publish_card(&self.shared.client, &self.cards_subject, &self.card).await;
+        self.card.publish(&self.shared.client).await;
         gate.published(std::time::Instant::now());
     }
 

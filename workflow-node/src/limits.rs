@@ -58,6 +58,12 @@ pub struct StoreLimits {
     pub versions: u64,
     /// The secrets bucket (`{ns}_wf_secrets`), one small key.
     pub secrets: u64,
+    /// The nonces of signed messages (`{ns}_wf_nonces`), each kept for its signature's
+    /// validity. Full: signed messages are refused until nonces expire.
+    pub nonces: u64,
+    /// Cancels kept for runs not started yet (`{ns}_wf_early_cancels`). Full: such a
+    /// cancel is refused.
+    pub early_cancels: u64,
     /// Each workflow's event stream (`{ns}_WF_{workflow}`): starts, replies and steering
     /// not yet applied (a backlog of agents' replies with their outputs). Full: new events
     /// are refused until the workers catch up (a start is answered with an error; an
@@ -86,6 +92,8 @@ impl Default for StoreLimits {
             wakes: mib(64),
             versions: mib(64),
             secrets: mib(1),
+            nonces: mib(64),
+            early_cancels: mib(16),
             events: mib(128),
             history: mib(256),
             artifacts: mib(512),
@@ -96,11 +104,13 @@ impl Default for StoreLimits {
 
 impl StoreLimits {
     /// The names [`StoreLimits::set`] takes, in the order of the fields.
-    pub const NAMES: [&'static str; 8] = [
+    pub const NAMES: [&'static str; 10] = [
         "runs",
         "wakes",
         "versions",
         "secrets",
+        "nonces",
+        "early_cancels",
         "events",
         "history",
         "artifacts",
@@ -114,6 +124,8 @@ impl StoreLimits {
             "wakes" => &mut self.wakes,
             "versions" => &mut self.versions,
             "secrets" => &mut self.secrets,
+            "nonces" => &mut self.nonces,
+            "early_cancels" => &mut self.early_cancels,
             "events" => &mut self.events,
             "history" => &mut self.history,
             "artifacts" => &mut self.artifacts,

@@ -51,6 +51,13 @@ pub struct Config {
     /// its final-reply markers, its artifacts (default 7 days). Also the most an event
     /// may wait unprocessed in a workflow's stream.
     pub retention: Duration,
+    /// How long a cancel of a run not started yet (its start still behind it in the
+    /// stream) is kept for that start (default 5 minutes); its record then goes.
+    pub early_cancel_expiry: Duration,
+    /// How many cancels of runs not started yet one caller identity (signing key, else
+    /// caller name, else all unnamed callers together) may have kept at once (default
+    /// 20); more are refused until some expire.
+    pub early_cancels_per_caller: usize,
     /// Bytes of runs each workflow's workers keep in memory between events (estimated;
     /// default 256 MiB), so that a run's next event needs no read from KV.
     pub cache_bytes: usize,
@@ -76,6 +83,10 @@ pub struct Config {
     /// Operators' NKey user public keys (`serve --operator-key U…`): they decide the
     /// approvals that list no approvers, and may cancel any run (see `identity`).
     pub operators: Vec<String>,
+    /// Which keys may sign the cards of the agents the node calls (`serve --agent-key
+    /// NAME=U…`, `--require-signed-cards`): a card signed otherwise never replaces the
+    /// bound one in the registry (see `agent_sdk::card_trust`).
+    pub card_trust: agent_sdk::CardTrust,
 }
 
 impl Default for Config {
@@ -96,6 +107,8 @@ impl Default for Config {
             limits: crate::limits::Limits::default(),
             store_limits: crate::limits::StoreLimits::default(),
             retention: Duration::from_secs(7 * 24 * 3600),
+            early_cancel_expiry: Duration::from_secs(300),
+            early_cancels_per_caller: 20,
             cache_bytes: 256 << 20,
             reply_in_flight: Duration::from_secs(30),
             replica: None,
@@ -103,6 +116,7 @@ impl Default for Config {
             dialect: messages::workflow::Dialect::Mesh,
             approvers: BTreeMap::new(),
             operators: Vec::new(),
+            card_trust: agent_sdk::CardTrust::default(),
         }
     }
 }

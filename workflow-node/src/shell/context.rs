@@ -49,6 +49,10 @@ pub(crate) struct Shared {
     pub(in crate::shell) versions: versions::Versions,
     /// The deployment's secret: call tokens and event MACs.
     pub(in crate::shell) seal: seal::Seal,
+    /// The nonces of signed requests accepted (see `callers::nonces`).
+    pub(in crate::shell) nonces: kv::Store,
+    /// Slots of cancels kept for runs not started (see `callers::early`).
+    pub(in crate::shell) early_cancels: kv::Store,
 }
 
 /// The wall clock, in the core's unit.

@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 
 use crate::definition::Workflow;
 use crate::shell::callers::{cancels, identity, requests, statuses};
+use crate::shell::callers::{early, nonces};
 use crate::shell::config::Config;
 use crate::shell::context::Shared;
 use crate::shell::error::{Context, Error, Result};
@@ -94,14 +95,19 @@ impl WorkflowNode {
             patiently(|| kv_bucket(&js, &versions_name, replicas, bytes.versions)).await?;
         let seal =
             patiently(|| seal::Seal::open_or_create(&js, &ns, replicas, bytes.secrets)).await?;
+        let nonces = patiently(|| nonces::bucket(&js, &ns, replicas, bytes.nonces)).await?;
+        let early_cancels =
+            patiently(|| early::bucket(&js, &ns, replicas, bytes.early_cancels)).await?;
         let cards = workflows
             .iter()
             .map(|w| (w.name.clone(), crate::visual::agent_card(w, &ns)))
             .collect();
-        let registry = Arc::new(agent_sdk::CardCache::new(
+        let registry = Arc::new(agent_sdk::CardCache::with_trust(
             config.card_interval * CARD_EXPIRY_INTERVALS,
+            &config.card_trust,
         ));
         let metrics = metrics::Metrics::new(&config.metrics)?;
+        metrics.observe_cards_ignored(Arc::downgrade(&registry));
         let metrics_listener = match config.metrics.addr {
             Some(addr) => Some(scrape::bind(addr).await?),
             None => None,
@@ -129,6 +135,8 @@ impl WorkflowNode {
             metrics,
             versions: versions::Versions::new(versions),
             seal,
+            nonces,
+            early_cancels,
         });
         for card in shared.cards.values() {
             shared.registry.insert_own(card.clone());
@@ -199,11 +207,18 @@ impl WorkflowNode {
             .await
             .context(|| "making the subscriptions known to the server".into())?;
         // Cards go out only now: a caller that sees one finds a responder.
+        let card_signer = shared.seal.card_signer();
+        tracing::info!(
+            "the cards of this node's workflows are signed by key {} (bind it with \
+             --agent-key NAME={} where cards must be signed)",
+            card_signer.public_key(),
+            card_signer.public_key()
+        );
         background.push(tokio::spawn(registry::publish_cards(
             shared.client.clone(),
             shared.ns.clone(),
             shared.config.card_interval,
-            wire_cards,
+            (wire_cards, card_signer),
             ping_sub,
         )));
         Ok(WorkflowNode {
@@ -247,6 +262,12 @@ impl WorkflowNode {
     /// `None` when it is not.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_addr
+    }
+
+    /// The key that signs the cards of this deployment's workflows (every replica's is the
+    /// same: see `seal`): readers bind the workflows' names to it.
+    pub fn card_key(&self) -> String {
+        self.shared.seal.card_signer().public_key().to_owned()
     }
 
     /// The registry of cards seen on the mesh.

@@ -5,4 +5,6 @@
 mod support;
 
 mod bounds;
+mod cards;
 mod permissions;
+mod steering;

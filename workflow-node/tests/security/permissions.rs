@@ -73,7 +73,9 @@ async fn workflows_succeed_with_a_user_per_role_over_mutual_tls() {
     let mut serve = ChildGuard(serve.spawn().expect("workflow-node serve"));
 
     let mut agents = secure.connect("agents").await;
-    let _stubs = agent_sdk::serve_stubs(agents.client.clone(), NS, stubs_file())
+    // Signed by the agents user's key: the node's env file binds the example agents to it.
+    let signer = Some(secure.signer("agents"));
+    let _stubs = agent_sdk::serve_stubs_signed(agents.client.clone(), NS, stubs_file(), signer)
         .await
         .expect("stub agents serve as user agents");
     let mut ops = secure.connect("ops").await;
@@ -256,7 +258,7 @@ async fn an_agent_can_neither_forge_events_write_state_read_runs_nor_approve() {
     let signer = agent_sdk::Signer::from_seed_file(secure.pki.join("ops.nk")).unwrap();
     let body = decision(&exec, "gate", "ops-team");
     let mut h = async_nats::HeaderMap::new();
-    signer.sign_into(&mut h, &requests, &body, std::time::SystemTime::now());
+    signer.sign_into(&mut h, &requests, None, &body, std::time::SystemTime::now());
     ops.client
         .publish_with_headers(requests, h, body.into())
         .await

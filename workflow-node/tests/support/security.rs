@@ -108,9 +108,39 @@ impl Secure {
             .connect
     }
 
+    /// `user`'s card settings (which keys sign which agents' cards, whether unsigned ones
+    /// count), parsed from the flags that its env file's variables stand for.
+    pub(crate) fn card_trust(&self, user: &str) -> agent_sdk::CardTrust {
+        #[derive(Parser)]
+        struct Flags {
+            #[command(flatten)]
+            cards: agent_sdk::CardTrust,
+        }
+        let mut args = vec!["test".to_owned()];
+        for (key, value) in self.env(user) {
+            match key.as_str() {
+                "MESH_AGENT_KEYS" => args.extend(["--agent-key".to_owned(), value]),
+                "MESH_REQUIRE_SIGNED_CARDS" if value == "true" => {
+                    args.push("--require-signed-cards".to_owned())
+                }
+                _ => {}
+            }
+        }
+        Flags::try_parse_from(args)
+            .expect("the env file's card settings are valid flags")
+            .cards
+    }
+
     /// A connection as `user`, its server errors collected.
     pub(crate) async fn connect(&self, user: &str) -> Watched {
         Watched::connect(&self.server.url(), self.config(user)).await
+    }
+
+    /// The key of `user`'s NKey seed file (`USER.nk`, for `node`, `agents` and `ops`).
+    pub(crate) fn signer(&self, user: &str) -> agent_sdk::Signer {
+        let path = self.pki.join(format!("{user}.nk"));
+        agent_sdk::Signer::from_seed_file(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     }
 
     /// The server log's lines about permission violations.
@@ -267,6 +297,15 @@ pub(crate) fn stubs_file() -> agent_sdk::StubFile {
 
 /// The node in this process, as user `node`, hosting the example workflows.
 pub(crate) async fn node(secure: &Secure) -> (WorkflowNode, Watched) {
+    node_configured(secure, |_| {}).await
+}
+
+/// [`node`], its settings changed by `change` (after ops' key is set as the example gates'
+/// approver and the operator).
+pub(crate) async fn node_configured(
+    secure: &Secure,
+    change: impl FnOnce(&mut Config),
+) -> (WorkflowNode, Watched) {
     let watched = secure.connect("node").await;
     let (workflows, problems) =
         workflow_node::definition::load_paths(&[repo().join("examples/workflows")]);
@@ -284,6 +323,8 @@ pub(crate) async fn node(secure: &Secure) -> (WorkflowNode, Watched) {
         operators: vec![ops_key.clone()],
         ..Config::default()
     };
+    let mut config = config;
+    change(&mut config);
     let node = WorkflowNode::start(watched.client.clone(), workflows, config)
         .await
         .expect("the node starts as user node");

@@ -11,6 +11,15 @@
 //! - **event MACs**: an event a replica publishes into a run's stream carries an HMAC of
 //!   its subject, de-duplication id and payload in header `Mesh-Event-Mac`; an event
 //!   without a valid one (a forged start, cancel, decision or timer) is refused.
+//! - **de-duplication ids**: what a replica publishes into a stream goes with
+//!   `Nats-Msg-Id: {fact}.{tag}` ([`Seal::msg_id`]), the tag an HMAC of the fact. JetStream
+//!   de-duplicates ids across a whole stream, and a run's stream also takes agents'
+//!   replies: an id anyone could write (`approval.{execution}.{node}`) could be published
+//!   first by an agent, or by a caller asking an agent to reply there, and the real event
+//!   would be dropped as its duplicate. Only a replica can make the tag.
+//! - **the card key**: the NKey that signs the deployment's workflow cards
+//!   ([`Seal::card_signer`]), its seed an HMAC of a fixed label. Every replica derives the
+//!   same key with no key file to distribute, and it changes when the secret does.
 
 use async_nats::jetstream::{self, kv};
 use hmac::{Hmac, Mac};
@@ -23,6 +32,8 @@ use crate::shell::run::names;
 const SECRET_KEY: &str = "calls";
 /// Hex characters of a call token (128 bits of HMAC).
 const TOKEN_HEX: usize = messages::sub_task::TOKEN_HEX;
+/// Hex characters of a de-duplication id's tag (128 bits of HMAC).
+const MSG_ID_TAG_HEX: usize = 32;
 
 /// The header carrying an event's MAC.
 pub const EVENT_MAC: &str = "Mesh-Event-Mac";
@@ -114,6 +125,13 @@ impl Seal {
         mac
     }
 
+    /// The key that signs the deployment's workflow cards: the same on every replica (see
+    /// the module doc).
+    pub fn card_signer(&self) -> agent_sdk::Signer {
+        let seed: [u8; 32] = self.mac(&[b"card-key-v1"]).finalize().into_bytes().into();
+        agent_sdk::Signer::from_raw_seed(seed)
+    }
+
     fn token(&self, workflow: &str, sub_task_id: &str) -> String {
         let bytes = self
             .mac(&[b"call", workflow.as_bytes(), sub_task_id.as_bytes()])
@@ -146,6 +164,17 @@ impl Seal {
             .map_err(|_| SealError::WrongToken(wire_id.to_owned()))
     }
 
+    /// The de-duplication id of `fact` (one of `messages::msg_id`'s readable ids):
+    /// `{fact}.{tag}`, the tag the first 128 bits of an HMAC of the fact, in hex. The same
+    /// fact gives the same id on every replica; nobody without the secret can make it.
+    pub fn msg_id(&self, fact: &str) -> String {
+        let bytes = self
+            .mac(&[b"msg-id", fact.as_bytes()])
+            .finalize()
+            .into_bytes();
+        format!("{fact}.{}", hex::encode(&bytes[..MSG_ID_TAG_HEX / 2]))
+    }
+
     /// The MAC of an event published to `subject` with de-duplication id `msg_id`.
     pub fn event_mac(&self, subject: &str, msg_id: &str, payload: &[u8]) -> String {
         let bytes = self
@@ -176,6 +205,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_replica_derives_the_same_card_key_and_another_secret_another() {
+        let key = |secret: &[u8]| Seal::new(secret).card_signer().public_key().to_owned();
+        assert_eq!(key(b"secret"), key(b"secret"));
+        assert_ne!(key(b"secret"), key(b"other"));
+        assert!(agent_sdk::signing::is_user_public_key(&key(b"secret")));
+    }
+
+    #[test]
     fn call_ids_verify_only_with_their_token() {
         let seal = Seal::new(b"secret");
         let id = seal.call_id("Wf", "e1_check-stock_0_2");
@@ -203,6 +240,19 @@ mod tests {
             messages::sub_task::slot_key(&seal.call_id("Wf", "e1_n_0_1")),
             messages::sub_task::slot_key(&seal.call_id("Wf", "e1_n_0_2"))
         );
+    }
+
+    #[test]
+    fn msg_ids_carry_a_tag_only_the_secret_makes() {
+        let seal = Seal::new(b"secret");
+        let id = seal.msg_id("approval.e1.gate");
+        let tag = id
+            .strip_prefix("approval.e1.gate.")
+            .expect("the fact comes first");
+        assert_eq!(tag.len(), MSG_ID_TAG_HEX);
+        assert_eq!(id, Seal::new(b"secret").msg_id("approval.e1.gate"));
+        assert_ne!(id, Seal::new(b"other").msg_id("approval.e1.gate"));
+        assert_ne!(id, seal.msg_id("approval.e1.gate2"));
     }
 
     #[test]
