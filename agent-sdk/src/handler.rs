@@ -176,14 +176,7 @@ impl NodeRequest {
     /// callers').
     pub fn onward_headers(&self) -> HeaderMap {
         let mut out = HeaderMap::new();
-        for name in [
-            messages::headers::TRACEPARENT,
-            messages::headers::TRACESTATE,
-        ] {
-            if let Some(v) = self.headers.get(name) {
-                out.insert(name, v.as_str());
-            }
-        }
+        crate::protocol::pass_trace_context(&self.headers, &mut out);
         crate::telemetry::inject_current(&mut out);
         let depth = self
             .headers
@@ -260,11 +253,27 @@ mod tests {
 
     #[test]
     fn onward_headers_pass_trace_and_count_the_hop() {
+        const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         let mut req = NodeRequest::new(Value::Null);
-        req.headers.insert("traceparent", "00-abc-def-01");
+        req.headers.insert("traceparent", TP);
+        req.headers.insert("tracestate", "rojo=00f067aa0ba902b7");
         req.headers.insert(messages::headers::CALL_DEPTH, "2");
         let h = req.onward_headers();
-        assert_eq!(h.get("traceparent").unwrap().as_str(), "00-abc-def-01");
+        assert_eq!(h.get("traceparent").unwrap().as_str(), TP);
+        assert_eq!(
+            h.get("tracestate").unwrap().as_str(),
+            "rojo=00f067aa0ba902b7"
+        );
         assert_eq!(h.get(messages::headers::CALL_DEPTH).unwrap().as_str(), "3");
+    }
+
+    #[test]
+    fn a_malformed_trace_context_is_not_passed_on() {
+        let mut req = NodeRequest::new(Value::Null);
+        req.headers.insert("traceparent", "00-abc-def-01");
+        req.headers.insert("tracestate", "Not A Tracestate");
+        let h = req.onward_headers();
+        assert_eq!(h.get("traceparent"), None);
+        assert_eq!(h.get("tracestate"), None);
     }
 }

@@ -89,6 +89,7 @@ mod exchange;
 pub mod handler;
 pub mod health;
 pub mod mesh;
+pub mod pings;
 mod protocol;
 mod roundtrip;
 pub mod schema;

@@ -90,6 +90,27 @@ pub(crate) fn reply_subject(headers: Option<&HeaderMap>, reply: Option<&str>) ->
         .or_else(|| reply.map(str::to_owned))
 }
 
+/// Checks where a request asks to be answered and the mesh headers it carries before
+/// anything is decoded (see [`messages::subjects::AnswerTo::screen`] and
+/// [`messages::inbound::check_headers`]): on a refusal, its text and where it may be
+/// answered (the NATS reply, when that passes), nothing else being published.
+pub(crate) fn screen<'a>(
+    ns: &str,
+    headers: Option<&'a HeaderMap>,
+    reply: Option<&'a str>,
+) -> Result<(), (String, Option<&'a str>)> {
+    let get = |name: &'static str| Some(headers?.get(name)?.as_str());
+    let asked = messages::subjects::AnswerTo {
+        nats_reply: reply,
+        reply_to: get(REPLY_TO),
+        status_to: get(STATUS_TO),
+    };
+    asked
+        .screen(ns)
+        .map_err(|(refusal, to)| (refusal.to_string(), to))?;
+    messages::inbound::check_headers(get).map_err(|e| (e.to_string(), reply))
+}
+
 /// Decodes one message from the request or cancel subject.
 pub(crate) fn decode(payload: &[u8], headers: Option<&HeaderMap>, reply: Option<&str>) -> Decoded {
     let reply_to = reply_subject(headers, reply);
@@ -483,13 +504,27 @@ pub(crate) fn reply_headers(msg_id: &str, request: Option<&HeaderMap>) -> Header
         out.insert(MSG_ID, msg_id);
     }
     if let Some(request) = request {
-        for name in [TRACEPARENT, TRACESTATE] {
-            if let Some(v) = request.get(name) {
-                out.insert(name, v.as_str());
-            }
-        }
+        pass_trace_context(request, &mut out);
     }
     out
+}
+
+/// Copies the W3C trace context of `from` into `to`, each header only if it follows its
+/// grammar (see [`messages::inbound::traceparent`]): a malformed one is dropped, never
+/// passed on.
+pub(crate) fn pass_trace_context(from: &HeaderMap, to: &mut HeaderMap) {
+    let valid = [
+        (
+            TRACEPARENT,
+            messages::inbound::traceparent as fn(&str) -> Option<&str>,
+        ),
+        (TRACESTATE, messages::inbound::tracestate),
+    ];
+    for (name, valid) in valid {
+        if let Some(v) = from.get(name).and_then(|v| valid(v.as_str())) {
+            to.insert(name, v);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ use crate::artifacts::ArtifactStore;
 use crate::dedup::{Admission, Calls};
 use crate::error::ServeError;
 use crate::handler::{DynHandler, NodeRequest, StatusSink};
+use crate::pings::PingGate;
 use crate::protocol::{
     self, Call, Decoded, InputSource, Outcome, Output, KIND_INPUT_VALIDATION,
     KIND_OUTPUT_VALIDATION,
@@ -215,7 +216,11 @@ impl Serving {
         let start = tokio::time::Instant::now() + self.card_interval;
         let mut ticker = tokio::time::interval_at(start, self.card_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut gate = PingGate::default();
         loop {
+            let owed = gate.due();
+            let owed_at =
+                tokio::time::Instant::from_std(owed.unwrap_or_else(std::time::Instant::now));
             tokio::select! {
                 biased;
                 _ = &mut stop => break,
@@ -229,7 +234,14 @@ impl Serving {
                     Some(msg) => self.on_cancel(msg).await,
                     None => break,
                 },
-                Some(_) = pings.next() => self.card.publish(&self.shared.client).await,
+                Some(_) = pings.next() => {
+                    if gate.ping(std::time::Instant::now()) {
+                        self.publish_card(&mut gate).await;
+                    }
+                }
+                _ = tokio::time::sleep_until(owed_at), if owed.is_some() => {
+                    self.publish_card(&mut gate).await;
+                }
                 _ = ticker.tick() => self.card.publish(&self.shared.client).await,
                 Some(done) = calls.join_next(), if !calls.is_empty() => {
                     if let Err(e) = done {
@@ -245,8 +257,28 @@ impl Serving {
         tracing::info!(agent = %self.shared.name, "agent stopped");
     }
 
+    /// Publishes the card in answer to pings, telling `gate` (pings within its gap wait for
+    /// its end).
+    async fn publish_card(&self, gate: &mut PingGate) {
+        self.card.publish(&self.shared.client).await;
+        gate.published(std::time::Instant::now());
+    }
+
     async fn on_request(&self, msg: Message, calls: &mut JoinSet<()>) {
         let reply = msg.reply.as_ref().map(|s| s.as_str());
+        if let Err((refusal, to)) = protocol::screen(&self.shared.ns, msg.headers.as_ref(), reply) {
+            tracing::warn!(agent = %self.shared.name, "refusing a request: {refusal}");
+            if let Some(to) = to {
+                let id = messages::Request::from_slice(&msg.payload)
+                    .ok()
+                    .map(|r| r.id);
+                let e = ErrorObject::new(codes::INVALID_PARAMS, refusal);
+                self.shared
+                    .publish(to, HeaderMap::new(), &Response::error(id, e), None)
+                    .await;
+            }
+            return;
+        }
         match protocol::decode(&msg.payload, msg.headers.as_ref(), reply) {
             Decoded::Send(call) => self.on_send(*call, calls).await,
             Decoded::Cancel {
@@ -639,9 +671,8 @@ fn conform(
         if !violations.is_empty() {
             return Err(Outcome::Failure {
                 message: format!(
-                    "the {what} does not match {whose} {what} schema ({} violation{})",
-                    violations.len(),
-                    if violations.len() == 1 { "" } else { "s" }
+                    "the {what} does not match {whose} {what} schema ({})",
+                    crate::schema::counted(&violations)
                 ),
                 kind: Some(kind.into()),
                 validation_errors: violations,

@@ -12,6 +12,8 @@
 //! - [`sub_task`]: the sub-task id a workflow node gives each attempt of a call.
 //! - [`subjects`]: every NATS subject, built by functions (`$KV.` ones included).
 //! - [`headers`]: NATS header names; [`msg_id`]: the de-duplication ids they carry.
+//! - [`inbound`]: header values from outside, capped and checked (trace context to W3C's
+//!   grammar) before use.
 //!
 //! Wire types never deny unknown fields: messages from other agents may carry more.
 
@@ -20,6 +22,7 @@ pub mod call_proof;
 pub mod card;
 pub mod control;
 pub mod headers;
+pub mod inbound;
 pub mod jsonrpc;
 pub mod msg_id;
 pub mod payload;

@@ -44,6 +44,9 @@ pub struct Config {
     pub max_concurrent_requests: usize,
     /// The limits this replica sets (see [`crate::limits`] for every limit).
     pub limits: crate::limits::Limits,
+    /// The byte limit of each stream and bucket the node creates (set per deployment: the
+    /// replica that creates one, or finds it with another limit, sets it).
+    pub store_limits: crate::limits::StoreLimits,
     /// How long what an ended run leaves behind is kept: its record, the keys beside it,
     /// its final-reply markers, its artifacts (default 7 days). Also the most an event
     /// may wait unprocessed in a workflow's stream.
@@ -102,6 +105,7 @@ impl Default for Config {
             max_state_bytes: None,
             max_concurrent_requests: 256,
             limits: crate::limits::Limits::default(),
+            store_limits: crate::limits::StoreLimits::default(),
             retention: Duration::from_secs(7 * 24 * 3600),
             early_cancel_expiry: Duration::from_secs(300),
             early_cancels_per_caller: 20,

@@ -5,6 +5,7 @@
 mod support;
 
 mod artifacts;
+mod bounds;
 mod cards;
 mod deploy;
 mod permissions;

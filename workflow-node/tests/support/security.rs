@@ -5,6 +5,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sdk::ConnectConfig;
@@ -191,30 +193,51 @@ fn read_env(path: &Path) -> Vec<(String, String)> {
         .collect()
 }
 
-/// A client whose server errors ("Permissions Violation for Publish to …") are kept.
+/// A client whose server errors ("Permissions Violation for Publish to …") are kept, and
+/// whose disconnections are counted.
 pub(crate) struct Watched {
     pub(crate) client: Client,
     errors: mpsc::UnboundedReceiver<String>,
+    disconnects: Arc<AtomicUsize>,
 }
 
 impl Watched {
     /// Connects with `config`, its event callback replaced by a collector of server errors.
     pub(crate) async fn connect(url: &str, config: ConnectConfig) -> Watched {
         let (tx, errors) = mpsc::unbounded_channel();
+        let disconnects = Arc::new(AtomicUsize::new(0));
+        let counted = disconnects.clone();
         let options = config
             .options()
             .await
             .expect("connect options")
             .event_callback(move |event| {
                 let tx = tx.clone();
+                let counted = counted.clone();
                 async move {
-                    if let Event::ServerError(e) = event {
-                        let _ = tx.send(e.to_string());
+                    match event {
+                        Event::ServerError(e) => drop(tx.send(e.to_string())),
+                        Event::Disconnected => drop(counted.fetch_add(1, Ordering::SeqCst)),
+                        _ => {}
                     }
                 }
             });
         let client = options.connect(url).await.expect("connecting");
-        Watched { client, errors }
+        Watched {
+            client,
+            errors,
+            disconnects,
+        }
+    }
+
+    /// How many times the server dropped this connection so far (a round trip first, so a
+    /// drop the server made before it has been seen).
+    pub(crate) async fn disconnects(&self) -> usize {
+        agent_sdk::Mesh::new(self.client.clone())
+            .roundtrip()
+            .await
+            .expect("a round trip through the own inbox");
+        self.disconnects.load(Ordering::SeqCst)
     }
 
     /// Waits for the server to refuse `what` (`Publish` or `Subscription`) on `subject`

@@ -55,6 +55,10 @@ pub(in crate::shell) async fn serve(
             tracing::debug!(workflow = %workflow.name, "ignoring a non-cancel on the cancel subject");
             continue;
         };
+        if let Err(e) = identity::check_headers(msg.headers.as_ref()) {
+            tracing::warn!(workflow = %workflow.name, "ignoring a cancel: {e}");
+            continue;
+        }
         let shared = shared.clone();
         let workflow = workflow.clone();
         tokio::spawn(async move {

@@ -28,7 +28,7 @@ use messages::a2a::{Message, Part, TaskState};
 use messages::control::{WorkflowRetry, WorkflowRunControl};
 use messages::jsonrpc::{codes, ErrorObject, Method, Request};
 use messages::workflow::{Decision, WorkflowApprovalDecision, WorkflowNodeRequest, PIN_VERSION};
-use messages::{call_proof, headers, msg_id, subjects};
+use messages::{call_proof, headers, inbound, msg_id, subjects};
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
@@ -108,33 +108,33 @@ pub(in crate::shell) async fn serve(
 }
 
 /// Checks every subject a request asks to be answered on (see
-/// [`subjects::check_reply`]): the first refused, and where the refusal may be answered
-/// (the request's NATS reply, when that one is allowed).
+/// [`subjects::AnswerTo::screen`]) and the mesh headers it carries (see
+/// [`inbound::check_value`]): the first refusal, and where it may be answered (the
+/// request's NATS reply, when that one is allowed).
 fn screen(
     ns: &str,
     msg: &async_nats::Message,
-) -> std::result::Result<(), (subjects::ReplySubjectError, Option<String>)> {
-    let nats_reply = msg.reply.as_ref().map(|r| r.to_string());
-    let asked = [
-        nats_reply.clone(),
-        header(msg.headers.as_ref(), headers::REPLY_TO),
-        header(msg.headers.as_ref(), headers::STATUS_TO),
-    ];
-    let Some(refusal) = asked
-        .iter()
-        .flatten()
-        .find_map(|s| subjects::check_reply(ns, s).err())
-    else {
-        return Ok(());
+) -> std::result::Result<(), (String, Option<String>)> {
+    let reply_to = header(msg.headers.as_ref(), headers::REPLY_TO);
+    let status_to = header(msg.headers.as_ref(), headers::STATUS_TO);
+    let asked = subjects::AnswerTo {
+        nats_reply: msg.reply.as_deref(),
+        reply_to: reply_to.as_deref(),
+        status_to: status_to.as_deref(),
     };
-    let answer_to = nats_reply.filter(|r| subjects::check_reply(ns, r).is_ok());
-    Err((refusal, answer_to))
+    asked
+        .screen(ns)
+        .map_err(|(refusal, to)| (refusal.to_string(), to.map(str::to_owned)))?;
+    identity::check_headers(msg.headers.as_ref()).map_err(|refusal| {
+        let to = msg.reply.as_ref().map(|r| r.to_string());
+        (refusal.to_string(), to)
+    })
 }
 
-/// The JSON-RPC error answering a request whose reply or status subject is refused.
-fn refused(msg: &async_nats::Message, refusal: &subjects::ReplySubjectError) -> Vec<u8> {
+/// The JSON-RPC error answering a request refused before it is read.
+fn refused(msg: &async_nats::Message, refusal: &str) -> Vec<u8> {
     let id = Request::from_slice(&msg.payload).ok().map(|r| r.id);
-    let e = ErrorObject::new(codes::INVALID_PARAMS, refusal.to_string());
+    let e = ErrorObject::new(codes::INVALID_PARAMS, refusal);
     wire::error_response(id, e)
 }
 
@@ -437,7 +437,8 @@ async fn start(
         request_id: id.clone(),
         context_id: message.context_id.clone(),
         call_depth: depth,
-        traceparent: header(h, headers::TRACEPARENT),
+        traceparent: header(h, headers::TRACEPARENT)
+            .filter(|tp| inbound::traceparent(tp).is_some()),
         workflow_caller,
         sub_task_id: workflow_caller.then(|| task_key.clone()),
         attached: false,

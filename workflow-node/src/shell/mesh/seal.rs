@@ -82,6 +82,7 @@ impl Seal {
         js: &jetstream::Context,
         ns: &str,
         replicas: usize,
+        max_bytes: u64,
     ) -> Result<Seal> {
         let bucket = names::secrets_bucket(ns);
         let setup = |e: async_nats::Error| Error::Setup {
@@ -95,6 +96,7 @@ impl Seal {
                     bucket: bucket.clone(),
                     history: 1,
                     num_replicas: replicas,
+                    max_bytes: crate::shell::mesh::setup::bytes_limit(max_bytes),
                     ..Default::default()
                 })
                 .await

@@ -13,6 +13,7 @@ use crate::core::ExecutionId;
 use crate::shell::context::Shared;
 use crate::shell::error::{Context, Error, Result};
 use crate::shell::mesh::seal;
+use crate::shell::mesh::setup as mesh_setup;
 use crate::shell::run::envelope::Envelope;
 use crate::shell::run::names;
 
@@ -113,10 +114,17 @@ pub(in crate::shell) async fn consumer(
             duplicate_window: Duration::from_secs(120).min(shared.config.retention),
             // An event is acked within moments; one left this long belongs to nothing.
             max_age: shared.config.retention,
+            // Full, a new event is refused, and its sender told: none stored is dropped.
+            max_bytes: mesh_setup::bytes_limit(shared.config.store_limits.events),
+            discard: stream::DiscardPolicy::New,
             ..Default::default()
         })
         .await
         .map_err(|e| setup(format!("stream {name}"))(e.into()))?;
+    let mut stream = stream;
+    mesh_setup::limit_stream(&shared.js, &mut stream, shared.config.store_limits.events)
+        .await
+        .map_err(|e| setup(format!("stream {name}"))(e))?;
     let consumer = stream
         .get_or_create_consumer(
             names::CONSUMER,

@@ -187,7 +187,7 @@ mod tests {
         let server = test_harness::nats();
         let client = async_nats::connect(server.url()).await.unwrap();
         let js = async_nats::jetstream::new(client.clone());
-        let bucket = crate::shell::mesh::setup::kv_bucket(&js, "claims", 1)
+        let bucket = crate::shell::mesh::setup::kv_bucket(&js, "claims", 1, 1 << 20)
             .await
             .unwrap();
         Bench {
