@@ -49,6 +49,8 @@ pub(crate) struct Shared {
     pub(in crate::shell) versions: versions::Versions,
     /// The deployment's secret: call tokens and event MACs.
     pub(in crate::shell) seal: seal::Seal,
+    /// The signs of life this replica heard from calls in flight (see `run::check`).
+    pub(in crate::shell) signs: crate::shell::worker::signs::SignsOfLife,
 }
 
 /// The wall clock, in the core's unit.

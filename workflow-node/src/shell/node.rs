@@ -14,6 +14,7 @@ use crate::definition::Workflow;
 use crate::shell::callers::{cancels, identity, requests, statuses};
 use crate::shell::config::Config;
 use crate::shell::context::Shared;
+use crate::shell::worker::signs::SignsOfLife;
 use crate::shell::error::{Context, Error, Result};
 use crate::shell::mesh::artifacts::Artifacts;
 use crate::shell::mesh::registry::{self, CARD_EXPIRY_INTERVALS};
@@ -110,7 +111,9 @@ impl WorkflowNode {
             config.retention,
             config.max_artifact_bytes,
         );
+        let signs = SignsOfLife::new(config.call_check);
         let shared = Arc::new(Shared {
+            signs,
             client,
             js,
             ns,
