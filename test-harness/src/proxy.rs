@@ -31,12 +31,36 @@ pub enum Fault {
 }
 
 /// A proxy in front of one upstream address; stops when dropped (its connections too).
+/// Faults are set per direction: *up* is what the client sends to the server, *down* what
+/// the server sends to the client.
 pub struct Proxy {
     addr: SocketAddr,
-    fault: watch::Sender<Fault>,
+    up: watch::Sender<Fault>,
+    down: watch::Sender<Fault>,
     cuts: watch::Sender<u64>,
-    swallowed: Arc<watch::Sender<u64>>,
+    swallowed: Arc<watch::Sender<Swallowed>>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// What the black hole took: how many bytes, and the last [`KEPT`] of them.
+#[derive(Debug, Default)]
+struct Swallowed {
+    bytes: u64,
+    tail: Vec<u8>,
+}
+
+/// How many swallowed bytes are kept for [`Proxy::until_swallowed`].
+const KEPT: usize = 1 << 20;
+
+impl Swallowed {
+    fn add(&mut self, chunk: &[u8]) {
+        self.bytes += u64::try_from(chunk.len()).unwrap_or(u64::MAX);
+        self.tail.extend_from_slice(chunk);
+        if self.tail.len() > KEPT {
+            let extra = self.tail.len() - KEPT;
+            self.tail.drain(..extra);
+        }
+    }
 }
 
 impl Proxy {
@@ -44,18 +68,21 @@ impl Proxy {
     pub async fn start(upstream: SocketAddr) -> std::io::Result<Proxy> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let (fault, fault_rx) = watch::channel(Fault::Pass);
+        let (up, up_rx) = watch::channel(Fault::Pass);
+        let (down, down_rx) = watch::channel(Fault::Pass);
         let (cuts, cuts_rx) = watch::channel(0u64);
-        let swallowed = Arc::new(watch::Sender::new(0u64));
+        let swallowed = Arc::new(watch::Sender::new(Swallowed::default()));
         let wires = Wires {
-            fault: fault_rx,
+            up: up_rx,
+            down: down_rx,
             cuts: cuts_rx,
             swallowed: swallowed.clone(),
         };
         let task = tokio::spawn(accept(listener, upstream, wires));
         Ok(Proxy {
             addr,
-            fault,
+            up,
+            down,
             cuts,
             swallowed,
             task,
@@ -81,24 +108,44 @@ impl Proxy {
         format!("nats://{}", self.addr)
     }
 
-    /// Applies `fault` from now on, to live connections and new ones. `Refuse` also resets
-    /// the live ones.
+    /// Applies `fault` both ways from now on, to live connections and new ones. `Refuse`
+    /// also resets the live ones.
     pub fn set(&self, fault: Fault) {
-        self.fault.send_replace(fault);
+        self.down.send_replace(fault);
+        self.set_up(fault);
+    }
+
+    /// Applies `fault` to what clients send (the server does not get it) from now on.
+    /// `Refuse` refuses both ways.
+    pub fn set_up(&self, fault: Fault) {
+        self.up.send_replace(fault);
         if fault == Fault::Refuse {
+            self.down.send_replace(fault);
             self.cut();
         }
     }
 
-    /// The fault in force.
-    pub fn fault(&self) -> Fault {
-        *self.fault.borrow()
+    /// Applies `fault` to what the server sends (clients do not get it) from now on.
+    /// `Refuse` refuses both ways.
+    pub fn set_down(&self, fault: Fault) {
+        self.down.send_replace(fault);
+        if fault == Fault::Refuse {
+            self.set_up(fault);
+        }
     }
 
     /// Waits until the black hole has swallowed at least `bytes` bytes in all.
     pub async fn swallowed(&self, bytes: u64) {
         let mut rx = self.swallowed.subscribe();
-        let _ = rx.wait_for(|n| *n >= bytes).await;
+        let _ = rx.wait_for(|s| s.bytes >= bytes).await;
+    }
+
+    /// Waits until the black hole has swallowed `needle` (among the last MiB it took):
+    /// a given message is known lost.
+    pub async fn until_swallowed(&self, needle: &[u8]) {
+        let mut rx = self.swallowed.subscribe();
+        let found = |s: &Swallowed| s.tail.windows(needle.len().max(1)).any(|w| w == needle);
+        let _ = rx.wait_for(found).await;
     }
 
     /// Resets every live connection (both ends get an RST); new ones go through as the
@@ -118,9 +165,10 @@ impl Drop for Proxy {
 /// What every connection of a proxy watches.
 #[derive(Clone)]
 struct Wires {
-    fault: watch::Receiver<Fault>,
+    up: watch::Receiver<Fault>,
+    down: watch::Receiver<Fault>,
     cuts: watch::Receiver<u64>,
-    swallowed: Arc<watch::Sender<u64>>,
+    swallowed: Arc<watch::Sender<Swallowed>>,
 }
 
 async fn accept(listener: TcpListener, upstream: SocketAddr, wires: Wires) {
@@ -128,7 +176,7 @@ async fn accept(listener: TcpListener, upstream: SocketAddr, wires: Wires) {
         let Ok((client, _)) = listener.accept().await else {
             continue;
         };
-        if *wires.fault.borrow() == Fault::Refuse {
+        if *wires.up.borrow() == Fault::Refuse {
             reset(client);
             continue;
         }
@@ -143,8 +191,8 @@ async fn accept(listener: TcpListener, upstream: SocketAddr, wires: Wires) {
             let _ = server.set_nodelay(true);
             let (cr, cw) = client.into_split();
             let (sr, sw) = server.into_split();
-            let up = pump(cr, sw, wires.clone());
-            let down = pump(sr, cw, wires.clone());
+            let up = pump(cr, sw, wires.up.clone(), wires.swallowed.clone());
+            let down = pump(sr, cw, wires.down.clone(), wires.swallowed.clone());
             // A cut drops both pumps, and with them the sockets, which `pump` set to
             // linger 0: both ends get an RST.
             tokio::select! {
@@ -159,7 +207,8 @@ async fn accept(listener: TcpListener, upstream: SocketAddr, wires: Wires) {
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    wires: Wires,
+    fault: watch::Receiver<Fault>,
+    swallowed: Arc<watch::Sender<Swallowed>>,
 ) -> std::io::Result<()> {
     linger_zero(from.as_ref());
     let mut buf = vec![0u8; 64 * 1024];
@@ -169,17 +218,14 @@ async fn pump(
             to.shutdown().await?;
             return Ok(());
         }
-        let current = *wires.fault.borrow();
+        let current = *fault.borrow();
         match current {
             Fault::Pass => to.write_all(&buf[..n]).await?,
             Fault::Delay(d) => {
                 tokio::time::sleep(d).await;
                 to.write_all(&buf[..n]).await?;
             }
-            Fault::BlackHole => {
-                let n = u64::try_from(n).unwrap_or(u64::MAX);
-                wires.swallowed.send_modify(|total| *total += n);
-            }
+            Fault::BlackHole => swallowed.send_modify(|s| s.add(&buf[..n])),
             Fault::Refuse => return Ok(()),
         }
     }
@@ -239,6 +285,13 @@ mod tests {
         proxy.set(Fault::Pass);
         // What the black hole took is gone; what follows goes through.
         assert_eq!(roundtrip(&mut s, b"next").await.unwrap(), b"next");
+
+        // Only the answers swallowed: the server got the request.
+        proxy.set_down(Fault::BlackHole);
+        s.write_all(b"half").await.unwrap();
+        proxy.until_swallowed(b"half").await;
+        proxy.set_down(Fault::Pass);
+        assert_eq!(roundtrip(&mut s, b"more").await.unwrap(), b"more");
 
         proxy.cut();
         let mut buf = [0u8; 4];

@@ -9,6 +9,7 @@ mod support;
 
 mod cluster;
 mod kill;
+mod lost_calls;
 mod sigterm;
 mod timeouts;
 mod upgrade_processes;

@@ -58,9 +58,15 @@ pub(crate) struct Replica {
 impl Spawner {
     /// Starts replica `id` connected to `url` (one URL or a comma-separated list).
     pub(crate) fn spawn(&self, id: usize, url: &str) -> Replica {
+        self.spawn_with(id, url, &[])
+    }
+
+    /// Starts replica `id` connected to `url`, with `extra` arguments to `serve`.
+    pub(crate) fn spawn_with(&self, id: usize, url: &str, extra: &[&str]) -> Replica {
         let mut child = Command::new(env!("CARGO_BIN_EXE_workflow-node"))
             .arg("serve")
             .arg(&self.workflow_file)
+            .args(extra)
             .args(["--nats-url", url])
             .args(["--ack-wait", &self.ack_wait.to_string()])
             .args(["--replicas", &self.stream_replicas.to_string()])
