@@ -36,3 +36,13 @@ pub fn nats_with(options: Options) -> NatsServer {
 pub fn cluster() -> Cluster {
     Cluster::start(3).unwrap_or_else(|e| panic!("starting a 3-node nats cluster: {e}"))
 }
+
+/// Asks the JetStream leader of `stream` to step down, so that another server leads it
+/// (a KV bucket `B` is the stream `KV_B`): what a server's restart or a rebalancing does to
+/// writers mid-flight. Returns the API's answer (an error object when the stream has no
+/// other peer, or is not clustered).
+pub async fn step_down(client: &async_nats::Client, stream: &str) -> anyhow::Result<serde_json::Value> {
+    let subject = format!("$JS.API.STREAM.LEADER.STEPDOWN.{stream}");
+    let reply = client.request(subject, "".into()).await?;
+    Ok(serde_json::from_slice(&reply.payload)?)
+}

@@ -8,6 +8,7 @@
 mod support;
 
 mod cluster;
+mod faults;
 mod kill;
 mod lost_calls;
 mod sigterm;

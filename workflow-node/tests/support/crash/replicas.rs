@@ -124,6 +124,28 @@ impl Replica {
         let _ = self.child.wait();
     }
 
+    /// Freezes it (SIGSTOP): it holds its events, claims and cached records, and answers
+    /// nothing, until [`Replica::resume`].
+    pub(crate) fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Wakes it up (SIGCONT), with whatever it held when frozen.
+    pub(crate) fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, which: &str) {
+        let status = Command::new("kill")
+            .args([which, &self.pid().to_string()])
+            .status();
+        assert!(
+            status.is_ok_and(|s| s.success()),
+            "kill {which} {} failed",
+            self.pid()
+        );
+    }
+
     /// Sends SIGTERM (a polite shutdown: it drains and exits).
     pub(crate) fn terminate(&self) {
         let status = Command::new("kill")
