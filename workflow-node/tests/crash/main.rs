@@ -12,5 +12,6 @@ mod faults;
 mod kill;
 mod lost_calls;
 mod sigterm;
+mod soak;
 mod timeouts;
 mod upgrade_processes;
