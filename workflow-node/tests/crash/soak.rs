@@ -33,7 +33,8 @@ use crate::support::crash::{
 const ROUND: usize = 30;
 /// How long a fault that holds (a pause, a black hole, a partition, a server down) lasts.
 const HOLD: Duration = Duration::from_secs(3);
-/// Between two faults: a random time in this range (load, not synchronisation).
+/// Between two faults: a random time in this range (load, not synchronisation). Two
+/// minutes see about twenty faults: every kind at least once.
 const BETWEEN_MS: (u64, u64) = (2_000, 6_000);
 
 /// The fault kinds drawn.
@@ -211,13 +212,21 @@ async fn the_soak_ends_every_run_right_under_random_faults() {
         tokio::spawn(async move {
             let mut rng = Rng::from_clock();
             eprintln!("fault seed: {}", rng.seed());
+            // Kinds are dealt from a shuffled deck: each comes once in every ten faults.
+            let mut deck: Vec<&str> = Vec::new();
             loop {
                 let wait = Duration::from_millis(rng.range(BETWEEN_MS.0, BETWEEN_MS.1));
                 tokio::select! {
                     _ = stop.wait_for(|s| *s) => return,
                     _ = tokio::time::sleep(wait) => {}
                 }
-                let kind = KINDS[rng.range(0, KINDS.len() as u64) as usize];
+                if deck.is_empty() {
+                    deck = KINDS.to_vec();
+                    for i in (1..deck.len()).rev() {
+                        deck.swap(i, rng.range(0, i as u64 + 1) as usize);
+                    }
+                }
+                let kind = deck.pop().expect("dealt above");
                 let victim = rng.range(0, 3) as usize;
                 targets.lock().await.apply(kind, victim, &urls).await;
                 *counts.lock().unwrap_or_else(|e| e.into_inner()).entry(kind).or_default() += 1;
