@@ -271,6 +271,9 @@ async fn the_soak_ends_every_run_right_under_random_faults() {
     injector.await.expect("injector");
     problems.extend(check_no_call_after_end(&client, &calls).await);
     let counts = counts.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if counts.values().sum::<usize>() >= KINDS.len() && counts.len() < KINDS.len() {
+        problems.push(format!("a full deck of faults was dealt, yet only {counts:?} came"));
+    }
     eprintln!("soak: {right}/{started} runs right in {:.0} s; faults {counts:?}", begin.elapsed().as_secs_f64());
     let mut targets = targets.lock().await;
     for r in &mut targets.replicas {
