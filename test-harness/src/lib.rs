@@ -41,7 +41,10 @@ pub fn cluster() -> Cluster {
 /// (a KV bucket `B` is the stream `KV_B`): what a server's restart or a rebalancing does to
 /// writers mid-flight. Returns the API's answer (an error object when the stream has no
 /// other peer, or is not clustered).
-pub async fn step_down(client: &async_nats::Client, stream: &str) -> anyhow::Result<serde_json::Value> {
+pub async fn step_down(
+    client: &async_nats::Client,
+    stream: &str,
+) -> anyhow::Result<serde_json::Value> {
     let subject = format!("$JS.API.STREAM.LEADER.STEPDOWN.{stream}");
     let reply = client.request(subject, "".into()).await?;
     Ok(serde_json::from_slice(&reply.payload)?)

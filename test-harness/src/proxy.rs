@@ -92,9 +92,15 @@ impl Proxy {
     /// Starts a proxy in front of a `nats://host:port` URL.
     pub async fn for_url(url: &str) -> std::io::Result<Proxy> {
         let hostport = url.trim_start_matches("nats://");
-        let upstream = tokio::net::lookup_host(hostport).await?.next().ok_or_else(|| {
-            std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("no address: {url}"))
-        })?;
+        let upstream = tokio::net::lookup_host(hostport)
+            .await?
+            .next()
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("no address: {url}"),
+                )
+            })?;
         Proxy::start(upstream).await
     }
 

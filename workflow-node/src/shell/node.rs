@@ -14,7 +14,6 @@ use crate::definition::Workflow;
 use crate::shell::callers::{cancels, identity, requests, statuses};
 use crate::shell::config::Config;
 use crate::shell::context::Shared;
-use crate::shell::worker::signs::SignsOfLife;
 use crate::shell::error::{Context, Error, Result};
 use crate::shell::mesh::artifacts::Artifacts;
 use crate::shell::mesh::registry::{self, CARD_EXPIRY_INTERVALS};
@@ -26,6 +25,7 @@ use crate::shell::store::history;
 use crate::shell::store::versions;
 use crate::shell::telemetry::health::Health;
 use crate::shell::telemetry::metrics::{self, scrape};
+use crate::shell::worker::signs::SignsOfLife;
 use crate::shell::worker::{driver, wakes};
 
 /// The default name of a replica: the host's name and the process id.

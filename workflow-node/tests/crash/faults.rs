@@ -18,8 +18,8 @@ use test_harness::proxy::{Fault, Proxy};
 use workflow_node::shell::run::names;
 
 use crate::support;
-use crate::support::crash::load::{drive, Plan};
 use crate::support::crash::invariants::{check_no_call_after_end, rss_kb, spy_calls};
+use crate::support::crash::load::{drive, Plan};
 use crate::support::crash::replicas::{write_file, Logs, Replica, Spawner};
 use crate::support::crash::{
     assert_clean, check_records, check_replies, report, stubs, NAME, RUN_DEADLINE, WORKFLOW,
@@ -140,7 +140,9 @@ async fn runs_end_right_under_every_fault_kind_once() {
                     let c = client_for(&urls[2]).await;
                     for bucket in [names::runs_bucket("mesh"), names::wakes_bucket("mesh")] {
                         let stream = format!("KV_{bucket}");
-                        let answer = test_harness::step_down(&c, &stream).await.expect("step down");
+                        let answer = test_harness::step_down(&c, &stream)
+                            .await
+                            .expect("step down");
                         eprintln!("step down {stream}: {answer}");
                     }
                 }
@@ -152,7 +154,10 @@ async fn runs_end_right_under_every_fault_kind_once() {
                     fresh = Some((stubs(&c, dir.path()).await, c, dir));
                 }
             }
-            eprintln!("fault {kind:?} on replica {victim} after {} runs", *progress.borrow());
+            eprintln!(
+                "fault {kind:?} on replica {victim} after {} runs",
+                *progress.borrow()
+            );
             applied.push(*kind);
         }
         (applied, replicas, fresh)

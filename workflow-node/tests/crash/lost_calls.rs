@@ -90,18 +90,24 @@ async fn assert_recovered(
         .await
         .unwrap_or_else(|_| panic!("no final reply in 90 s; logs:\n{}", logs.tail()))
         .expect("the caller's task");
-    assert_eq!(result.status, "success", "{result:?}\nlogs:\n{}", logs.tail());
+    assert_eq!(
+        result.status,
+        "success",
+        "{result:?}\nlogs:\n{}",
+        logs.tail()
+    );
     assert_eq!(result.output, Some(json!({"n": 7})));
     let inspector = workflow_node::shell::Inspector::open(client.clone(), "mesh")
         .await
         .expect("inspector");
     let execution = names::execution_id("Lost", task);
-    let history = inspector.history("Lost", &execution).await.expect("history");
-    let checked = history.iter().any(|e| {
-        e.detail
-            .as_deref()
-            .is_some_and(|d| d.contains("check-"))
-    });
+    let history = inspector
+        .history("Lost", &execution)
+        .await
+        .expect("history");
+    let checked = history
+        .iter()
+        .any(|e| e.detail.as_deref().is_some_and(|d| d.contains("check-")));
     assert!(checked, "no liveness check in the history: {history:#?}");
 }
 

@@ -28,7 +28,6 @@ use crate::support::crash::{
     assert_clean, check_records_of, check_replies_of, stubs, NAME, RUN_DEADLINE, WORKFLOW,
 };
 
-
 /// Runs per round.
 const ROUND: usize = 30;
 /// How long a fault that holds (a pause, a black hole, a partition, a server down) lasts.
@@ -63,9 +62,14 @@ struct Targets {
 }
 
 impl Targets {
-    async fn agents(url: &str, dir: &std::path::Path) -> (Proxy, async_nats::Client, Vec<agent_sdk::AgentHandle>) {
+    async fn agents(
+        url: &str,
+        dir: &std::path::Path,
+    ) -> (Proxy, async_nats::Client, Vec<agent_sdk::AgentHandle>) {
         let proxy = Proxy::for_url(url).await.expect("proxy");
-        let client = async_nats::connect(proxy.url()).await.expect("agents connect");
+        let client = async_nats::connect(proxy.url())
+            .await
+            .expect("agents connect");
         let handles = stubs(&client, dir).await;
         (proxy, client, handles)
     }
@@ -107,7 +111,9 @@ impl Targets {
                         format!("KV_{}", names::wakes_bucket("mesh")),
                     ],
                 };
-                let client = async_nats::connect(urls[0].as_str()).await.expect("connect");
+                let client = async_nats::connect(urls[0].as_str())
+                    .await
+                    .expect("connect");
                 for stream in streams {
                     if let Err(e) = test_harness::step_down(&client, &stream).await {
                         eprintln!("step down {stream}: {e}");
@@ -154,7 +160,11 @@ impl Targets {
         }
         if let Some(cluster) = &self.cluster {
             for i in 0..cluster.len() {
-                let mib = cluster.node(i).pid().and_then(rss_kb).map_or(0, |kb| kb / 1024);
+                let mib = cluster
+                    .node(i)
+                    .pid()
+                    .and_then(rss_kb)
+                    .map_or(0, |kb| kb / 1024);
                 parts.push(format!("n{i} {mib}"));
             }
         }
@@ -174,7 +184,9 @@ async fn the_soak_ends_every_run_right_under_random_faults() {
         .expect("cluster");
     let urls = cluster.urls();
     let dir = tempfile::tempdir().expect("tempdir");
-    let client = async_nats::connect(urls[0].as_str()).await.expect("connect");
+    let client = async_nats::connect(urls[0].as_str())
+        .await
+        .expect("connect");
     let calls = spy_calls(&client).await;
     let logs = Logs::default();
     let workflow = WORKFLOW.replace("default_node_timeout_seconds: 8\n", "");
@@ -229,7 +241,11 @@ async fn the_soak_ends_every_run_right_under_random_faults() {
                 let kind = deck.pop().expect("dealt above");
                 let victim = rng.range(0, 3) as usize;
                 targets.lock().await.apply(kind, victim, &urls).await;
-                *counts.lock().unwrap_or_else(|e| e.into_inner()).entry(kind).or_default() += 1;
+                *counts
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(kind)
+                    .or_default() += 1;
             }
         })
     };
@@ -272,9 +288,14 @@ async fn the_soak_ends_every_run_right_under_random_faults() {
     problems.extend(check_no_call_after_end(&client, &calls).await);
     let counts = counts.lock().unwrap_or_else(|e| e.into_inner()).clone();
     if counts.values().sum::<usize>() >= KINDS.len() && counts.len() < KINDS.len() {
-        problems.push(format!("a full deck of faults was dealt, yet only {counts:?} came"));
+        problems.push(format!(
+            "a full deck of faults was dealt, yet only {counts:?} came"
+        ));
     }
-    eprintln!("soak: {right}/{started} runs right in {:.0} s; faults {counts:?}", begin.elapsed().as_secs_f64());
+    eprintln!(
+        "soak: {right}/{started} runs right in {:.0} s; faults {counts:?}",
+        begin.elapsed().as_secs_f64()
+    );
     let mut targets = targets.lock().await;
     for r in &mut targets.replicas {
         r.kill();

@@ -163,7 +163,9 @@ workflow:
 
     fn started(wf: &Workflow) -> (Execution, Vec<Command>) {
         let mut state = Execution::new(ExecutionId("e".into()), "W");
-        let event = Event::Started { input: json!({"x": 1}) };
+        let event = Event::Started {
+            input: json!({"x": 1}),
+        };
         let out = core::apply(wf, &mut state, event, Millis(1_000));
         (state, out)
     }
@@ -181,12 +183,29 @@ workflow:
             window: WINDOW,
             heard: &|_| false,
         };
-        let early = fire(&wf, &mut state, &mut checks, Millis(5_999), Millis(5_999), heard_nothing);
+        let early = fire(
+            &wf,
+            &mut state,
+            &mut checks,
+            Millis(5_999),
+            Millis(5_999),
+            heard_nothing,
+        );
         assert!(early.0.is_empty(), "nothing is due before its window ends");
-        let (copies, checked) =
-            fire(&wf, &mut state, &mut checks, Millis(6_000), Millis(6_000), heard_nothing);
+        let (copies, checked) = fire(
+            &wf,
+            &mut state,
+            &mut checks,
+            Millis(6_000),
+            Millis(6_000),
+            heard_nothing,
+        );
         let first = out.iter().find(|c| matches!(c, Command::Dispatch(_)));
-        assert_eq!(copies.first(), first, "the same request, the same sub-task id");
+        assert_eq!(
+            copies.first(),
+            first,
+            "the same request, the same sub-task id"
+        );
         assert_eq!(checked.len(), 1);
         assert_eq!(earliest(&checks), Some(Millis(11_000)));
     }
@@ -201,7 +220,14 @@ workflow:
             window: WINDOW,
             heard: &|_| true,
         };
-        let (copies, _) = fire(&wf, &mut state, &mut checks, Millis(6_000), Millis(6_000), heard);
+        let (copies, _) = fire(
+            &wf,
+            &mut state,
+            &mut checks,
+            Millis(6_000),
+            Millis(6_000),
+            heard,
+        );
         assert!(copies.is_empty());
         assert_eq!(earliest(&checks), Some(Millis(11_000)), "still checked");
         let Some(Command::Dispatch(d)) = out.iter().find(|c| matches!(c, Command::Dispatch(_)))

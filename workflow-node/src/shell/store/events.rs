@@ -159,9 +159,14 @@ mod tests {
 
     #[test]
     fn a_copy_being_stored_elsewhere_passes_and_other_refusals_do_not() {
-        assert!(passes(&api_error(10158, "duplicate message id is in process")));
+        assert!(passes(&api_error(
+            10158,
+            "duplicate message id is in process"
+        )));
         assert!(!passes(&api_error(10077, "maximum messages exceeded")));
         assert!(passes(&PublishError::new(PublishErrorKind::TimedOut)));
-        assert!(!passes(&PublishError::new(PublishErrorKind::MaxPayloadExceeded)));
+        assert!(!passes(&PublishError::new(
+            PublishErrorKind::MaxPayloadExceeded
+        )));
     }
 }

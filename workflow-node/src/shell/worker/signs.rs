@@ -39,7 +39,10 @@ impl SignsOfLife {
         if heard.len() >= MAX_HEARD {
             heard.retain(|_, at| now.duration_since(*at) < window);
             if heard.len() >= MAX_HEARD {
-                let oldest = heard.iter().min_by_key(|(_, at)| **at).map(|(k, _)| k.clone());
+                let oldest = heard
+                    .iter()
+                    .min_by_key(|(_, at)| **at)
+                    .map(|(k, _)| k.clone());
                 if let Some(k) = oldest {
                     heard.remove(&k);
                 }

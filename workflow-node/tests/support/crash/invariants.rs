@@ -54,7 +54,10 @@ pub(crate) async fn spy_calls(client: &async_nats::Client) -> LastCalls {
 }
 
 /// Runs whose calls went out after they ended (beyond the allowance).
-pub(crate) async fn check_no_call_after_end(client: &async_nats::Client, calls: &LastCalls) -> Vec<String> {
+pub(crate) async fn check_no_call_after_end(
+    client: &async_nats::Client,
+    calls: &LastCalls,
+) -> Vec<String> {
     let js = async_nats::jetstream::new(client.clone());
     let kv = js
         .get_key_value(names::runs_bucket("mesh"))
@@ -93,4 +96,3 @@ pub(crate) fn rss_kb(pid: u32) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
-

@@ -231,9 +231,7 @@ pub(crate) async fn drive(
         }
     }
     approver.abort();
-    let missing = ids
-        .filter(|i| !replies.contains_key(i))
-        .collect();
+    let missing = ids.filter(|i| !replies.contains_key(i)).collect();
     let mut longest_stall = Vec::new();
     let mut durations = Vec::new();
     for run in runs.values() {
