@@ -12,6 +12,7 @@ mod faults;
 mod kill;
 mod lost_calls;
 mod sigterm;
+mod skew;
 mod soak;
 mod timeouts;
 mod upgrade_processes;

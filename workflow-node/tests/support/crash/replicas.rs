@@ -63,7 +63,18 @@ impl Spawner {
 
     /// Starts replica `id` connected to `url`, with `extra` arguments to `serve`.
     pub(crate) fn spawn_with(&self, id: usize, url: &str, extra: &[&str]) -> Replica {
+        self.spawn_full(id, url, extra, &[])
+    }
+
+    /// Starts replica `id` connected to `url`, with `env` set in its environment (a
+    /// preloaded library that shifts its clock).
+    pub(crate) fn spawn_env(&self, id: usize, url: &str, env: &[(&str, &str)]) -> Replica {
+        self.spawn_full(id, url, &[], env)
+    }
+
+    fn spawn_full(&self, id: usize, url: &str, extra: &[&str], env: &[(&str, &str)]) -> Replica {
         let mut child = Command::new(env!("CARGO_BIN_EXE_workflow-node"))
+            .envs(env.iter().copied())
             .arg("serve")
             .arg(&self.workflow_file)
             .args(extra)
