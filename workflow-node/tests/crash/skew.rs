@@ -29,7 +29,7 @@ agents:
 const WORKFLOW: &str = r#"
 name: Delayed
 workflow:
-  description: two iterations 20 s apart
+  description: two iterations 90 s apart
   nodes:
     - {id: l, type: loop, node: step, condition: "{{_loop_iteration}} < 1", max_iterations: 3, delay: 90s}
     - {id: step, type: agent, agent_name: Echo, input: {i: "{{_loop_iteration}}"}}
