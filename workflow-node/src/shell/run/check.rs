@@ -66,18 +66,20 @@ impl std::fmt::Debug for Liveness<'_> {
 }
 
 /// Keeps `checks` in step with `state` after `commands` were applied at `now`: a check for
-/// every attempt dispatched, none for an attempt that no longer runs.
+/// every attempt dispatched, none for an attempt that no longer runs. Whether any changed.
 pub(in crate::shell) fn track(
     checks: &mut BTreeMap<TaskKey, CallCheck>,
     state: &Execution,
     commands: &[Command],
     now: Millis,
     window: Option<Duration>,
-) {
+) -> bool {
     let Some(window) = window else {
+        let had = !checks.is_empty();
         checks.clear();
-        return;
+        return had;
     };
+    let mut moved = false;
     for command in commands {
         if let Command::Dispatch(d) = command {
             let check = CallCheck {
@@ -85,9 +87,12 @@ pub(in crate::shell) fn track(
                 at: now.plus(window),
             };
             checks.insert(d.task.clone(), check);
+            moved = true;
         }
     }
+    let before = checks.len();
     checks.retain(|task, check| running(state, task, check.attempt));
+    moved || checks.len() != before
 }
 
 /// The earliest check's deadline.

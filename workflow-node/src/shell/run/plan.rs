@@ -514,9 +514,13 @@ fn apply(
     // learns of them. The copy is of the control state only (see `core::control`): it
     // costs nothing per byte of input, output or map item.
     let before = record.state.control();
-    let checks_before = record.checks.clone();
-    let (mut commands, fired, copies, checked) =
-        apply_events(workflow, &mut record, envelope, now, stamp.liveness);
+    let Applied {
+        mut commands,
+        fired,
+        copies,
+        checked,
+        checks_moved,
+    } = apply_events(workflow, &mut record, envelope, now, stamp.liveness);
     // What the metrics and spans see: for a wake, every timer it fired.
     let fired_events: Vec<Event> = match envelope.wake {
         Some(_) => fired
@@ -558,7 +562,7 @@ fn apply(
         && copies.is_empty()
         && wake.is_none()
         && record.state.control() == before
-        && record.checks == checks_before
+        && !checks_moved
     {
         if from_cache {
             return Ok(Plan::Reload);
@@ -650,9 +654,20 @@ fn apply(
     })))
 }
 
-/// What [`apply_events`] did: the core's commands, the timers a wake fired, the copies of
-/// silent calls to send again and the sub-task ids of the calls it checked.
-type Applied = (Vec<Command>, Vec<core::TimerId>, Vec<Command>, Vec<String>);
+/// What [`apply_events`] did.
+struct Applied {
+    /// The core's commands.
+    commands: Vec<Command>,
+    /// The timers a wake fired.
+    fired: Vec<core::TimerId>,
+    /// Copies of silent calls to send again.
+    copies: Vec<Command>,
+    /// The sub-task ids of the calls a wake checked.
+    checked: Vec<String>,
+    /// Whether the run's checks changed (armed, re-armed or dropped): the record must be
+    /// committed even without a command.
+    checks_moved: bool,
+}
 
 /// Applies the envelope's event to the run's state, keeping its pending timers and its
 /// calls' checks in step; for a wake, `TimerFired` for every pending timer due by it
@@ -672,8 +687,14 @@ fn apply_events(
         }
         wake::track(&mut record.timers, &commands);
         let window = liveness.window;
-        check::track(&mut record.checks, &record.state, &commands, now, window);
-        return (commands, Vec::new(), Vec::new(), Vec::new());
+        let checks_moved = check::track(&mut record.checks, &record.state, &commands, now, window);
+        return Applied {
+            commands,
+            fired: Vec::new(),
+            copies: Vec::new(),
+            checked: Vec::new(),
+            checks_moved,
+        };
     };
     // The replica that fired the wake found it due by its clock; the core tolerates that
     // much skew (and ignores a timer fired earlier than that).
@@ -690,10 +711,16 @@ fn apply_events(
         commands.extend(out);
     }
     let window = liveness.window;
-    check::track(&mut record.checks, &record.state, &commands, now, window);
+    let tracked = check::track(&mut record.checks, &record.state, &commands, now, window);
     let checks = &mut record.checks;
     let (copies, checked) = check::fire(workflow, &mut record.state, checks, cutoff, now, liveness);
-    (commands, due, copies, checked)
+    Applied {
+        commands,
+        fired: due,
+        copies,
+        checks_moved: tracked || !checked.is_empty(),
+        checked,
+    }
 }
 
 /// What happens to the keys beside an entry when its run ends.
