@@ -14,5 +14,6 @@ mod lost_calls;
 mod sigterm;
 mod skew;
 mod soak;
+mod store_full;
 mod timeouts;
 mod upgrade_processes;
