@@ -146,7 +146,13 @@ async fn exchange(
         let mut headers = headers.clone();
         if let Some(signer) = &request.signer {
             let now = std::time::SystemTime::now();
-            signer.sign_into(&mut headers, &request.subject, &request.body, now);
+            signer.sign_into(
+                &mut headers,
+                &request.subject,
+                Some(&reply_inbox),
+                &request.body,
+                now,
+            );
         }
         client
             .publish_with_reply_and_headers(

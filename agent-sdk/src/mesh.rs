@@ -592,7 +592,8 @@ impl Canceller {
             headers.insert(messages::headers::CALLER, caller.as_str());
         }
         if let Some(signer) = &self.signer {
-            signer.sign_into(&mut headers, subject, &body, std::time::SystemTime::now());
+            let now = std::time::SystemTime::now();
+            signer.sign_into(&mut headers, subject, None, &body, now);
         }
         let sent = self
             .client

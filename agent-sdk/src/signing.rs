@@ -1,21 +1,40 @@
 //! Proving who sends a request: an NKey user key (Ed25519, `U…` public, `SU…` seed) signs
 //! it, and the receiver checks the signature against the keys it trusts for the act.
 //!
-//! Three headers travel with a signed request (names in `messages::headers`):
-//! `Mesh-Signer` (the public key), `Mesh-Signed-At` (milliseconds since the Unix epoch) and
-//! `Mesh-Signature` (base64url without padding) over
-//! `mesh-sig-v1\n{subject}\n{signed_at}\n{hex sha256 of the payload}`. The subject binds
-//! the signature to the workflow asked, the digest to the exact request (the run, the
-//! node, the decision), the time to a window of [`MAX_SKEW`] either way. Within that
-//! window a captured request can be sent again; what it asks for (a decision, a cancel) is
-//! recorded once per run and node, so a replay changes nothing.
+//! Four headers travel with a signed request (names in `messages::headers`):
+//! `Mesh-Signer` (the public key), `Mesh-Signed-At` (milliseconds since the Unix epoch),
+//! `Mesh-Nonce` (at least 128 random bits, base64url without padding) and
+//! `Mesh-Signature` (base64url without padding) over the UTF-8 lines, joined by `\n` with
+//! none after the last,
+//!
+//! ```text
+//! mesh-sig-v2
+//! {subject}
+//! {NATS reply subject, or empty}
+//! {Mesh-Reply-To, or empty}
+//! {Mesh-Status-To, or empty}
+//! {Mesh-Caller, or empty}
+//! {Mesh-Signed-At}
+//! {Mesh-Nonce}
+//! {hex sha256 of the payload, lower case}
+//! ```
+//!
+//! (header values with surrounding whitespace removed). The subject binds the signature to
+//! the workflow asked, the reply and status subjects to where answers go, the caller name
+//! to the scope of its task ids, the digest to the exact request (the run, the node, the
+//! decision), the time to a window of [`MAX_SKEW`] either way. Sent again from another
+//! inbox or under another caller name, a request no longer verifies; sent again as it
+//! was, it carries a nonce the receiver has seen (a workflow node remembers them for the
+//! signature's whole validity) and is refused. The first form, `mesh-sig-v1`, bound
+//! none of this and is refused ([`SignatureError::Version1`]).
 //!
 //! ```
 //! # use std::time::SystemTime;
 //! use agent_sdk::signing::{verify, Allowed, Signer};
 //! let signer = Signer::generate();
-//! let headers = signer.sign("mesh.a2a.v1.agent.request.Gate", b"{}", SystemTime::now());
-//! let key = verify(Some(&headers), "mesh.a2a.v1.agent.request.Gate", b"{}",
+//! let subject = "mesh.a2a.v1.agent.request.Gate";
+//! let headers = signer.sign(subject, Some("_INBOX.me.1"), b"{}", SystemTime::now());
+//! let key = verify(Some(&headers), subject, Some("_INBOX.me.1"), b"{}",
 //!     SystemTime::now(), Allowed::Only(&[signer.public_key().to_string()])).unwrap();
 //! assert_eq!(key, signer.public_key());
 //! ```
@@ -27,13 +46,19 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::HeaderMap;
 use data_encoding::BASE64URL_NOPAD;
-use messages::headers::{SIGNATURE, SIGNED_AT, SIGNER};
+use messages::headers::{CALLER, NONCE, REPLY_TO, SIGNATURE, SIGNED_AT, SIGNER, STATUS_TO};
 use nkeys::{KeyPair, KeyPairType};
 use sha2::{Digest, Sha256};
 
 /// The first line of what is signed: a later scheme gets another, so a signature never
 /// verifies under the wrong one.
-pub const SIGNATURE_SCHEME: &str = "mesh-sig-v1";
+pub const SIGNATURE_SCHEME: &str = "mesh-sig-v2";
+
+/// The fewest bytes a nonce decodes to (128 bits).
+pub const MIN_NONCE_BYTES: usize = 16;
+
+/// The most bytes a nonce may decode to.
+const MAX_NONCE_BYTES: usize = 64;
 
 /// How far a signature's time may be from the receiver's clock, either way.
 pub const MAX_SKEW: Duration = Duration::from_secs(300);
@@ -120,6 +145,10 @@ pub enum SignatureError {
         /// The key the request names.
         key: String,
     },
+    /// Signed with the first scheme, `mesh-sig-v1` (no `Mesh-Nonce`), which binds neither
+    /// the reply and status subjects nor the caller name, and can be replayed.
+    #[error("the request is signed with mesh-sig-v1 (no {NONCE} header), which a replay can reuse with other reply subjects or caller names: it is refused; sign it with mesh-sig-v2")]
+    Version1,
     /// Signed too long ago.
     #[error("the signature is {} s old (at most {} s is accepted: sign the request again)", .age.as_secs(), MAX_SKEW.as_secs())]
     Stale {
@@ -206,38 +235,130 @@ impl Signer {
         &self.public
     }
 
-    /// The signature headers of a request with `payload` on `subject`, signed at `now`.
-    pub fn sign(&self, subject: &str, payload: &[u8], now: SystemTime) -> HeaderMap {
+    /// The signature headers of a request with `payload` on `subject`, answered on `reply`
+    /// (its NATS reply subject, if any) and carrying no other header the signature binds,
+    /// signed at `now`.
+    pub fn sign(
+        &self,
+        subject: &str,
+        reply: Option<&str>,
+        payload: &[u8],
+        now: SystemTime,
+    ) -> HeaderMap {
         let mut headers = HeaderMap::new();
-        self.sign_into(&mut headers, subject, payload, now);
+        self.sign_into(&mut headers, subject, reply, payload, now);
         headers
     }
 
-    /// Adds (replaces) the signature headers of a request with `payload` on `subject`,
-    /// signed at `now`, in `headers`.
+    /// Adds (replaces) the signature headers, with a fresh nonce, of a request with
+    /// `payload` on `subject`, answered on `reply` (its NATS reply subject, if any), signed
+    /// at `now`. `headers` must already hold the `Mesh-Reply-To`, `Mesh-Status-To` and
+    /// `Mesh-Caller` the request goes with: the signature binds them.
     pub fn sign_into(
         &self,
         headers: &mut HeaderMap,
         subject: &str,
+        reply: Option<&str>,
         payload: &[u8],
         now: SystemTime,
     ) {
         let at = millis(now);
+        let nonce = fresh_nonce();
+        let bytes = signed_bytes(&Signed {
+            subject,
+            reply: reply.unwrap_or_default().trim(),
+            reply_to: &value(Some(headers), REPLY_TO),
+            status_to: &value(Some(headers), STATUS_TO),
+            caller: &value(Some(headers), CALLER),
+            at,
+            nonce: &nonce,
+            payload,
+        });
         let signature = self
             .pair
-            .sign(&signed_bytes(subject, at, payload))
+            .sign(&bytes)
             .expect("a signer has a seed, so it signs");
         headers.insert(SIGNER, self.public.as_str());
         headers.insert(SIGNED_AT, at.to_string().as_str());
+        headers.insert(NONCE, nonce.as_str());
         headers.insert(SIGNATURE, BASE64URL_NOPAD.encode(&signature).as_str());
     }
+}
+
+/// Sends a request with `payload` on `subject` and `headers` (its `Mesh-Reply-To`,
+/// `Mesh-Status-To` and `Mesh-Caller` among them), signed by `signer` when given, and
+/// waits for the first answer (the client's request timeout, else 10 s). Unlike
+/// `Client::request`, the reply subject is chosen before signing, so the signature binds
+/// it. Errors are the client's request errors (`NoResponders`, `TimedOut`).
+pub async fn request(
+    client: &async_nats::Client,
+    subject: String,
+    mut headers: HeaderMap,
+    payload: bytes::Bytes,
+    signer: Option<&Signer>,
+) -> Result<async_nats::Message, async_nats::RequestError> {
+    use async_nats::{RequestError, RequestErrorKind, StatusCode};
+    use futures::StreamExt;
+    let inbox = client.new_inbox();
+    let mut answers = client
+        .subscribe(inbox.clone())
+        .await
+        .map_err(|e| RequestError::with_source(RequestErrorKind::Other, e))?;
+    if let Some(signer) = signer {
+        signer.sign_into(
+            &mut headers,
+            &subject,
+            Some(&inbox),
+            &payload,
+            SystemTime::now(),
+        );
+    }
+    client
+        .publish_with_reply_and_headers(subject, inbox, headers, payload)
+        .await
+        .map_err(|e| RequestError::with_source(RequestErrorKind::Other, e))?;
+    let wait = client.timeout().unwrap_or(Duration::from_secs(10));
+    match tokio::time::timeout(wait, answers.next()).await {
+        Ok(Some(m)) if m.status == Some(StatusCode::NO_RESPONDERS) => Err(
+            RequestError::with_source(RequestErrorKind::NoResponders, "no responders"),
+        ),
+        Ok(Some(m)) => Ok(m),
+        Ok(None) => Err(RequestError::with_source(
+            RequestErrorKind::Other,
+            "the answer's subscription ended",
+        )),
+        Err(e) => Err(RequestError::with_source(RequestErrorKind::TimedOut, e)),
+    }
+}
+
+/// 256 random bits (two v4 UUIDs' random bytes), base64url without padding.
+fn fresh_nonce() -> String {
+    let bytes: Vec<u8> = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()]
+        .iter()
+        .flat_map(|u| u.as_bytes().to_vec())
+        .collect();
+    BASE64URL_NOPAD.encode(&bytes)
+}
+
+/// The value of header `name`, surrounding whitespace removed; empty when absent.
+fn value(headers: Option<&HeaderMap>, name: &str) -> String {
+    headers
+        .and_then(|h| h.get(name))
+        .map(|v| v.as_str().trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The nonce of a signed request (its `Mesh-Nonce`), once [`verify`] accepted it: what a
+/// receiver remembers to refuse the same request sent again.
+pub fn nonce(headers: Option<&HeaderMap>) -> Option<String> {
+    Some(value(headers, NONCE)).filter(|n| !n.is_empty())
 }
 
 /// Whether `headers` carry any signature header (a request that tries to be signed, and
 /// must then verify).
 pub fn is_signed(headers: Option<&HeaderMap>) -> bool {
     headers.is_some_and(|h| {
-        [SIGNER, SIGNED_AT, SIGNATURE]
+        [SIGNER, SIGNED_AT, SIGNATURE, NONCE]
             .iter()
             .any(|n| h.get(*n).is_some())
     })
@@ -249,13 +370,15 @@ pub fn is_user_public_key(text: &str) -> bool {
         && KeyPair::from_public_key(text).is_ok_and(|k| k.key_pair_type() == KeyPairType::User)
 }
 
-/// Checks the signature of a request with `payload` on `subject`, at `now`: its headers
-/// are all there and well formed, the signature verifies with the key named, it was made
+/// Checks the signature of a request with `payload` on `subject`, answered on `reply` (its
+/// NATS reply subject, if any), at `now`: its headers are all there and well formed, the
+/// signature verifies with the key named over what the module doc lists, it was made
 /// within [`MAX_SKEW`] of `now`, and the key is `allowed`. Returns the signer's public
-/// key.
+/// key. Whether the nonce was seen before is the receiver's to check ([`nonce`]).
 pub fn verify(
     headers: Option<&HeaderMap>,
     subject: &str,
+    reply: Option<&str>,
     payload: &[u8],
     now: SystemTime,
     allowed: Allowed<'_>,
@@ -271,6 +394,7 @@ pub fn verify(
             .ok_or(SignatureError::MissingHeader { header: name })
     };
     let (key, at, signature) = (header(SIGNER)?, header(SIGNED_AT)?, header(SIGNATURE)?);
+    let nonce = header(NONCE).map_err(|_| SignatureError::Version1)?;
     let bad = |header: &'static str, reason: String| SignatureError::BadEncoding { header, reason };
     let pair = KeyPair::from_public_key(&key)
         .map_err(|e| bad(SIGNER, format!("'{key}' is not an NKey public key ({e})")))?;
@@ -293,7 +417,27 @@ pub fn verify(
             format!("{n} bytes, not the 64 of an Ed25519 signature"),
         ));
     }
-    pair.verify(&signed_bytes(subject, at, payload), &signature)
+    let raw = BASE64URL_NOPAD
+        .decode(nonce.as_bytes())
+        .map_err(|e| bad(NONCE, format!("not base64url without padding ({e})")))?;
+    if !(MIN_NONCE_BYTES..=MAX_NONCE_BYTES).contains(&raw.len()) {
+        let n = raw.len();
+        return Err(bad(
+            NONCE,
+            format!("{n} bytes: a nonce is {MIN_NONCE_BYTES} to {MAX_NONCE_BYTES} random bytes"),
+        ));
+    }
+    let bytes = signed_bytes(&Signed {
+        subject,
+        reply: reply.unwrap_or_default().trim(),
+        reply_to: &value(headers, REPLY_TO),
+        status_to: &value(headers, STATUS_TO),
+        caller: &value(headers, CALLER),
+        at,
+        nonce: &nonce,
+        payload,
+    });
+    pair.verify(&bytes, &signature)
         .map_err(|_| SignatureError::BadSignature { key: key.clone() })?;
     let now = millis(now);
     let skew = MAX_SKEW.as_millis() as u64;
@@ -313,10 +457,33 @@ pub fn verify(
     }
 }
 
-/// What is signed: see the module doc.
-fn signed_bytes(subject: &str, at: u64, payload: &[u8]) -> Vec<u8> {
-    let digest = hex::encode(Sha256::digest(payload));
-    format!("{SIGNATURE_SCHEME}\n{subject}\n{at}\n{digest}").into_bytes()
+/// What a signature binds: see the module doc.
+struct Signed<'a> {
+    subject: &'a str,
+    reply: &'a str,
+    reply_to: &'a str,
+    status_to: &'a str,
+    caller: &'a str,
+    at: u64,
+    nonce: &'a str,
+    payload: &'a [u8],
+}
+
+/// The bytes signed: see the module doc.
+fn signed_bytes(s: &Signed<'_>) -> Vec<u8> {
+    let digest = hex::encode(Sha256::digest(s.payload));
+    let lines = [
+        SIGNATURE_SCHEME,
+        s.subject,
+        s.reply,
+        s.reply_to,
+        s.status_to,
+        s.caller,
+        &s.at.to_string(),
+        s.nonce,
+        &digest,
+    ];
+    lines.join("\n").into_bytes()
 }
 
 fn millis(t: SystemTime) -> u64 {
@@ -330,6 +497,7 @@ mod tests {
 
     const SUBJECT: &str = "mesh.a2a.v1.agent.request.Gate";
     const BODY: &[u8] = br#"{"decision":"approve"}"#;
+    const REPLY: Option<&str> = Some("_INBOX.ops.1");
 
     fn t(secs: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs)
@@ -340,15 +508,15 @@ mod tests {
     }
 
     fn check(h: &HeaderMap, allowed: &[String]) -> Result<String, SignatureError> {
-        verify(Some(h), SUBJECT, BODY, t(10), Allowed::Only(allowed))
+        verify(Some(h), SUBJECT, REPLY, BODY, t(10), Allowed::Only(allowed))
     }
 
     #[test]
     fn a_signed_request_verifies_and_names_its_signer() {
         let s = Signer::generate();
-        let h = s.sign(SUBJECT, BODY, t(0));
+        let h = s.sign(SUBJECT, REPLY, BODY, t(0));
         assert_eq!(check(&h, &only(&s)), Ok(s.public_key().to_string()));
-        let any = verify(Some(&h), SUBJECT, BODY, t(0), Allowed::AnyUser);
+        let any = verify(Some(&h), SUBJECT, REPLY, BODY, t(0), Allowed::AnyUser);
         assert_eq!(any, Ok(s.public_key().to_string()));
         assert!(is_user_public_key(s.public_key()));
         assert!(s.seed().starts_with("SU"));
@@ -365,7 +533,7 @@ mod tests {
             check(&HeaderMap::new(), &only(&s)),
             Err(SignatureError::Unsigned)
         );
-        let none = verify(None, SUBJECT, BODY, t(0), Allowed::AnyUser);
+        let none = verify(None, SUBJECT, REPLY, BODY, t(0), Allowed::AnyUser);
         assert_eq!(none, Err(SignatureError::Unsigned));
     }
 
@@ -373,9 +541,9 @@ mod tests {
     fn each_missing_header_is_named() {
         let s = Signer::generate();
         for name in [SIGNER, SIGNED_AT, SIGNATURE] {
-            let full = s.sign(SUBJECT, BODY, t(0));
+            let full = s.sign(SUBJECT, REPLY, BODY, t(0));
             let mut h = HeaderMap::new();
-            for n in [SIGNER, SIGNED_AT, SIGNATURE]
+            for n in [SIGNER, SIGNED_AT, SIGNATURE, NONCE]
                 .into_iter()
                 .filter(|n| *n != name)
             {
@@ -398,9 +566,11 @@ mod tests {
             (SIGNED_AT, "yesterday".to_string()),
             (SIGNATURE, "not base64!".to_string()),
             (SIGNATURE, BASE64URL_NOPAD.encode(b"short")),
+            (NONCE, "not base64!".to_string()),
+            (NONCE, BASE64URL_NOPAD.encode(b"15 bytes only!!")),
         ];
         for (name, value) in cases {
-            let mut h = s.sign(SUBJECT, BODY, t(0));
+            let mut h = s.sign(SUBJECT, REPLY, BODY, t(0));
             h.insert(name, value.as_str());
             match check(&h, &only(&s)) {
                 Err(SignatureError::BadEncoding { header, reason }) => {
@@ -414,7 +584,7 @@ mod tests {
     #[test]
     fn a_valid_signature_by_another_key_is_unknown() {
         let (s, other) = (Signer::generate(), Signer::generate());
-        let h = s.sign(SUBJECT, BODY, t(0));
+        let h = s.sign(SUBJECT, REPLY, BODY, t(0));
         assert_eq!(
             check(&h, &only(&other)),
             Err(SignatureError::UnknownKey {
@@ -426,7 +596,7 @@ mod tests {
     #[test]
     fn a_changed_payload_subject_time_or_claimed_key_is_a_bad_signature() {
         let (s, other) = (Signer::generate(), Signer::generate());
-        let h = s.sign(SUBJECT, BODY, t(0));
+        let h = s.sign(SUBJECT, REPLY, BODY, t(0));
         let bad = |key: &Signer| {
             Err(SignatureError::BadSignature {
                 key: key.public_key().to_string(),
@@ -434,7 +604,14 @@ mod tests {
         };
         let allowed = vec![s.public_key().to_string(), other.public_key().to_string()];
         let v = |subject: &str, body: &[u8], h: &HeaderMap| {
-            verify(Some(h), subject, body, t(10), Allowed::Only(&allowed))
+            verify(
+                Some(h),
+                subject,
+                REPLY,
+                body,
+                t(10),
+                Allowed::Only(&allowed),
+            )
         };
         assert_eq!(v(SUBJECT, br#"{"decision":"reject"}"#, &h), bad(&s));
         assert_eq!(v("mesh.a2a.v1.agent.request.Other", BODY, &h), bad(&s));
@@ -448,11 +625,89 @@ mod tests {
     }
 
     #[test]
+    fn the_reply_status_and_caller_headers_are_bound_and_each_signature_has_its_own_nonce() {
+        let s = Signer::generate();
+        let mut h = HeaderMap::new();
+        h.insert(REPLY_TO, "_INBOX.ops.r");
+        h.insert(STATUS_TO, "_INBOX.ops.s");
+        h.insert(CALLER, "ops");
+        s.sign_into(&mut h, SUBJECT, REPLY, BODY, t(0));
+        let v =
+            |h: &HeaderMap, reply| verify(Some(h), SUBJECT, reply, BODY, t(1), Allowed::AnyUser);
+        assert_eq!(v(&h, REPLY), Ok(s.public_key().to_string()));
+        let bad = Err(SignatureError::BadSignature {
+            key: s.public_key().to_string(),
+        });
+        assert_eq!(v(&h, Some("_INBOX.thief.1")), bad);
+        assert_eq!(v(&h, None), bad);
+        for (name, other) in [
+            (REPLY_TO, "_INBOX.thief.r"),
+            (STATUS_TO, "_INBOX.thief.s"),
+            (CALLER, "thief"),
+            (NONCE, "AAAAAAAAAAAAAAAAAAAAAA"),
+        ] {
+            let mut changed = h.clone();
+            changed.insert(name, other);
+            assert_eq!(v(&changed, REPLY), bad, "{name}");
+        }
+        let again = s.sign(SUBJECT, REPLY, BODY, t(0));
+        assert_ne!(nonce(Some(&again)), nonce(Some(&h)));
+        let raw = BASE64URL_NOPAD
+            .decode(nonce(Some(&h)).unwrap().as_bytes())
+            .unwrap();
+        assert!(raw.len() >= MIN_NONCE_BYTES);
+    }
+
+    #[test]
+    fn a_first_scheme_signature_is_refused_as_such() {
+        let s = Signer::generate();
+        let digest = hex::encode(Sha256::digest(BODY));
+        let at = millis(t(0));
+        let v1 = format!("mesh-sig-v1\n{SUBJECT}\n{at}\n{digest}");
+        let signature = s.pair.sign(v1.as_bytes()).unwrap();
+        let mut h = HeaderMap::new();
+        h.insert(SIGNER, s.public_key());
+        h.insert(SIGNED_AT, at.to_string().as_str());
+        h.insert(SIGNATURE, BASE64URL_NOPAD.encode(&signature).as_str());
+        let e = verify(Some(&h), SUBJECT, REPLY, BODY, t(1), Allowed::AnyUser);
+        assert_eq!(e, Err(SignatureError::Version1));
+        assert!(e.unwrap_err().to_string().contains("mesh-sig-v1"));
+    }
+
+    #[test]
+    fn the_signed_bytes_are_the_documented_lines() {
+        let bytes = signed_bytes(&Signed {
+            subject: "mesh.a2a.v1.agent.request.W",
+            reply: "_INBOX.a.1",
+            reply_to: "",
+            status_to: "_INBOX.a.2",
+            caller: "cli",
+            at: 1700000000000,
+            nonce: "n0nce",
+            payload: b"{}",
+        });
+        assert_eq!(
+            String::from_utf8(bytes).unwrap(),
+            "mesh-sig-v2\nmesh.a2a.v1.agent.request.W\n_INBOX.a.1\n\n_INBOX.a.2\ncli\n\
+             1700000000000\nn0nce\n\
+             44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
+        );
+    }
+
+    #[test]
     fn old_and_future_signatures_are_refused_within_the_skew_they_pass() {
         let s = Signer::generate();
-        let at = |secs| s.sign(SUBJECT, BODY, t(secs));
-        let now =
-            |h: &HeaderMap, secs| verify(Some(h), SUBJECT, BODY, t(secs), Allowed::Only(&only(&s)));
+        let at = |secs| s.sign(SUBJECT, REPLY, BODY, t(secs));
+        let now = |h: &HeaderMap, secs| {
+            verify(
+                Some(h),
+                SUBJECT,
+                REPLY,
+                BODY,
+                t(secs),
+                Allowed::Only(&only(&s)),
+            )
+        };
         assert!(now(&at(0), 300).is_ok(), "exactly the skew passes");
         assert_eq!(
             now(&at(0), 301),

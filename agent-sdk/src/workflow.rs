@@ -576,11 +576,7 @@ pub async fn get_run_signed(
     if let Some(caller) = caller {
         h.insert(headers::CALLER, caller);
     }
-    if let Some(signer) = signer {
-        signer.sign_into(&mut h, &subject, &body, std::time::SystemTime::now());
-    }
-    let reply = client
-        .request_with_headers(subject, h, body.into())
+    let reply = crate::signing::request(client, subject, h, body.into(), signer)
         .await
         .map_err(|source| GetRunError::Request {
             workflow: workflow.to_owned(),

@@ -43,6 +43,13 @@ pub const SIGNER: &str = "Mesh-Signer";
 /// than five minutes away from the receiver's clock is refused.
 pub const SIGNED_AT: &str = "Mesh-Signed-At";
 
-/// The Ed25519 signature of [`SIGNER`]'s key, base64url without padding, over
-/// `mesh-sig-v1\n{subject}\n{signed_at}\n{hex sha256 of the payload}`.
+/// A fresh random value of the signed request (at least 128 bits, base64url without
+/// padding): the receiver remembers each nonce it accepted for as long as the signature is
+/// valid, so a captured request sent again is refused however long after.
+pub const NONCE: &str = "Mesh-Nonce";
+
+/// The Ed25519 signature of [`SIGNER`]'s key, base64url without padding, over the lines
+/// of `mesh-sig-v2` (see `agent_sdk::signing` and `docs/security.md`): the subject, the
+/// NATS reply subject, [`REPLY_TO`], [`STATUS_TO`], [`CALLER`], [`SIGNED_AT`], [`NONCE`]
+/// and the hex SHA-256 of the payload.
 pub const SIGNATURE: &str = "Mesh-Signature";

@@ -4,6 +4,12 @@
 //! publish it: a replica that retries, or that repeats another's work after a crash,
 //! publishes the same id and the fact is stored once. Each kind has its own first token
 //! (`start`, `cancel`, `approval`, `timer`) or last one (`nocard`, `final`).
+//!
+//! These are the readable facts. A workflow node publishes each followed by a tag that
+//! only its replicas can make (an HMAC under the deployment secret: the node's
+//! `Seal::msg_id`), since a run's stream also takes agents' replies and JetStream
+//! de-duplicates ids across the stream: a bare fact could be published first by anyone
+//! who may write there, and the real event would be dropped.
 
 /// A run's start event: one per execution id, however often the request is redelivered.
 pub fn run_start(execution: &str) -> String {

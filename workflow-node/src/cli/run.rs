@@ -215,7 +215,7 @@ async fn cancel_on_ctrl_c(
     let body = serde_json::to_vec(&request).expect("a tasks/cancel serialises to JSON");
     let subject = messages::subjects::agent_request(&ns, &workflow);
     let headers = signer
-        .map(|s| s.sign(&subject, &body, std::time::SystemTime::now()))
+        .map(|s| s.sign(&subject, None, &body, std::time::SystemTime::now()))
         .unwrap_or_default();
     if let Err(e) = client
         .publish_with_headers(subject, headers, body.into())

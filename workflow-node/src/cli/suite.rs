@@ -443,19 +443,24 @@ async fn spawn_approver(
                 let reason = Some("the suite pauses while it decides".into());
                 serde_json::to_vec(&control_request(&req.execution_id, action, reason)).ok()
             };
-            let send = |bytes: Vec<u8>, signer: &agent_sdk::Signer| {
-                let headers = signer.sign(&subject, &bytes, std::time::SystemTime::now());
-                client.request_with_headers(subject.clone(), headers, bytes.into())
+            let send = |bytes: Vec<u8>, signer: agent_sdk::Signer| {
+                let (client, subject) = (client.clone(), subject.clone());
+                async move {
+                    let headers = async_nats::HeaderMap::new();
+                    let signer = Some(&signer);
+                    agent_sdk::signing::request(&client, subject, headers, bytes.into(), signer)
+                        .await
+                }
             };
             if let Some(paused) = control(messages::control::RunControl::Pause).filter(|_| pause) {
-                if let Err(e) = send(paused, own).await {
+                if let Err(e) = send(paused, own.clone()).await {
                     eprintln!("pausing run {} failed: {e}", req.execution_id);
                 }
             }
-            let answer = send(bytes, signer).await;
+            let answer = send(bytes, signer.clone()).await;
             if let Some(resumed) = control(messages::control::RunControl::Resume).filter(|_| pause)
             {
-                if let Err(e) = send(resumed, own).await {
+                if let Err(e) = send(resumed, own.clone()).await {
                     eprintln!("resuming run {} failed: {e}", req.execution_id);
                 }
             }

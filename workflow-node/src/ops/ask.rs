@@ -22,24 +22,20 @@ pub async fn ask(
     let body = serde_json::to_vec(request)
         .map_err(|e| Refusal::failed(format!("encoding the request: {e}")))?;
     let subject = subjects::agent_request(ns, workflow);
-    let headers = signer
-        .map(|s| s.sign(&subject, &body, std::time::SystemTime::now()))
-        .unwrap_or_default();
-    let reply = match client
-        .request_with_headers(subject, headers, body.into())
-        .await
-    {
-        Ok(r) => r,
-        Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
-            return Err(Refusal::new(
-                RefusalKind::NoResponder,
-                format!(
+    let headers = async_nats::HeaderMap::new();
+    let reply =
+        match agent_sdk::signing::request(client, subject, headers, body.into(), signer).await {
+            Ok(r) => r,
+            Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
+                return Err(Refusal::new(
+                    RefusalKind::NoResponder,
+                    format!(
                     "no workflow node serves {workflow} in namespace '{ns}' now: nothing was sent"
                 ),
-            ))
-        }
-        Err(e) => return Err(Refusal::unavailable(format!("asking {workflow}: {e}"))),
-    };
+                ))
+            }
+            Err(e) => return Err(Refusal::unavailable(format!("asking {workflow}: {e}"))),
+        };
     let response: Response = serde_json::from_slice(&reply.payload).map_err(|e| {
         Refusal::failed(format!(
             "{workflow} sent an answer that cannot be read: {e}"

@@ -7,7 +7,7 @@
 
 use agent_sdk::workflow::{start_retry, StartAs, Started};
 use agent_sdk::Timing;
-use messages::a2a::{Message, Part, Role};
+use messages::a2a::{Message, Part, Role, TaskState};
 use messages::control::{RunControl, WorkflowRunControl};
 use messages::jsonrpc::{Method, Outcome, Request, TaskIdParams};
 use messages::AgentReply;
@@ -66,6 +66,10 @@ pub async fn cancel(
     match ask(client, ns, &run.workflow, &request, signer).await? {
         Outcome::Error(e) => Err(Refusal::from_node(&e)),
         Outcome::Result(r) => match *r {
+            // A cancel the node could not record is answered as a failed task.
+            AgentReply::Task(t) if t.status.state == TaskState::Failed => {
+                Err(Refusal::failed(task_text(&t).unwrap_or_else(requested)))
+            }
             AgentReply::Task(t) => Ok(task_text(&t).unwrap_or_else(requested)),
             _ => Ok(requested()),
         },

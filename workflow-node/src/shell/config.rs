@@ -53,6 +53,13 @@ pub struct Config {
     /// its final-reply markers, its artifacts (default 7 days). Also the most an event
     /// may wait unprocessed in a workflow's stream.
     pub retention: Duration,
+    /// How long a cancel of a run not started yet (its start still behind it in the
+    /// stream) is kept for that start (default 5 minutes); its record then goes.
+    pub early_cancel_expiry: Duration,
+    /// How many cancels of runs not started yet one caller identity (signing key, else
+    /// caller name, else all unnamed callers together) may have kept at once (default
+    /// 20); more are refused until some expire.
+    pub early_cancels_per_caller: usize,
     /// Bytes of runs each workflow's workers keep in memory between events (estimated;
     /// default 256 MiB), so that a run's next event needs no read from KV.
     pub cache_bytes: usize,
@@ -98,6 +105,8 @@ impl Default for Config {
             max_concurrent_requests: 256,
             limits: crate::limits::Limits::default(),
             retention: Duration::from_secs(7 * 24 * 3600),
+            early_cancel_expiry: Duration::from_secs(300),
+            early_cancels_per_caller: 20,
             cache_bytes: 256 << 20,
             reply_in_flight: Duration::from_secs(30),
             replica: None,

@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 
 use crate::definition::Workflow;
 use crate::shell::callers::{cancels, identity, requests, statuses};
+use crate::shell::callers::{early, nonces};
 use crate::shell::config::Config;
 use crate::shell::context::Shared;
 use crate::shell::error::{Context, Error, Result};
@@ -92,6 +93,8 @@ impl WorkflowNode {
         let versions_name = names::versions_bucket(&ns);
         let versions = patiently(|| kv_bucket(&js, &versions_name, replicas)).await?;
         let seal = patiently(|| seal::Seal::open_or_create(&js, &ns, replicas)).await?;
+        let nonces = patiently(|| nonces::bucket(&js, &ns, replicas)).await?;
+        let early_cancels = patiently(|| early::bucket(&js, &ns, replicas)).await?;
         let cards = workflows
             .iter()
             .map(|w| (w.name.clone(), crate::visual::agent_card(w, &ns)))
@@ -128,6 +131,8 @@ impl WorkflowNode {
             metrics,
             versions: versions::Versions::new(versions),
             seal,
+            nonces,
+            early_cancels,
         });
         for card in shared.cards.values() {
             shared.registry.insert_own(card.clone());

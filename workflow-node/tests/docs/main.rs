@@ -241,6 +241,15 @@ fn check_doc(tree: &Tree, doc: &str, text: &str) -> Vec<String> {
         if in_block {
             return None;
         }
+        // A folder named alone (`examples/`): in a doc at the root, a folder of the root;
+        // elsewhere (`run/` in the architecture's map), a folder somewhere in the tree.
+        if let Some(folder) = word.strip_suffix('/').filter(|f| !f.is_empty() && !f.contains('/')) {
+            return Some(if dir.is_empty() {
+                tree.has(folder)
+            } else {
+                tree.has_tail(folder)
+            });
+        }
         if word.contains('/') && doc_dir_entries.contains(first) && !dir.is_empty() {
             return Some(tree.has(&join(dir, word)?));
         }
@@ -391,7 +400,7 @@ fn the_check_reports_what_is_missing_and_leaves_the_rest_alone() {
 See [the semantics](docs/semantics.md), [gone](docs/gone.md), [a URL](https://example.com/x.md),
 [no heading](docs/semantics.md#no-such-heading), `workflow-node/src/lib.rs`,
 `workflow-node/src/nothing_here.rs`, `no_such_file_anywhere.rs`, `limits.rs::Limits`,
-`hello.yaml`, `/metrics`, `text/event-stream`, `{ns}.a2a.v1.agent.request.{agent}`, `kill
+`hello.yaml`, `/metrics`, `text/event-stream`, `examples/`, `no_such_folder/`, `{ns}.a2a.v1.agent.request.{agent}`, `kill
 -9`, a span over a line break, then `docs/split
 `, `docs/over_a_break.md`.
 ```sh
@@ -407,6 +416,7 @@ kubectl -n nats exec deploy/nats-box -- nats server report jetstream
         "`no_such_file_anywhere.rs`",
         "`examples/nowhere.yaml`",
         "`docs/over_a_break.md`",
+        "`no_such_folder/`",
     ] {
         assert!(
             problems.contains(expected),
@@ -415,7 +425,7 @@ kubectl -n nats exec deploy/nats-box -- nats server report jetstream
     }
     assert_eq!(
         problems.lines().count(),
-        6,
+        7,
         "nothing else is reported:\n{problems}"
     );
     assert_eq!(issue_citations("x", "as issue 14 said; issued 3").len(), 1);

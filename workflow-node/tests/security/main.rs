@@ -5,3 +5,4 @@
 mod support;
 
 mod permissions;
+mod steering;

@@ -256,7 +256,7 @@ async fn an_agent_can_neither_forge_events_write_state_read_runs_nor_approve() {
     let signer = agent_sdk::Signer::from_seed_file(secure.pki.join("ops.nk")).unwrap();
     let body = decision(&exec, "gate", "ops-team");
     let mut h = async_nats::HeaderMap::new();
-    signer.sign_into(&mut h, &requests, &body, std::time::SystemTime::now());
+    signer.sign_into(&mut h, &requests, None, &body, std::time::SystemTime::now());
     ops.client
         .publish_with_headers(requests, h, body.into())
         .await

@@ -79,18 +79,27 @@ async fn mesh() -> (Mesh, Keys) {
     (m, keys)
 }
 
-/// Sends `request` to `workflow` with `h` and returns the answer.
+/// Sends `request` to `workflow` with `h` and returns the answer, which comes to the
+/// `Mesh-Reply-To` the headers name (signed with them).
 async fn ask(m: &Mesh, workflow: &str, h: async_nats::HeaderMap, body: Vec<u8>) -> Value {
-    let reply = m
-        .client
-        .request_with_headers(subjects::agent_request("mesh", workflow), h, body.into())
+    let inbox = h
+        .get(headers::REPLY_TO)
+        .expect("a reply subject")
+        .to_string();
+    let mut answers = m.client.subscribe(inbox).await.unwrap();
+    m.client
+        .publish_with_headers(subjects::agent_request("mesh", workflow), h, body.into())
         .await
-        .expect("an answer");
+        .unwrap();
+    let reply = tokio::time::timeout(Duration::from_secs(30), answers.next())
+        .await
+        .expect("an answer")
+        .expect("the subscription lives");
     serde_json::from_slice(&reply.payload).expect("JSON")
 }
 
-/// `body` on `workflow`'s request subject, signed by `by` at `at` (unsigned: `None`),
-/// with caller name `caller`.
+/// `body` on `workflow`'s request subject, with caller name `caller` and a fresh reply
+/// subject (`Mesh-Reply-To`), signed by `by` at `at` (unsigned: `None`).
 fn headers(
     workflow: &str,
     body: &[u8],
@@ -99,9 +108,14 @@ fn headers(
     caller: Option<&str>,
 ) -> async_nats::HeaderMap {
     let subject = subjects::agent_request("mesh", workflow);
-    let mut h = by.map(|s| s.sign(&subject, body, at)).unwrap_or_default();
+    let mut h = async_nats::HeaderMap::new();
+    let inbox = format!("_INBOX.identity.{}", uuid::Uuid::new_v4().simple());
+    h.insert(headers::REPLY_TO, inbox.as_str());
     if let Some(c) = caller {
         h.insert(headers::CALLER, c);
+    }
+    if let Some(s) = by {
+        s.sign_into(&mut h, &subject, None, body, at);
     }
     h
 }
@@ -133,7 +147,7 @@ async fn decide(
 ) -> Result<String, String> {
     let h = match sign {
         Some((s, at)) => headers(workflow, &body, Some(s), at, None),
-        None => async_nats::HeaderMap::new(),
+        None => headers(workflow, &body, None, SystemTime::now(), None),
     };
     let answer = ask(m, workflow, h, body).await;
     let text = answer["result"]["status"]["message"]["parts"][0]["text"]

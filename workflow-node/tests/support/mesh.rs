@@ -3,7 +3,7 @@
 //! approver the node trusts; and a wait until a workflow's events have all been processed.
 
 use std::sync::OnceLock;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use agent_sdk::Signer;
 use messages::jsonrpc::Request;
@@ -114,9 +114,8 @@ pub(crate) async fn ask_signed(
 ) -> serde_json::Value {
     let subject = messages::subjects::agent_request("mesh", workflow);
     let body = serde_json::to_vec(request).expect("JSON");
-    let headers = signer.sign(&subject, &body, SystemTime::now());
-    let reply = client
-        .request_with_headers(subject, headers, body.into())
+    let headers = async_nats::HeaderMap::new();
+    let reply = agent_sdk::signing::request(client, subject, headers, body.into(), Some(signer))
         .await
         .expect("an answer");
     serde_json::from_slice(&reply.payload).expect("JSON")

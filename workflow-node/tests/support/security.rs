@@ -244,6 +244,15 @@ pub(crate) fn stubs_file() -> agent_sdk::StubFile {
 
 /// The node in this process, as user `node`, hosting the example workflows.
 pub(crate) async fn node(secure: &Secure) -> (WorkflowNode, Watched) {
+    node_configured(secure, |_| {}).await
+}
+
+/// [`node`], its settings changed by `change` (after ops' key is set as the example gates'
+/// approver and the operator).
+pub(crate) async fn node_configured(
+    secure: &Secure,
+    change: impl FnOnce(&mut Config),
+) -> (WorkflowNode, Watched) {
     let watched = secure.connect("node").await;
     let (workflows, problems) =
         workflow_node::definition::load_paths(&[repo().join("examples/workflows")]);
@@ -261,6 +270,8 @@ pub(crate) async fn node(secure: &Secure) -> (WorkflowNode, Watched) {
         operators: vec![ops_key.clone()],
         ..Config::default()
     };
+    let mut config = config;
+    change(&mut config);
     let node = WorkflowNode::start(watched.client.clone(), workflows, config)
         .await
         .expect("the node starts as user node");

@@ -17,6 +17,7 @@ use messages::{msg_id, subjects};
 
 use crate::core::{Event, ExecutionId};
 use crate::definition::Workflow;
+use crate::shell::callers::early;
 use crate::shell::callers::identity::{self, Named};
 use crate::shell::context::Shared;
 use crate::shell::error::Result;
@@ -97,8 +98,7 @@ pub(in crate::shell) async fn cancel(
         let e = ErrorObject::new(code, message);
         Some(wire::error_response(Some(request_id.clone()), e))
     };
-    let signed = identity::signer_of(msg.headers.as_ref(), msg.subject.as_str(), &msg.payload);
-    let signer = match signed {
+    let signer = match identity::signer(shared, msg).await {
         Ok(signer) => signer,
         Err(e) => {
             let message = format!("the cancel's signature is refused: {e}");
@@ -120,6 +120,10 @@ pub(in crate::shell) async fn cancel(
             signer,
             ..Caller::default()
         };
+        if let Err(why) = early::take_slot(shared, &by, &execution).await {
+            tracing::warn!(workflow = %workflow.name, "an early cancel refused: {why}");
+            return refuse(codes::NOT_PERMITTED, why);
+        }
         let sent = Sent { by, checked: false };
         return Some(record_cancel(shared, workflow, &execution, &request_id, reason, sent).await);
     };
@@ -198,17 +202,23 @@ async fn record_cancel(
             reason: Some(reason.unwrap_or_else(|| "requested by the caller".into())),
         })
     };
-    let (state, text) =
-        match publish_event(shared, &workflow.name, execution, &msg_id, &envelope).await {
-            Ok(_) => (
-                TaskState::Working,
-                format!("cancel of run {execution} requested"),
-            ),
-            Err(e) => (
-                TaskState::Failed,
-                format!("could not record the cancel: {e}"),
-            ),
-        };
+    let (state, text) = match publish_event(shared, &workflow.name, execution, &msg_id, &envelope)
+        .await
+    {
+        Ok(true) => (
+            TaskState::Working,
+            format!("cancel of run {execution} requested"),
+        ),
+        // Only a replica makes the id: this identity's cancel is recorded already.
+        Ok(false) => (
+            TaskState::Working,
+            format!("cancel of run {execution} was already requested: this one changes nothing"),
+        ),
+        Err(e) => (
+            TaskState::Failed,
+            format!("could not record the cancel: {e}"),
+        ),
+    };
     let id = serde_json::to_value(request_id).unwrap_or_default();
     let task = wire::task(&execution.0, &execution.0, state, vec![Part::text(text)]);
     wire::response(&id, task)

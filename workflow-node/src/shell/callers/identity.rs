@@ -26,7 +26,9 @@ use async_nats::HeaderMap;
 
 use crate::core::ExecutionId;
 use crate::definition::{ApprovalNode, Approver, NodeKind, Workflow};
+use crate::shell::callers::nonces;
 use crate::shell::config::Config;
+use crate::shell::context::Shared;
 use crate::shell::error::{Error, Result};
 use crate::shell::run::envelope::Caller;
 
@@ -85,7 +87,7 @@ pub(in crate::shell) fn approver(
     config: &Config,
     node_id: &str,
     def: &ApprovalNode,
-    signed: (Option<&HeaderMap>, &str, &[u8]),
+    signed: (Option<&HeaderMap>, &str, Option<&str>, &[u8]),
     claimed: Option<&str>,
 ) -> std::result::Result<String, String> {
     // Each allowed key, with the `by` it is recorded as.
@@ -124,10 +126,11 @@ pub(in crate::shell) fn approver(
         ));
     }
     let keys: Vec<String> = allowed.iter().map(|(k, _)| k.clone()).collect();
-    let (headers, subject, payload) = signed;
+    let (headers, subject, reply, payload) = signed;
     let key = signing::verify(
         headers,
         subject,
+        reply,
         payload,
         SystemTime::now(),
         Allowed::Only(&keys),
@@ -172,11 +175,40 @@ fn bound_name<'a>(approvers: &'a BTreeMap<String, String>, key: &str) -> Option<
         .map(|(n, _)| n.as_str())
 }
 
-/// The key that signed a request (a start, a cancel), `None` when it is unsigned; an
-/// error when it tries to be signed and the signature does not hold.
+/// Why a request's signature does not count.
+#[derive(Debug, thiserror::Error)]
+pub(in crate::shell) enum Refused {
+    /// It does not verify (or is of the first, replayable scheme).
+    #[error(transparent)]
+    Signature(#[from] SignatureError),
+    /// It verifies, but was accepted before.
+    #[error(transparent)]
+    Replay(#[from] nonces::Replay),
+}
+
+/// The key that signed request `msg` (a start, a get, a cancel, a steering request),
+/// `None` when it is unsigned; an error when it tries to be signed and the signature does
+/// not hold, or is one accepted before (its nonce is remembered here: see `nonces`).
+pub(in crate::shell) async fn signer(
+    shared: &Shared,
+    msg: &async_nats::Message,
+) -> std::result::Result<Option<String>, Refused> {
+    let headers = msg.headers.as_ref();
+    let reply = msg.reply.as_ref().map(|r| r.as_str());
+    let Some(key) = signer_of(headers, msg.subject.as_str(), reply, &msg.payload)? else {
+        return Ok(None);
+    };
+    nonces::first_use(shared, headers).await?;
+    Ok(Some(key))
+}
+
+/// The key that signed a request (a start, a cancel) answered on `reply`, `None` when it
+/// is unsigned; an error when it tries to be signed and the signature does not hold.
+/// Whether it was accepted before is [`signer`]'s to check.
 pub(in crate::shell) fn signer_of(
     headers: Option<&HeaderMap>,
     subject: &str,
+    reply: Option<&str>,
     payload: &[u8],
 ) -> std::result::Result<Option<String>, SignatureError> {
     if !signing::is_signed(headers) {
@@ -185,6 +217,7 @@ pub(in crate::shell) fn signer_of(
     signing::verify(
         headers,
         subject,
+        reply,
         payload,
         SystemTime::now(),
         Allowed::AnyUser,
@@ -302,8 +335,9 @@ mod tests {
         by: Option<&Signer>,
         claimed: Option<&str>,
     ) -> std::result::Result<String, String> {
-        let h = by.map(|s| s.sign(SUBJECT, b"d", SystemTime::now()));
-        approver(c, "gate", def, (h.as_ref(), SUBJECT, b"d"), claimed)
+        let h = by.map(|s| s.sign(SUBJECT, Some("_INBOX.r"), b"d", SystemTime::now()));
+        let signed = (h.as_ref(), SUBJECT, Some("_INBOX.r"), &b"d"[..]);
+        approver(c, "gate", def, signed, claimed)
     }
 
     #[test]

@@ -7,9 +7,13 @@
 //! - `steer`: pausing, resuming and retrying a run that exists.
 //! - `statuses`: agents' status updates on a run's calls, forwarded to its callers.
 //! - `identity`: who may decide an approval or cancel a run (NKey signatures).
+//! - `early`: cancels that come before their run's start, kept briefly and a few per caller.
+//! - `nonces`: each signed request accepted once (its nonce remembered).
 
 pub(in crate::shell) mod cancels;
+pub(in crate::shell) mod early;
 pub(in crate::shell) mod identity;
+pub(in crate::shell) mod nonces;
 pub(in crate::shell) mod requests;
 pub mod statuses;
 pub(in crate::shell) mod steer;

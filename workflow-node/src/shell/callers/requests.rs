@@ -36,6 +36,7 @@ use crate::core::{Event, ExecutionId, NodeStatus};
 use crate::definition::{NodeKind, Workflow};
 use crate::shell::callers::cancels;
 use crate::shell::callers::identity::{self, caller_name};
+use crate::shell::callers::nonces;
 use crate::shell::callers::steer;
 use crate::shell::context::Shared;
 use crate::shell::error::{Context, Result};
@@ -170,17 +171,17 @@ async fn handle(
                 );
                 return Some(wire::error_response(Some(request.id), e));
             };
-            let signer =
-                identity::signer_of(msg.headers.as_ref(), msg.subject.as_str(), &msg.payload)
-                    .map_err(|e| format!("the request's signature is refused: {e}"))
-                    .and_then(|signer| {
-                        identity::may_see(
-                            &shared.config,
-                            &execution,
-                            &record.caller,
-                            signer.as_deref(),
-                        )
-                    });
+            let signer = identity::signer(shared, msg)
+                .await
+                .map_err(|e| format!("the request's signature is refused: {e}"))
+                .and_then(|signer| {
+                    identity::may_see(
+                        &shared.config,
+                        &execution,
+                        &record.caller,
+                        signer.as_deref(),
+                    )
+                });
             if let Err(why) = signer {
                 let e = ErrorObject::new(codes::NOT_PERMITTED, why);
                 return Some(wire::error_response(Some(request.id), e));
@@ -271,8 +272,17 @@ async fn approve(
             status.as_str()
         ));
     }
-    let signed = (msg.headers.as_ref(), msg.subject.as_str(), &msg.payload[..]);
+    let reply = msg.reply.as_ref().map(|r| r.as_str());
+    let signed = (
+        msg.headers.as_ref(),
+        msg.subject.as_str(),
+        reply,
+        &msg.payload[..],
+    );
     let by = identity::approver(&shared.config, &d.node_id, def, signed, d.by.as_deref())?;
+    nonces::first_use(shared, msg.headers.as_ref())
+        .await
+        .map_err(|e| format!("the decision on '{}' is refused: {e}", d.node_id))?;
     let approved = d.decision == Decision::Approve;
     let event = Event::ApprovalDecided {
         node: d.node_id.clone(),
@@ -281,7 +291,7 @@ async fn approve(
         comment: d.comment,
     };
     let msg_id = msg_id::approval_decision(&execution.0, &d.node_id);
-    publish_event(
+    let stored = publish_event(
         shared,
         &workflow.name,
         &execution,
@@ -290,6 +300,14 @@ async fn approve(
     )
     .await
     .map_err(|e| format!("could not record the decision: {e}"))?;
+    if !stored {
+        // Only a replica makes the id: another decision on the node came first.
+        return Err(format!(
+            "a decision on '{}' of run {execution} was already recorded: this one is not \
+             (the first decision counts)",
+            d.node_id
+        ));
+    }
     Ok(format!(
         "decision on '{}' of run {execution} recorded",
         d.node_id
@@ -353,14 +371,22 @@ async fn start(
                 .map(str::to_string)
                 .unwrap_or_else(|| v.to_string())
         });
+    // The key that signed the start owns the run: only it (or an operator) may cancel it.
+    // Checked once: a signature's nonce is accepted once.
+    let signer = match identity::signer(shared, msg).await {
+        Ok(signer) => signer,
+        Err(e) => return refuse(format!("the request's signature is refused: {e}")),
+    };
     // A retry runs with the definition and the input of the run it retries.
     let retried = match message.find_data::<WorkflowRetry>() {
         None => None,
         Some(Err(e)) => return refuse(format!("malformed workflow_retry: {e}")),
-        Some(Ok(r)) => match steer::retry_source(shared, workflow, msg, &r).await {
-            Ok(found) => Some(found),
-            Err(text) => return refuse(text),
-        },
+        Some(Ok(r)) => {
+            match steer::retry_source(shared, workflow, msg, signer.as_deref(), &r).await {
+                Ok(found) => Some(found),
+                Err(text) => return refuse(text),
+            }
+        }
     };
     let pinned_workflow;
     let workflow = match (pinned, &retried) {
@@ -382,11 +408,6 @@ async fn start(
     let input = match input {
         Ok(input) => input,
         Err(text) => return refuse(text),
-    };
-    // The key that signed the start owns the run: only it (or an operator) may cancel it.
-    let signer = match identity::signer_of(h, msg.subject.as_str(), &msg.payload) {
-        Ok(signer) => signer,
-        Err(e) => return refuse(format!("the request's signature is refused: {e}")),
     };
     let workflow_caller = message.find_data::<WorkflowNodeRequest>().is_some();
     let caller = Caller {

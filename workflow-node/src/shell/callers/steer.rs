@@ -42,7 +42,11 @@ pub(in crate::shell) async fn control(
     request: &str,
     c: WorkflowRunControl,
 ) -> std::result::Result<String, String> {
-    let (execution, record) = steerable(shared, workflow, msg, &c.execution_id).await?;
+    let signer = identity::signer(shared, msg)
+        .await
+        .map_err(|e| format!("the request's signature is refused: {e}"))?;
+    let (execution, record) =
+        steerable(shared, workflow, msg, signer.as_deref(), &c.execution_id).await?;
     let action = c.action.as_str();
     if record.state.status.is_terminal() {
         let status = record.state.status.as_str();
@@ -64,7 +68,7 @@ pub(in crate::shell) async fn control(
         RunControl::Resume => Event::ResumeRequested,
     };
     let msg_id = msg_id::run_control(&execution.0, action, request);
-    publish_event(
+    let stored = publish_event(
         shared,
         &workflow.name,
         &execution,
@@ -73,18 +77,24 @@ pub(in crate::shell) async fn control(
     )
     .await
     .map_err(|e| format!("could not record the {action}: {e}"))?;
+    if !stored {
+        return Err(format!(
+            "the {action} of run {execution} by request '{request}' was already recorded: \
+             this copy changes nothing"
+        ));
+    }
     Ok(format!("{action} of run {execution} recorded"))
 }
 
-/// The run a steering request names, if its sender may steer it (see the module doc).
+/// The run a steering request names, if its sender (`signer`, the key whose signature
+/// of the request was accepted, if any) may steer it (see the module doc).
 async fn steerable(
     shared: &Shared,
     workflow: &Workflow,
     msg: &async_nats::Message,
+    signer: Option<&str>,
     id: &str,
 ) -> std::result::Result<(ExecutionId, RunRecord), String> {
-    let signer = identity::signer_of(msg.headers.as_ref(), msg.subject.as_str(), &msg.payload)
-        .map_err(|e| format!("the request's signature is refused: {e}"))?;
     let caller = identity::caller_name(msg);
     let found = cancels::find(shared, workflow, caller.as_deref(), id)
         .await
@@ -92,25 +102,21 @@ async fn steerable(
     let Some((execution, record, named)) = found else {
         return Err(format!("no run of {} with id '{id}'", workflow.name));
     };
-    identity::may_cancel(
-        &shared.config,
-        &execution,
-        &record.caller,
-        named,
-        signer.as_deref(),
-    )?;
+    identity::may_cancel(&shared.config, &execution, &record.caller, named, signer)?;
     Ok((execution, record))
 }
 
-/// The run a retry retries: one that ended without success (failed, cancelled), with what it kept apart
-/// read back, and the definition it ran with.
+/// The run a retry retries: one that ended without success (failed, cancelled), with what
+/// it kept apart read back, and the definition it ran with. `signer`: the key whose
+/// signature of the request was accepted, if any.
 pub(in crate::shell) async fn retry_source(
     shared: &Shared,
     served: &Arc<Workflow>,
     msg: &async_nats::Message,
+    signer: Option<&str>,
     r: &WorkflowRetry,
 ) -> std::result::Result<(Arc<Workflow>, RunRecord), String> {
-    let (execution, mut record) = steerable(shared, served, msg, &r.execution_id).await?;
+    let (execution, mut record) = steerable(shared, served, msg, signer, &r.execution_id).await?;
     if !record.state.retryable() {
         let status = record.state.shown_status();
         return Err(if record.state.status == RunStatus::Success {

@@ -11,6 +11,12 @@
 //! - **event MACs**: an event a replica publishes into a run's stream carries an HMAC of
 //!   its subject, de-duplication id and payload in header `Mesh-Event-Mac`; an event
 //!   without a valid one (a forged start, cancel, decision or timer) is refused.
+//! - **de-duplication ids**: what a replica publishes into a stream goes with
+//!   `Nats-Msg-Id: {fact}.{tag}` ([`Seal::msg_id`]), the tag an HMAC of the fact. JetStream
+//!   de-duplicates ids across a whole stream, and a run's stream also takes agents'
+//!   replies: an id anyone could write (`approval.{execution}.{node}`) could be published
+//!   first by an agent, or by a caller asking an agent to reply there, and the real event
+//!   would be dropped as its duplicate. Only a replica can make the tag.
 
 use async_nats::jetstream::{self, kv};
 use hmac::{Hmac, Mac};
@@ -23,6 +29,8 @@ use crate::shell::run::names;
 const SECRET_KEY: &str = "calls";
 /// Hex characters of a call token (128 bits of HMAC).
 const TOKEN_HEX: usize = messages::sub_task::TOKEN_HEX;
+/// Hex characters of a de-duplication id's tag (128 bits of HMAC).
+const MSG_ID_TAG_HEX: usize = 32;
 
 /// The header carrying an event's MAC.
 pub const EVENT_MAC: &str = "Mesh-Event-Mac";
@@ -144,6 +152,17 @@ impl Seal {
             .map_err(|_| SealError::WrongToken(wire_id.to_owned()))
     }
 
+    /// The de-duplication id of `fact` (one of `messages::msg_id`'s readable ids):
+    /// `{fact}.{tag}`, the tag the first 128 bits of an HMAC of the fact, in hex. The same
+    /// fact gives the same id on every replica; nobody without the secret can make it.
+    pub fn msg_id(&self, fact: &str) -> String {
+        let bytes = self
+            .mac(&[b"msg-id", fact.as_bytes()])
+            .finalize()
+            .into_bytes();
+        format!("{fact}.{}", hex::encode(&bytes[..MSG_ID_TAG_HEX / 2]))
+    }
+
     /// The MAC of an event published to `subject` with de-duplication id `msg_id`.
     pub fn event_mac(&self, subject: &str, msg_id: &str, payload: &[u8]) -> String {
         let bytes = self
@@ -201,6 +220,19 @@ mod tests {
             messages::sub_task::slot_key(&seal.call_id("Wf", "e1_n_0_1")),
             messages::sub_task::slot_key(&seal.call_id("Wf", "e1_n_0_2"))
         );
+    }
+
+    #[test]
+    fn msg_ids_carry_a_tag_only_the_secret_makes() {
+        let seal = Seal::new(b"secret");
+        let id = seal.msg_id("approval.e1.gate");
+        let tag = id
+            .strip_prefix("approval.e1.gate.")
+            .expect("the fact comes first");
+        assert_eq!(tag.len(), MSG_ID_TAG_HEX);
+        assert_eq!(id, Seal::new(b"secret").msg_id("approval.e1.gate"));
+        assert_ne!(id, Seal::new(b"other").msg_id("approval.e1.gate"));
+        assert_ne!(id, seal.msg_id("approval.e1.gate2"));
     }
 
     #[test]

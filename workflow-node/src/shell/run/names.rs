@@ -36,6 +36,16 @@ pub fn secrets_bucket(ns: &str) -> String {
     format!("{}_wf_secrets", ns_token(ns))
 }
 
+/// The KV bucket of the nonces of signed requests accepted (see `callers::nonces`).
+pub fn nonces_bucket(ns: &str) -> String {
+    format!("{}_wf_nonces", ns_token(ns))
+}
+
+/// The KV bucket counting cancels kept for runs not started (see `callers::early`).
+pub fn early_cancels_bucket(ns: &str) -> String {
+    format!("{}_wf_early_cancels", ns_token(ns))
+}
+
 /// The event stream of one workflow.
 pub fn event_stream(ns: &str, workflow: &str) -> String {
     format!("{}_WF_{workflow}", ns_token(ns))

@@ -87,6 +87,9 @@ pub(in crate::shell) struct Commit {
     pub(in crate::shell) bytes: Vec<u8>,
     /// Whether the run has ended with it: the entry then expires after the retention.
     pub(in crate::shell) ends_run: bool,
+    /// Whether the entry holds only a cancel kept for a run not started yet: it then
+    /// expires soon (`Config::early_cancel_expiry`), unless the start comes first.
+    pub(in crate::shell) unstarted: bool,
 }
 
 /// The I/O to perform for an event, in the order of the module doc.
@@ -365,6 +368,7 @@ fn attach(
             revision,
             bytes,
             ends_run: ended,
+            unstarted: !record.state.started,
         }),
         after: Vec::new(),
         commands,
@@ -452,6 +456,7 @@ fn replay(
             revision: Some(revision),
             bytes: apart::encode(&mut record)?,
             ends_run: record.state.status.is_terminal(),
+            unstarted: !record.state.started,
         }),
         None => None,
     };
@@ -636,8 +641,9 @@ fn apply(
         commit: Some(Commit {
             revision,
             bytes,
-            // A cancel kept for a run that never starts goes with the retention too.
-            ends_run: ended || !record.state.started,
+            ends_run: ended,
+            // A cancel kept for a run that never starts goes soon.
+            unstarted: !record.state.started,
         }),
         after,
         commands,

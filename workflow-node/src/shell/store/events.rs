@@ -28,17 +28,21 @@ const TRANSIENT_WAITS: [Duration; 6] = [
 ];
 
 /// Publishes an event into a run's stream and waits for the stream to store it; `true`
-/// when it was stored, `false` when the stream already had an event with this `msg_id`
-/// (which makes a second publish of the same event a no-op). A stream that was deleted is
-/// made again first.
+/// when it was stored, `false` when the stream already had an event with this `fact`'s
+/// de-duplication id (which makes a second publish of the same event a no-op). `fact` is
+/// the readable id (`messages::msg_id`); the id published is the seal's
+/// ([`seal::Seal::msg_id`]), so that only a replica can have written the one it meets. A
+/// stream that was deleted is made again first.
 pub(crate) async fn publish_event(
     shared: &Shared,
     workflow: &str,
     execution: &ExecutionId,
-    msg_id: &str,
+    fact: &str,
     envelope: &Envelope,
 ) -> Result<bool> {
     use async_nats::jetstream::context::PublishErrorKind;
+    let msg_id = shared.seal.msg_id(fact);
+    let msg_id = msg_id.as_str();
     let bytes: bytes::Bytes = serde_json::to_vec(envelope)?.into();
     let subject = subjects::run_events(&shared.ns, workflow, &execution.0);
     let mac = shared.seal.event_mac(&subject, msg_id, &bytes);

@@ -86,7 +86,7 @@ pub(in crate::shell) async fn publish(
             serde_json::to_vec(entries)?,
         )
     };
-    h.insert(headers::MSG_ID, id.as_str());
+    h.insert(headers::MSG_ID, shared.seal.msg_id(&id).as_str());
     let bytes: bytes::Bytes = bytes.into();
     let ack = shared
         .js

@@ -295,7 +295,9 @@ pub(in crate::shell) async fn load_results(
 }
 
 /// Writes `commit` over the revision it was planned on. `Ok(None)`: another replica wrote
-/// first. The commit that ends a run makes its record expire after the retention.
+/// first. The commit that ends a run makes its record expire after the retention; one
+/// that holds only a cancel kept for a run not started yet, after the short
+/// `Config::early_cancel_expiry` (the start, if it comes in time, commits without one).
 pub(in crate::shell) async fn cas(
     shared: &Shared,
     execution: &ExecutionId,
@@ -314,7 +316,11 @@ pub(in crate::shell) async fn cas(
             limit,
         });
     }
-    let ttl = commit.ends_run.then_some(shared.config.retention);
+    let ttl = if commit.unstarted {
+        Some(shared.config.early_cancel_expiry)
+    } else {
+        commit.ends_run.then_some(shared.config.retention)
+    };
     put(
         shared,
         key,

@@ -29,6 +29,7 @@ use messages::msg_id;
 use crate::core::RunStatus;
 use crate::shell::context::Shared;
 use crate::shell::error::{Context as _, Result};
+use crate::shell::mesh::seal::Seal;
 use crate::shell::store::runs;
 
 /// How long a claim not yet committed is its claimer's to commit.
@@ -60,6 +61,8 @@ pub(in crate::shell) struct Markers<'a> {
     retention: Duration,
     /// How long a committed reply counts as on its way.
     in_flight: Duration,
+    /// Makes the reply's de-duplication id.
+    seal: &'a Seal,
 }
 
 impl<'a> Markers<'a> {
@@ -71,6 +74,7 @@ impl<'a> Markers<'a> {
             bucket: &shared.runs,
             retention: shared.config.retention,
             in_flight: shared.config.reply_in_flight,
+            seal: &shared.seal,
         }
     }
 
@@ -114,8 +118,9 @@ impl<'a> Markers<'a> {
     }
 
     /// Sends a final reply (bytes and task id, as `reply::final_reply` makes them) to `to`
-    /// under the claim made at `claim`: commits, publishes (with `Nats-Msg-Id:
-    /// final.{task id}`, for callers that de-duplicate), and marks it sent with `status`.
+    /// under the claim made at `claim`: commits, publishes (with the seal's de-duplication
+    /// id of `{task id}.final`, for callers that de-duplicate), and marks it sent with
+    /// `status`.
     /// `false`: the claim was taken over, and nothing was sent.
     pub(in crate::shell) async fn send(
         &self,
@@ -129,10 +134,8 @@ impl<'a> Markers<'a> {
             return Ok(false);
         };
         let mut h = async_nats::HeaderMap::new();
-        h.insert(
-            messages::headers::MSG_ID,
-            msg_id::final_reply(&task_id).as_str(),
-        );
+        let id = self.seal.msg_id(&msg_id::final_reply(&task_id));
+        h.insert(messages::headers::MSG_ID, id.as_str());
         self.client
             .publish_with_headers(to.to_string(), h, bytes.into())
             .await
@@ -167,6 +170,7 @@ mod tests {
         client: async_nats::Client,
         js: Context,
         bucket: kv::Store,
+        seal: Seal,
     }
 
     async fn bench() -> Bench {
@@ -181,6 +185,7 @@ mod tests {
             client,
             js,
             bucket,
+            seal: Seal::new(b"secret"),
         }
     }
 
@@ -191,6 +196,7 @@ mod tests {
             bucket: &b.bucket,
             retention: Duration::from_secs(3600),
             in_flight: IN_FLIGHT,
+            seal: &b.seal,
         }
     }
 
@@ -217,7 +223,7 @@ mod tests {
             .headers
             .as_ref()
             .and_then(|h| h.get(messages::headers::MSG_ID));
-        let want = msg_id::final_reply("t1");
+        let want = b.seal.msg_id(&msg_id::final_reply("t1"));
         assert_eq!(id.map(|v| v.as_str()), Some(want.as_str()));
         // The outbox runs now, or after a crash, a day later: it must not send again.
         for later in [now, now + Duration::from_secs(86_400)] {

@@ -302,12 +302,17 @@ async fn approve_all(
             for _ in 0..50 {
                 decisions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let subject = subjects::agent_request(&ns, &workflow);
-                let signed = super::alice().sign(&subject, &body, std::time::SystemTime::now());
-                let request = async_nats::Request::new()
-                    .payload(body.clone().into())
-                    .headers(signed)
-                    .timeout(Some(Duration::from_secs(3)));
-                if let Ok(reply) = client.send_request(subject, request).await {
+                let alice = super::alice();
+                let h = async_nats::HeaderMap::new();
+                let asked = agent_sdk::signing::request(
+                    &client,
+                    subject,
+                    h,
+                    body.clone().into(),
+                    Some(alice),
+                );
+                let answer = tokio::time::timeout(Duration::from_secs(3), asked).await;
+                if let Ok(Ok(reply)) = answer {
                     let v: Value = serde_json::from_slice(&reply.payload).unwrap_or(Value::Null);
                     let state = v["result"]["status"]["state"].as_str().unwrap_or("");
                     // "not waiting": an earlier decision of ours was recorded and applied.

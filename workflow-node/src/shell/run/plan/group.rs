@@ -99,6 +99,7 @@ pub(in crate::shell) fn plan_group(
         revision,
         bytes,
         ends_run: last.ends_run,
+        unstarted: last.unstarted,
     });
     // Carried out by this replica: its copy needs the group's entry no more.
     record.outbox.retain(|e| !seqs.contains(&e.seq));
