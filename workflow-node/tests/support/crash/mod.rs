@@ -182,13 +182,21 @@ pub(crate) async fn check_records_of(
     range: std::ops::Range<usize>,
 ) -> Vec<String> {
     let js = async_nats::jetstream::new(client.clone());
-    let kv = js
-        .get_key_value(names::runs_bucket("mesh"))
-        .await
-        .expect("runs bucket");
-    let inspector = workflow_node::shell::Inspector::open(client.clone(), "mesh")
-        .await
-        .expect("runs bucket");
+    // Right after a fault the bucket may still be electing its leader: ask again.
+    let mut tries = 0;
+    let (kv, inspector) = loop {
+        let kv = js.get_key_value(names::runs_bucket("mesh")).await;
+        let inspector = workflow_node::shell::Inspector::open(client.clone(), "mesh").await;
+        match (kv, inspector) {
+            (Ok(kv), Ok(inspector)) => break (kv, inspector),
+            (kv, inspector) if tries == 10 => panic!(
+                "the runs bucket: {:?} {:?}",
+                kv.err(),
+                inspector.err().map(|e| e.to_string())
+            ),
+            _ => tries += 1,
+        }
+    };
     let mut problems = Vec::new();
     let mut statuses: HashMap<String, usize> = HashMap::new();
     let mut largest_outbox = 0;
