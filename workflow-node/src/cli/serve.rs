@@ -30,6 +30,10 @@ pub struct Args {
     /// Seconds an event may be in hand before another replica takes it over.
     #[arg(long, default_value_t = 5.0)]
     pub ack_wait: f64,
+    /// Seconds a call in flight may stay silent (no heartbeat, status update or reply)
+    /// before the node sends the same attempt again; 0 never does.
+    #[arg(long, default_value_t = 10.0)]
+    pub call_check: f64,
     /// Worker tasks per workflow: the runs of a workflow are spread over them, and each
     /// works on one event (or one run's group of events) at a time.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
@@ -172,6 +176,8 @@ fn config_of(args: &Args) -> Config {
         namespace: args.nats.namespace.clone(),
         card_interval: Duration::from_secs_f64(args.card_interval.max(0.1)),
         ack_wait: Duration::from_secs_f64(args.ack_wait.max(0.5)),
+        call_check: (args.call_check > 0.0)
+            .then(|| Duration::from_secs_f64(args.call_check.max(0.1))),
         replicas: args.replicas,
         workers: args.workers as usize,
         pull: crate::shell::Pull {

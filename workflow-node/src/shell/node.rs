@@ -27,6 +27,7 @@ use crate::shell::store::history;
 use crate::shell::store::versions;
 use crate::shell::telemetry::health::Health;
 use crate::shell::telemetry::metrics::{self, scrape};
+use crate::shell::worker::signs::SignsOfLife;
 use crate::shell::worker::{driver, wakes};
 
 /// The default name of a replica: the host's name and the process id.
@@ -121,7 +122,9 @@ impl WorkflowNode {
             config.max_artifact_bytes,
             &config.store_limits,
         );
+        let signs = SignsOfLife::new(config.call_check);
         let shared = Arc::new(Shared {
+            signs,
             client,
             js,
             ns,

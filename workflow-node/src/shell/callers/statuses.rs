@@ -82,6 +82,10 @@ pub(in crate::shell) async fn serve(
             shared.metrics.unproven(&workflow.name, "status");
             continue;
         }
+        // A sign of life of the call, heartbeat or not (see `run::check`).
+        shared
+            .signs
+            .note(crate::shell::mesh::seal::plain_id(wire_id));
         let Some(update) = interpret(&msg.subject, &msg.payload) else {
             continue;
         };
