@@ -83,9 +83,7 @@ pub(in crate::shell) async fn serve(
             continue;
         }
         // A sign of life of the call, heartbeat or not (see `run::check`).
-        shared
-            .signs
-            .note(crate::shell::mesh::seal::plain_id(wire_id));
+        shared.signs.note(sub_task_id);
         let Some(update) = interpret(&msg.subject, &msg.payload) else {
             continue;
         };

@@ -40,11 +40,10 @@ pub(crate) async fn spy_calls(client: &async_nats::Client) -> LastCalls {
             let Ok(v) = serde_json::from_slice::<Value>(&msg.payload) else {
                 continue;
             };
-            let Some(wire) = v["params"]["metadata"]["sub_task_id"].as_str() else {
+            let Some(sub_task_id) = v["params"]["metadata"]["sub_task_id"].as_str() else {
                 continue; // a caller's request of a workflow, not a node's call
             };
-            let plain = messages::sub_task::without_token(wire);
-            if let Some((execution, _, _)) = TaskKey::parse_sub_task_id(plain) {
+            if let Some((execution, _, _)) = TaskKey::parse_sub_task_id(sub_task_id) {
                 let mut seen = s.lock().unwrap_or_else(|e| e.into_inner());
                 seen.insert(execution.0, wall_ms());
             }
