@@ -12,6 +12,7 @@
 #   USER-cert.pem USER-key.pem        a client certificate per user (node agents ops alice bob)
 #   USER.nk                           NKey seeds (node agents ops): secret, one per process
 #   server.env                        MESH_* variables for nats-server (public keys, passwords, paths)
+#   cluster-routes.conf               the routes of deploy/nats-cluster with their password
 #   USER.env                          NATS_* variables for a client (workflow-node, stub-agents, agent-sdk),
 #                                     and MESH_* card settings (signed cards required, the
 #                                     example agents' names bound to the agents key)
@@ -111,6 +112,19 @@ upper() { tr '[:lower:]-' '[:upper:]_' <<<"$1"; }
   for user in "${NKEY_USERS[@]}"; do echo "MESH_$(upper "$user")_NKEY=$(cat "$out/$user.pub")"; done
   for user in "${PASSWORD_USERS[@]}"; do echo "MESH_$(upper "$user")_PASSWORD=$(cat "$out/$user.password")"; done
 } >"$out/server.env"
+
+# The routes of deploy/nats-cluster, with the password the nodes give each other: a file
+# of its own, included in each node's `cluster` block, because nats-server expands a
+# variable only as a whole value, never inside a route's URL.
+[[ -f "$out/route.password" ]] || openssl rand -hex 16 >"$out/route.password"
+route_password="$(cat "$out/route.password")"
+{
+  echo "# Included by deploy/nats-cluster/n*.conf: routes authenticate with this password."
+  echo "authorization { user: route, password: \"$route_password\" }"
+  echo "routes: ["
+  for port in 6222 6223 6224; do echo "  nats://route:$route_password@127.0.0.1:$port"; done
+  echo "]"
+} >"$out/cluster-routes.conf"
 
 for user in "${NKEY_USERS[@]}" "${PASSWORD_USERS[@]}"; do
   {

@@ -157,3 +157,103 @@ fn every_kubernetes_client_connects_with_credentials_from_a_secret() {
     }
     assert_eq!(clients, files.len(), "a client per file");
 }
+
+/// The shipped 3-node cluster (`deploy/nats-cluster/n*.conf`, unchanged but for its ports,
+/// with the files `gen-local.sh` writes): its routes form with the route password, a
+/// client without a user and a route without the password are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_asks_clients_for_a_user_and_routes_for_their_password() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let local = root.join("deploy/secure/local");
+    std::fs::create_dir_all(root.join("deploy/nats-cluster")).unwrap();
+    std::fs::create_dir_all(root.join("deploy/secure")).unwrap();
+    std::fs::copy(
+        repo().join("deploy/secure/accounts.conf"),
+        root.join("deploy/secure/accounts.conf"),
+    )
+    .unwrap();
+    let made = std::process::Command::new("bash")
+        .arg(repo().join("deploy/secure/gen-local.sh"))
+        .arg(&local)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    // Free ports in place of the shipped ones: client 422N, route 622N, monitoring 822N.
+    let listeners: Vec<_> = (0..9)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let ports: Vec<u16> = listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect();
+    drop(listeners);
+    let rewrite = |text: &str| {
+        (0..3).fold(text.to_owned(), |t, i| {
+            t.replace(&format!("422{}", 2 + i), &ports[i].to_string())
+                .replace(&format!("622{}", 2 + i), &ports[3 + i].to_string())
+                .replace(&format!("822{}", 2 + i), &ports[6 + i].to_string())
+        })
+    };
+    let routes = local.join("cluster-routes.conf");
+    let text = std::fs::read_to_string(&routes).unwrap();
+    std::fs::write(&routes, rewrite(&text)).unwrap();
+    let env = crate::support::security::read_env(&local.join("server.env"));
+    let bin = std::env::var("NATS_SERVER_BIN").unwrap_or_else(|_| "nats-server".into());
+    let mut servers = Vec::new();
+    for n in 1..=3 {
+        let conf = format!("deploy/nats-cluster/n{n}.conf");
+        let text = std::fs::read_to_string(repo().join(&conf)).unwrap();
+        std::fs::write(root.join(&conf), rewrite(&text)).unwrap();
+        let child = std::process::Command::new(&bin)
+            .args(["-c", &conf])
+            .current_dir(root)
+            .envs(env.iter().cloned())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("nats-server");
+        servers.push(crate::support::security::ChildGuard(child));
+    }
+    // The routes form: each node's monitoring shows routes to the other two.
+    let monitor = std::net::SocketAddr::from(([127, 0, 0, 1], ports[6]));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        // Polled: nothing announces that a server listens or that a route formed.
+        if tokio::net::TcpStream::connect(monitor).await.is_ok() {
+            let answer = test_harness::http::get(monitor, "/routez").await;
+            if answer.json()["num_routes"].as_u64().unwrap_or(0) > 0 {
+                break;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the routes never formed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let url = format!("nats://127.0.0.1:{}", ports[0]);
+    assert!(
+        async_nats::connect(&url).await.is_err(),
+        "an anonymous client got into the cluster"
+    );
+    // A route that gives no password is refused.
+    let mut route = std::net::TcpStream::connect(("127.0.0.1", ports[3])).unwrap();
+    route
+        .write_all(
+            b"CONNECT {\"verbose\":false,\"pedantic\":false,\"name\":\"intruder\"}\r\nPING\r\n",
+        )
+        .unwrap();
+    let mut answer = String::new();
+    let _ = route.read_to_string(&mut answer);
+    assert!(
+        answer.contains("Authorization Violation"),
+        "a route without the password was not refused: {answer}"
+    );
+    drop(servers);
+}

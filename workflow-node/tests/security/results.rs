@@ -56,6 +56,25 @@ workflow:
   output_mapping: {child: "{{sub.output}}"}
 "#;
 
+const GATED_PARENT: &str = r#"
+name: GatedParent
+workflow:
+  description: a held Doubler call, then EchoChild as a sub-workflow
+  nodes:
+    - {id: first, type: agent, agent_name: Doubler, input: {value: 1}}
+    - {id: sub, type: workflow, workflow_name: EchoChild, depends_on: [first], input: {value: 7}}
+  output_mapping: {child: "{{sub.output}}"}
+"#;
+
+const ECHO_CHILD: &str = r#"
+name: EchoChild
+workflow:
+  description: one call to Echo, as a sub-workflow
+  nodes:
+    - {id: echo, type: agent, agent_name: Echo, input: {value: 7}}
+  output_mapping: {echoed: "{{echo.output.value}}"}
+"#;
+
 /// A `Doubler` served by user `agents` that says it is holding (a status update), tells the
 /// test which run called, and answers `{"value": 42}` once released.
 struct HeldDoubler {
@@ -321,6 +340,52 @@ async fn a_sub_workflows_record_forges_no_result_through_echo() {
     s.doubler.release.send(()).unwrap();
     let output = call.await.unwrap().expect("HeldParent succeeds");
     assert_eq!(output, json!({"child": {"answer": {"value": 42}}}));
+    s.node.shutdown().await;
+    drop(s.secure);
+}
+
+/// The sub-task id of a sub-workflow call is no secret (its run id is seen by every agent
+/// it calls): a cancel sent under it before the call goes out, as the caller that will
+/// make it, is kept for the run it names, and must not end that run when the real caller
+/// starts it with its call token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_sent_ahead_under_a_sub_workflows_id_does_not_end_it() {
+    let mut s = stage(&[GATED_PARENT, ECHO_CHILD]).await;
+    let call = tokio::spawn(std::future::IntoFuture::into_future(
+        s.alice.agent("GatedParent").call(json!({})),
+    ));
+    let parent = tokio::time::timeout(WAIT, s.doubler.calls.recv())
+        .await
+        .expect("the parent's first call in time")
+        .expect("a call");
+    // Ops predicts the id of the sub-workflow call that has not gone out yet, and cancels
+    // it ahead, as the parent (unsigned: a workflow signs nothing).
+    let id = workflow_node::core::TaskKey::single("sub").sub_task_id(&ExecutionId(parent), 1);
+    let request = Request::tasks_cancel(id.as_str(), id.as_str());
+    let mut h = HeaderMap::new();
+    h.insert(headers::CALLER, "GatedParent");
+    let answer = tokio::time::timeout(
+        WAIT,
+        s.ops.request_with_headers(
+            subjects::agent_cancel(NS, "EchoChild"),
+            h,
+            serde_json::to_vec(&request).unwrap().into(),
+        ),
+    )
+    .await
+    .expect("an answer in time")
+    .expect("an answer");
+    let text = String::from_utf8_lossy(&answer.payload).into_owned();
+    assert!(
+        text.contains("cancel of run"),
+        "the cancel was not kept: {text}"
+    );
+    s.doubler.release.send(()).unwrap();
+    let output = call
+        .await
+        .unwrap()
+        .expect("GatedParent succeeds: the cancel sent ahead did not end its child");
+    assert_eq!(output, json!({"child": {"echoed": 7}}));
     s.node.shutdown().await;
     drop(s.secure);
 }

@@ -183,7 +183,7 @@ impl Drop for Secure {
 }
 
 /// `KEY=VALUE` lines (comments and blanks skipped).
-fn read_env(path: &Path) -> Vec<(String, String)> {
+pub(crate) fn read_env(path: &Path) -> Vec<(String, String)> {
     std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
         .lines()

@@ -120,9 +120,18 @@ pub(in crate::shell) async fn cancel(
         // busy worker): the cancel is kept for it, under the execution the caller's name
         // and task id make, and ends it as it starts if the same identity started it.
         let execution = names::caller_execution_id(&workflow.name, caller.as_deref(), task_id);
+        // A calling workflow's cancel carries its call's token: the run it started holds
+        // only a kept cancel with the same one.
+        let token = msg
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(call_proof::CALL_TOKEN))
+            .map(|t| t.as_str())
+            .filter(|t| call_proof::check_token(t).is_ok());
         let by = Caller {
             name: caller,
             signer,
+            token_id: token.map(|t| shared.seal.token_id(t)),
             ..Caller::default()
         };
         if let Err(why) = early::take_slot(shared, &by, &execution).await {

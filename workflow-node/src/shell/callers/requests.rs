@@ -445,6 +445,7 @@ async fn start(
         name: caller_name(msg),
         signer,
         call_token: token.as_deref().map(|t| shared.seal.wrap_token(t)),
+        token_id: token.as_deref().map(|t| shared.seal.token_id(t)),
     };
     // A plain start goes into the stream before the run is looked up, so that a worker
     // takes it while this replica looks: the look-up decides only what the caller is told.

@@ -84,4 +84,10 @@ pub struct Caller {
     /// and any replica proves the run's answers to this caller with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call_token: Option<String>,
+    /// Who holds the call token, without revealing it (an HMAC of it under the deployment
+    /// secret, see `seal`): on a run a calling workflow started, and on a cancel kept for a
+    /// run not started yet, so that the kept cancel ends the run only if it came with the
+    /// same token (the sub-task id that names the run is no secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_id: Option<String>,
 }

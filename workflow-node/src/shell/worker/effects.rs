@@ -102,6 +102,10 @@ impl RunContext<'_> {
                     let mut h = HeaderMap::new();
                     h.insert(headers::CALLER, self.workflow.name.as_str());
                     h.insert(call_proof::CALL_MAC, mac.as_str());
+                    // The token too: a cancel that overtakes the called workflow's start is
+                    // kept, and holds only with the token the start brings (the cancel
+                    // subject, like the request subject, is heard only by its server).
+                    h.insert(call_proof::CALL_TOKEN, token.as_str());
                     self.shared
                         .client
                         .publish_with_headers(subject, h, payload.into())
