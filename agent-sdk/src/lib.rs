@@ -82,6 +82,7 @@ pub mod error;
 mod exchange;
 pub mod handler;
 pub mod health;
+pub mod llm;
 pub mod mesh;
 mod protocol;
 mod roundtrip;

@@ -1,6 +1,7 @@
 //! Test harness: starts real nats-server processes for integration tests, a real OTLP
-//! receiver ([`otlp`]) for tests of exported traces and metrics, and plain HTTP requests
-//! ([`http`]) for tests of probes.
+//! receiver ([`otlp`]) for tests of exported traces and metrics, plain HTTP requests
+//! ([`http`]) for tests of probes, and a scripted OpenAI-compatible provider ([`openai`])
+//! for tests of LLM agents.
 //!
 //! Every test gets its own server on an ephemeral loopback port, with JetStream and a
 //! store directory of its own; the server is killed and its directory removed when the
@@ -15,6 +16,7 @@
 pub use nats_process::{Cluster, Error, NatsServer, Options};
 
 pub mod http;
+pub mod openai;
 pub mod otlp;
 
 /// A started single JetStream server with default options.

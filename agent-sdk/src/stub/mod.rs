@@ -18,7 +18,7 @@
 //!
 //! [`load_stub_file`] reads and checks a file; [`serve_stubs`] serves every agent of it.
 
-mod file;
+pub(crate) mod file;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -42,8 +42,10 @@ pub const NO_RULE_MATCHED: &str = "no rule matched";
 /// A checked stub file.
 #[derive(Debug, Clone)]
 pub struct StubFile {
-    /// The agents, in file order.
+    /// The stub agents, in file order.
     pub agents: Vec<StubAgent>,
+    /// The LLM agents (`kind: llm` or a `model:` block), in file order.
+    pub llm: Vec<crate::llm::LlmAgent>,
 }
 
 /// One stub agent.
@@ -114,8 +116,8 @@ impl StubFile {
     }
 }
 
-/// Serves every agent of `stubs` in namespace `ns`; on an error, the ones already started
-/// are stopped.
+/// Serves every agent of `stubs` in namespace `ns`, its LLM agents ([`crate::llm`]) as
+/// well; on an error, the ones already started are stopped.
 pub async fn serve_stubs(
     client: async_nats::Client,
     ns: &str,
@@ -140,6 +142,36 @@ pub async fn serve_stubs(
             .serve(client.clone())
             .await
         {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                for h in handles {
+                    h.stop().await;
+                }
+                return Err(e);
+            }
+        }
+    }
+    for agent in stubs.llm {
+        let name = agent.name.clone();
+        let started = match crate::llm::LlmHandler::new(agent.clone()) {
+            Err(reason) => Err(ServeError::Llm {
+                agent: name,
+                reason,
+            }),
+            Ok(handler) => {
+                let mut builder = AgentBuilder::new(&agent.name)
+                    .namespace(ns)
+                    .description(handler.description());
+                if let Some(s) = &agent.input_schema {
+                    builder = builder.input_schema(s.clone());
+                }
+                if let Some(s) = &agent.output_schema {
+                    builder = builder.output_schema(s.clone());
+                }
+                builder.handler(handler).serve(client.clone()).await
+            }
+        };
+        match started {
             Ok(h) => handles.push(h),
             Err(e) => {
                 for h in handles {

@@ -1,0 +1,289 @@
+//! Reading an LLM agent of the agents file: an entry with `kind: llm` or a `model:`
+//! block, checked at load with every problem reported at its place, like a stub's
+//! (`FILE: agents[1].model.base_url: ...`). The key's *source* is read here; the key itself
+//! only when the agent starts ([`super::KeySource::load`]).
+
+use serde_json::Value;
+use workflow_expr::{duration, file_type_name as kind, Template, TemplateOptions};
+
+use super::{KeySource, LlmAgent, ModelConfig, StructuredOutput, DEFAULT_TIMEOUT};
+use crate::stub::file::{schema, Fields, Problems};
+
+/// Whether an agents-file entry declares an LLM agent.
+pub(crate) fn is_llm(item: &Value) -> bool {
+    item.get("kind").and_then(Value::as_str) == Some("llm")
+        || item.get("model").is_some_and(|m| !m.is_null())
+}
+
+const AGENT_FIELDS: &[&str] = &[
+    "name",
+    "kind",
+    "description",
+    "input_schema",
+    "output_schema",
+    "model",
+    "system",
+    "instruction",
+];
+
+const MODEL_FIELDS: &[&str] = &[
+    "base_url",
+    "name",
+    "api_key_env",
+    "api_key_file",
+    "temperature",
+    "max_tokens",
+    "timeout",
+    "stream",
+    "structured_output",
+];
+
+/// Checks one LLM agent entry.
+pub(crate) fn agent(p: &mut Problems, at: String, v: &Value) -> Option<LlmAgent> {
+    let f = Fields::new(p, at, v, AGENT_FIELDS)?;
+    let before = p.count();
+    let name = match f.string(p, "name") {
+        Some(n) => {
+            if let Err(e) = messages::subjects::validate_token(&n) {
+                p.add(&f.at("name"), e);
+            }
+            n
+        }
+        None => {
+            if f.get("name").is_none() {
+                p.add(&f.at("name"), "missing: every agent needs a name");
+            }
+            String::new()
+        }
+    };
+    if let Some(k) = f.string(p, "kind") {
+        if k != "llm" {
+            p.add(
+                &f.at("kind"),
+                format!("an agent with a `model` is of kind llm, not {k:?}"),
+            );
+        }
+    }
+    let description = f.string(p, "description");
+    let input_schema = schema(p, &f, "input_schema");
+    let output_schema = schema(p, &f, "output_schema");
+    let system = f.string(p, "system");
+    let instruction = f.get("instruction").and_then(|t| {
+        match Template::compile_with(t, TemplateOptions { arithmetic: true }) {
+            Ok(t) => {
+                let mut ok = true;
+                for path in t.paths() {
+                    if path.root != "input" {
+                        p.add(
+                            &f.at("instruction"),
+                            format!("unknown name `{}`: an instruction can use `input` (the node input)", path.root),
+                        );
+                        ok = false;
+                    }
+                }
+                ok.then_some(t)
+            }
+            Err(e) => {
+                p.add(&f.at("instruction"), e);
+                None
+            }
+        }
+    });
+    let model = match f.get("model") {
+        Some(m) => model(p, f.at("model"), m),
+        None => {
+            p.add(
+                &f.at("model"),
+                "missing: an LLM agent needs `model: {base_url, name}`",
+            );
+            None
+        }
+    };
+    match model {
+        Some(model) if p.count() == before => Some(LlmAgent {
+            name,
+            description,
+            input_schema,
+            output_schema,
+            model,
+            system,
+            instruction,
+        }),
+        _ => None,
+    }
+}
+
+fn model(p: &mut Problems, at: String, v: &Value) -> Option<ModelConfig> {
+    let f = Fields::new(p, at, v, MODEL_FIELDS)?;
+    let before = p.count();
+    let base_url = f.string(p, "base_url").unwrap_or_default();
+    if f.get("base_url").is_none() {
+        p.add(
+            &f.at("base_url"),
+            "missing: the API's base URL, such as http://127.0.0.1:8080/v1",
+        );
+    } else if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+        p.add(
+            &f.at("base_url"),
+            format!("expected an http:// or https:// URL, found {base_url:?}"),
+        );
+    }
+    let model = f.string(p, "name").unwrap_or_default();
+    if f.get("name").is_none() {
+        p.add(&f.at("name"), "missing: the model name sent with each request");
+    }
+    let api_key = match (
+        f.string(p, "api_key_env"),
+        f.string(p, "api_key_file"),
+    ) {
+        (Some(_), Some(_)) => {
+            p.add(
+                &f.at("api_key_file"),
+                "give either `api_key_env` or `api_key_file`, not both",
+            );
+            KeySource::None
+        }
+        (Some(var), None) => KeySource::Env(var),
+        (None, Some(path)) => KeySource::File(path.into()),
+        (None, None) => KeySource::None,
+    };
+    let temperature = f.get("temperature").and_then(|t| match t.as_f64() {
+        Some(x) if (0.0..=2.0).contains(&x) => Some(x),
+        _ => {
+            p.add(
+                &f.at("temperature"),
+                format!("expected a number from 0 to 2, found {t}"),
+            );
+            None
+        }
+    });
+    let max_tokens = f.get("max_tokens").and_then(|t| match t.as_u64() {
+        Some(n) if n > 0 => Some(n),
+        _ => {
+            p.add(
+                &f.at("max_tokens"),
+                format!("expected a whole number ≥ 1, found {t}"),
+            );
+            None
+        }
+    });
+    let timeout = match f.get("timeout") {
+        None => DEFAULT_TIMEOUT,
+        Some(Value::String(s)) => match duration::parse(s) {
+            Ok(d) if !d.is_zero() => d,
+            Ok(_) => {
+                p.add(&f.at("timeout"), "a timeout must be longer than zero");
+                DEFAULT_TIMEOUT
+            }
+            Err(e) => {
+                p.add(&f.at("timeout"), e);
+                DEFAULT_TIMEOUT
+            }
+        },
+        Some(other) => {
+            p.add(
+                &f.at("timeout"),
+                format!("expected a duration such as \"60s\", found {}", kind(other)),
+            );
+            DEFAULT_TIMEOUT
+        }
+    };
+    let stream = match f.get("stream") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            p.add(
+                &f.at("stream"),
+                format!("expected true or false, found {}", kind(other)),
+            );
+            false
+        }
+    };
+    let structured_output = match f.string(p, "structured_output").as_deref() {
+        None | Some("json_schema") => StructuredOutput::JsonSchema,
+        Some("instructions") => StructuredOutput::Instructions,
+        Some(other) => {
+            p.add(
+                &f.at("structured_output"),
+                format!("expected json_schema or instructions, found {other:?}"),
+            );
+            StructuredOutput::JsonSchema
+        }
+    };
+    (p.count() == before).then_some(ModelConfig {
+        base_url,
+        model,
+        api_key,
+        temperature,
+        max_tokens,
+        timeout,
+        stream,
+        structured_output,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::stub::StubFile;
+
+    #[test]
+    fn llm_agents_load_beside_stubs() {
+        let text = r#"
+agents:
+  - name: Echo
+    output: "{{input}}"
+  - name: Summarizer
+    model:
+      base_url: http://127.0.0.1:1/v1
+      name: m
+      api_key_file: /run/key
+      temperature: 0.5
+      max_tokens: 100
+      timeout: 5s
+      stream: true
+      structured_output: instructions
+    instruction: "Summarise {{input.text}}"
+    output_schema: {type: object}
+"#;
+        let file = StubFile::parse(text, "a.yaml").unwrap();
+        assert_eq!(file.agents.len(), 1);
+        let a = &file.llm[0];
+        assert_eq!(a.name, "Summarizer");
+        assert_eq!(a.model.api_key, super::KeySource::File("/run/key".into()));
+        assert_eq!(a.model.timeout, std::time::Duration::from_secs(5));
+        assert!(a.model.stream);
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_place() {
+        let text = r#"
+agents:
+  - name: A
+    kind: llm
+  - name: B
+    model: {base_url: "ftp://x", api_key_env: K, api_key_file: f, temperature: 3, max_tokens: 0, timeout: never, stream: "yes", structured_output: grammar, extra: 1}
+    instruction: "{{call}}"
+  - name: C
+    kind: robot
+    output: 1
+"#;
+        let errors = StubFile::parse(text, "a.yaml").unwrap_err();
+        let has = |needle: &str| errors.iter().any(|e| e.contains(needle));
+        for needle in [
+            "a.yaml: agents[0].model: missing",
+            "a.yaml: agents[1].model.base_url: expected an http",
+            "a.yaml: agents[1].model.name: missing",
+            "a.yaml: agents[1].model.api_key_file: give either",
+            "a.yaml: agents[1].model.temperature: ",
+            "a.yaml: agents[1].model.max_tokens: ",
+            "a.yaml: agents[1].model.timeout: ",
+            "a.yaml: agents[1].model.stream: ",
+            "a.yaml: agents[1].model.structured_output: ",
+            "a.yaml: agents[1].model: unknown field `extra`",
+            "a.yaml: agents[1].instruction: unknown name `call`",
+            "a.yaml: agents[2].kind: unknown kind",
+        ] {
+            assert!(has(needle), "{needle} not in {errors:#?}");
+        }
+    }
+}
