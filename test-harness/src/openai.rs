@@ -148,7 +148,11 @@ impl Reply {
 
     /// A 429 `rate_limit_exceeded` with `Retry-After: {seconds}`.
     pub fn rate_limited(seconds: u64) -> Reply {
-        let mut reply = Reply::error(429, "Rate limit reached for requests", "rate_limit_exceeded");
+        let mut reply = Reply::error(
+            429,
+            "Rate limit reached for requests",
+            "rate_limit_exceeded",
+        );
         if let Reply::Json { headers, .. } = &mut reply {
             headers.push(("retry-after".into(), seconds.to_string()));
         }
@@ -158,7 +162,10 @@ impl Reply {
     /// A streamed answer: one chunk with the role, one per piece of `content`, one with
     /// `finish_reason: stop`, the usage chunk (`choices: []`), then `data: [DONE]`.
     pub fn streamed(content: &[&str]) -> Reply {
-        let mut pieces = vec![Piece::Event(chunk(json!({"role": "assistant", "content": ""}), None))];
+        let mut pieces = vec![Piece::Event(chunk(
+            json!({"role": "assistant", "content": ""}),
+            None,
+        ))];
         pieces.extend(
             content
                 .iter()
@@ -313,7 +320,11 @@ impl Provider {
 
     /// How many streams a client dropped before their end.
     pub fn aborted(&self) -> u64 {
-        *self.shared.aborted.lock().unwrap_or_else(|e| e.into_inner())
+        *self
+            .shared
+            .aborted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Waits until at least `n` requests came (the requests then); fails the test after
@@ -387,7 +398,11 @@ async fn answer(
         .pop_front();
     shared.bump();
     let reply = next.unwrap_or_else(|| {
-        Reply::error(500, "the test provider's script is exhausted", "script_exhausted")
+        Reply::error(
+            500,
+            "the test provider's script is exhausted",
+            "script_exhausted",
+        )
     });
     match reply {
         Reply::Json {
@@ -418,9 +433,7 @@ async fn answer(
             let (tx, rx) = mpsc::channel::<Bytes>(1);
             tokio::spawn(write_stream(shared.clone(), pieces, tx));
             let stream = futures::stream::unfold(rx, |mut rx| async move {
-                rx.recv()
-                    .await
-                    .map(|b| (Ok::<_, Infallible>(b), rx))
+                rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
             });
             Response::builder()
                 .status(StatusCode::OK)

@@ -89,11 +89,15 @@ impl ProviderError {
                 code,
                 retry_after,
             } => {
-                let code_text = code.as_deref().map(|c| format!(" ({c})")).unwrap_or_default();
+                let code_text = code
+                    .as_deref()
+                    .map(|c| format!(" ({c})"))
+                    .unwrap_or_default();
                 let after = retry_after
                     .map(|s| format!("; retry after {s} s"))
                     .unwrap_or_default();
-                let text = format!("the model provider answered {status}{code_text}: {message}{after}");
+                let text =
+                    format!("the model provider answered {status}{code_text}: {message}{after}");
                 let quota = code.as_deref() == Some("insufficient_quota");
                 let kind = if (status == 429 && !quota) || status >= 500 {
                     KIND_TRANSIENT
@@ -277,10 +281,9 @@ fn completion_of(v: &Value) -> Result<Completion, ProviderError> {
     if let Some(e) = v.get("error") {
         return Err(ProviderError::Malformed(format!("an error object: {e}")));
     }
-    let choice = v
-        .get("choices")
-        .and_then(|c| c.get(0))
-        .ok_or_else(|| ProviderError::Malformed(format!("no `choices[0]` in {}", start_of(&v.to_string()))))?;
+    let choice = v.get("choices").and_then(|c| c.get(0)).ok_or_else(|| {
+        ProviderError::Malformed(format!("no `choices[0]` in {}", start_of(&v.to_string())))
+    })?;
     let message = choice
         .get("message")
         .ok_or_else(|| ProviderError::Malformed("no `choices[0].message`".into()))?;
@@ -305,9 +308,21 @@ fn completion_of(v: &Value) -> Result<Completion, ProviderError> {
     {
         let f = call.get("function").unwrap_or(&Value::Null);
         out.tool_calls.push(ToolCallRequest {
-            id: call.get("id").and_then(Value::as_str).unwrap_or_default().to_owned(),
-            name: f.get("name").and_then(Value::as_str).unwrap_or_default().to_owned(),
-            arguments: f.get("arguments").and_then(Value::as_str).unwrap_or_default().to_owned(),
+            id: call
+                .get("id")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            name: f
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            arguments: f
+                .get("arguments")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
         });
     }
     read_usage(v, &mut out);
@@ -463,9 +478,15 @@ mod tests {
         let a = next_event(&mut p).unwrap();
         assert_eq!(event_data(std::str::from_utf8(&a).unwrap()), None);
         let b = next_event(&mut p).unwrap();
-        assert_eq!(event_data(std::str::from_utf8(&b).unwrap()).unwrap(), "{\"a\":1}");
+        assert_eq!(
+            event_data(std::str::from_utf8(&b).unwrap()).unwrap(),
+            "{\"a\":1}"
+        );
         let c = next_event(&mut p).unwrap();
-        assert_eq!(event_data(std::str::from_utf8(&c).unwrap()).unwrap(), "[DONE]");
+        assert_eq!(
+            event_data(std::str::from_utf8(&c).unwrap()).unwrap(),
+            "[DONE]"
+        );
         assert!(next_event(&mut p).is_none());
         assert_eq!(p, b"partial");
     }
@@ -484,7 +505,13 @@ mod tests {
             apply_chunk(&c, &mut out, &tx).unwrap();
         }
         assert_eq!(out.tool_calls.len(), 2);
-        assert_eq!((out.tool_calls[0].name.as_str(), out.tool_calls[0].arguments.as_str()), ("f", "{\"x\":1}"));
+        assert_eq!(
+            (
+                out.tool_calls[0].name.as_str(),
+                out.tool_calls[0].arguments.as_str()
+            ),
+            ("f", "{\"x\":1}")
+        );
         assert_eq!(out.tool_calls[1].name, "g");
         assert_eq!((out.input_tokens, out.output_tokens), (Some(3), Some(4)));
     }
@@ -498,13 +525,31 @@ mod tests {
             retry_after: Some(3),
         };
         let kind = |e: ProviderError| e.into_agent_error().kind.unwrap();
-        assert_eq!(kind(status(429, Some("rate_limit_exceeded"))), KIND_TRANSIENT);
-        assert_eq!(kind(status(429, Some("insufficient_quota"))), KIND_PERMANENT);
+        assert_eq!(
+            kind(status(429, Some("rate_limit_exceeded"))),
+            KIND_TRANSIENT
+        );
+        assert_eq!(
+            kind(status(429, Some("insufficient_quota"))),
+            KIND_PERMANENT
+        );
         assert_eq!(kind(status(503, None)), KIND_TRANSIENT);
-        assert_eq!(kind(status(400, Some("context_length_exceeded"))), KIND_PERMANENT);
-        assert!(status(429, None).into_agent_error().message.contains("retry after 3 s"));
-        assert_eq!(kind(ProviderError::Timeout(Duration::from_secs(1))), KIND_TIMEOUT);
-        assert_eq!(error_of(r#"{"error":{"message":"bad","code":400}}"#), ("bad".into(), Some("400".into())));
+        assert_eq!(
+            kind(status(400, Some("context_length_exceeded"))),
+            KIND_PERMANENT
+        );
+        assert!(status(429, None)
+            .into_agent_error()
+            .message
+            .contains("retry after 3 s"));
+        assert_eq!(
+            kind(ProviderError::Timeout(Duration::from_secs(1))),
+            KIND_TIMEOUT
+        );
+        assert_eq!(
+            error_of(r#"{"error":{"message":"bad","code":400}}"#),
+            ("bad".into(), Some("400".into()))
+        );
         assert_eq!(error_of("<html>oops</html>").0, "<html>oops</html>");
     }
 
@@ -512,6 +557,9 @@ mod tests {
     fn the_key_is_redacted_and_never_debug_printed() {
         let k = ApiKey::new(" sk-secret\n");
         assert_eq!(format!("{k:?}"), "ApiKey([redacted])");
-        assert_eq!(k.redact("Incorrect API key provided: sk-secret."), "Incorrect API key provided: [redacted].");
+        assert_eq!(
+            k.redact("Incorrect API key provided: sk-secret."),
+            "Incorrect API key provided: [redacted]."
+        );
     }
 }

@@ -130,12 +130,12 @@ fn model(p: &mut Problems, at: String, v: &Value) -> Option<ModelConfig> {
     }
     let model = f.string(p, "name").unwrap_or_default();
     if f.get("name").is_none() {
-        p.add(&f.at("name"), "missing: the model name sent with each request");
+        p.add(
+            &f.at("name"),
+            "missing: the model name sent with each request",
+        );
     }
-    let api_key = match (
-        f.string(p, "api_key_env"),
-        f.string(p, "api_key_file"),
-    ) {
+    let api_key = match (f.string(p, "api_key_env"), f.string(p, "api_key_file")) {
         (Some(_), Some(_)) => {
             p.add(
                 &f.at("api_key_file"),

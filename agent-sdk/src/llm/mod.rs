@@ -110,9 +110,7 @@ impl KeySource {
             KeySource::None => Ok(None),
             KeySource::Env(var) => match std::env::var(var) {
                 Ok(v) if !v.trim().is_empty() => Ok(Some(ApiKey::new(&v))),
-                _ => Err(format!(
-                    "the API key variable {var} is not set (or empty)"
-                )),
+                _ => Err(format!("the API key variable {var} is not set (or empty)")),
             },
             KeySource::File(path) => match std::fs::read_to_string(path) {
                 Ok(v) if !v.trim().is_empty() => Ok(Some(ApiKey::new(&v))),
@@ -155,7 +153,8 @@ impl LlmHandler {
             .map_err(|e| format!("agent {}: {e}", agent.name))?;
         let output = match &agent.output_schema {
             Some(s) => Some(
-                Schema::compile(s).map_err(|e| format!("agent {}: output_schema: {e}", agent.name))?,
+                Schema::compile(s)
+                    .map_err(|e| format!("agent {}: output_schema: {e}", agent.name))?,
             ),
             None => None,
         };
@@ -188,9 +187,9 @@ impl LlmHandler {
             Some(t) => {
                 let mut scope = Map::new();
                 scope.insert("input".into(), input.clone());
-                let v = t.resolve(&scope).map_err(|e| {
-                    AgentError::with_kind(format!("instruction: {e}"), "bad_input")
-                })?;
+                let v = t
+                    .resolve(&scope)
+                    .map_err(|e| AgentError::with_kind(format!("instruction: {e}"), "bad_input"))?;
                 to_text(&v).into_owned()
             }
             None => to_text(input).into_owned(),

@@ -190,7 +190,10 @@ fn agent(p: &mut Problems, at: String, v: &Value) -> Option<StubAgent> {
     };
     if let Some(k) = f.string(p, "kind") {
         if k != "stub" {
-            p.add(&f.at("kind"), format!("unknown kind {k:?} (expected stub or llm)"));
+            p.add(
+                &f.at("kind"),
+                format!("unknown kind {k:?} (expected stub or llm)"),
+            );
         }
     }
     let description = f.string(p, "description");

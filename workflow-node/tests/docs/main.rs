@@ -243,7 +243,10 @@ fn check_doc(tree: &Tree, doc: &str, text: &str) -> Vec<String> {
         }
         // A folder named alone (`examples/`): in a doc at the root, a folder of the root;
         // elsewhere (`run/` in the architecture's map), a folder somewhere in the tree.
-        if let Some(folder) = word.strip_suffix('/').filter(|f| !f.is_empty() && !f.contains('/')) {
+        if let Some(folder) = word
+            .strip_suffix('/')
+            .filter(|f| !f.is_empty() && !f.contains('/'))
+        {
             return Some(if dir.is_empty() {
                 tree.has(folder)
             } else {
