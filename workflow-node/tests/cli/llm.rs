@@ -1,0 +1,140 @@
+//! A workflow calling an LLM agent, as a user runs it: `workflow-node run --agents FILE`
+//! (the agents file declaring the LLM agent, its key from an environment variable) against
+//! the scripted OpenAI-compatible provider. The provider first answers 429, which the
+//! node's retry strategy retries; the second answer streams, and its text shows on `run`'s
+//! progress before the answer ends. The key appears in no output.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::json;
+use test_harness::openai::{chunk, stream_end, Gate, Piece, Provider, Reply};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+
+const KEY: &str = "sk-cli-9d3e71c04a";
+const WAIT: Duration = Duration::from_secs(60);
+
+const WORKFLOW: &str = r#"
+name: WriteUp
+workflow:
+  description: Writes about a topic with an LLM agent.
+  input_schema: {type: object, required: [topic], properties: {topic: {type: string}}}
+  nodes:
+    - id: write
+      type: agent
+      agent_name: Writer
+      input: {topic: "{{workflow.input.topic}}"}
+      retry_strategy:
+        limit: 1
+        retry_policy: OnFailure
+        backoff: {duration: 10ms}
+        non_retryable_errors: [permanent, output_validation]
+  output_mapping:
+    text: "{{write.output.text}}"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workflow_retries_a_429_and_streams_its_llm_agents_answer_to_run() {
+    let provider = Provider::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("workflows")).unwrap();
+    std::fs::write(dir.path().join("workflows/write_up.yaml"), WORKFLOW).unwrap();
+    let agents = format!(
+        r#"
+agents:
+  - name: Writer
+    model:
+      base_url: {}
+      name: test-model
+      api_key_env: WRITER_KEY
+      stream: true
+    instruction: "Write about {{{{input.topic}}}}"
+"#,
+        provider.base_url()
+    );
+    std::fs::write(dir.path().join("agents.yaml"), agents).unwrap();
+
+    provider.push(Reply::rate_limited(1));
+    let gate = Gate::new();
+    let mut pieces = vec![
+        Piece::Event(chunk(json!({"role": "assistant", "content": ""}), None)),
+        Piece::Event(chunk(json!({"content": "Hel"}), None)),
+        Piece::Event(chunk(json!({"content": "lo"}), None)),
+        Piece::Wait(gate.clone()),
+        Piece::Event(chunk(json!({"content": " world"}), None)),
+    ];
+    pieces.extend(stream_end("stop"));
+    provider.push(Reply::Stream(pieces));
+
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_workflow-node"))
+        .args(["run", "WriteUp", "--input", r#"{"topic": "rivers"}"#])
+        .arg("--workflows")
+        .arg(dir.path().join("workflows"))
+        .arg("--agents")
+        .arg(dir.path().join("agents.yaml"))
+        .env_remove("NATS_URL")
+        .env("WRITER_KEY", KEY)
+        .env("RUST_LOG", "debug")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut stderr = String::new();
+    // The streamed text, while the answer is held back at the gate.
+    let mut streamed = String::new();
+    tokio::time::timeout(WAIT, async {
+        while streamed != "Hello" {
+            let line = lines
+                .next_line()
+                .await
+                .unwrap()
+                .unwrap_or_else(|| panic!("run ended before streaming: {stderr}"));
+            stderr.push_str(&line);
+            stderr.push('\n');
+            if let Some(text) = line.strip_prefix("  write [working]: ") {
+                streamed.push_str(text);
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no streamed text in time: {stderr}"));
+    gate.open();
+    let (out, rest) = tokio::time::timeout(WAIT, async {
+        let mut out = String::new();
+        stdout.read_to_string(&mut out).await.unwrap();
+        let mut rest = String::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            rest.push_str(&line);
+            rest.push('\n');
+        }
+        (out, rest)
+    })
+    .await
+    .expect("run ends");
+    stderr.push_str(&rest);
+    let status = child.wait().await.unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v, json!({"text": "Hello world"}));
+    // The 429 was answered as transient and retried by the node.
+    let sent = provider.wait_requests(2).await;
+    assert_eq!(sent.len(), 2);
+    assert!(
+        stderr.contains("  write (agent) -> Writer (attempt 2)"),
+        "the node retried: {stderr}"
+    );
+    for r in &sent {
+        assert_eq!(
+            r.header("authorization"),
+            Some(format!("Bearer {KEY}").as_str())
+        );
+        assert!(!r.all_but_authorization().contains(KEY));
+    }
+    assert!(
+        !out.contains(KEY) && !stderr.contains(KEY),
+        "the key was printed: {stderr}"
+    );
+}
