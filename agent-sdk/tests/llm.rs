@@ -393,3 +393,59 @@ async fn the_agents_binary_serves_an_llm_agent_and_never_prints_its_key() {
     assert!(said.contains("serving Writer"), "{said}");
     assert!(!said.contains(KEY), "the key was printed: {said}");
 }
+
+#[tokio::test]
+async fn the_model_calls_mesh_agents_as_tools_in_parallel_and_sees_their_errors() {
+    let (_server, client) = setup().await.unwrap();
+    let provider = Provider::start().await;
+    let key = key_file();
+    let stub = r#"
+  - name: Doubler
+    description: Doubles a number
+    input_schema: {type: object, required: [value], properties: {value: {type: number}}}
+    output: {value: "{{input.value * 2}}"}
+"#;
+    let extra = "    tools: [Doubler, Writer]\n    max_tool_rounds: 2";
+    let yaml = format!("{}{stub}", agents(&provider, key.path(), "", extra));
+    let _agents = serve(&client, &yaml).await;
+
+    // Round 1: two calls at once, one with arguments off the schema; round 2: the answer.
+    provider.push(Reply::tool_calls(&[
+        ("call_a", "Doubler", r#"{"value": 4}"#),
+        ("call_b", "Doubler", r#"{"value": "four"}"#),
+    ]));
+    provider.push(Reply::text("4 doubled is 8"));
+    let out = call(&client, json!({"topic": "doubling"})).await.unwrap();
+    assert_eq!(out, json!({"text": "4 doubled is 8"}));
+
+    let sent = provider.wait_requests(2).await;
+    // Offered: Doubler, declared from its card; never the agent itself.
+    let tools = sent[0].body["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 1, "{tools:?}");
+    assert_eq!(tools[0]["function"]["name"], "Doubler");
+    assert_eq!(
+        tools[0]["function"]["parameters"]["required"],
+        json!(["value"])
+    );
+    let messages = sent[1].body["messages"].as_array().unwrap();
+    let n = messages.len();
+    assert_eq!(messages[n - 3]["tool_calls"][0]["id"], "call_a");
+    assert_eq!(
+        messages[n - 2],
+        json!({"role": "tool", "tool_call_id": "call_a", "content": r#"{"value":8}"#})
+    );
+    assert_eq!(messages[n - 1]["tool_call_id"], "call_b");
+    let error = messages[n - 1]["content"].as_str().unwrap();
+    assert!(
+        error.contains("error") && error.contains("arguments/value"),
+        "{error}"
+    );
+
+    // A model that keeps asking for tools is stopped after max_tool_rounds.
+    for _ in 0..3 {
+        provider.push(Reply::tool_calls(&[("c", "Doubler", r#"{"value": 1}"#)]));
+    }
+    let (message, kind) = failure(call(&client, json!({"topic": "loop"})).await);
+    assert_eq!(kind.as_deref(), Some("tool_rounds_exceeded"), "{message}");
+    assert_eq!(provider.wait_requests(5).await.len(), 5);
+}

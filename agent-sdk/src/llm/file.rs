@@ -6,7 +6,11 @@
 use serde_json::Value;
 use workflow_expr::{duration, file_type_name as kind, Template, TemplateOptions};
 
-use super::{KeySource, LlmAgent, ModelConfig, StructuredOutput, DEFAULT_TIMEOUT};
+use super::tools::Selector;
+use super::{
+    KeySource, LlmAgent, ModelConfig, StructuredOutput, DEFAULT_MAX_TIME, DEFAULT_MAX_TOOL_ROUNDS,
+    DEFAULT_TIMEOUT, DEFAULT_TOOL_TIMEOUT,
+};
 use crate::stub::file::{schema, Fields, Problems};
 
 /// Whether an agents-file entry declares an LLM agent.
@@ -24,6 +28,10 @@ const AGENT_FIELDS: &[&str] = &[
     "model",
     "system",
     "instruction",
+    "tools",
+    "max_tool_rounds",
+    "tool_timeout",
+    "max_time",
 ];
 
 const MODEL_FIELDS: &[&str] = &[
@@ -89,6 +97,48 @@ pub(crate) fn agent(p: &mut Problems, at: String, v: &Value) -> Option<LlmAgent>
             }
         }
     });
+    let tools = match f.get("tools") {
+        None => Vec::new(),
+        Some(Value::Array(list)) => list
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| match t.as_str() {
+                Some(s) if !s.trim().is_empty() && s.trim() != "tag:" => Some(Selector::parse(s)),
+                _ => {
+                    p.add(
+                        &format!("{}[{i}]", f.at("tools")),
+                        format!("expected an agent or workflow name, or tag:TAG, found {t}"),
+                    );
+                    None
+                }
+            })
+            .collect(),
+        Some(other) => {
+            p.add(
+                &f.at("tools"),
+                format!(
+                    "expected a list of names (or tag:TAG), found {}",
+                    kind(other)
+                ),
+            );
+            Vec::new()
+        }
+    };
+    let max_tool_rounds = match f.get("max_tool_rounds") {
+        None => DEFAULT_MAX_TOOL_ROUNDS,
+        Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+            Some(n) if n > 0 => n,
+            _ => {
+                p.add(
+                    &f.at("max_tool_rounds"),
+                    format!("expected a whole number ≥ 1, found {v}"),
+                );
+                DEFAULT_MAX_TOOL_ROUNDS
+            }
+        },
+    };
+    let tool_timeout = duration_field(p, &f, "tool_timeout", DEFAULT_TOOL_TIMEOUT);
+    let max_time = duration_field(p, &f, "max_time", DEFAULT_MAX_TIME);
     let model = match f.get("model") {
         Some(m) => model(p, f.at("model"), m),
         None => {
@@ -108,8 +158,42 @@ pub(crate) fn agent(p: &mut Problems, at: String, v: &Value) -> Option<LlmAgent>
             model,
             system,
             instruction,
+            tools,
+            max_tool_rounds,
+            tool_timeout,
+            max_time,
         }),
         _ => None,
+    }
+}
+
+/// A duration field longer than zero; `default` when absent.
+fn duration_field(
+    p: &mut Problems,
+    f: &Fields<'_>,
+    key: &str,
+    default: std::time::Duration,
+) -> std::time::Duration {
+    match f.get(key) {
+        None => default,
+        Some(Value::String(s)) => match duration::parse(s) {
+            Ok(d) if !d.is_zero() => d,
+            Ok(_) => {
+                p.add(&f.at(key), "must be longer than zero");
+                default
+            }
+            Err(e) => {
+                p.add(&f.at(key), e);
+                default
+            }
+        },
+        Some(other) => {
+            p.add(
+                &f.at(key),
+                format!("expected a duration such as \"60s\", found {}", kind(other)),
+            );
+            default
+        }
     }
 }
 
@@ -167,27 +251,7 @@ fn model(p: &mut Problems, at: String, v: &Value) -> Option<ModelConfig> {
             None
         }
     });
-    let timeout = match f.get("timeout") {
-        None => DEFAULT_TIMEOUT,
-        Some(Value::String(s)) => match duration::parse(s) {
-            Ok(d) if !d.is_zero() => d,
-            Ok(_) => {
-                p.add(&f.at("timeout"), "a timeout must be longer than zero");
-                DEFAULT_TIMEOUT
-            }
-            Err(e) => {
-                p.add(&f.at("timeout"), e);
-                DEFAULT_TIMEOUT
-            }
-        },
-        Some(other) => {
-            p.add(
-                &f.at("timeout"),
-                format!("expected a duration such as \"60s\", found {}", kind(other)),
-            );
-            DEFAULT_TIMEOUT
-        }
-    };
+    let timeout = duration_field(p, &f, "timeout", DEFAULT_TIMEOUT);
     let stream = match f.get("stream") {
         None => false,
         Some(Value::Bool(b)) => *b,
@@ -244,6 +308,9 @@ agents:
       structured_output: instructions
     instruction: "Summarise {{input.text}}"
     output_schema: {type: object}
+    tools: [WriteUp, "tag:research"]
+    max_tool_rounds: 3
+    tool_timeout: 10s
 "#;
         let file = StubFile::parse(text, "a.yaml").unwrap();
         assert_eq!(file.agents.len(), 1);
@@ -252,6 +319,16 @@ agents:
         assert_eq!(a.model.api_key, super::KeySource::File("/run/key".into()));
         assert_eq!(a.model.timeout, std::time::Duration::from_secs(5));
         assert!(a.model.stream);
+        assert_eq!(
+            a.tools,
+            vec![
+                super::Selector::Name("WriteUp".into()),
+                super::Selector::Tag("research".into())
+            ]
+        );
+        assert_eq!(a.max_tool_rounds, 3);
+        assert_eq!(a.tool_timeout, std::time::Duration::from_secs(10));
+        assert_eq!(a.max_time, super::DEFAULT_MAX_TIME);
     }
 
     #[test]
@@ -263,6 +340,8 @@ agents:
   - name: B
     model: {base_url: "ftp://x", api_key_env: K, api_key_file: f, temperature: 3, max_tokens: 0, timeout: never, stream: "yes", structured_output: grammar, extra: 1}
     instruction: "{{call}}"
+    tools: [3]
+    max_tool_rounds: 0
   - name: C
     kind: robot
     output: 1
@@ -281,6 +360,8 @@ agents:
             "a.yaml: agents[1].model.structured_output: ",
             "a.yaml: agents[1].model: unknown field `extra`",
             "a.yaml: agents[1].instruction: unknown name `call`",
+            "a.yaml: agents[1].tools[0]: expected",
+            "a.yaml: agents[1].max_tool_rounds: ",
             "a.yaml: agents[2].kind: unknown kind",
         ] {
             assert!(has(needle), "{needle} not in {errors:#?}");

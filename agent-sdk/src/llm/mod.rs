@@ -31,6 +31,7 @@
 
 pub mod client;
 pub(crate) mod file;
+pub mod tools;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -39,6 +40,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 use workflow_expr::{to_text, Template};
 
+use crate::catalog::Catalog;
 use crate::error::AgentError;
 use crate::handler::{Handler, HandlerResult, NodeRequest};
 use crate::protocol::KIND_OUTPUT_VALIDATION;
@@ -47,6 +49,18 @@ use client::{ApiKey, ChatClient, Completion};
 
 /// The timeout of one model call when the file gives none.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How many rounds of tool calls a call may take when the file does not say.
+pub const DEFAULT_MAX_TOOL_ROUNDS: u32 = 10;
+
+/// How long one tool call may take when the file does not say.
+pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a whole call (every model and tool call) may take when the file does not say.
+pub const DEFAULT_MAX_TIME: Duration = Duration::from_secs(300);
+
+/// The error kind of a call whose model kept asking for tools past `max_tool_rounds`.
+pub const KIND_TOOL_ROUNDS: &str = "tool_rounds_exceeded";
 
 /// How often streamed text reaches the caller at most: deltas in between are batched
 /// into one status update.
@@ -69,6 +83,14 @@ pub struct LlmAgent {
     pub system: Option<String>,
     /// The user message: a template over `input` (the whole input as JSON without one).
     pub instruction: Option<Template>,
+    /// The agents and workflows offered as tools (from the live catalog).
+    pub tools: Vec<tools::Selector>,
+    /// The bound on rounds of tool calls in one call.
+    pub max_tool_rounds: u32,
+    /// The timeout of one tool call.
+    pub tool_timeout: Duration,
+    /// The bound on one whole call: model calls, tool calls and the repair.
+    pub max_time: Duration,
 }
 
 /// Where an LLM agent's model is and how it is asked.
@@ -141,6 +163,7 @@ pub struct LlmHandler {
     agent: LlmAgent,
     client: ChatClient,
     output: Option<Schema>,
+    catalog: Option<Catalog>,
 }
 
 impl LlmHandler {
@@ -163,7 +186,14 @@ impl LlmHandler {
             agent,
             client,
             output,
+            catalog: None,
         })
+    }
+
+    /// Offers the agent's `tools` from `catalog` (without one, none are offered).
+    pub fn with_catalog(mut self, catalog: Catalog) -> Self {
+        self.catalog = Some(catalog);
+        self
     }
 
     /// The card's description.
@@ -202,7 +232,7 @@ impl LlmHandler {
         Ok(messages)
     }
 
-    fn body(&self, messages: &[Value]) -> Map<String, Value> {
+    fn body(&self, messages: &[Value], offered: &[crate::tools::Tool]) -> Map<String, Value> {
         let m = &self.agent.model;
         let mut body = Map::new();
         body.insert("model".into(), Value::from(m.model.clone()));
@@ -212,6 +242,10 @@ impl LlmHandler {
         }
         if let Some(n) = m.max_tokens {
             body.insert("max_tokens".into(), json!(n));
+        }
+        if !offered.is_empty() {
+            let tools: Vec<Value> = offered.iter().map(|t| t.openai()).collect();
+            body.insert("tools".into(), Value::from(tools));
         }
         if let (Some(schema), StructuredOutput::JsonSchema) =
             (&self.agent.output_schema, m.structured_output)
@@ -225,9 +259,14 @@ impl LlmHandler {
         body
     }
 
-    /// One model call; streamed text goes to the caller in batches.
-    async fn call(&self, req: &NodeRequest, messages: &[Value]) -> Result<Completion, AgentError> {
-        let body = self.body(messages);
+    /// One model call offering `offered`; streamed text goes to the caller in batches.
+    async fn call(
+        &self,
+        req: &NodeRequest,
+        messages: &[Value],
+        offered: &[crate::tools::Tool],
+    ) -> Result<Completion, AgentError> {
+        let body = self.body(messages, offered);
         if !self.agent.model.stream {
             return self
                 .client
@@ -277,22 +316,87 @@ fn json_of(text: &str) -> Result<Value, String> {
     serde_json::from_str(t).map_err(|e| format!("output: the answer is not JSON ({e})"))
 }
 
-impl Handler for LlmHandler {
-    async fn handle(&self, req: NodeRequest) -> HandlerResult {
-        let mut messages = self.messages(&req.input)?;
-        let answer = self.call(&req, &messages).await?;
+impl LlmHandler {
+    /// The model's final answer: model calls, with rounds of tool calls in between while
+    /// it asks for them (at most `max_tool_rounds`).
+    async fn answer(
+        &self,
+        req: &NodeRequest,
+        messages: &mut Vec<Value>,
+    ) -> Result<Completion, AgentError> {
+        let mut rounds = 0;
+        loop {
+            let offered = match &self.catalog {
+                Some(c) => tools::offered(c, &self.agent.tools, &self.agent.name).await,
+                None => Vec::new(),
+            };
+            let answer = self.call(req, messages, &offered).await?;
+            if answer.tool_calls.is_empty() {
+                return Ok(answer);
+            }
+            let Some(catalog) = &self.catalog else {
+                return Err(AgentError::with_kind(
+                    "the model asked for tools, but none are offered",
+                    client::KIND_PROVIDER_ERROR,
+                ));
+            };
+            rounds += 1;
+            if rounds > self.agent.max_tool_rounds {
+                return Err(AgentError::with_kind(
+                    format!(
+                        "the model still asked for tools after {} rounds (max_tool_rounds)",
+                        self.agent.max_tool_rounds
+                    ),
+                    KIND_TOOL_ROUNDS,
+                ));
+            }
+            let calls: Vec<Value> = answer
+                .tool_calls
+                .iter()
+                .map(|c| {
+                    json!({"id": c.id, "type": "function",
+                           "function": {"name": c.name, "arguments": c.arguments}})
+                })
+                .collect();
+            let content = (!answer.content.is_empty()).then(|| answer.content.clone());
+            messages.push(json!({"role": "assistant", "content": content, "tool_calls": calls}));
+            let results = tools::run_calls(
+                catalog,
+                &offered,
+                req,
+                &answer.tool_calls,
+                self.agent.tool_timeout,
+            )
+            .await;
+            messages.extend(results);
+        }
+    }
+
+    /// The output of `answer`: `{"text"}`, or JSON valid against the output schema, with
+    /// one repair round.
+    async fn output(
+        &self,
+        req: &NodeRequest,
+        messages: &mut Vec<Value>,
+        answer: Completion,
+    ) -> HandlerResult {
         let Some(schema) = &self.output else {
             return Ok(json!({"text": answer.content}));
         };
-        let problems = match json_of(&answer.content) {
+        let check = |text: &str| match json_of(text) {
             Ok(v) => {
                 let p = schema.violations("output", &v);
                 if p.is_empty() {
-                    return Ok(v);
+                    Ok(v)
+                } else {
+                    Err(p)
                 }
-                p
             }
-            Err(e) => vec![e],
+            Err(e) => Err(vec![e]),
+        };
+        let problems = match check(&answer.content) {
+            Ok(v) => return Ok(v),
+            Err(p) => p,
         };
         // One repair round: the answer and what is wrong with it, back to the model.
         messages.push(json!({"role": "assistant", "content": answer.content}));
@@ -300,23 +404,36 @@ impl Handler for LlmHandler {
             "Your answer does not match the output schema:\n{}\nAnswer again with only the corrected JSON.",
             problems.join("\n")
         )}));
-        let repaired = self.call(&req, &messages).await?;
-        let problems = match json_of(&repaired.content) {
-            Ok(v) => {
-                let p = schema.violations("output", &v);
-                if p.is_empty() {
-                    return Ok(v);
-                }
-                p
-            }
-            Err(e) => vec![e],
+        let repaired = self.call(req, messages, &[]).await?;
+        check(&repaired.content).map_err(|problems| {
+            AgentError::with_kind(
+                format!(
+                    "the model's answer does not match the output schema after one repair: {}",
+                    problems.join("; ")
+                ),
+                KIND_OUTPUT_VALIDATION,
+            )
+        })
+    }
+}
+
+impl Handler for LlmHandler {
+    async fn handle(&self, req: NodeRequest) -> HandlerResult {
+        let work = async {
+            let mut messages = self.messages(&req.input)?;
+            let answer = self.answer(&req, &mut messages).await?;
+            self.output(&req, &mut messages, answer).await
         };
-        Err(AgentError::with_kind(
-            format!(
-                "the model's answer does not match the output schema after one repair: {}",
-                problems.join("; ")
-            ),
-            KIND_OUTPUT_VALIDATION,
-        ))
+        tokio::time::timeout(self.agent.max_time, work)
+            .await
+            .unwrap_or_else(|_| {
+                Err(AgentError::with_kind(
+                    format!(
+                        "the call took longer than max_time ({} s)",
+                        self.agent.max_time.as_secs_f64()
+                    ),
+                    client::KIND_TIMEOUT,
+                ))
+            })
     }
 }

@@ -159,6 +159,25 @@ pub async fn serve_stubs(
                 reason,
             }),
             Ok(handler) => {
+                let handler = match agent.tools.is_empty() {
+                    true => Ok(handler),
+                    false => tool_catalog(&client, ns)
+                        .await
+                        .map(|c| handler.with_catalog(c))
+                        .map_err(|reason| ServeError::Llm {
+                            agent: name.clone(),
+                            reason: format!("agent {name}: its tools: {reason}"),
+                        }),
+                };
+                let handler = match handler {
+                    Ok(h) => h,
+                    Err(e) => {
+                        for h in handles {
+                            h.stop().await;
+                        }
+                        return Err(e);
+                    }
+                };
                 let mut builder = AgentBuilder::new(&agent.name)
                     .namespace(ns)
                     .description(handler.description());
@@ -182,6 +201,14 @@ pub async fn serve_stubs(
         }
     }
     Ok(handles)
+}
+
+/// The live catalog an LLM agent's tools come from.
+async fn tool_catalog(client: &async_nats::Client, ns: &str) -> Result<crate::Catalog, String> {
+    let mesh = crate::Mesh::new(client.clone())
+        .namespace(ns)
+        .map_err(|e| e.to_string())?;
+    mesh.catalog().await.map_err(|e| e.to_string())
 }
 
 /// The [`Handler`] of one stub agent.
