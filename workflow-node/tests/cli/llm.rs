@@ -138,3 +138,89 @@ agents:
         "the key was printed: {stderr}"
     );
 }
+
+const DOUBLE_IT: &str = r#"
+name: DoubleIt
+workflow:
+  description: Doubles a number.
+  input_schema: {type: object, required: [value], properties: {value: {type: number}}}
+  nodes:
+    - id: double
+      type: agent
+      agent_name: Doubler
+      input: {value: "{{workflow.input.value}}"}
+  output_mapping:
+    result: "{{double.output.value}}"
+"#;
+
+const RESEARCH: &str = r#"
+name: Research
+workflow:
+  description: Asks an LLM agent, which uses a workflow as a tool.
+  input_schema: {type: object, required: [topic], properties: {topic: {type: string}}}
+  nodes:
+    - id: research
+      type: agent
+      agent_name: Researcher
+      input: {topic: "{{workflow.input.topic}}"}
+  output_mapping:
+    answer: "{{research.output.text}}"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workflows_llm_agent_calls_another_workflow_as_a_tool() {
+    let provider = Provider::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("workflows")).unwrap();
+    std::fs::write(dir.path().join("workflows/double_it.yaml"), DOUBLE_IT).unwrap();
+    std::fs::write(dir.path().join("workflows/research.yaml"), RESEARCH).unwrap();
+    let agents = format!(
+        r#"
+agents:
+  - name: Doubler
+    input_schema: {{type: object, required: [value], properties: {{value: {{type: number}}}}}}
+    output: {{value: "{{{{input.value * 2}}}}"}}
+  - name: Researcher
+    model: {{base_url: "{}", name: test-model}}
+    instruction: "Find out about {{{{input.topic}}}}"
+    tools: [DoubleIt]
+"#,
+        provider.base_url()
+    );
+    std::fs::write(dir.path().join("agents.yaml"), agents).unwrap();
+    provider.push(Reply::tool_calls(&[(
+        "call_1",
+        "DoubleIt",
+        r#"{"value": 21}"#,
+    )]));
+    provider.push(Reply::text("It is 42."));
+
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_workflow-node"))
+        .args(["run", "Research", "--input", r#"{"topic": "doubling 21"}"#])
+        .arg("--workflows")
+        .arg(dir.path().join("workflows"))
+        .arg("--agents")
+        .arg(dir.path().join("agents.yaml"))
+        .env_remove("NATS_URL")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(WAIT, out)
+        .await
+        .expect("run ends")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v, json!({"answer": "It is 42."}));
+
+    let sent = provider.wait_requests(2).await;
+    let tools = sent[0].body["tools"].as_array().unwrap();
+    assert_eq!(tools[0]["function"]["name"], "DoubleIt", "{tools:?}");
+    let messages = sent[1].body["messages"].as_array().unwrap();
+    let result = messages.last().unwrap();
+    assert_eq!(result["tool_call_id"], "call_1");
+    // The tool's answer is the sub-run's output.
+    let content: serde_json::Value =
+        serde_json::from_str(result["content"].as_str().unwrap()).unwrap();
+    assert_eq!(content, json!({"result": 42}));
+}
