@@ -449,3 +449,110 @@ async fn the_model_calls_mesh_agents_as_tools_in_parallel_and_sees_their_errors(
     assert_eq!(kind.as_deref(), Some("tool_rounds_exceeded"), "{message}");
     assert_eq!(provider.wait_requests(5).await.len(), 5);
 }
+
+#[tokio::test]
+async fn model_and_tool_calls_are_spans_after_the_genai_conventions_without_prompts() {
+    let server = test_harness::nats();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let provider = Provider::start().await;
+    let receiver = test_harness::otlp::Receiver::start().await;
+    let key = key_file();
+    let stub = r#"
+  - name: Doubler
+    input_schema: {type: object, required: [value], properties: {value: {type: number}}}
+    output: {value: "{{input.value * 2}}"}
+"#;
+    let yaml = format!(
+        "{}{stub}",
+        agents(&provider, key.path(), "", "    tools: [Doubler]")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agents.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh-agents"));
+    child
+        .arg(&path)
+        .args(["--nats-url", &server.url()])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "600000")
+        .kill_on_drop(true)
+        .stderr(std::process::Stdio::piped());
+    let mut child = child.spawn().unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    loop {
+        let line = tokio::time::timeout(WAIT, lines.next_line())
+            .await
+            .expect("mesh-agents says something")
+            .unwrap()
+            .expect("mesh-agents starts serving");
+        if line.contains("serving Doubler") {
+            break;
+        }
+    }
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    provider.push(Reply::tool_calls(&[("c1", "Doubler", r#"{"value": 2}"#)]));
+    provider.push(Reply::text("four"));
+    let out = call(&client, json!({"topic": "secret-topic"}))
+        .await
+        .unwrap();
+    assert_eq!(out, json!({"text": "four"}));
+    let pid = child.id().unwrap().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    tokio::time::timeout(WAIT, child.wait())
+        .await
+        .expect("mesh-agents stops on SIGTERM")
+        .unwrap();
+
+    let spans = receiver
+        .wait_for_spans(WAIT, |spans| {
+            let chats = spans.iter().filter(|s| s.name == "chat test-model").count();
+            let doubler = spans
+                .iter()
+                .any(|s| s.name == "agent.handle" && s.attr("agent.name") == Some("Doubler"));
+            (chats == 2 && doubler).then(|| spans.to_vec())
+        })
+        .await
+        .unwrap_or_else(|spans| panic!("no model and tool spans: {spans:#?}"));
+    let handle = spans
+        .iter()
+        .find(|s| s.name == "agent.handle" && s.attr("agent.name") == Some("Writer"))
+        .expect("the LLM agent's handler span");
+    for chat in spans.iter().filter(|s| s.name == "chat test-model") {
+        assert_eq!(
+            chat.parent_span_id.as_deref(),
+            Some(handle.span_id.as_str())
+        );
+        assert_eq!(chat.attr("gen_ai.operation.name"), Some("chat"));
+        assert_eq!(chat.attr("gen_ai.request.model"), Some("test-model"));
+        assert_eq!(chat.attr("gen_ai.usage.input_tokens"), Some("10"));
+        assert_eq!(chat.attr("gen_ai.usage.output_tokens"), Some("5"));
+    }
+    let tool = spans
+        .iter()
+        .find(|s| s.name == "execute_tool Doubler")
+        .expect("the tool call's span");
+    assert_eq!(
+        tool.parent_span_id.as_deref(),
+        Some(handle.span_id.as_str())
+    );
+    assert_eq!(tool.attr("gen_ai.tool.call.id"), Some("c1"));
+    // The tool's own handler joins the trace under the tool call.
+    let doubler = spans
+        .iter()
+        .find(|s| s.name == "agent.handle" && s.attr("agent.name") == Some("Doubler"))
+        .unwrap();
+    assert_eq!(doubler.trace_id, handle.trace_id);
+    // No prompt, completion or key in any span.
+    for s in &spans {
+        let text = format!("{:?}", s.attributes);
+        assert!(
+            !text.contains("secret-topic") && !text.contains("four") && !text.contains(KEY),
+            "{s:#?}"
+        );
+    }
+}

@@ -78,6 +78,17 @@ pub enum ProviderError {
 }
 
 impl ProviderError {
+    /// A short name of the failure, for a span's `error.type`: the HTTP status, `timeout`,
+    /// `transport` or `malformed`.
+    pub fn kind(&self) -> String {
+        match self {
+            ProviderError::Status { status, .. } => status.to_string(),
+            ProviderError::Timeout(_) => "timeout".into(),
+            ProviderError::Transport(_) => "transport".into(),
+            ProviderError::Malformed(_) => "malformed".into(),
+        }
+    }
+
     /// The handler's error: 429 and 5xx `transient` (with `Retry-After` in the message),
     /// other statuses `permanent` with the provider's message, `timeout`, transport
     /// failures `transient`, malformed answers `provider_error`.

@@ -267,17 +267,57 @@ impl LlmHandler {
         offered: &[crate::tools::Tool],
     ) -> Result<Completion, AgentError> {
         let body = self.body(messages, offered);
-        if !self.agent.model.stream {
-            return self
-                .client
-                .complete(body, None)
-                .await
-                .map_err(|e| e.into_agent_error());
+        let span = chat_span(&self.agent.model.model);
+        let work = async {
+            if !self.agent.model.stream {
+                return self.client.complete(body, None).await;
+            }
+            let (tx, rx) = mpsc::unbounded_channel();
+            let (result, ()) = tokio::join!(self.client.complete(body, Some(tx)), forward(rx, req));
+            result
+        };
+        let result = tracing::Instrument::instrument(work, span.clone()).await;
+        match &result {
+            Ok(c) => {
+                if let Some(n) = c.input_tokens {
+                    span.record("gen_ai.usage.input_tokens", n);
+                }
+                if let Some(n) = c.output_tokens {
+                    span.record("gen_ai.usage.output_tokens", n);
+                }
+                if !c.finish_reason.is_empty() {
+                    span.record("gen_ai.response.finish_reasons", c.finish_reason.as_str());
+                }
+            }
+            Err(e) => {
+                span.record("otel.status_code", "ERROR");
+                span.record("error.type", e.kind());
+            }
         }
-        let (tx, rx) = mpsc::unbounded_channel();
-        let (result, ()) = tokio::join!(self.client.complete(body, Some(tx)), forward(rx, req));
         result.map_err(|e| e.into_agent_error())
     }
+}
+
+/// The span of one model call, after OpenTelemetry's GenAI conventions: `chat {model}`,
+/// a client span under the handler's `agent.handle`; usage recorded when the answer
+/// comes. Prompts and completions are not recorded. Disabled when no traces are exported.
+fn chat_span(model: &str) -> tracing::Span {
+    if !crate::telemetry::active() {
+        return tracing::Span::none();
+    }
+    tracing::info_span!(
+        "gen_ai.chat",
+        otel.name = format!("chat {model}"),
+        otel.kind = "client",
+        otel.status_code = tracing::field::Empty,
+        gen_ai.operation.name = "chat",
+        gen_ai.provider.name = "openai",
+        gen_ai.request.model = model,
+        gen_ai.response.finish_reasons = tracing::field::Empty,
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    )
 }
 
 /// Sends streamed text to the caller as `working` status updates, at most one per

@@ -86,15 +86,40 @@ pub(crate) async fn run_calls(
     calls: &[ToolCallRequest],
     timeout: Duration,
 ) -> Vec<Value> {
-    let results = join_all(calls.iter().map(|c| async move {
-        let content = match run_one(catalog, offered, req, c, timeout).await {
+    join_all(calls.iter().map(|c| async move {
+        let span = tool_span(c);
+        let result = tracing::Instrument::instrument(
+            run_one(catalog, offered, req, c, timeout),
+            span.clone(),
+        )
+        .await;
+        let content = match result {
             Ok(v) => v,
-            Err(e) => json!({"error": e}).to_string(),
+            Err(e) => {
+                span.record("otel.status_code", "ERROR");
+                json!({"error": e}).to_string()
+            }
         };
         json!({"role": "tool", "tool_call_id": c.id, "content": content})
     }))
-    .await;
-    results
+    .await
+}
+
+/// The span of one tool call: `execute_tool {tool}` (GenAI conventions); the mesh call it
+/// makes is its child, so a workflow tool's run joins the trace.
+fn tool_span(call: &ToolCallRequest) -> tracing::Span {
+    if !crate::telemetry::active() {
+        return tracing::Span::none();
+    }
+    tracing::info_span!(
+        "gen_ai.execute_tool",
+        otel.name = format!("execute_tool {}", call.name),
+        otel.kind = "internal",
+        otel.status_code = tracing::field::Empty,
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = call.name.as_str(),
+        gen_ai.tool.call.id = call.id.as_str(),
+    )
 }
 
 async fn run_one(
