@@ -78,6 +78,7 @@ pub struct AgentBuilder {
     pub(crate) dedup_capacity: usize,
     pub(crate) dedup_window: Duration,
     pub(crate) handler: Option<Arc<dyn DynHandler>>,
+    pub(crate) signer: Option<crate::Signer>,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -108,7 +109,16 @@ impl AgentBuilder {
             dedup_capacity: DEFAULT_DEDUP_CAPACITY,
             dedup_window: DEFAULT_DEDUP_WINDOW,
             handler: None,
+            signer: None,
         }
+    }
+
+    /// Signs every copy of the agent's card with `signer` (see [`crate::card_trust`]):
+    /// readers that bind the agent's name to its key take only these. Load the key with
+    /// [`crate::Signer::from_seed_file`] (`stub-agents --nkey-seed-file`).
+    pub fn signer(mut self, signer: crate::Signer) -> Self {
+        self.signer = Some(signer);
+        self
     }
 
     /// What the agent does (shown in its card).

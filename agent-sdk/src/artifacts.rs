@@ -12,7 +12,11 @@
 //! own bucket is read (a reference to another bucket would make the reader, a workflow
 //! node say, read its private buckets for whoever sent it), and never more than
 //! [`ArtifactStore::max_bytes`] (the size is checked before reading, and the read itself
-//! stops one byte past the cap).
+//! stops one byte past the cap). A store of a namespace reads through the namespace's
+//! workflow nodes when one answers (`docs/protocol.md`, "Reading an artifact"): readers
+//! have no JetStream API on the bucket under the shipped permissions, since its subjects
+//! take wildcards. The names it makes for large inputs and outputs carry 128 random bits
+//! or more ([`unguessable`]): a name is the key to its object.
 //!
 //! Layout (see `docs/protocol.md`, "Artifacts"): version `v` of artifact `name` is the
 //! object `{name}@v{v}` of the namespace's bucket (`{ns}_artifacts`), with metadata
@@ -38,7 +42,6 @@ use messages::payload::{
 use messages::workflow::ArtifactRef;
 use messages::Part;
 use serde_json::Value;
-use tokio::io::AsyncReadExt;
 use tokio::sync::OnceCell;
 
 use crate::error::ArtifactError;
@@ -92,6 +95,20 @@ pub struct ArtifactStore {
     run: Option<String>,
     replicas: usize,
     max_age: Duration,
+    /// The namespace whose workflow nodes serve reads of this bucket, when asked first.
+    served_by: Option<String>,
+}
+
+/// An object read back: the version it is (when it is one of a versioned artifact), its
+/// media type and its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectRead {
+    /// The version read: a link followed to the version it points at.
+    pub version: Option<u64>,
+    /// The media type stored with it (`application/octet-stream` when none).
+    pub mime: String,
+    /// The content.
+    pub bytes: Vec<u8>,
 }
 
 impl std::fmt::Debug for ArtifactStore {
@@ -111,7 +128,9 @@ impl ArtifactStore {
     /// capped at [`MAX_ARTIFACT_BYTES`], puts belong to no run, and a bucket created here
     /// has one replica and keeps its objects.
     pub fn new(client: async_nats::Client, ns: &str) -> Self {
-        ArtifactStore::in_bucket(client, messages::subjects::artifact_bucket(ns))
+        let mut store = ArtifactStore::in_bucket(client, messages::subjects::artifact_bucket(ns));
+        store.served_by = Some(ns.to_owned());
+        store
     }
 
     /// [`ArtifactStore::new`] on bucket `bucket` (a workflow node keeps the contents of
@@ -125,7 +144,15 @@ impl ArtifactStore {
             run: None,
             replicas: 1,
             max_age: Duration::ZERO,
+            served_by: None,
         }
+    }
+
+    /// Reads from JetStream itself, never asking a workflow node (see
+    /// [`read_object`](Self::read_object)): what a workflow node's own store does.
+    pub fn read_directly(mut self) -> Self {
+        self.served_by = None;
+        self
     }
 
     /// Caps the size of what [`put`](Self::put) stores and every read loads.
@@ -258,20 +285,14 @@ impl ArtifactStore {
     /// Reads an artifact: the version the reference names, else the latest.
     pub async fn get(&self, reference: &ArtifactRef) -> Result<Artifact, ArtifactError> {
         let key = reference.object_key();
-        let (info, bytes) = self.read_object(&key).await?;
-        // A link is followed to the version it points at: `info` is that version's.
-        let version = info
-            .metadata
-            .get(META_VERSION)
-            .and_then(|v| v.parse().ok())
-            .or_else(|| split_version_key(&info.name).map(|(_, v)| v));
+        let read = self.read_object(&key).await?;
         Ok(Artifact {
             reference: ArtifactRef {
                 name: reference.name.clone(),
-                version,
+                version: read.version,
             },
-            mime: mime_of(&info.metadata),
-            bytes,
+            mime: read.mime,
+            bytes: read.bytes,
         })
     }
 
@@ -374,29 +395,34 @@ impl ArtifactStore {
                 own: self.bucket.clone(),
             });
         }
-        Ok(self.read_object(name).await?.1)
+        Ok(self.read_object(name).await?.bytes)
     }
 
-    /// Reads object `name` of this store's bucket with its info (a link followed to what
+    /// Reads object `name` of this store's bucket (a link followed to what it points at),
+    /// refused when it is over the cap. A store of a namespace asks the namespace's
+    /// workflow nodes first ([`messages::subjects::artifact_get`]): the only read the
+    /// shipped permissions give callers and agents. Where no node answers (a mesh without
+    /// one, or one that allows JetStream reads), it reads from JetStream itself.
+    async fn read_object(&self, name: &str) -> Result<ObjectRead, ArtifactError> {
+        if let Some(ns) = &self.served_by {
+            let client = self.js.client();
+            let served = crate::artifact_get::read(&client, ns, &self.bucket, name, self.max_bytes);
+            if let Some(read) = served.await {
+                return read;
+            }
+        }
+        self.read_direct(name).await
+    }
+
+    /// Reads object `name` of this store's bucket from JetStream (a link followed to what
     /// it points at), refused when its stated size, or what it turns out to hold, is over
-    /// the cap: the one bounded read of the store.
-    async fn read_object(
-        &self,
-        name: &str,
-    ) -> Result<(object_store::ObjectInfo, Vec<u8>), ArtifactError> {
+    /// the cap: the one bounded read of the store, and what a workflow node serves. It
+    /// asks the server for the object's latest metadata by its name, and for its chunks
+    /// through a consumer whose create request names it and filters on that object's
+    /// chunk subject.
+    pub async fn read_direct(&self, name: &str) -> Result<ObjectRead, ArtifactError> {
         let store = self.open().await?;
-        let mut object = store.get(name).await.map_err(|e| match e.kind() {
-            object_store::GetErrorKind::NotFound => ArtifactError::NotFound {
-                bucket: self.bucket.clone(),
-                name: name.to_owned(),
-            },
-            _ => ArtifactError::Read {
-                bucket: self.bucket.clone(),
-                name: name.to_owned(),
-                reason: e.to_string(),
-            },
-        })?;
-        let info = object.info().clone();
+        let info = self.info_followed(store, name).await?;
         if info.size > self.max_bytes {
             return Err(ArtifactError::TooLarge {
                 bucket: self.bucket.clone(),
@@ -405,10 +431,114 @@ impl ArtifactStore {
                 limit: self.max_bytes,
             });
         }
-        let bytes = read_capped(&mut object, self.max_bytes)
+        let bytes = self
+            .read_chunks(&info)
             .await
             .map_err(|e| self.capped_err(name, e))?;
-        Ok((info, bytes))
+        let version = info
+            .metadata
+            .get(META_VERSION)
+            .and_then(|v| v.parse().ok())
+            .or_else(|| split_version_key(&info.name).map(|(_, v)| v));
+        Ok(ObjectRead {
+            version,
+            mime: mime_of(&info.metadata),
+            bytes,
+        })
+    }
+
+    /// The info of object `name`, a link followed (once, within this bucket) to its target.
+    async fn info_followed(
+        &self,
+        store: &object_store::ObjectStore,
+        name: &str,
+    ) -> Result<object_store::ObjectInfo, ArtifactError> {
+        let info = self.info_of(store, name).await?;
+        let Some(link) = info.options.as_ref().and_then(|o| o.link.clone()) else {
+            return Ok(info);
+        };
+        let target = match link.name {
+            Some(target) if link.bucket == self.bucket => target,
+            _ => {
+                return Err(ArtifactError::ForeignBucket {
+                    bucket: link.bucket,
+                    name: name.to_owned(),
+                    own: self.bucket.clone(),
+                })
+            }
+        };
+        let info = self.info_of(store, &target).await?;
+        if info.options.as_ref().is_some_and(|o| o.link.is_some()) {
+            return Err(ArtifactError::Read {
+                bucket: self.bucket.clone(),
+                name: name.to_owned(),
+                reason: format!("'{target}' is a link to a link"),
+            });
+        }
+        Ok(info)
+    }
+
+    /// The info of object `name` itself; a deleted object is not found.
+    async fn info_of(
+        &self,
+        store: &object_store::ObjectStore,
+        name: &str,
+    ) -> Result<object_store::ObjectInfo, ArtifactError> {
+        let not_found = || ArtifactError::NotFound {
+            bucket: self.bucket.clone(),
+            name: name.to_owned(),
+        };
+        match store.info(name).await {
+            Ok(info) if info.deleted => Err(not_found()),
+            Ok(info) => Ok(info),
+            Err(e) if e.kind() == object_store::InfoErrorKind::NotFound => Err(not_found()),
+            Err(e) => Err(ArtifactError::Read {
+                bucket: self.bucket.clone(),
+                name: name.to_owned(),
+                reason: e.to_string(),
+            }),
+        }
+    }
+
+    /// The chunks of the object `info` describes, through an ordered consumer named here
+    /// and filtered on the object's chunk subject (`$O.{bucket}.C.{nuid}`): the request
+    /// names both in its subject, the only consumer the shipped permissions let a reader
+    /// make. Never more than the cap; the content is checked against the stated digest.
+    async fn read_chunks(&self, info: &object_store::ObjectInfo) -> Result<Vec<u8>, Capped> {
+        let cap = self.max_bytes;
+        let mut bytes = Vec::with_capacity(info.size.min(cap));
+        if info.chunks == 0 {
+            return Ok(bytes);
+        }
+        let other = |e: &dyn std::fmt::Display| Capped::Io(std::io::Error::other(e.to_string()));
+        let stream = self
+            .js
+            .get_stream(format!("OBJ_{}", self.bucket))
+            .await
+            .map_err(|e| other(&e))?;
+        let consumer = stream
+            .create_consumer(jetstream::consumer::push::OrderedConfig {
+                name: Some(format!("read-{}", uuid::Uuid::new_v4().simple())),
+                deliver_subject: self.js.client().new_inbox(),
+                filter_subject: format!("$O.{}.C.{}", self.bucket, info.nuid),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| other(&e))?;
+        let mut chunks = consumer.messages().await.map_err(|e| other(&e))?;
+        for _ in 0..info.chunks {
+            let chunk = match chunks.next().await {
+                Some(Ok(chunk)) => chunk,
+                Some(Err(e)) => return Err(other(&e)),
+                None => return Err(other(&"the object's chunks ended early")),
+            };
+            if bytes.len() + chunk.payload.len() > cap {
+                return Err(Capped::Over);
+            }
+            bytes.extend_from_slice(&chunk.payload);
+        }
+        check_digest(info, &bytes).map_err(|e| other(&e))?;
+        Ok(bytes)
     }
 
     /// Reads the JSON object `name` of `bucket` (see [`get_bytes`](Self::get_bytes)).
@@ -490,19 +620,31 @@ enum Capped {
     Io(std::io::Error),
 }
 
-/// Reads `object` to its end, but never more than `cap` bytes: the stated size was
-/// checked, and this bounds what a lying or changing object can make the reader hold.
-async fn read_capped(object: &mut object_store::Object, cap: usize) -> Result<Vec<u8>, Capped> {
-    let mut bytes = Vec::with_capacity(object.info().size.min(cap));
-    object
-        .take(cap as u64 + 1)
-        .read_to_end(&mut bytes)
-        .await
-        .map_err(Capped::Io)?;
-    if bytes.len() > cap {
-        return Err(Capped::Over);
+/// Whether `bytes` are what `info`'s digest (`SHA-256=` and URL-safe base64) says.
+fn check_digest(info: &object_store::ObjectInfo, bytes: &[u8]) -> Result<(), String> {
+    use sha2::Digest as _;
+    let Some(stated) = info.digest.as_deref() else {
+        return Ok(());
+    };
+    let Some(stated) = stated.strip_prefix("SHA-256=") else {
+        return Err(format!("an unknown digest '{stated}'"));
+    };
+    let actual = data_encoding::BASE64URL.encode(&sha2::Sha256::digest(bytes));
+    if stated.trim_end_matches('=') != actual.trim_end_matches('=') {
+        return Err("the content does not match its digest".into());
     }
-    Ok(bytes)
+    Ok(())
+}
+
+/// A random part for the names of objects made for inputs and outputs: 244 random bits
+/// (two version-4 UUIDs), so that nobody finds such an object without being handed its
+/// name.
+pub fn unguessable() -> String {
+    format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    )
 }
 
 /// The object store `bucket`, created when it does not exist yet with `replicas` and

@@ -8,11 +8,14 @@
 //! own) never expire, and a copy of one arriving from the mesh leaves it in place.
 
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
+use async_nats::HeaderMap;
 use messages::card::AgentCard;
 use tokio::sync::Notify;
+
+use crate::card_trust::{self, Binder, CardIgnored, CardTrust};
 
 /// Cards by name, with when each last arrived (see the module doc).
 #[derive(Debug)]
@@ -20,6 +23,18 @@ pub struct CardCache {
     cards: RwLock<HashMap<String, Entry>>,
     expiry: Duration,
     arrived: Notify,
+    binder: Mutex<Binder>,
+}
+
+/// Why [`CardCache::receive`] did not take a card.
+#[derive(Debug, thiserror::Error)]
+pub enum CardRefused {
+    /// The payload is not an agent card.
+    #[error("not an agent card: {0}")]
+    Malformed(#[source] serde_json::Error),
+    /// Its signer may not speak for its name (counted in [`CardCache::ignored`]).
+    #[error(transparent)]
+    Ignored(#[from] CardIgnored),
 }
 
 /// A card and when its last copy arrived; `seen` is `None` for our own, which never
@@ -41,13 +56,54 @@ impl Entry {
 
 impl CardCache {
     /// An empty cache whose cards from the mesh expire `expiry` after their last copy
-    /// (`Duration::MAX`: never).
+    /// (`Duration::MAX`: never), trusting no key in particular (see [`CardTrust`]'s
+    /// default: names bound on first use, unsigned cards taken for unbound names).
     pub fn new(expiry: Duration) -> Self {
+        CardCache::with_trust(expiry, &CardTrust::default())
+    }
+
+    /// [`CardCache::new`] whose cards are judged by `trust`.
+    pub fn with_trust(expiry: Duration, trust: &CardTrust) -> Self {
         CardCache {
             cards: RwLock::new(HashMap::new()),
             expiry,
             arrived: Notify::new(),
+            binder: Mutex::new(Binder::new(trust)),
         }
+    }
+
+    /// Takes a card message from the mesh (its payload and headers), when it is an agent
+    /// card whose signer may speak for its name; returns the card's name.
+    pub fn receive(
+        &self,
+        payload: &[u8],
+        headers: Option<&HeaderMap>,
+    ) -> Result<String, CardRefused> {
+        self.receive_at(payload, headers, SystemTime::now())
+    }
+
+    fn receive_at(
+        &self,
+        payload: &[u8],
+        headers: Option<&HeaderMap>,
+        now: SystemTime,
+    ) -> Result<String, CardRefused> {
+        let card: AgentCard = serde_json::from_slice(payload).map_err(CardRefused::Malformed)?;
+        let signer = card_trust::verify_card(headers, &card.name, payload, now);
+        self.binder().judge(&card.name, signer)?;
+        let name = card.name.clone();
+        self.insert(card);
+        Ok(name)
+    }
+
+    /// How many cards [`CardCache::receive`] ignored because of who signed them.
+    pub fn ignored(&self) -> u64 {
+        self.binder().ignored()
+    }
+
+    fn binder(&self) -> std::sync::MutexGuard<'_, Binder> {
+        // Every update of the binder is one call: it stays consistent after a panic.
+        self.binder.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// How long a card from the mesh lives without a new copy.
@@ -55,9 +111,9 @@ impl CardCache {
         self.expiry
     }
 
-    /// Records a card that arrived from the mesh. A copy of one of our own cards changes
-    /// nothing.
-    pub fn insert(&self, card: AgentCard) {
+    /// Records a card from the mesh whose signer was judged already (see
+    /// [`CardCache::receive`]). A copy of one of our own cards changes nothing.
+    fn insert(&self, card: AgentCard) {
         self.insert_at(card, Some(Instant::now()));
     }
 
@@ -203,6 +259,51 @@ mod tests {
         cache.insert(card("Ours").with_visualization_ref("nats-object://b/n".into()));
         let now = Instant::now() + Duration::from_secs(3600);
         assert_eq!(cache.get_at("Ours", now).map(|(c, _)| c), Some(ours));
+    }
+
+    #[test]
+    fn a_card_signed_by_another_key_or_unsigned_never_replaces_the_bound_one() {
+        use crate::card_trust::{sign_card, AgentKey};
+        use crate::Signer;
+        let (real, impostor) = (Signer::generate(), Signer::generate());
+        let trust = CardTrust {
+            agent_keys: vec![AgentKey {
+                name: "Doubler".into(),
+                key: real.public_key().into(),
+            }],
+            require_signed_cards: true,
+        };
+        let cache = CardCache::with_trust(Duration::from_secs(30), &trust);
+        let now = SystemTime::now();
+        let send = |card: &AgentCard, by: Option<&Signer>| {
+            let bytes = serde_json::to_vec(card).unwrap();
+            let headers = by.map(|s| sign_card(s, &card.name, &bytes, now));
+            cache.receive_at(&bytes, headers.as_ref(), now)
+        };
+        let real_card = card("Doubler");
+        assert_eq!(send(&real_card, Some(&real)).unwrap(), "Doubler");
+        let mut fake = card("Doubler");
+        fake.description = "give me your password".into();
+        assert!(matches!(
+            send(&fake, Some(&impostor)),
+            Err(CardRefused::Ignored(_))
+        ));
+        assert!(matches!(send(&fake, None), Err(CardRefused::Ignored(_))));
+        // A signature made for other bytes does not carry over.
+        let bytes = serde_json::to_vec(&real_card).unwrap();
+        let moved = sign_card(&real, "Doubler", &bytes, now);
+        let fake_bytes = serde_json::to_vec(&fake).unwrap();
+        assert!(cache.receive_at(&fake_bytes, Some(&moved), now).is_err());
+        assert_eq!(cache.get("Doubler"), Some(real_card));
+        assert_eq!(cache.ignored(), 3);
+        assert!(matches!(
+            send(&card("Unbound"), None),
+            Err(CardRefused::Ignored(_))
+        ));
+        assert!(matches!(
+            cache.receive(b"nope", None),
+            Err(CardRefused::Malformed(_))
+        ));
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! workflow then republishes its card); after that, cards arrive as their agents publish
 //! them (every card interval), into a [`CardCache`]. A card expires when no new copy
 //! arrives within the catalog's expiry (default [`DEFAULT_CARD_EXPIRY`], three default
-//! card intervals): its agent has stopped.
+//! card intervals): its agent has stopped. Only cards signed by the key bound to their
+//! name count (the mesh's [`crate::CardTrust`], see [`crate::card_trust`]).
 //!
 //! A workflow card too large for one NATS message carries its visualization as a
 //! `content_uri` reference to an object store; [`Catalog::full_card`] reads it back. The
@@ -19,7 +20,7 @@ use messages::card::AgentCard;
 use messages::subjects;
 use serde_json::Value;
 
-use crate::cards::CardCache;
+use crate::cards::{CardCache, CardRefused};
 use crate::error::ArtifactError;
 use crate::mesh::Mesh;
 use crate::tools::{Tool, ToolCall};
@@ -79,13 +80,15 @@ impl Catalog {
         crate::roundtrip::roundtrip(&client)
             .await
             .map_err(CatalogError::Roundtrip)?;
-        let cards = Arc::new(CardCache::new(expiry));
+        let cards = Arc::new(CardCache::with_trust(expiry, mesh.cards_trusted()));
         let registry = cards.clone();
         let watch = tokio::spawn(async move {
             while let Some(msg) = sub.next().await {
-                match serde_json::from_slice::<AgentCard>(&msg.payload) {
-                    Ok(card) => registry.insert(card),
-                    Err(e) => tracing::debug!("ignoring a malformed agent card: {e}"),
+                // An ignored card is counted and warned about by the cache.
+                if let Err(CardRefused::Malformed(e)) =
+                    registry.receive(&msg.payload, msg.headers.as_ref())
+                {
+                    tracing::debug!("ignoring a malformed agent card: {e}");
                 }
             }
         });

@@ -29,6 +29,10 @@
 //! modes: parameter mode (the arguments are the input) and artifact mode (only
 //! `input_artifact`, a stored artifact holding the input).
 //!
+//! A catalog takes a card only when its signer may speak for its name ([`card_trust`]:
+//! names bound to keys with [`Mesh::card_trust`], else the first key seen per name), and
+//! an agent signs its own with [`AgentBuilder::signer`].
+//!
 //! ## Serving
 //!
 //! An agent declares a name, description, skills and JSON Schemas with an
@@ -36,7 +40,7 @@
 //! [`AgentBuilder::serve`]. The SDK then, following `docs/protocol.md`:
 //!
 //! - publishes the card (with the schemas extension) at start, every card interval and on
-//!   any message to the discovery ping subject;
+//!   any message to the discovery ping subject, each copy signed when it has a signer;
 //! - serves `{ns}.a2a.v1.agent.request.{name}` in queue group `{name}`, one tokio task per
 //!   call, at most `max_in_flight` handlers at once;
 //! - reads the input (DataPart, wrapped non-objects, object-store FileParts), validates it
@@ -72,7 +76,9 @@
 //! `stub-agents` binary. An agent needs neither.
 
 pub mod agent;
+mod artifact_get;
 pub mod artifacts;
+pub mod card_trust;
 pub mod cards;
 pub mod catalog;
 pub mod connect;
@@ -98,8 +104,9 @@ pub use agent::{
     skill, AgentBuilder, AgentHandle, DEFAULT_DEDUP_CAPACITY, DEFAULT_DEDUP_WINDOW,
     DEFAULT_NAMESPACE,
 };
-pub use artifacts::{Artifact, ArtifactInfo, ArtifactStore};
-pub use cards::CardCache;
+pub use artifacts::{Artifact, ArtifactInfo, ArtifactStore, ObjectRead};
+pub use card_trust::{AgentKey, CardTrust};
+pub use cards::{CardCache, CardRefused};
 pub use catalog::{Catalog, CatalogError};
 pub use connect::{ConnectConfig, ConnectConfigError};
 pub use error::{
@@ -111,7 +118,7 @@ pub use handler::{handler_fn, FnHandler, Handler, HandlerResult, NodeRequest, Wo
 pub use mesh::{AgentCall, Call, CallOptions, Mesh, Output, Progress, ProgressStream};
 pub use protocol::{KIND_CANCELED, KIND_INPUT_VALIDATION, KIND_OUTPUT_VALIDATION};
 pub use signing::{SignatureError, Signer};
-pub use stub::{load_stub_file, serve_stubs, StubFile};
+pub use stub::{load_stub_file, serve_stubs, serve_stubs_signed, StubFile};
 pub use tools::{GeminiDeclaration, Tool, ToolCall, ToolError};
 
 #[cfg(test)]

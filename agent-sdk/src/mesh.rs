@@ -52,6 +52,7 @@ pub struct Mesh {
     client: Client,
     ns: String,
     defaults: CallOptions,
+    card_trust: crate::CardTrust,
 }
 
 impl Mesh {
@@ -75,6 +76,7 @@ impl Mesh {
             client,
             ns: DEFAULT_NAMESPACE.to_owned(),
             defaults: CallOptions::new(DEFAULT_CALL_TIMEOUT),
+            card_trust: crate::CardTrust::default(),
         }
     }
 
@@ -104,6 +106,19 @@ impl Mesh {
     pub fn signer(mut self, signer: crate::signing::Signer) -> Mesh {
         self.defaults.signer = Some(signer);
         self
+    }
+
+    /// Which keys may sign the cards of which names in this mesh's catalogs (see
+    /// [`crate::card_trust`]; default: the first key seen per name, unsigned cards taken
+    /// for names without one).
+    pub fn card_trust(mut self, trust: crate::CardTrust) -> Mesh {
+        self.card_trust = trust;
+        self
+    }
+
+    /// The card trust of this mesh's catalogs.
+    pub fn cards_trusted(&self) -> &crate::CardTrust {
+        &self.card_trust
     }
 
     /// The defaults every call starts from (see [`CallOptions`]).
@@ -631,7 +646,9 @@ pub(crate) async fn run_call(
             artifacts
                 .encode(
                     input,
-                    &format!("input/{id}.json"),
+                    // The name is the only key to the object: random, not derived from
+                    // the call's id (which the callee and the workflow node see).
+                    &format!("input/{id}-{}.json", crate::artifacts::unguessable()),
                     options.artifact_threshold,
                 )
                 .await?

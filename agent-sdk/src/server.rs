@@ -132,13 +132,17 @@ pub(crate) async fn start(
         heartbeat_interval: builder.heartbeat_interval,
         calls: Mutex::new(Calls::new(builder.dedup_capacity, builder.dedup_window)),
     });
-    let cards_subject = subjects::agent_cards(&ns);
-    publish_card(&client, &cards_subject, &card).await;
+    let card = CardOut {
+        subject: subjects::agent_cards(&ns),
+        name: name.clone(),
+        bytes: card,
+        signer: builder.signer.clone(),
+    };
+    card.publish(&client).await;
 
     let (stop_tx, stop_rx) = oneshot::channel();
     let serving = Serving {
         shared,
-        cards_subject,
         card,
         card_interval: builder.card_interval,
     };
@@ -151,16 +155,38 @@ pub(crate) async fn start(
     })
 }
 
-async fn publish_card(client: &Client, subject: &str, card: &Bytes) {
-    if let Err(e) = client.publish(subject.to_owned(), card.clone()).await {
-        tracing::warn!(subject, "cannot publish the agent card: {e}");
+/// The agent's card as it goes out: each copy signed afresh when the agent has a key.
+struct CardOut {
+    subject: String,
+    name: String,
+    bytes: Bytes,
+    signer: Option<crate::Signer>,
+}
+
+impl CardOut {
+    async fn publish(&self, client: &Client) {
+        let headers = match &self.signer {
+            Some(signer) => crate::card_trust::sign_card(
+                signer,
+                &self.name,
+                &self.bytes,
+                std::time::SystemTime::now(),
+            ),
+            None => HeaderMap::new(),
+        };
+        let subject = self.subject.clone();
+        if let Err(e) = client
+            .publish_with_headers(subject, headers, self.bytes.clone())
+            .await
+        {
+            tracing::warn!(subject = %self.subject, "cannot publish the agent card: {e}");
+        }
     }
 }
 
 struct Serving {
     shared: Arc<Shared>,
-    cards_subject: String,
-    card: Bytes,
+    card: CardOut,
     card_interval: std::time::Duration,
 }
 
@@ -190,12 +216,8 @@ impl Serving {
                     Some(msg) => self.on_cancel(msg).await,
                     None => break,
                 },
-                Some(_) = pings.next() => {
-                    publish_card(&self.shared.client, &self.cards_subject, &self.card).await;
-                }
-                _ = ticker.tick() => {
-                    publish_card(&self.shared.client, &self.cards_subject, &self.card).await;
-                }
+                Some(_) = pings.next() => self.card.publish(&self.shared.client).await,
+                _ = ticker.tick() => self.card.publish(&self.shared.client).await,
                 Some(done) = calls.join_next(), if !calls.is_empty() => {
                     if let Err(e) = done {
                         tracing::error!(agent = %self.shared.name, "call task failed: {e}");
@@ -596,9 +618,10 @@ fn effective(requested: Option<&Value>, own: &Option<Schema>) -> Result<Option<S
     }
 }
 
-/// Inline when small, else stored as `{task_id}/{suggested name or output.json}`, the task
-/// id without its call token (object names are visible to every reader of the bucket; the
-/// token proves the reply's origin and must not leak before the reply is sent).
+/// Inline when small, else stored as `{task_id}/{random}/{suggested name or output.json}`,
+/// the task id without its call token (the token proves the reply's origin and must not
+/// leak before the reply is sent), the random part the key to the object (see
+/// [`crate::artifacts::unguessable`]).
 async fn store_output(shared: &Shared, call: &Call, output: Value) -> Outcome {
     let size = match serde_json::to_vec(&output) {
         Ok(b) => b.len(),
@@ -613,9 +636,12 @@ async fn store_output(shared: &Shared, call: &Call, output: Value) -> Outcome {
         .and_then(|r| r.suggested_output_filename.clone())
         .filter(|f| !f.is_empty())
         .unwrap_or_else(|| "output.json".into());
+    // The name is the only key to the object: a random part keeps whoever knows the
+    // task id (the caller's side, operators) from reading it without the reply.
     let name = format!(
-        "{}/{file}",
-        messages::sub_task::without_token(&call.task_id)
+        "{}/{}/{file}",
+        messages::sub_task::without_token(&call.task_id),
+        crate::artifacts::unguessable()
     );
     match shared.artifacts.put_json(&name, &output).await {
         Ok(_) => Outcome::Success(Output::Artifact {

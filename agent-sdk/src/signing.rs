@@ -235,6 +235,38 @@ impl Signer {
         &self.public
     }
 
+    /// The signature headers over `bytes`, which the caller made of the time `now` (in ms
+    /// since the epoch, as [`SIGNED_AT`] carries it): a scheme without a nonce (cards, in
+    /// [`crate::card_trust`]).
+    pub(crate) fn sign_headers(
+        &self,
+        now: SystemTime,
+        bytes: impl FnOnce(u64) -> Vec<u8>,
+    ) -> HeaderMap {
+        let at = millis(now);
+        let signature = self
+            .pair
+            .sign(&bytes(at))
+            .expect("a signer has a seed, so it signs");
+        let mut headers = HeaderMap::new();
+        headers.insert(SIGNER, self.public.as_str());
+        headers.insert(SIGNED_AT, at.to_string().as_str());
+        headers.insert(SIGNATURE, BASE64URL_NOPAD.encode(&signature).as_str());
+        headers
+    }
+
+    /// A signer whose seed is the 32 bytes `raw` (a key derived from a secret that several
+    /// processes share, so that they sign as one).
+    pub fn from_raw_seed(raw: [u8; 32]) -> Signer {
+        let pair =
+            KeyPair::new_from_raw(KeyPairType::User, raw).expect("32 bytes are an Ed25519 seed");
+        let public = pair.public_key();
+        Signer {
+            pair: Arc::new(pair),
+            public,
+        }
+    }
+
     /// The signature headers of a request with `payload` on `subject`, answered on `reply`
     /// (its NATS reply subject, if any) and carrying no other header the signature binds,
     /// signed at `now`.
@@ -383,19 +415,49 @@ pub fn verify(
     now: SystemTime,
     allowed: Allowed<'_>,
 ) -> Result<String, SignatureError> {
+    verify_signed(headers, now, allowed, |at| {
+        let nonce = header(headers, NONCE).map_err(|_| SignatureError::Version1)?;
+        let raw = BASE64URL_NOPAD
+            .decode(nonce.as_bytes())
+            .map_err(|e| bad(NONCE, format!("not base64url without padding ({e})")))?;
+        if !(MIN_NONCE_BYTES..=MAX_NONCE_BYTES).contains(&raw.len()) {
+            let n = raw.len();
+            return Err(bad(
+                NONCE,
+                format!(
+                    "{n} bytes: a nonce is {MIN_NONCE_BYTES} to {MAX_NONCE_BYTES} random bytes"
+                ),
+            ));
+        }
+        Ok(signed_bytes(&Signed {
+            subject,
+            reply: reply.unwrap_or_default().trim(),
+            reply_to: &value(headers, REPLY_TO),
+            status_to: &value(headers, STATUS_TO),
+            caller: &value(headers, CALLER),
+            at,
+            nonce: &nonce,
+            payload,
+        }))
+    })
+}
+
+/// Checks the signature headers in `headers` over the bytes `signed` makes of the signing
+/// time (or refuses with its error): all there and well formed, verifying with the key
+/// named, made within [`MAX_SKEW`] of `now`, by a key `allowed`. Returns the signer's
+/// public key. One check for every scheme (requests here, cards in
+/// [`crate::card_trust`]).
+pub(crate) fn verify_signed(
+    headers: Option<&HeaderMap>,
+    now: SystemTime,
+    allowed: Allowed<'_>,
+    signed: impl FnOnce(u64) -> Result<Vec<u8>, SignatureError>,
+) -> Result<String, SignatureError> {
     if !is_signed(headers) {
         return Err(SignatureError::Unsigned);
     }
-    let header = |name: &'static str| {
-        headers
-            .and_then(|h| h.get(name))
-            .map(|v| v.as_str().trim().to_string())
-            .filter(|v| !v.is_empty())
-            .ok_or(SignatureError::MissingHeader { header: name })
-    };
-    let (key, at, signature) = (header(SIGNER)?, header(SIGNED_AT)?, header(SIGNATURE)?);
-    let nonce = header(NONCE).map_err(|_| SignatureError::Version1)?;
-    let bad = |header: &'static str, reason: String| SignatureError::BadEncoding { header, reason };
+    let (key, at) = (header(headers, SIGNER)?, header(headers, SIGNED_AT)?);
+    let signature = header(headers, SIGNATURE)?;
     let pair = KeyPair::from_public_key(&key)
         .map_err(|e| bad(SIGNER, format!("'{key}' is not an NKey public key ({e})")))?;
     if pair.key_pair_type() != KeyPairType::User {
@@ -417,27 +479,7 @@ pub fn verify(
             format!("{n} bytes, not the 64 of an Ed25519 signature"),
         ));
     }
-    let raw = BASE64URL_NOPAD
-        .decode(nonce.as_bytes())
-        .map_err(|e| bad(NONCE, format!("not base64url without padding ({e})")))?;
-    if !(MIN_NONCE_BYTES..=MAX_NONCE_BYTES).contains(&raw.len()) {
-        let n = raw.len();
-        return Err(bad(
-            NONCE,
-            format!("{n} bytes: a nonce is {MIN_NONCE_BYTES} to {MAX_NONCE_BYTES} random bytes"),
-        ));
-    }
-    let bytes = signed_bytes(&Signed {
-        subject,
-        reply: reply.unwrap_or_default().trim(),
-        reply_to: &value(headers, REPLY_TO),
-        status_to: &value(headers, STATUS_TO),
-        caller: &value(headers, CALLER),
-        at,
-        nonce: &nonce,
-        payload,
-    });
-    pair.verify(&bytes, &signature)
+    pair.verify(&signed(at)?, &signature)
         .map_err(|_| SignatureError::BadSignature { key: key.clone() })?;
     let now = millis(now);
     let skew = MAX_SKEW.as_millis() as u64;
@@ -455,6 +497,19 @@ pub fn verify(
         Allowed::Only(keys) if !keys.contains(&key) => Err(SignatureError::UnknownKey { key }),
         _ => Ok(key),
     }
+}
+
+/// The value of header `name`, trimmed; missing or empty is [`SignatureError::MissingHeader`].
+fn header(headers: Option<&HeaderMap>, name: &'static str) -> Result<String, SignatureError> {
+    headers
+        .and_then(|h| h.get(name))
+        .map(|v| v.as_str().trim().to_string())
+        .filter(|v| !v.is_empty())
+        .ok_or(SignatureError::MissingHeader { header: name })
+}
+
+fn bad(header: &'static str, reason: String) -> SignatureError {
+    SignatureError::BadEncoding { header, reason }
 }
 
 /// What a signature binds: see the module doc.

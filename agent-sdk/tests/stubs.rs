@@ -210,9 +210,14 @@ async fn the_binary_serves_a_file() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("stubs.yaml");
     std::fs::write(&path, STUBS)?;
+    // Its cards are signed by the key of the seed file the variable names.
+    let key = agent_sdk::Signer::generate();
+    let seed = dir.path().join("agents.nk");
+    std::fs::write(&seed, key.seed())?;
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stub-agents"))
         .arg(&path)
         .args(["--nats-url", &server.url(), "--namespace", "mesh"])
+        .env("MESH_NKEY_SEED_FILE", &seed)
         .kill_on_drop(true)
         .stderr(std::process::Stdio::null())
         .spawn()?;
@@ -220,7 +225,7 @@ async fn the_binary_serves_a_file() -> Result<()> {
     let mut cards = client
         .subscribe(messages::subjects::agent_cards("mesh"))
         .await?;
-    let mut ready = false;
+    let mut ready = None;
     for _ in 0..100 {
         client
             .publish(
@@ -228,17 +233,25 @@ async fn the_binary_serves_a_file() -> Result<()> {
                 bytes::Bytes::new(),
             )
             .await?;
-        if let Ok(Some(_)) = tokio::time::timeout(
+        if let Ok(Some(card)) = tokio::time::timeout(
             Duration::from_millis(100),
             futures::StreamExt::next(&mut cards),
         )
         .await
         {
-            ready = true;
+            ready = Some(card);
             break;
         }
     }
-    assert!(ready, "stub-agents never published a card");
+    let card = ready.expect("stub-agents never published a card");
+    let name = serde_json::from_slice::<messages::card::AgentCard>(&card.payload)?.name;
+    let signer = agent_sdk::card_trust::verify_card(
+        card.headers.as_ref(),
+        &name,
+        &card.payload,
+        std::time::SystemTime::now(),
+    );
+    assert_eq!(signer, Ok(Some(key.public_key().to_owned())));
     let out = Mesh::new(client.clone())
         .agent("ValueClassifier")
         .timeout(WAIT)

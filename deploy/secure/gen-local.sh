@@ -12,7 +12,9 @@
 #   USER-cert.pem USER-key.pem        a client certificate per user (node agents ops alice bob)
 #   USER.nk                           NKey seeds (node agents ops): secret, one per process
 #   server.env                        MESH_* variables for nats-server (public keys, passwords, paths)
-#   USER.env                          NATS_* variables for a client (workflow-node, stub-agents, agent-sdk)
+#   USER.env                          NATS_* variables for a client (workflow-node, stub-agents, agent-sdk),
+#                                     and MESH_* card settings (signed cards required, the
+#                                     example agents' names bound to the agents key)
 #
 # Needs openssl and python3 (the NKey text encoding); downloads nothing. Files that
 # exist are kept, so running it again changes nothing: delete OUT_DIR to start over.
@@ -27,6 +29,9 @@ umask 077
 NKEY_USERS=(node agents ops)
 PASSWORD_USERS=(alice bob)
 DAYS=825
+# The agents user agents serve (the AGENTS block of nats.conf): their cards must be
+# signed by its key, which every other user's env file binds to these names.
+AGENT_NAMES=(Echo Doubler ValueClassifier)
 
 # A CA that can sign certificates and nothing else.
 if [[ ! -f "$out/ca.pem" ]]; then
@@ -120,6 +125,16 @@ for user in "${NKEY_USERS[@]}" "${PASSWORD_USERS[@]}"; do
     else
       echo "NATS_USER=$user"
       echo "NATS_PASSWORD=$(cat "$out/$user.password")"
+    fi
+    # Cards count only when signed by the key bound to their name (first key seen for
+    # names not bound here); the agents sign theirs with their user's NKey.
+    echo "MESH_REQUIRE_SIGNED_CARDS=true"
+    if [[ "$user" == agents ]]; then
+      echo "MESH_NKEY_SEED_FILE=$out/agents.nk"
+    else
+      bindings=()
+      for name in "${AGENT_NAMES[@]}"; do bindings+=("$name=$(cat "$out/agents.pub")"); done
+      echo "MESH_AGENT_KEYS=$(IFS=,; echo "${bindings[*]}")"
     fi
   } >"$out/$user.env"
 done

@@ -36,7 +36,8 @@ pub const CALLER: &str = "Mesh-Caller";
 
 /// The NKey user public key (`U…`) that signed the request (see `agent_sdk::signing`):
 /// who proves to be asking, where it matters (an approval decision, a cancel, a start
-/// whose run only its signer may cancel). Sent with [`SIGNED_AT`] and [`SIGNATURE`].
+/// whose run only its signer may cancel). Sent with [`SIGNED_AT`] and [`SIGNATURE`]. The
+/// three also sign an agent card message (`agent_sdk::card_trust`).
 pub const SIGNER: &str = "Mesh-Signer";
 
 /// When the request was signed, in milliseconds since the Unix epoch: a signature more
@@ -51,5 +52,22 @@ pub const NONCE: &str = "Mesh-Nonce";
 /// The Ed25519 signature of [`SIGNER`]'s key, base64url without padding, over the lines
 /// of `mesh-sig-v2` (see `agent_sdk::signing` and `docs/security.md`): the subject, the
 /// NATS reply subject, [`REPLY_TO`], [`STATUS_TO`], [`CALLER`], [`SIGNED_AT`], [`NONCE`]
-/// and the hex SHA-256 of the payload.
+/// and the hex SHA-256 of the payload. A card's is over
+/// `mesh-card-v1\n{name}\n{signed_at}\n{hex sha256 of the card}` (no nonce).
 pub const SIGNATURE: &str = "Mesh-Signature";
+
+/// On an answer to an artifact read ([`crate::subjects::artifact_get`]): which part of the
+/// object's bytes the message carries, `{index}/{count}` in decimal, from `1/{count}`; the
+/// parts arrive in order and their payloads, joined, are the object.
+pub const ARTIFACT_PART: &str = "Mesh-Artifact-Part";
+
+/// On the first part of an artifact read's answer: the object's media type, when stored.
+pub const ARTIFACT_MIME: &str = "Mesh-Artifact-Mime";
+
+/// On the first part of an artifact read's answer: the version read (of a versioned
+/// artifact, a link followed to the version it points at), in decimal.
+pub const ARTIFACT_VERSION: &str = "Mesh-Artifact-Version";
+
+/// On an artifact read's refusal (the only message of the answer, its payload saying why
+/// in words): `not-found`, `too-large`, `invalid` or `unavailable`.
+pub const ARTIFACT_ERROR: &str = "Mesh-Artifact-Error";

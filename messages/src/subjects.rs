@@ -133,6 +133,15 @@ pub fn artifact_bucket(ns: &str) -> String {
     format!("{}_artifacts", ns.replace('.', "_"))
 }
 
+/// `{ns}.a2a.v1.artifact.get`: a request for one object of the artifact bucket by its name
+/// (`docs/protocol.md`, "Reading an artifact"), answered by a workflow node. Callers and
+/// agents read artifacts only this way under the shipped permissions: JetStream's own API
+/// takes wildcards in the subjects that name an object, so a permission cannot confine it
+/// to one object.
+pub fn artifact_get(ns: &str) -> String {
+    format!("{ns}.a2a.v1.artifact.get")
+}
+
 /// `{ns}_wf_cards` (dots as `_`): the object store bucket where a workflow node keeps card
 /// contents too large for a card (as long as the cards that refer to them).
 pub fn cards_bucket(ns: &str) -> String {

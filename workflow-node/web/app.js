@@ -27,6 +27,9 @@ function table(headers, rows) {
 
 async function api(method, path, body) {
   const init = { method, headers: {} };
+  // The API takes JSON only (docs/http.md, "Requests from other pages"): a POST always
+  // sends a JSON body, if only {}.
+  if (body === undefined && method !== "GET") body = {};
   if (body !== undefined) {
     init.body = JSON.stringify(body);
     init.headers["Content-Type"] = "application/json";
@@ -159,7 +162,10 @@ function runPage(id) {
   const body = h("div", {});
   const history = h("div", {});
   const note = h("p", { class: "error", id: "action-error" });
-  main.replaceChildren(h("h1", {}, "Run ", h("code", {}, id)), note, diagram, body, h("h2", {}, "History"), history);
+  // What the run's agents say: their words, quoted after their names, never as ours.
+  const words = h("ul", { class: "agent-words", id: "agent-words" });
+  main.replaceChildren(h("h1", {}, "Run ", h("code", {}, id)), note, diagram, body,
+    h("h2", {}, "Agents say"), words, h("h2", {}, "History"), history);
   const act = async (path, payload) => {
     note.textContent = "";
     try { await api("POST", "/api/runs/" + encodeURIComponent(id) + "/" + path, payload); }
@@ -199,6 +205,13 @@ function runPage(id) {
         h("td", {}, e.node || "-"), h("td", {}, e.attempt || "-"), h("td", {}, e.detail || "")))));
   };
   events.addEventListener("run", (ev) => render(JSON.parse(ev.data)));
+  events.addEventListener("status", (ev) => {
+    const s = JSON.parse(ev.data);
+    if (s.says === null || s.says === undefined) return;
+    words.prepend(h("li", { "data-node": s.node_id },
+      h("span", { class: "speaker" }, s.agent), " says: ", h("q", { class: "agent-text" }, s.says)));
+    while (words.children.length > 20) words.lastChild.remove();
+  });
   events.addEventListener("end", () => events.close());
   events.addEventListener("error", (ev) => { if (ev.data) note.textContent = JSON.parse(ev.data).error; });
 }

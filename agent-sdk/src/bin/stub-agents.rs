@@ -4,6 +4,9 @@
 //! TLS and inbox prefix: flags or `NATS_*` variables (`agent_sdk::ConnectConfig`). Without a URL (flag or `NATS_URL`) it starts a local
 //! nats-server with JetStream in a data directory of its own, and stops it on exit.
 //!
+//! `--nkey-seed-file PATH` (or `MESH_NKEY_SEED_FILE`) signs the agents' cards with that
+//! key (see `agent_sdk::card_trust`).
+//!
 //! `--health-addr ADDR` serves `/livez` and `/readyz` (`agent_sdk::health`); on SIGTERM it
 //! turns unready, waits `--shutdown-delay` (or a second signal), then stops taking
 //! requests and finishes the calls in hand.
@@ -17,7 +20,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use agent_sdk::health::{signalled, Probes};
-use agent_sdk::{load_stub_file, serve_stubs, DEFAULT_NAMESPACE};
+use agent_sdk::{load_stub_file, serve_stubs_signed, DEFAULT_NAMESPACE};
 use anyhow::{Context, Result};
 use clap::Parser;
 
@@ -42,6 +45,10 @@ struct Args {
     /// that an orchestrator stops routing to this replica first; a second signal ends it.
     #[arg(long, default_value = "0s", value_parser = delay, env = "MESH_SHUTDOWN_DELAY")]
     shutdown_delay: Duration,
+    /// A file holding an NKey user seed (`SU…`; a `.creds` file's seed works too): signs
+    /// every agent's card, so that readers who bind the names to its key take them.
+    #[arg(long, env = "MESH_NKEY_SEED_FILE", value_name = "PATH")]
+    nkey_seed_file: Option<PathBuf>,
     /// User, NKey or credentials, TLS and inbox prefix.
     #[command(flatten)]
     connect: agent_sdk::ConnectConfig,
@@ -130,7 +137,17 @@ async fn serve(url: &str, args: &Args, stubs: agent_sdk::StubFile) -> Result<()>
     let names: Vec<String> = (stubs.agents.iter().map(|a| a.name.clone()))
         .chain(stubs.llm.iter().map(|a| a.name.clone()))
         .collect();
-    let handles = serve_stubs(client, ns, stubs).await?;
+    let signer = match &args.nkey_seed_file {
+        Some(path) => Some(
+            agent_sdk::Signer::from_seed_file(path)
+                .with_context(|| format!("--nkey-seed-file {}", path.display()))?,
+        ),
+        None => None,
+    };
+    if let Some(signer) = &signer {
+        eprintln!("stub-agents: cards signed by key {}", signer.public_key());
+    }
+    let handles = serve_stubs_signed(client, ns, stubs, signer).await?;
     probes.started();
     eprintln!(
         "stub-agents: serving {} in namespace {ns} on {url}; ctrl-c to stop",

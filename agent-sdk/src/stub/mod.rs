@@ -117,11 +117,22 @@ impl StubFile {
 }
 
 /// Serves every agent of `stubs` in namespace `ns`, its LLM agents ([`crate::llm`]) as
-/// well; on an error, the ones already started are stopped.
+/// well, their cards unsigned; on an error, the ones already started are stopped.
 pub async fn serve_stubs(
     client: async_nats::Client,
     ns: &str,
     stubs: StubFile,
+) -> Result<Vec<AgentHandle>, ServeError> {
+    serve_stubs_signed(client, ns, stubs, None).await
+}
+
+/// [`serve_stubs`], every agent's card signed by `signer` when given (see
+/// [`crate::card_trust`]).
+pub async fn serve_stubs_signed(
+    client: async_nats::Client,
+    ns: &str,
+    stubs: StubFile,
+    signer: Option<crate::Signer>,
 ) -> Result<Vec<AgentHandle>, ServeError> {
     let mut handles = Vec::new();
     for agent in stubs.agents {
@@ -136,6 +147,9 @@ pub async fn serve_stubs(
         }
         if let Some(s) = &agent.output_schema {
             builder = builder.output_schema(s.clone());
+        }
+        if let Some(signer) = &signer {
+            builder = builder.signer(signer.clone());
         }
         match builder
             .handler(StubHandler::new(agent))
@@ -186,6 +200,9 @@ pub async fn serve_stubs(
                 }
                 if let Some(s) = &agent.output_schema {
                     builder = builder.output_schema(s.clone());
+                }
+                if let Some(signer) = &signer {
+                    builder = builder.signer(signer.clone());
                 }
                 builder.handler(handler).serve(client.clone()).await
             }

@@ -29,6 +29,11 @@ pub struct NatsArgs {
     /// `NATS_*` variables, shared with agent-sdk and stub-agents.
     #[command(flatten)]
     pub connect: agent_sdk::ConnectConfig,
+    /// Which keys may sign which agents' cards (`--agent-key NAME=U…`,
+    /// `--require-signed-cards`): the node's registry, the web view and the CLI take only
+    /// cards their bound key signed.
+    #[command(flatten)]
+    pub cards: agent_sdk::CardTrust,
 }
 
 /// A connection, and the embedded server behind it, if one was started.

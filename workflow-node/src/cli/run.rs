@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use agent_sdk::Timing;
 
 use super::connect::{connect, NatsArgs};
+use crate::ops::words::AgentWords;
 use crate::shell::{Config, WorkflowNode};
 use agent_sdk::workflow::{invoke_as, new_task_id, submit, RunResult, StartAs};
 
@@ -274,17 +275,12 @@ pub fn show_progress(part: &WorkflowDataPart) {
             )
         }
         WorkflowDataPart::AgentStatus(u) => {
-            let what = u
-                .text
-                .clone()
-                .or_else(|| u.data.as_ref().map(Value::to_string))
-                .unwrap_or_default();
-            format!(
-                "  {} [{}]: {}",
-                u.node_id,
-                u.state,
-                super::table::short(&what, 200)
-            )
+            // The agent's words, quoted: never a line that reads as ours.
+            let (text, data) = (u.text.as_deref(), u.data.as_ref());
+            let Some(words) = AgentWords::new(None, &u.node_id, text, data) else {
+                return;
+            };
+            format!("  {} [{}] {words}", u.node_id, u.state)
         }
         WorkflowDataPart::ExecutionResult(r) => {
             let status = serde_json::to_value(r.status)

@@ -20,6 +20,7 @@ use crate::definition::Workflow;
 use crate::ops::follow::{Change, Follow};
 use crate::ops::refusal::Refusal;
 use crate::ops::runs::Runs;
+use crate::ops::words::AgentWords;
 use crate::ops::{definition, view};
 use crate::shell::callers::statuses::AgentUpdate;
 use crate::shell::now;
@@ -54,12 +55,18 @@ pub struct WatchArgs {
 }
 
 /// The definition of `run` (see [`definition::of_run`]), its notes said on stderr.
-async fn definition_of(runs: &Runs, run: &FoundRun, file: Option<&PathBuf>) -> Option<Workflow> {
+async fn definition_of(
+    runs: &Runs,
+    run: &FoundRun,
+    file: Option<&PathBuf>,
+    cards: &agent_sdk::CardTrust,
+) -> Option<Workflow> {
     let found = definition::of_run(
         runs.client(),
         runs.namespace(),
         run,
         file.map(PathBuf::as_path),
+        cards,
     )
     .await;
     for note in &found.notes {
@@ -75,7 +82,7 @@ pub(super) async fn show(args: ShowArgs) -> Result<ExitCode> {
     let shown = async {
         let run = runs::find(&runs, target).await?;
         let apart = runs.apart(&run).await?;
-        let def = definition_of(&runs, &run, args.file.as_ref()).await;
+        let def = definition_of(&runs, &run, args.file.as_ref(), &target.nats.cards).await;
         Ok::<_, Refusal>((run, apart, def))
     }
     .await;
@@ -108,7 +115,7 @@ pub(super) async fn watch(args: WatchArgs) -> Result<ExitCode> {
     let (conn, runs) = runs::open(&target.nats).await?;
     let watched = async {
         let run = runs::find(&runs, target).await?;
-        let def = definition_of(&runs, &run, args.file.as_ref()).await;
+        let def = definition_of(&runs, &run, args.file.as_ref(), &target.nats.cards).await;
         follow(&runs, run, def, target.json).await
     }
     .await;
@@ -142,7 +149,7 @@ async fn follow(
     while let Some(change) = changes.next().await? {
         let next = match change {
             Change::Status(u) => {
-                print_update(&u, json);
+                print_update(&u, def.as_ref(), json);
                 continue;
             }
             Change::Run(next) => *next,
@@ -164,24 +171,18 @@ async fn follow(
     Ok(())
 }
 
-/// A status update of one of the run's agents, on one line.
-fn print_update(u: &AgentUpdate, json: bool) {
+/// A status update of one of the run's agents, on one line: its words, quoted after its
+/// name (see [`AgentWords`]), never as a line of ours.
+fn print_update(u: &AgentUpdate, def: Option<&Workflow>, json: bool) {
+    let words = AgentWords::of(u, def);
     if json {
-        let v = json!({"event": "agent_status", "node_id": u.task.node,
+        let agent = words.as_ref().and_then(|w| w.agent.clone());
+        let v = json!({"event": "agent_status", "node_id": u.task.node, "agent": agent,
             "sub_task_id": u.sub_task_id, "state": u.state, "text": u.text, "data": u.data});
         println!("{v}");
-    } else {
-        let what = u
-            .text
-            .clone()
-            .or_else(|| u.data.as_ref().map(Value::to_string));
-        println!(
-            "{}  {} [{}]: {}",
-            table::clock(now()),
-            u.task.node,
-            u.state,
-            table::short(&what.unwrap_or_default(), 120)
-        );
+    } else if let Some(words) = words {
+        let at = table::clock(now());
+        println!("{at}  {} [{}] {words}", u.task.node, u.state);
     }
 }
 

@@ -169,6 +169,7 @@ fn config_of(args: &Args) -> Config {
             addr: args.metrics_addr,
             ..MetricsConfig::default()
         },
+        card_trust: args.nats.cards.clone(),
         ..Config::default()
     };
     args.trust.apply(&mut config);

@@ -41,7 +41,9 @@ pub fn run(args: Args) -> ExitCode {
         }
         let conn = connect(&args.nats).await?;
         let ns = &args.nats.namespace;
-        let web = Web::start(conn.client.clone(), ns, signer, access, args.http).await?;
+        let trust = args.nats.cards.clone();
+        let web =
+            Web::start_trusting(conn.client.clone(), ns, signer, access, args.http, trust).await?;
         eprintln!("web view at http://{}/", web.addr());
         agent_sdk::health::signalled().await?;
         drop(web);

@@ -27,12 +27,13 @@ pub struct Found {
 }
 
 /// The definition `run` was made with, if it can be had: the one the run names, `file`,
-/// or the card of a node serving the workflow.
+/// or the card of a node serving the workflow (taken only when signed as `trust` says).
 pub async fn of_run(
     client: &async_nats::Client,
     ns: &str,
     run: &FoundRun,
     file: Option<&Path>,
+    trust: &agent_sdk::CardTrust,
 ) -> Found {
     let mut notes = Vec::new();
     if let Some(hash) = &run.record.definition {
@@ -61,7 +62,7 @@ pub async fn of_run(
         return Found { workflow, notes };
     }
     Found {
-        workflow: from_card(client, ns, &run.workflow).await,
+        workflow: from_card(client, ns, &run.workflow, trust).await,
         notes,
     }
 }
@@ -74,8 +75,13 @@ fn found(workflow: Workflow, notes: Vec<String>) -> Found {
 }
 
 /// The definition in the card of a node serving `workflow`, if one answers.
-async fn from_card(client: &async_nats::Client, ns: &str, workflow: &str) -> Option<Workflow> {
-    let card = card_of(client, ns, workflow).await?;
+async fn from_card(
+    client: &async_nats::Client,
+    ns: &str,
+    workflow: &str,
+    trust: &agent_sdk::CardTrust,
+) -> Option<Workflow> {
+    let card = card_of(client, ns, workflow, trust).await?;
     let card = crate::shell::full_card(client, ns, card).await.ok()?;
     let doc = json!({"name": workflow, "workflow": card.workflow_config()?});
     crate::definition::parse_str(&doc.to_string(), "card.json").ok()
@@ -101,21 +107,26 @@ async fn stored(
     Ok(stored.parse()?)
 }
 
-/// The card of agent `name`, asked for with a discovery ping; `None` when none comes
-/// within [`CARD_WAIT`].
-async fn card_of(client: &async_nats::Client, ns: &str, name: &str) -> Option<AgentCard> {
+/// The card of agent `name`, asked for with a discovery ping and judged by `trust`;
+/// `None` when none comes within [`CARD_WAIT`].
+async fn card_of(
+    client: &async_nats::Client,
+    ns: &str,
+    name: &str,
+    trust: &agent_sdk::CardTrust,
+) -> Option<AgentCard> {
     let mut cards = client.subscribe(subjects::agent_cards(ns)).await.ok()?;
     client.flush().await.ok()?;
     client
         .publish(subjects::discovery_ping(ns), "".into())
         .await
         .ok()?;
+    let cache = agent_sdk::CardCache::with_trust(Duration::MAX, trust);
     let wait = async {
         while let Some(msg) = cards.next().await {
-            if let Ok(card) = serde_json::from_slice::<AgentCard>(&msg.payload) {
-                if card.name == name {
-                    return Some(card);
-                }
+            let taken = cache.receive(&msg.payload, msg.headers.as_ref());
+            if taken.is_ok_and(|n| n == name) {
+                return cache.get(name);
             }
         }
         None

@@ -13,6 +13,7 @@
 //! - [`approvals`]: the gates waiting, and a decision on one.
 //! - [`definitions`]: the stored definitions, and deleting one.
 //! - [`ask`]: one request to a workflow's nodes, its answer as an outcome.
+//! - [`words`]: an agent's status text, shown as that agent's quoted words.
 
 pub mod approvals;
 pub mod ask;
@@ -23,3 +24,4 @@ pub mod refusal;
 pub mod runs;
 pub mod steer;
 pub mod view;
+pub mod words;

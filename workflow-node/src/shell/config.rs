@@ -80,6 +80,10 @@ pub struct Config {
     /// Operators' NKey user public keys (`serve --operator-key U…`): they decide the
     /// approvals that list no approvers, and may cancel any run (see `identity`).
     pub operators: Vec<String>,
+    /// Which keys may sign the cards of the agents the node calls (`serve --agent-key
+    /// NAME=U…`, `--require-signed-cards`): a card signed otherwise never replaces the
+    /// bound one in the registry (see `agent_sdk::card_trust`).
+    pub card_trust: agent_sdk::CardTrust,
 }
 
 impl Default for Config {
@@ -108,6 +112,7 @@ impl Default for Config {
             dialect: messages::workflow::Dialect::Mesh,
             approvers: BTreeMap::new(),
             operators: Vec::new(),
+            card_trust: agent_sdk::CardTrust::default(),
         }
     }
 }

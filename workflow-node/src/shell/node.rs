@@ -16,6 +16,7 @@ use crate::shell::callers::{early, nonces};
 use crate::shell::config::Config;
 use crate::shell::context::Shared;
 use crate::shell::error::{Context, Error, Result};
+use crate::shell::mesh::artifact_reads;
 use crate::shell::mesh::artifacts::Artifacts;
 use crate::shell::mesh::registry::{self, CARD_EXPIRY_INTERVALS};
 use crate::shell::mesh::seal;
@@ -98,10 +99,12 @@ impl WorkflowNode {
             .iter()
             .map(|w| (w.name.clone(), crate::visual::agent_card(w, &ns)))
             .collect();
-        let registry = Arc::new(agent_sdk::CardCache::new(
+        let registry = Arc::new(agent_sdk::CardCache::with_trust(
             config.card_interval * CARD_EXPIRY_INTERVALS,
+            &config.card_trust,
         ));
         let metrics = metrics::Metrics::new(&config.metrics)?;
+        metrics.observe_cards_ignored(Arc::downgrade(&registry));
         let metrics_listener = match config.metrics.addr {
             Some(addr) => Some(scrape::bind(addr).await?),
             None => None,
@@ -146,6 +149,8 @@ impl WorkflowNode {
             card_sub,
         )));
         background.push(tokio::spawn(wakes::run(shared.clone())));
+        let reads = artifact_reads::subscribe(&shared).await?;
+        background.push(tokio::spawn(artifact_reads::serve(shared.clone(), reads)));
         let mut metrics_addr = None;
         if let (Some(listener), Some(reader)) = (metrics_listener, shared.metrics.scrape_reader()) {
             metrics_addr = listener.local_addr().ok();
@@ -200,11 +205,18 @@ impl WorkflowNode {
             .await
             .context(|| "making the subscriptions known to the server".into())?;
         // Cards go out only now: a caller that sees one finds a responder.
+        let card_signer = shared.seal.card_signer();
+        tracing::info!(
+            "the cards of this node's workflows are signed by key {} (bind it with \
+             --agent-key NAME={} where cards must be signed)",
+            card_signer.public_key(),
+            card_signer.public_key()
+        );
         background.push(tokio::spawn(registry::publish_cards(
             shared.client.clone(),
             shared.ns.clone(),
             shared.config.card_interval,
-            wire_cards,
+            (wire_cards, card_signer),
             ping_sub,
         )));
         Ok(WorkflowNode {
@@ -248,6 +260,12 @@ impl WorkflowNode {
     /// `None` when it is not.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_addr
+    }
+
+    /// The key that signs the cards of this deployment's workflows (every replica's is the
+    /// same: see `seal`): readers bind the workflows' names to it.
+    pub fn card_key(&self) -> String {
+        self.shared.seal.card_signer().public_key().to_owned()
     }
 
     /// The registry of cards seen on the mesh.

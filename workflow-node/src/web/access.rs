@@ -5,7 +5,8 @@
 //! hold no data and are always served; they ask for a token when the API wants one.
 //!
 //! A token goes in `Authorization: Bearer TOKEN`, or, for an event stream (a browser's
-//! `EventSource` sets no headers), as the `access_token` query parameter.
+//! `EventSource` sets no headers), as the `access_token` query parameter. Which host and
+//! origin a request may come from is decided before, by `boundary.rs`.
 
 use std::net::SocketAddr;
 
@@ -18,7 +19,8 @@ use sha2::{Digest, Sha256};
 
 use super::ApiError;
 
-/// The tokens of the web view, as `serve --http` and `ui` take them.
+/// The tokens of the web view and the names it is served under, as `serve --http` and
+/// `ui` take them.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct AccessArgs {
     /// A token that may read cards and runs over HTTP (repeatable; comma-separated in the
@@ -40,6 +42,16 @@ pub struct AccessArgs {
         hide_env_values = true
     )]
     pub operator_tokens: Vec<String>,
+    /// A name the view is also served under, besides loopback names and the address it
+    /// is bound to (the name a proxy serves it as; repeatable): requests naming any other
+    /// host are refused.
+    #[arg(
+        long = "public-host",
+        value_name = "NAME",
+        env = "MESH_HTTP_PUBLIC_HOSTS",
+        value_delimiter = ','
+    )]
+    pub public_hosts: Vec<String>,
 }
 
 /// What a request may do.
@@ -53,6 +65,7 @@ enum Role {
 #[derive(Debug, Clone, Default)]
 pub struct Access {
     tokens: Vec<([u8; 32], Role)>,
+    public_hosts: Vec<String>,
 }
 
 fn digest(token: &str) -> [u8; 32] {
@@ -78,7 +91,15 @@ impl Access {
                 tokens.push((digest(t.trim()), role));
             }
         }
-        Ok(Access { tokens })
+        Ok(Access {
+            tokens,
+            public_hosts: args.public_hosts.clone(),
+        })
+    }
+
+    /// The names given with `--public-host`.
+    pub(super) fn public_hosts(&self) -> &[String] {
+        &self.public_hosts
     }
 
     /// Whether any token is required.

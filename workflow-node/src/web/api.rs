@@ -156,8 +156,12 @@ async fn list_runs(State(ctx): State<Ctx>, RawQuery(query): RawQuery) -> ApiResu
 }
 
 /// The definition `run` was made with, when it can be had (why not is logged).
-pub(super) async fn definition_of(runs: &Runs, run: &FoundRun) -> Option<Workflow> {
-    let found = definition::of_run(runs.client(), runs.namespace(), run, None).await;
+pub(super) async fn definition_of(
+    runs: &Runs,
+    run: &FoundRun,
+    trust: &agent_sdk::CardTrust,
+) -> Option<Workflow> {
+    let found = definition::of_run(runs.client(), runs.namespace(), run, None, trust).await;
     for note in &found.notes {
         tracing::debug!("run {}: {note}", run.execution);
     }
@@ -182,7 +186,7 @@ pub(super) async fn run_view(
 
 async fn get_run(State(ctx): State<Ctx>, Path(id): Path<String>) -> ApiResult {
     let (runs, run) = find(&ctx, &id).await?;
-    let def = definition_of(&runs, &run).await;
+    let def = definition_of(&runs, &run, ctx.cards.trust()).await;
     let v = run_view(&runs, &run, def.as_ref()).await?;
     Ok(json_response(StatusCode::OK, &v))
 }

@@ -2,7 +2,8 @@
 //! subject, with when it last did, kept by an `agent_sdk::Catalog` whose cards never
 //! expire (the view shows how long ago each was seen instead). At start, and on
 //! [`Cards::refresh`], a discovery ping asks every agent and workflow to publish its card
-//! now.
+//! now. Only cards signed as the view's `CardTrust` says are kept (see
+//! `agent_sdk::card_trust`): an impostor's description or form never shows.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -30,6 +31,12 @@ impl Cards {
         Some((card, millis(at)))
     }
 
+    /// Which keys may sign which cards (the cards here, and a run's definition read from a
+    /// workflow's card).
+    pub(super) fn trust(&self) -> &agent_sdk::CardTrust {
+        self.0.mesh().cards_trusted()
+    }
+
     /// Asks every agent to publish its card now.
     pub(super) async fn refresh(&self) -> Result<()> {
         Ok(self.0.refresh().await?)
@@ -42,8 +49,15 @@ fn millis(at: SystemTime) -> Millis {
     Millis(u64::try_from(ms).unwrap_or(u64::MAX))
 }
 
-/// Subscribes to the cards of namespace `ns`, pings discovery, and keeps the cards.
-pub(super) async fn follow(client: async_nats::Client, ns: &str) -> Result<Cards> {
-    let mesh = agent_sdk::Mesh::new(client).namespace(ns)?;
+/// Subscribes to the cards of namespace `ns`, pings discovery, and keeps the cards that
+/// `trust` takes.
+pub(super) async fn follow(
+    client: async_nats::Client,
+    ns: &str,
+    trust: agent_sdk::CardTrust,
+) -> Result<Cards> {
+    let mesh = agent_sdk::Mesh::new(client)
+        .namespace(ns)?
+        .card_trust(trust);
     Ok(Cards(mesh.catalog_with_expiry(Duration::MAX).await?))
 }

@@ -1,7 +1,8 @@
 //! `GET /api/runs/{id}/events`: a run's progress as server-sent events. First a `run`
 //! event with the whole run (as `GET /api/runs/{id}` answers), then another at each change
 //! of its record and a `status` event for each status update its agents send (both from
-//! [`crate::ops::follow`]), and, once it has ended, an `end` event, after which the stream
+//! [`crate::ops::follow`]; a status event's `agent` and `says` give the update as that
+//! agent's words, escaped and capped: see [`crate::ops::words`]), and, once it has ended, an `end` event, after which the stream
 //! closes.
 
 use std::convert::Infallible;
@@ -18,6 +19,7 @@ use super::{ApiError, Ctx};
 use crate::definition::Workflow;
 use crate::ops::follow::{Change, Follow};
 use crate::ops::runs::Runs;
+use crate::ops::words::AgentWords;
 
 /// Events kept for a slow reader before the feed waits for it.
 const BUFFER: usize = 64;
@@ -29,7 +31,7 @@ pub(super) async fn stream(
 ) -> Result<Response, ApiError> {
     let (runs, run) = find(&ctx, &id).await?;
     // The definition is looked up once: a run keeps the one it started with.
-    let def = definition_of(&runs, &run).await;
+    let def = definition_of(&runs, &run, ctx.cards.trust()).await;
     let first = run_view(&runs, &run, def.as_ref()).await?;
     // Followed before the first event is sent: no change after it is missed.
     let follow = Follow::start(&runs, run).await?;
@@ -75,8 +77,15 @@ async fn feed(
                 tx.send(event("run", &v)).await
             }
             Some(Change::Status(u)) => {
+                // The agent's words, for the page to show quoted after its name.
+                let words = AgentWords::of(&u, def);
+                let (agent, says) = match &words {
+                    Some(w) => (json!(w.speaker()), json!(w.words)),
+                    None => (Value::Null, Value::Null),
+                };
                 let v = json!({"node_id": u.task.node, "sub_task_id": u.sub_task_id,
-                    "state": u.state, "text": u.text, "data": u.data});
+                    "state": u.state, "text": u.text, "data": u.data,
+                    "agent": agent, "says": says});
                 tx.send(event("status", &v)).await
             }
         };

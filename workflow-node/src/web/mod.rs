@@ -6,6 +6,7 @@
 
 mod access;
 mod api;
+mod boundary;
 mod cards;
 mod events;
 mod pages;
@@ -52,7 +53,8 @@ pub struct Web {
 impl Web {
     /// Binds `addr`, starts following the mesh's cards and serves the API (on `client`, in
     /// namespace `ns`; what it sends is signed by `signer`; who may use it, `access`). An
-    /// open API on an address that is not loopback is refused.
+    /// open API on an address that is not loopback is refused. Cards are judged by the
+    /// default `CardTrust` (see [`Web::start_trusting`]).
     pub async fn start(
         client: async_nats::Client,
         ns: &str,
@@ -60,12 +62,25 @@ impl Web {
         access: Access,
         addr: SocketAddr,
     ) -> Result<Web> {
+        let trust = agent_sdk::CardTrust::default();
+        Web::start_trusting(client, ns, signer, access, addr, trust).await
+    }
+
+    /// [`Web::start`] whose cards count only when signed as `cards` says.
+    pub async fn start_trusting(
+        client: async_nats::Client,
+        ns: &str,
+        signer: Option<agent_sdk::Signer>,
+        access: Access,
+        addr: SocketAddr,
+        cards: agent_sdk::CardTrust,
+    ) -> Result<Web> {
         access.check_bind(addr)?;
         let listener = TcpListener::bind(addr)
             .await
             .with_context(|| format!("binding the web view at {addr}"))?;
         let addr = listener.local_addr()?;
-        let cards = Arc::new(cards::follow(client.clone(), ns).await?);
+        let cards = Arc::new(cards::follow(client.clone(), ns, cards).await?);
         let watch = cards.clone();
         let ctx = Ctx {
             client,
@@ -73,8 +88,15 @@ impl Web {
             signer,
             cards,
         };
-        let app =
-            api::router(ctx).layer(axum::middleware::from_fn_with_state(access, access::check));
+        // The boundary is the outer layer: a request from another page is refused before
+        // its token is looked at.
+        let boundary = boundary::Boundary::new(addr, access.public_hosts());
+        let app = api::router(ctx)
+            .layer(axum::middleware::from_fn_with_state(access, access::check))
+            .layer(axum::middleware::from_fn_with_state(
+                boundary,
+                boundary::check,
+            ));
         let task = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
                 tracing::error!("the web view stopped: {e}");

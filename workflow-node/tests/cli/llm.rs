@@ -94,8 +94,12 @@ agents:
                 .unwrap_or_else(|| panic!("run ended before streaming: {stderr}"));
             stderr.push_str(&line);
             stderr.push('\n');
-            if let Some(text) = line.strip_prefix("  write [working]: ") {
-                streamed.push_str(text);
+            // `  write [working] the agent of node write says: "TEXT"`: the agent's words,
+            // quoted and escaped (none to unescape in this text).
+            if line.starts_with("  write [working]") {
+                if let Some((_, said)) = line.split_once(" says: \"") {
+                    streamed.push_str(said.strip_suffix('"').unwrap_or(said));
+                }
             }
         }
     })

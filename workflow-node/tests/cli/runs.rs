@@ -491,7 +491,11 @@ fn runs_watch_follows_a_run_and_its_agents_until_it_ends() {
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut seen = String::new();
     read_until(&mut out, &mut seen, &format!("run {id} of Ask"));
-    read_until(&mut out, &mut seen, "ask [working]: half way");
+    read_until(
+        &mut out,
+        &mut seen,
+        r#"ask [working] Talker says: "half way""#,
+    );
     m.release.notify_one();
     let status = child.wait().unwrap();
     out.read_to_string(&mut seen).unwrap();
@@ -540,7 +544,11 @@ fn run_shows_its_agents_status_updates() {
         .unwrap();
     let mut err = BufReader::new(child.stderr.take().unwrap());
     let mut seen = String::new();
-    read_until(&mut err, &mut seen, "  ask [working]: half way");
+    read_until(
+        &mut err,
+        &mut seen,
+        r#"  ask [working] the agent of node ask says: "half way""#,
+    );
     m.release.notify_one();
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{seen}");

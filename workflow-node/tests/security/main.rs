@@ -4,5 +4,9 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod artifacts;
+mod cards;
+mod deploy;
 mod permissions;
 mod steering;
+mod web;

@@ -73,7 +73,9 @@ async fn workflows_succeed_with_a_user_per_role_over_mutual_tls() {
     let mut serve = ChildGuard(serve.spawn().expect("workflow-node serve"));
 
     let mut agents = secure.connect("agents").await;
-    let _stubs = agent_sdk::serve_stubs(agents.client.clone(), NS, stubs_file())
+    // Signed by the agents user's key: the node's env file binds the example agents to it.
+    let signer = Some(secure.signer("agents"));
+    let _stubs = agent_sdk::serve_stubs_signed(agents.client.clone(), NS, stubs_file(), signer)
         .await
         .expect("stub agents serve as user agents");
     let mut ops = secure.connect("ops").await;

@@ -162,10 +162,13 @@ async fn a_workflow_takes_an_input_artifact_and_names_its_large_output_by_refere
     let output: Value = serde_json::from_slice(&output.bytes).unwrap();
     assert_eq!(output, json!({"copy": input}));
 
-    // The run's artifacts are listed under its execution id, which names the output.
+    // The run's artifacts are listed under its execution id, which begins the output's
+    // name (`{execution}.{tag}.output.json`).
     let execution = output_ref
         .name
         .strip_suffix(".output.json")
+        .and_then(|n| n.rsplit_once('.'))
+        .map(|(execution, _tag)| execution)
         .expect("a run output");
     let listed = store.list(execution).await.unwrap();
     assert!(

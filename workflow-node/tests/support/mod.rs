@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub(crate) mod browser;
 pub(crate) mod crash;
 pub(crate) mod definition;
 pub(crate) mod fixtures;

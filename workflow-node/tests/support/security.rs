@@ -43,6 +43,12 @@ impl Secure {
     /// harness's, and the certificate paths, public keys and passwords come from the
     /// script's `server.env` through the environment.
     pub(crate) fn start() -> Secure {
+        Secure::start_config(&repo().join("deploy/secure/nats.conf"))
+    }
+
+    /// [`Secure::start`] with another shipped config that takes the script's `server.env`
+    /// (`deploy/nats-single.conf`); its monitoring port, if it has one, is an ephemeral one.
+    pub(crate) fn start_config(config: &Path) -> Secure {
         let dir = tempfile::tempdir().expect("tempdir");
         let pki = dir.path().join("pki");
         let out = Command::new("bash")
@@ -56,8 +62,9 @@ impl Secure {
             String::from_utf8_lossy(&out.stderr)
         );
         let server = test_harness::nats_with(test_harness::Options {
-            include: Some(repo().join("deploy/secure/nats.conf")),
+            include: Some(config.to_owned()),
             env: read_env(&pki.join("server.env")),
+            http_port: Some(0),
             ..Default::default()
         });
         Secure {
@@ -82,6 +89,12 @@ impl Secure {
     /// `user`'s connection options, parsed from the command-line flags that its env file's
     /// variables stand for.
     pub(crate) fn config(&self, user: &str) -> ConnectConfig {
+        self.config_without(user, &[])
+    }
+
+    /// [`Secure::config`] without some of the env file's variables (`NATS_CA`, `NATS_CERT`
+    /// and `NATS_KEY` for a server without TLS).
+    pub(crate) fn config_without(&self, user: &str, without: &[&str]) -> ConnectConfig {
         #[derive(Parser)]
         struct Flags {
             #[command(flatten)]
@@ -89,6 +102,9 @@ impl Secure {
         }
         let mut args = vec!["test".to_owned()];
         for (key, value) in self.env(user) {
+            if without.contains(&key.as_str()) {
+                continue;
+            }
             let flag = match key.as_str() {
                 "NATS_USER" => "--user",
                 "NATS_PASSWORD" => "--password",
@@ -106,9 +122,39 @@ impl Secure {
             .connect
     }
 
+    /// `user`'s card settings (which keys sign which agents' cards, whether unsigned ones
+    /// count), parsed from the flags that its env file's variables stand for.
+    pub(crate) fn card_trust(&self, user: &str) -> agent_sdk::CardTrust {
+        #[derive(Parser)]
+        struct Flags {
+            #[command(flatten)]
+            cards: agent_sdk::CardTrust,
+        }
+        let mut args = vec!["test".to_owned()];
+        for (key, value) in self.env(user) {
+            match key.as_str() {
+                "MESH_AGENT_KEYS" => args.extend(["--agent-key".to_owned(), value]),
+                "MESH_REQUIRE_SIGNED_CARDS" if value == "true" => {
+                    args.push("--require-signed-cards".to_owned())
+                }
+                _ => {}
+            }
+        }
+        Flags::try_parse_from(args)
+            .expect("the env file's card settings are valid flags")
+            .cards
+    }
+
     /// A connection as `user`, its server errors collected.
     pub(crate) async fn connect(&self, user: &str) -> Watched {
         Watched::connect(&self.server.url(), self.config(user)).await
+    }
+
+    /// The key of `user`'s NKey seed file (`USER.nk`, for `node`, `agents` and `ops`).
+    pub(crate) fn signer(&self, user: &str) -> agent_sdk::Signer {
+        let path = self.pki.join(format!("{user}.nk"));
+        agent_sdk::Signer::from_seed_file(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     }
 
     /// The server log's lines about permission violations.
@@ -253,7 +299,16 @@ pub(crate) async fn node_configured(
     secure: &Secure,
     change: impl FnOnce(&mut Config),
 ) -> (WorkflowNode, Watched) {
-    let watched = secure.connect("node").await;
+    node_on(secure, secure.connect("node").await, change).await
+}
+
+/// [`node_configured`] on a connection of one's own (user `node` on a server without TLS,
+/// say).
+pub(crate) async fn node_on(
+    secure: &Secure,
+    watched: Watched,
+    change: impl FnOnce(&mut Config),
+) -> (WorkflowNode, Watched) {
     let (workflows, problems) =
         workflow_node::definition::load_paths(&[repo().join("examples/workflows")]);
     assert!(problems.is_empty(), "{problems:?}");

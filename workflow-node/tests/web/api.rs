@@ -514,6 +514,7 @@ async fn tokens_give_read_or_operator_access_and_an_open_api_stays_on_loopback()
     let tokens = AccessArgs {
         read_tokens: vec!["reader-secret".into()],
         operator_tokens: vec!["operator-secret".into()],
+        ..AccessArgs::default()
     };
     let access = Access::new(&tokens).unwrap();
     let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
@@ -601,7 +602,7 @@ async fn tokens_give_read_or_operator_access_and_an_open_api_stays_on_loopback()
     );
     let empty = AccessArgs {
         read_tokens: vec![" ".into()],
-        operator_tokens: vec![],
+        ..AccessArgs::default()
     };
     let e = Access::new(&empty).expect_err("an empty token").to_string();
     assert!(e.contains("--http-read-token"), "{e}");

@@ -541,7 +541,7 @@ async fn publish_start(
     // stored beside the run, and the event names it; the worker reads it back.
     let bytes = serde_json::to_vec(&input)?;
     let input = if bytes.len() > shared.config.inline_limit {
-        let name = format!("{execution}.input.json");
+        let name = shared.seal.object_name(&execution.0, ".input.json");
         let uri = shared
             .artifacts
             .put_run(&name, &execution.0, bytes)

@@ -34,7 +34,9 @@ impl Artifacts {
     ) -> Artifacts {
         let client = js.client();
         Artifacts {
+            // The node reads JetStream itself: it is who serves other readers.
             artifacts: ArtifactStore::new(client.clone(), ns)
+                .read_directly()
                 .replicas(replicas)
                 .max_age(retention)
                 .max_bytes(usize::try_from(max_bytes).unwrap_or(usize::MAX)),
@@ -73,6 +75,15 @@ impl Artifacts {
         let bucket = self.artifacts.bucket();
         let (bucket, name) = messages::payload::object_ref(name, bucket).unwrap_or((bucket, name));
         decode_artifact(&bytes.map_err(artifact_error)?, bucket, name)
+    }
+
+    /// Reads object `name` of the artifact bucket as it is stored (bytes, version, media
+    /// type), no more than `Config::max_artifact_bytes`: what the node serves to readers.
+    pub(in crate::shell) async fn read(
+        &self,
+        name: &str,
+    ) -> std::result::Result<agent_sdk::ObjectRead, ArtifactError> {
+        self.artifacts.read_direct(name).await
     }
 
     /// Reads a JSON artifact from a bucket: only the mesh's artifact bucket is read, and

@@ -10,10 +10,14 @@
 //! workflow of thousands of nodes has a diagram of megabytes) is published with its
 //! visualization in the artifact object store and a `content_uri` in its place; a reader
 //! gets it back with [`full_card`].
+//!
+//! Our cards go out signed by the deployment's card key (see `seal`: derived from the
+//! secret every replica shares, so replicas sign as one), and cards from the mesh count
+//! only when their signer may speak for their name (the node's `CardTrust`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use agent_sdk::CardCache;
 use futures::StreamExt;
@@ -52,9 +56,11 @@ pub(in crate::shell) async fn watch_cards(
     mut sub: async_nats::Subscriber,
 ) {
     while let Some(msg) = sub.next().await {
-        match serde_json::from_slice::<AgentCard>(&msg.payload) {
-            Ok(card) => registry.insert(card),
-            Err(e) => tracing::debug!("ignoring a malformed agent card: {e}"),
+        // An ignored card is counted and warned about by the registry.
+        if let Err(agent_sdk::CardRefused::Malformed(e)) =
+            registry.receive(&msg.payload, msg.headers.as_ref())
+        {
+            tracing::debug!("ignoring a malformed agent card: {e}");
         }
     }
     tracing::warn!("the agent-card subscription ended: the registry no longer updates");
@@ -149,14 +155,14 @@ pub async fn full_card(
         .map_err(super::artifacts::artifact_error)
 }
 
-/// Publishes our cards (`wire`, from [`wire_cards`]) at start, every interval, and on every
-/// discovery ping (`pings`). A card that cannot be published is logged with its name and
-/// size, and the others, and later rounds, go on.
+/// Publishes our cards (`wire`, from [`wire_cards`]), each copy signed by `signer`, at
+/// start, every interval, and on every discovery ping (`pings`). A card that cannot be
+/// published is logged with its name and size, and the others, and later rounds, go on.
 pub(in crate::shell) async fn publish_cards(
     client: async_nats::Client,
     ns: String,
     interval: Duration,
-    wire: Vec<(String, Vec<u8>)>,
+    (wire, signer): (Vec<(String, Vec<u8>)>, agent_sdk::Signer),
     mut pings: async_nats::Subscriber,
 ) {
     let mut tick = tokio::time::interval(interval);
@@ -169,18 +175,27 @@ pub(in crate::shell) async fn publish_cards(
                 break;
             },
         }
-        publish_round(&client, &ns, &wire).await;
+        publish_round(&client, &ns, &wire, &signer).await;
     }
     loop {
         tick.tick().await;
-        publish_round(&client, &ns, &wire).await;
+        publish_round(&client, &ns, &wire, &signer).await;
     }
 }
 
-async fn publish_round(client: &async_nats::Client, ns: &str, wire: &[(String, Vec<u8>)]) {
+async fn publish_round(
+    client: &async_nats::Client,
+    ns: &str,
+    wire: &[(String, Vec<u8>)],
+    signer: &agent_sdk::Signer,
+) {
     let subject = subjects::agent_cards(ns);
     for (name, bytes) in wire {
-        if let Err(e) = client.publish(subject.clone(), bytes.clone().into()).await {
+        let headers = agent_sdk::card_trust::sign_card(signer, name, bytes, SystemTime::now());
+        let sent = client
+            .publish_with_headers(subject.clone(), headers, bytes.clone().into())
+            .await;
+        if let Err(e) = sent {
             tracing::warn!(
                 "the card of {name} ({} bytes) could not be published: {e}",
                 bytes.len()

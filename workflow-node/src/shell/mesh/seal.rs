@@ -17,6 +17,9 @@
 //!   replies: an id anyone could write (`approval.{execution}.{node}`) could be published
 //!   first by an agent, or by a caller asking an agent to reply there, and the real event
 //!   would be dropped as its duplicate. Only a replica can make the tag.
+//! - **the card key**: the NKey that signs the deployment's workflow cards
+//!   ([`Seal::card_signer`]), its seed an HMAC of a fixed label. Every replica derives the
+//!   same key with no key file to distribute, and it changes when the secret does.
 
 use async_nats::jetstream::{self, kv};
 use hmac::{Hmac, Mac};
@@ -120,12 +123,32 @@ impl Seal {
         mac
     }
 
+    /// The key that signs the deployment's workflow cards: the same on every replica (see
+    /// the module doc).
+    pub fn card_signer(&self) -> agent_sdk::Signer {
+        let seed: [u8; 32] = self.mac(&[b"card-key-v1"]).finalize().into_bytes().into();
+        agent_sdk::Signer::from_raw_seed(seed)
+    }
+
     fn token(&self, workflow: &str, sub_task_id: &str) -> String {
         let bytes = self
             .mac(&[b"call", workflow.as_bytes(), sub_task_id.as_bytes()])
             .finalize()
             .into_bytes();
         hex::encode(&bytes[..TOKEN_HEX / 2])
+    }
+
+    /// The name of an object the node stores for `stem` (a run's input or output, a call's
+    /// input, a record too large for its key): `{stem}.{tag}{suffix}`, the tag 128 bits of
+    /// HMAC of both. The name is the only key to the object, so whoever knows the run or
+    /// call id cannot make it; and it is the same at every replica and after a crash, so a
+    /// second write replaces the first.
+    pub fn object_name(&self, stem: &str, suffix: &str) -> String {
+        let bytes = self
+            .mac(&[b"object", stem.as_bytes(), suffix.as_bytes()])
+            .finalize()
+            .into_bytes();
+        format!("{stem}.{}{suffix}", hex::encode(&bytes[..16]))
     }
 
     /// The id a call of `workflow` goes out with: `{sub_task_id}-{token}`.
@@ -191,6 +214,14 @@ pub fn plain_id(wire_id: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_replica_derives_the_same_card_key_and_another_secret_another() {
+        let key = |secret: &[u8]| Seal::new(secret).card_signer().public_key().to_owned();
+        assert_eq!(key(b"secret"), key(b"secret"));
+        assert_ne!(key(b"secret"), key(b"other"));
+        assert!(agent_sdk::signing::is_user_public_key(&key(b"secret")));
+    }
 
     #[test]
     fn call_ids_verify_only_with_their_token() {

@@ -429,7 +429,7 @@ pub(in crate::shell) async fn start_puts(
     let mut acks = Vec::with_capacity(writes.len());
     for Write { key, mut bytes } in writes {
         if bytes.len() > kv_limit {
-            let name = format!("runs/{key}.json");
+            let name = shared.seal.object_name(&format!("runs/{key}"), ".json");
             shared.artifacts.put(&name, bytes).await?;
             bytes = serde_json::to_vec(&Moved {
                 mesh_moved_to_object: name,

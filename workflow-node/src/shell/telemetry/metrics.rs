@@ -166,6 +166,28 @@ impl Metrics {
         })
     }
 
+    /// Counts the cards `registry` ignored because of who signed them, as
+    /// `workflow.cards.ignored` (read at each collection; the registry is not kept alive).
+    pub(in crate::shell) fn observe_cards_ignored(&self, registry: Weak<agent_sdk::CardCache>) {
+        let Some(enabled) = &self.enabled else {
+            return;
+        };
+        enabled
+            .provider
+            .meter("workflow-node")
+            .u64_observable_counter("workflow.cards.ignored")
+            .with_unit("{card}")
+            .with_description(
+                "Agent cards ignored: unsigned, or signed by a key not bound to their name.",
+            )
+            .with_callback(move |o| {
+                if let Some(registry) = registry.upgrade() {
+                    o.observe(registry.ignored(), &[]);
+                }
+            })
+            .build();
+    }
+
     /// The reader `/metrics` collects, when there is one.
     pub(in crate::shell) fn scrape_reader(&self) -> Option<Arc<ManualReader>> {
         self.enabled.as_ref().and_then(|e| e.scrape.clone())

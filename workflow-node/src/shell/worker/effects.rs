@@ -289,7 +289,7 @@ impl RunContext<'_> {
         }
         let input = serde_json::to_vec(&d.input)?;
         if input.len() > shared.config.inline_limit {
-            let name = format!("{}.input.json", d.sub_task_id);
+            let name = shared.seal.object_name(&d.sub_task_id, ".input.json");
             let uri = shared
                 .artifacts
                 .put(&name, input)
@@ -434,7 +434,7 @@ pub(in crate::shell) async fn ending(
     if let Some(out) = output {
         let bytes = serde_json::to_vec(out)?;
         if bytes.len() > shared.config.inline_limit {
-            let name = format!("{execution}.output.json");
+            let name = shared.seal.object_name(&execution.0, ".output.json");
             let uri = shared
                 .artifacts
                 .put_run(&name, &execution.0, bytes)
