@@ -1,5 +1,6 @@
 //! LLM agents declared in the agents file, answered by any OpenAI-compatible
-//! chat-completions endpoint (OpenAI, vLLM, Ollama's `/v1`, llama.cpp's server, LiteLLM).
+//! chat-completions endpoint (OpenAI, vLLM, Ollama's `/v1`, llama.cpp's server, LiteLLM)
+//! over plain HTTP (a hosted API through a local proxy: the client has no TLS yet).
 //!
 //! ```yaml
 //! agents:
