@@ -556,3 +556,40 @@ async fn model_and_tool_calls_are_spans_after_the_genai_conventions_without_prom
         );
     }
 }
+
+/// Against a real endpoint when `OPENAI_BASE_URL` (plain `http://`, such as a local
+/// llama.cpp server or LiteLLM proxy) is set, with `OPENAI_API_KEY` if it needs one and
+/// `OPENAI_MODEL` (default `gpt-4o-mini`); otherwise it says it was skipped.
+#[tokio::test]
+async fn a_real_endpoint_answers_when_one_is_configured() {
+    let Ok(base_url) = std::env::var("OPENAI_BASE_URL") else {
+        eprintln!("skipped: OPENAI_BASE_URL is not set (no real endpoint configured)");
+        return;
+    };
+    let model = std::env::var("OPENAI_MODEL").unwrap_or_else(|_| "gpt-4o-mini".into());
+    let key = match std::env::var("OPENAI_API_KEY") {
+        Ok(_) => "      api_key_env: OPENAI_API_KEY\n",
+        Err(_) => "",
+    };
+    let yaml = format!(
+        r#"
+agents:
+  - name: Writer
+    model:
+      base_url: {base_url}
+      name: {model}
+{key}      max_tokens: 64
+    instruction: "Answer with a JSON object with one field, answer, whose value is the number {{{{input.n}}}} plus one."
+    output_schema: {{type: object, required: [answer], properties: {{answer: {{type: number}}}}}}
+"#
+    );
+    let (_server, client) = setup().await.unwrap();
+    let _agents = serve(&client, &yaml).await;
+    let out = Mesh::new(client.clone())
+        .agent("Writer")
+        .timeout(std::time::Duration::from_secs(120))
+        .call(json!({"n": 41}))
+        .await
+        .unwrap();
+    assert!(out["answer"].is_number(), "{out}");
+}
