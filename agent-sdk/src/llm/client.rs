@@ -228,9 +228,15 @@ impl ChatClient {
                     retry_after,
                 });
             }
+            let json_body = response
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with("application/json"));
             match deltas {
-                Some(tx) => read_stream(response, tx).await,
-                None => {
+                // A server that ignores `stream` answers whole: read as such.
+                Some(tx) if !json_body => read_stream(response, tx).await,
+                deltas => {
                     let text = response
                         .text()
                         .await
@@ -241,7 +247,11 @@ impl ChatClient {
                             start_of(&text)
                         ))
                     })?;
-                    completion_of(&v)
+                    let c = completion_of(&v)?;
+                    if let Some(tx) = deltas.filter(|_| !c.content.is_empty()) {
+                        let _ = tx.send(c.content.clone());
+                    }
+                    Ok(c)
                 }
             }
         };

@@ -228,3 +228,67 @@ agents:
         serde_json::from_str(result["content"].as_str().unwrap()).unwrap();
     assert_eq!(content, json!({"result": 42}));
 }
+
+/// `examples/llm`, as shipped but pointed at the scripted provider: triage, research
+/// calling a stub agent as a tool, summary; the output mapped from the schemas' fields.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_llm_example_runs_against_an_openai_compatible_server() {
+    let provider = Provider::start().await;
+    let repo = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let shipped = std::fs::read_to_string(repo.join("examples/llm/agents.yaml")).unwrap();
+    assert!(shipped.contains("http://127.0.0.1:11434/v1"));
+    let dir = tempfile::tempdir().unwrap();
+    let agents = dir.path().join("agents.yaml");
+    std::fs::write(
+        &agents,
+        shipped.replace("http://127.0.0.1:11434/v1", &provider.base_url()),
+    )
+    .unwrap();
+    provider.push(Reply::text(
+        r#"{"kind": "question", "topic": "doubling 21"}"#,
+    ));
+    provider.push(Reply::tool_calls(&[("c1", "Doubler", r#"{"value": 21}"#)]));
+    provider.push(Reply::streamed(&["21 doubled ", "is 42."]));
+    provider.push(Reply::text(
+        r#"{"summary": "21 doubled is 42.", "points": ["Doubler said 42"]}"#,
+    ));
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_workflow-node"))
+        .args([
+            "run",
+            "Brief",
+            "--input",
+            r#"{"request": "How much is 21 doubled?"}"#,
+        ])
+        .arg("--workflows")
+        .arg(repo.join("examples/llm/workflows"))
+        .arg("--agents")
+        .arg(&agents)
+        .env_remove("NATS_URL")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(WAIT, out)
+        .await
+        .expect("run ends")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v,
+        json!({"kind": "question", "summary": "21 doubled is 42.", "points": ["Doubler said 42"]})
+    );
+    let sent = provider.wait_requests(4).await;
+    assert_eq!(sent[0].body["model"], "llama3.2");
+    assert_eq!(sent[1].body["tools"][0]["function"]["name"], "Doubler");
+    assert!(
+        !stderr.contains("attempt 2"),
+        "no call failed and was retried: {stderr}"
+    );
+    assert_eq!(
+        sent[2].body["messages"].as_array().unwrap().last().unwrap()["content"],
+        r#"{"value":42}"#
+    );
+    assert!(sent[3].body["messages"]
+        .to_string()
+        .contains("21 doubled is 42."));
+}
