@@ -32,7 +32,10 @@ const AGENT_FIELDS: &[&str] = &[
     "max_tool_rounds",
     "tool_timeout",
     "max_time",
+    "limits",
 ];
+
+const LIMIT_FIELDS: &[&str] = &["key", "max_concurrency"];
 
 const MODEL_FIELDS: &[&str] = &[
     "base_url",
@@ -139,6 +142,33 @@ pub(crate) fn agent(p: &mut Problems, at: String, v: &Value) -> Option<LlmAgent>
     };
     let tool_timeout = duration_field(p, &f, "tool_timeout", DEFAULT_TOOL_TIMEOUT);
     let max_time = duration_field(p, &f, "max_time", DEFAULT_MAX_TIME);
+    let limit = f.get("limits").and_then(|v| {
+        let l = Fields::new(p, f.at("limits"), v, LIMIT_FIELDS)?;
+        let key = l.string(p, "key").unwrap_or_else(|| name.clone());
+        if let Err(e) = messages::subjects::validate_token(&key) {
+            p.add(&l.at("key"), e);
+        }
+        let max = match l.get("max_concurrency") {
+            Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+                Some(n) if n > 0 => n,
+                _ => {
+                    p.add(
+                        &l.at("max_concurrency"),
+                        format!("expected a whole number ≥ 1, found {v}"),
+                    );
+                    return None;
+                }
+            },
+            None => {
+                p.add(&l.at("max_concurrency"), "missing: model calls at once");
+                return None;
+            }
+        };
+        Some(super::Limit {
+            key,
+            max_concurrency: max,
+        })
+    });
     let model = match f.get("model") {
         Some(m) => model(p, f.at("model"), m),
         None => {
@@ -162,6 +192,7 @@ pub(crate) fn agent(p: &mut Problems, at: String, v: &Value) -> Option<LlmAgent>
             max_tool_rounds,
             tool_timeout,
             max_time,
+            limit,
         }),
         _ => None,
     }
@@ -319,6 +350,7 @@ agents:
     tools: [WriteUp, "tag:research"]
     max_tool_rounds: 3
     tool_timeout: 10s
+    limits: {key: openai-org, max_concurrency: 2}
 "#;
         let file = StubFile::parse(text, "a.yaml").unwrap();
         assert_eq!(file.agents.len(), 1);
@@ -337,6 +369,13 @@ agents:
         assert_eq!(a.max_tool_rounds, 3);
         assert_eq!(a.tool_timeout, std::time::Duration::from_secs(10));
         assert_eq!(a.max_time, super::DEFAULT_MAX_TIME);
+        assert_eq!(
+            a.limit,
+            Some(super::super::Limit {
+                key: "openai-org".into(),
+                max_concurrency: 2
+            })
+        );
     }
 
     #[test]

@@ -32,6 +32,7 @@
 
 pub mod client;
 pub(crate) mod file;
+pub mod limits;
 pub mod tools;
 
 use std::path::PathBuf;
@@ -92,6 +93,18 @@ pub struct LlmAgent {
     pub tool_timeout: Duration,
     /// The bound on one whole call: model calls, tool calls and the repair.
     pub max_time: Duration,
+    /// A bound on model calls at once, shared by every process serving an agent with the
+    /// same limit key.
+    pub limit: Option<Limit>,
+}
+
+/// A concurrency limit shared across processes ([`limits`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limit {
+    /// What the limit is of (a provider account, say); agents naming the same key share it.
+    pub key: String,
+    /// Model calls at once, across the mesh.
+    pub max_concurrency: u32,
 }
 
 /// Where an LLM agent's model is and how it is asked.
@@ -165,6 +178,7 @@ pub struct LlmHandler {
     client: ChatClient,
     output: Option<Schema>,
     catalog: Option<Catalog>,
+    limit: Option<limits::SharedLimit>,
 }
 
 impl LlmHandler {
@@ -188,7 +202,14 @@ impl LlmHandler {
             client,
             output,
             catalog: None,
+            limit: None,
         })
+    }
+
+    /// Bounds model calls by `limit` (see [`limits`]).
+    pub fn with_limit(mut self, limit: limits::SharedLimit) -> Self {
+        self.limit = Some(limit);
+        self
     }
 
     /// Offers the agent's `tools` from `catalog` (without one, none are offered).
@@ -268,6 +289,15 @@ impl LlmHandler {
         offered: &[crate::tools::Tool],
     ) -> Result<Completion, AgentError> {
         let body = self.body(messages, offered);
+        // Held until the answer is read (dropped: given back, on a cancel too).
+        let _slot = match &self.limit {
+            Some(l) => Some(
+                l.acquire(req)
+                    .await
+                    .map_err(|e| AgentError::with_kind(e, client::KIND_TRANSIENT))?,
+            ),
+            None => None,
+        };
         let span = chat_span(&self.agent.model.model);
         let work = async {
             if !self.agent.model.stream {
