@@ -97,6 +97,7 @@ pub struct ArtifactStore {
     max_age: Duration,
     /// The namespace whose workflow nodes serve reads of this bucket, when asked first.
     served_by: Option<String>,
+    capacity: u64,
 }
 
 /// An object read back: the version it is (when it is one of a versioned artifact), its
@@ -119,6 +120,7 @@ impl std::fmt::Debug for ArtifactStore {
             .field("run", &self.run)
             .field("replicas", &self.replicas)
             .field("max_age", &self.max_age)
+            .field("capacity", &self.capacity)
             .finish_non_exhaustive()
     }
 }
@@ -145,6 +147,7 @@ impl ArtifactStore {
             replicas: 1,
             max_age: Duration::ZERO,
             served_by: None,
+            capacity: 0,
         }
     }
 
@@ -175,6 +178,14 @@ impl ArtifactStore {
         self
     }
 
+    /// The bucket holds at most `bytes` in all (default zero: no limit); once full, new
+    /// objects are refused until old ones expire. A bucket found with another limit (or
+    /// none) is given this one.
+    pub fn capacity(mut self, bytes: u64) -> Self {
+        self.capacity = bytes;
+        self
+    }
+
     /// Attributes what [`put`](Self::put) stores to run `run` (see [`list`](Self::list)).
     pub fn for_run(mut self, run: impl Into<String>) -> Self {
         self.run = Some(run.into());
@@ -202,7 +213,15 @@ impl ArtifactStore {
 
     async fn open(&self) -> Result<&object_store::ObjectStore, ArtifactError> {
         self.store
-            .get_or_try_init(|| open_or_create(&self.js, &self.bucket, self.replicas, self.max_age))
+            .get_or_try_init(|| {
+                open_or_create(
+                    &self.js,
+                    &self.bucket,
+                    self.replicas,
+                    self.max_age,
+                    self.capacity,
+                )
+            })
             .await
     }
 
@@ -647,25 +666,29 @@ pub fn unguessable() -> String {
     )
 }
 
-/// The object store `bucket`, created when it does not exist yet with `replicas` and
-/// `max_age` (another process may create it in between: then it is opened). A bucket
-/// found without an age limit is given `max_age` when that is not zero.
+/// The object store `bucket`, created when it does not exist yet with `replicas`,
+/// `max_age` and `capacity` bytes at most (another process may create it in between: then
+/// it is opened). A bucket found without an age limit is given `max_age` when that is not
+/// zero, and one with another byte limit `capacity` when that is not zero.
 async fn open_or_create(
     js: &jetstream::Context,
     bucket: &str,
     replicas: usize,
     max_age: Duration,
+    capacity: u64,
 ) -> Result<object_store::ObjectStore, ArtifactError> {
     let bucket_err = |reason: String| ArtifactError::Bucket {
         bucket: bucket.to_owned(),
         reason,
     };
+    let max_bytes = match capacity {
+        0 => -1,
+        n => i64::try_from(n).unwrap_or(i64::MAX),
+    };
     if let Ok(store) = js.get_object_store(bucket).await {
-        if !max_age.is_zero() {
-            give_age(js, bucket, max_age)
-                .await
-                .map_err(|e| bucket_err(e.to_string()))?;
-        }
+        give_limits(js, bucket, max_age, max_bytes)
+            .await
+            .map_err(|e| bucket_err(e.to_string()))?;
         return Ok(store);
     }
     let created = js
@@ -674,6 +697,7 @@ async fn open_or_create(
             description: Some("mesh artifacts (large inputs and outputs)".into()),
             num_replicas: replicas,
             max_age,
+            max_bytes,
             ..Default::default()
         })
         .await;
@@ -686,19 +710,30 @@ async fn open_or_create(
     }
 }
 
-/// Gives the stream of object store `bucket` the age limit `max_age` when it has none.
-async fn give_age(
+/// Gives the stream of object store `bucket` the age limit `max_age` when it has none
+/// (and `max_age` is not zero), and the byte limit `max_bytes` when it has another (and
+/// `max_bytes` sets one).
+async fn give_limits(
     js: &jetstream::Context,
     bucket: &str,
     max_age: Duration,
+    max_bytes: i64,
 ) -> Result<(), async_nats::Error> {
+    if max_age.is_zero() && max_bytes < 0 {
+        return Ok(());
+    }
     let mut stream = js.get_stream(format!("OBJ_{bucket}")).await?;
     let info = stream.info().await?;
-    if info.config.max_age.is_zero() {
-        let mut config = info.config.clone();
+    let mut config = info.config.clone();
+    if config.max_age.is_zero() && !max_age.is_zero() {
         config.max_age = max_age;
         // The server wants the duplicate window within the age limit.
         config.duplicate_window = config.duplicate_window.min(max_age);
+    }
+    if max_bytes >= 0 {
+        config.max_bytes = max_bytes;
+    }
+    if config != info.config {
         js.update_stream(config).await?;
     }
     Ok(())

@@ -4,7 +4,9 @@
 //!
 //! A card from the mesh expires when no new copy arrives within the cache's expiry: its
 //! agent has stopped, and a call to it should fail with "has no card" rather than wait on
-//! a subject nobody serves. Cards put in with [`CardCache::insert_own`] (a workflow node's
+//! a subject nobody serves. Anyone allowed to publish cards can publish many, so the cache
+//! holds at most [`MAX_CARDS`] from the mesh: a new name beyond that takes the place of the
+//! card heard from longest ago (a live agent's comes back with its next copy). Cards put in with [`CardCache::insert_own`] (a workflow node's
 //! own) never expire, and a copy of one arriving from the mesh leaves it in place.
 
 use std::collections::HashMap;
@@ -16,6 +18,9 @@ use messages::card::AgentCard;
 use tokio::sync::Notify;
 
 use crate::card_trust::{self, Binder, CardIgnored, CardTrust};
+
+/// The most cards from the mesh a cache holds (our own are not counted).
+pub const MAX_CARDS: usize = 1000;
 
 /// Cards by name, with when each last arrived (see the module doc).
 #[derive(Debug)]
@@ -51,6 +56,22 @@ impl Entry {
     fn live(&self, now: Instant, expiry: Duration) -> bool {
         self.seen
             .is_none_or(|seen| now.saturating_duration_since(seen) < expiry)
+    }
+}
+
+/// Drops the cards from the mesh heard from longest ago until there is room for one more
+/// under [`MAX_CARDS`].
+fn make_room(cards: &mut HashMap<String, Entry>) {
+    while cards.values().filter(|e| e.seen.is_some()).count() >= MAX_CARDS {
+        let oldest = cards
+            .iter()
+            .filter_map(|(name, e)| Some((e.seen?, name)))
+            .min()
+            .map(|(_, name)| name.clone());
+        match oldest {
+            Some(name) => drop(cards.remove(&name)),
+            None => return,
+        }
     }
 }
 
@@ -128,6 +149,9 @@ impl CardCache {
             if seen.is_none() || !ours {
                 let now = seen.unwrap_or_else(Instant::now);
                 cards.retain(|_, e| e.live(now, self.expiry));
+                if seen.is_some() && !cards.contains_key(&card.name) {
+                    make_room(&mut cards);
+                }
                 let entry = Entry {
                     card,
                     seen,
@@ -249,6 +273,30 @@ mod tests {
         // A new copy renews it.
         cache.insert_at(card("Theirs"), Some(later));
         assert!(cache.get_at("Theirs", expired).is_some());
+    }
+
+    #[test]
+    fn a_flood_of_names_keeps_at_most_max_cards_and_the_newest() {
+        let cache = CardCache::new(Duration::MAX);
+        let t0 = Instant::now();
+        cache.insert_own(card("Ours"));
+        for i in 0..MAX_CARDS + 500 {
+            let at = t0 + Duration::from_millis(i as u64);
+            cache.insert_at(card(&format!("Flood{i}")), Some(at));
+        }
+        let names = cache.names();
+        assert_eq!(names.len(), MAX_CARDS + 1, "ours and the cap");
+        assert!(names.contains(&"Ours".to_owned()));
+        assert!(
+            !names.contains(&"Flood0".to_owned()),
+            "the oldest made room"
+        );
+        assert!(names.contains(&format!("Flood{}", MAX_CARDS + 499)));
+        // A new copy of a card already held takes no one's place.
+        let last = t0 + Duration::from_secs(10);
+        cache.insert_at(card("Flood1499"), Some(last));
+        assert_eq!(cache.names().len(), MAX_CARDS + 1);
+        assert!(cache.get_at("Flood500", last).is_some());
     }
 
     #[test]

@@ -29,6 +29,10 @@ use crate::tools::{Tool, ToolCall};
 /// intervals (30 s).
 pub const DEFAULT_CARD_EXPIRY: Duration = Duration::from_secs(30);
 
+/// The largest visualization read back for a card ([`with_visualization`]): 8 MiB, far
+/// more than the diagram of a workflow of the most nodes a definition may have.
+pub const MAX_VISUALIZATION_BYTES: usize = 8 << 20;
+
 /// Why a catalog could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
@@ -215,9 +219,10 @@ impl Catalog {
 }
 
 /// `card` with its visualization inline: read back from the object store when the card
-/// carries only a reference to it, as is otherwise. The workflow node keeps large card
-/// contents in a bucket of their own (namespace `ns`); any other reference is read from the
-/// namespace's artifacts. Both stores refuse other buckets and bound what they read.
+/// carries only a reference to it, as is otherwise. Only the bucket where workflow nodes
+/// keep large card contents (namespace `ns`) is read, and at most
+/// [`MAX_VISUALIZATION_BYTES`] of it: a card is anyone's to publish, and a reference into
+/// another bucket (callers' inputs in the artifacts) is refused.
 pub async fn with_visualization(
     client: &async_nats::Client,
     ns: &str,
@@ -226,17 +231,10 @@ pub async fn with_visualization(
     let Some(uri) = card.visualization_ref().map(str::to_owned) else {
         return Ok(card);
     };
-    let cards = crate::ArtifactStore::in_bucket(client.clone(), subjects::cards_bucket(ns));
-    let in_cards = messages::payload::parse_object_uri(&uri)
-        .is_some_and(|(bucket, _)| bucket == cards.bucket());
-    let stored = match in_cards {
-        true => cards.get_uri(&uri).await?,
-        false => {
-            crate::ArtifactStore::new(client.clone(), ns)
-                .get_uri(&uri)
-                .await?
-        }
-    };
+    let stored = crate::ArtifactStore::in_bucket(client.clone(), subjects::cards_bucket(ns))
+        .max_bytes(MAX_VISUALIZATION_BYTES)
+        .get_uri(&uri)
+        .await?;
     match stored {
         Value::Object(params) => Ok(card.with_visualization_params(params)),
         _ => Err(ArtifactError::NotJson {

@@ -8,6 +8,12 @@
 //! when that address already gets it. A copy of a call that finished recently is answered
 //! from [`Recent`] at once. Canceled calls are not remembered, so a cancel never decides
 //! the answer to a later request.
+//!
+//! Calls are keyed by [`Call::dedup_key`]: the task id, and the call token when the request
+//! carries one. A request that names a workflow's call by its task id without the token is
+//! another call: it neither joins the real one (and receives its answer) nor, sent first,
+//! makes the real one a copy of itself (and decides its answer). Such a call is cancelled
+//! only by a cancel proven with its token.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -34,7 +40,7 @@ pub(crate) enum Admission {
     Answered(Outcome),
 }
 
-/// The calls of one agent, by task id.
+/// The calls of one agent, by de-duplication key.
 #[derive(Debug)]
 pub(crate) struct Calls {
     next: u64,
@@ -65,7 +71,8 @@ impl Calls {
 
     /// Decides what to do with `call`, registering it when it is to run or to wait.
     pub(crate) fn admit(&mut self, call: &Call, now: Instant) -> Admission {
-        if let Some(running) = self.running.get_mut(&call.task_id) {
+        let key = call.dedup_key();
+        if let Some(running) = self.running.get_mut(&key) {
             let started = running.started;
             if call.reply_to.is_none() || running.reply_to.contains(&call.reply_to) {
                 return Admission::Dropped { started };
@@ -74,14 +81,14 @@ impl Calls {
             running.waiters.push(call.clone());
             return Admission::Joined { started };
         }
-        if let Some(outcome) = self.recent.get(&call.task_id, now) {
+        if let Some(outcome) = self.recent.get(&key, now) {
             return Admission::Answered(outcome.clone());
         }
         let (tx, rx) = oneshot::channel();
         self.next += 1;
         let seq = self.next;
         self.running.insert(
-            call.task_id.clone(),
+            key,
             InFlight {
                 seq,
                 started: false,
@@ -93,7 +100,8 @@ impl Calls {
         Admission::Run { seq, canceled: rx }
     }
 
-    /// What is known of task `task_id`: running here, or ended here recently.
+    /// What is known of task `task_id`: running here, or ended here recently. A call made
+    /// with a token is not told of (`tasks/get` carries no proof).
     pub(crate) fn known(&mut self, task_id: &str, now: Instant) -> Option<Known> {
         if let Some(running) = self.running.get(task_id) {
             return Some(Known::Running {
@@ -103,17 +111,26 @@ impl Calls {
         self.recent.get(task_id, now).cloned().map(Known::Ended)
     }
 
-    /// Notes that the handler of call `seq` got its permit and runs.
-    pub(crate) fn started(&mut self, task_id: &str, seq: u64) {
-        if let Some(running) = self.running.get_mut(task_id).filter(|r| r.seq == seq) {
+    /// Notes that the handler of call `seq` (key `key`) got its permit and runs.
+    pub(crate) fn started(&mut self, key: &str, seq: u64) {
+        if let Some(running) = self.running.get_mut(key).filter(|r| r.seq == seq) {
             running.started = true;
         }
     }
 
-    /// Signals the call running `task_id`; whether one runs here.
-    pub(crate) fn cancel(&mut self, task_id: &str) -> bool {
-        match self.running.get_mut(task_id) {
-            Some(running) => {
+    /// Signals the call running `task_id`: one made without a token, or one whose token
+    /// `proven` accepts (the cancel's `Mesh-Call-Mac` verifies under it). Whether one runs
+    /// here.
+    pub(crate) fn cancel(&mut self, task_id: &str, proven: impl Fn(&str) -> bool) -> bool {
+        let found =
+            self.running
+                .iter_mut()
+                .find(|(key, _)| match crate::protocol::split_dedup_key(key) {
+                    (id, None) => id == task_id,
+                    (id, Some(token)) => id == task_id && proven(token),
+                });
+        match found {
+            Some((_, running)) => {
                 if let Some(tx) = running.cancel.take() {
                     let _ = tx.send(());
                 }
@@ -127,28 +144,28 @@ impl Calls {
     /// canceled), and the copies waiting for it are returned to be answered too.
     pub(crate) fn finish(
         &mut self,
-        task_id: &str,
+        key: &str,
         seq: u64,
         outcome: &Outcome,
         now: Instant,
     ) -> Vec<Call> {
-        let Some(running) = self.remove(task_id, seq) else {
+        let Some(running) = self.remove(key, seq) else {
             return Vec::new();
         };
         if *outcome != Outcome::Canceled {
-            self.recent.insert(task_id.to_owned(), outcome.clone(), now);
+            self.recent.insert(key.to_owned(), outcome.clone(), now);
         }
         running.waiters
     }
 
     /// Forgets call `seq` without an outcome (its task ended abnormally).
-    pub(crate) fn abandon(&mut self, task_id: &str, seq: u64) {
-        self.remove(task_id, seq);
+    pub(crate) fn abandon(&mut self, key: &str, seq: u64) {
+        self.remove(key, seq);
     }
 
-    fn remove(&mut self, task_id: &str, seq: u64) -> Option<InFlight> {
-        match self.running.get(task_id) {
-            Some(r) if r.seq == seq => self.running.remove(task_id),
+    fn remove(&mut self, key: &str, seq: u64) -> Option<InFlight> {
+        match self.running.get(key) {
+            Some(r) if r.seq == seq => self.running.remove(key),
             _ => None,
         }
     }
@@ -287,10 +304,13 @@ mod tests {
         let now = Instant::now();
         let mut calls = Calls::new(10, Duration::from_secs(60));
         let s = seq(calls.admit(&call("t", Some("a")), now));
-        assert!(calls.cancel("t"));
-        assert!(calls.cancel("t"), "still running until it answers");
+        assert!(calls.cancel("t", |_| false));
+        assert!(
+            calls.cancel("t", |_| false),
+            "still running until it answers"
+        );
         assert!(calls.finish("t", s, &Outcome::Canceled, now).is_empty());
-        assert!(!calls.cancel("t"));
+        assert!(!calls.cancel("t", |_| false));
         seq(calls.admit(&call("t", Some("a")), now));
     }
 
@@ -307,6 +327,45 @@ mod tests {
         ));
         calls.abandon("t", s);
         seq(calls.admit(&call("t", Some("a")), now));
+    }
+
+    #[test]
+    fn a_call_made_with_a_token_is_neither_joined_nor_pre_empted_without_it() {
+        let now = Instant::now();
+        let mut calls = Calls::new(10, Duration::from_secs(60));
+        let with = |token: &str, reply: &str| Call {
+            token: Some(token.into()),
+            ..call("t", Some(reply))
+        };
+        // A forger sends first under the task id; the real call still runs, and answers.
+        let forged = seq(calls.admit(&call("t", Some("forger")), now));
+        let real = seq(calls.admit(&with("k1", "wf"), now));
+        assert_ne!(forged, real);
+        // A copy with the token joins; one with another token is another call.
+        assert!(matches!(
+            calls.admit(&with("k1", "other"), now),
+            Admission::Joined { .. }
+        ));
+        seq(calls.admit(&with("k2", "wf"), now));
+        // Cancels: a call made with a token only with the proof of that token.
+        assert!(calls.cancel("t", |_| false), "the tokenless one");
+        assert!(!calls.cancel("u", |_| true));
+        let mut cancels = Calls::new(10, Duration::from_secs(60));
+        seq(cancels.admit(&with("k1", "wf"), now));
+        assert!(!cancels.cancel("t", |_| false));
+        assert!(!cancels.cancel("t", |token| token == "k2"));
+        assert!(cancels.cancel("t", |token| token == "k1"));
+        // It finishes under its key; only its copies are answered from memory.
+        let key = with("k1", "wf").dedup_key();
+        calls.finish(&key, real, &done(json!(1)), now);
+        assert!(matches!(
+            calls.admit(&with("k1", "wf"), now),
+            Admission::Answered(_)
+        ));
+        assert_eq!(
+            calls.known("t", now),
+            Some(Known::Running { started: false })
+        );
     }
 
     #[test]

@@ -49,6 +49,8 @@ pub(crate) struct StatusSink {
     pub(crate) subject: String,
     pub(crate) request_id: messages::RequestId,
     pub(crate) headers: HeaderMap,
+    /// The call's token, which proves each update (see [`messages::call_proof`]).
+    pub(crate) token: Option<String>,
 }
 
 impl std::fmt::Debug for StatusSink {
@@ -145,8 +147,13 @@ impl NodeRequest {
             messages::AgentReply::StatusUpdate(update),
         );
         let bytes = serde_json::to_vec(&response).expect("a status update serialises to JSON");
+        let mut headers = sink.headers.clone();
+        if let Some(token) = &sink.token {
+            let mac = messages::call_proof::mac(token, &sink.subject, &bytes);
+            headers.insert(messages::call_proof::CALL_MAC, mac.as_str());
+        }
         sink.client
-            .publish_with_headers(sink.subject.clone(), sink.headers.clone(), bytes.into())
+            .publish_with_headers(sink.subject.clone(), headers, bytes.into())
             .await?;
         Ok(true)
     }
@@ -169,14 +176,7 @@ impl NodeRequest {
     /// callers').
     pub fn onward_headers(&self) -> HeaderMap {
         let mut out = HeaderMap::new();
-        for name in [
-            messages::headers::TRACEPARENT,
-            messages::headers::TRACESTATE,
-        ] {
-            if let Some(v) = self.headers.get(name) {
-                out.insert(name, v.as_str());
-            }
-        }
+        crate::protocol::pass_trace_context(&self.headers, &mut out);
         crate::telemetry::inject_current(&mut out);
         let depth = self
             .headers
@@ -253,11 +253,27 @@ mod tests {
 
     #[test]
     fn onward_headers_pass_trace_and_count_the_hop() {
+        const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         let mut req = NodeRequest::new(Value::Null);
-        req.headers.insert("traceparent", "00-abc-def-01");
+        req.headers.insert("traceparent", TP);
+        req.headers.insert("tracestate", "rojo=00f067aa0ba902b7");
         req.headers.insert(messages::headers::CALL_DEPTH, "2");
         let h = req.onward_headers();
-        assert_eq!(h.get("traceparent").unwrap().as_str(), "00-abc-def-01");
+        assert_eq!(h.get("traceparent").unwrap().as_str(), TP);
+        assert_eq!(
+            h.get("tracestate").unwrap().as_str(),
+            "rojo=00f067aa0ba902b7"
+        );
         assert_eq!(h.get(messages::headers::CALL_DEPTH).unwrap().as_str(), "3");
+    }
+
+    #[test]
+    fn a_malformed_trace_context_is_not_passed_on() {
+        let mut req = NodeRequest::new(Value::Null);
+        req.headers.insert("traceparent", "00-abc-def-01");
+        req.headers.insert("tracestate", "Not A Tracestate");
+        let h = req.onward_headers();
+        assert_eq!(h.get("traceparent"), None);
+        assert_eq!(h.get("tracestate"), None);
     }
 }

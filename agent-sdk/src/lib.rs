@@ -90,6 +90,7 @@ pub mod handler;
 pub mod health;
 pub mod llm;
 pub mod mesh;
+pub mod pings;
 mod protocol;
 mod roundtrip;
 pub mod schema;

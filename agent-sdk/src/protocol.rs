@@ -3,6 +3,7 @@
 //! malformed input is a value, never a panic.
 
 use async_nats::HeaderMap;
+use messages::call_proof;
 use messages::headers::{MSG_ID, REPLY_TO, STATUS_TO, TRACEPARENT, TRACESTATE};
 use messages::jsonrpc::{codes, Method};
 use messages::payload::{artifact_part, is_wrapped, unwrap_data, wrap};
@@ -40,6 +41,9 @@ pub(crate) struct Call {
     pub(crate) reply_to: Option<String>,
     pub(crate) status_to: Option<String>,
     pub(crate) headers: HeaderMap,
+    /// The request's `Mesh-Call-Token`: the call's replies and status updates are proven
+    /// with it (see [`messages::call_proof`]).
+    pub(crate) token: Option<String>,
     pub(crate) task_id: String,
     pub(crate) context_id: String,
     pub(crate) message_id: String,
@@ -86,6 +90,27 @@ pub(crate) fn reply_subject(headers: Option<&HeaderMap>, reply: Option<&str>) ->
         .or_else(|| reply.map(str::to_owned))
 }
 
+/// Checks where a request asks to be answered and the mesh headers it carries before
+/// anything is decoded (see [`messages::subjects::AnswerTo::screen`] and
+/// [`messages::inbound::check_headers`]): on a refusal, its text and where it may be
+/// answered (the NATS reply, when that passes), nothing else being published.
+pub(crate) fn screen<'a>(
+    ns: &str,
+    headers: Option<&'a HeaderMap>,
+    reply: Option<&'a str>,
+) -> Result<(), (String, Option<&'a str>)> {
+    let get = |name: &'static str| Some(headers?.get(name)?.as_str());
+    let asked = messages::subjects::AnswerTo {
+        nats_reply: reply,
+        reply_to: get(REPLY_TO),
+        status_to: get(STATUS_TO),
+    };
+    asked
+        .screen(ns)
+        .map_err(|(refusal, to)| (refusal.to_string(), to))?;
+    messages::inbound::check_headers(get).map_err(|e| (e.to_string(), reply))
+}
+
 /// Decodes one message from the request or cancel subject.
 pub(crate) fn decode(payload: &[u8], headers: Option<&HeaderMap>, reply: Option<&str>) -> Decoded {
     let reply_to = reply_subject(headers, reply);
@@ -109,6 +134,21 @@ pub(crate) fn decode(payload: &[u8], headers: Option<&HeaderMap>, reply: Option<
             }
         }
         Method::MessageSend(p) => p,
+    };
+    let token = match headers.and_then(|h| h.get(call_proof::CALL_TOKEN)) {
+        None => None,
+        Some(t) => match call_proof::check_token(t.as_str()) {
+            Ok(()) => Some(t.as_str().to_owned()),
+            Err(e) => {
+                return Decoded::Reject {
+                    reply_to,
+                    response: Box::new(Response::error(
+                        Some(request.id),
+                        ErrorObject::new(codes::INVALID_PARAMS, e.to_string()),
+                    )),
+                }
+            }
+        },
     };
     let message = params.message;
     let node_request = match message.find_data::<WorkflowNodeRequest>() {
@@ -188,6 +228,7 @@ pub(crate) fn decode(payload: &[u8], headers: Option<&HeaderMap>, reply: Option<
             .map(|v| v.as_str().to_owned())
             .filter(|s| !s.is_empty()),
         headers: headers.cloned().unwrap_or_default(),
+        token,
         task_id,
         context_id,
         message_id: message.message_id.clone(),
@@ -416,21 +457,74 @@ pub(crate) fn status_update(call: &Call, state: TaskState) -> Response {
     Response::result(call.id.clone(), AgentReply::StatusUpdate(update))
 }
 
-/// Headers of a reply: `Nats-Msg-Id` (the task id, so an event stream stores one reply per
-/// sub-task) and the request's trace context.
+impl Call {
+    /// What tells copies of this call apart from other calls (see `dedup`): the task id,
+    /// and the call token when it has one, so that a request with the same task id but
+    /// not the token (a forger that learned the id) is another call, never a copy.
+    pub(crate) fn dedup_key(&self) -> String {
+        dedup_key(&self.task_id, self.token.as_deref())
+    }
+
+    /// Headers of the final reply: `Nats-Msg-Id` (derived from the call token when there is
+    /// one, else the task id, so an event stream stores one reply per call) and the
+    /// request's trace context. The `Mesh-Call-Mac` is added when the bytes are known.
+    pub(crate) fn reply_headers(&self) -> HeaderMap {
+        let msg_id = match &self.token {
+            Some(token) => call_proof::reply_msg_id(token),
+            None => self.task_id.clone(),
+        };
+        reply_headers(&msg_id, Some(&self.headers))
+    }
+}
+
+/// The de-duplication key of a call with `task_id` and `token` (see [`Call::dedup_key`]).
+pub(crate) fn dedup_key(task_id: &str, token: Option<&str>) -> String {
+    match token {
+        Some(token) => format!("{task_id}{KEY_SEPARATOR}{token}"),
+        None => task_id.to_owned(),
+    }
+}
+
+/// The task id and token of a [`dedup_key`].
+pub(crate) fn split_dedup_key(key: &str) -> (&str, Option<&str>) {
+    match key.split_once(KEY_SEPARATOR) {
+        Some((task_id, token)) => (task_id, Some(token)),
+        None => (key, None),
+    }
+}
+
+/// Between a task id and a token in a [`dedup_key`]: a control character, which neither
+/// a token (hex) nor a task id on the mesh (a subject token) holds.
+const KEY_SEPARATOR: char = '\u{1f}';
+
+/// Headers of a reply: `Nats-Msg-Id` (when not empty) and the request's trace context.
 pub(crate) fn reply_headers(msg_id: &str, request: Option<&HeaderMap>) -> HeaderMap {
     let mut out = HeaderMap::new();
     if !msg_id.is_empty() {
         out.insert(MSG_ID, msg_id);
     }
     if let Some(request) = request {
-        for name in [TRACEPARENT, TRACESTATE] {
-            if let Some(v) = request.get(name) {
-                out.insert(name, v.as_str());
-            }
-        }
+        pass_trace_context(request, &mut out);
     }
     out
+}
+
+/// Copies the W3C trace context of `from` into `to`, each header only if it follows its
+/// grammar (see [`messages::inbound::traceparent`]): a malformed one is dropped, never
+/// passed on.
+pub(crate) fn pass_trace_context(from: &HeaderMap, to: &mut HeaderMap) {
+    let valid = [
+        (
+            TRACEPARENT,
+            messages::inbound::traceparent as fn(&str) -> Option<&str>,
+        ),
+        (TRACESTATE, messages::inbound::tracestate),
+    ];
+    for (name, valid) in valid {
+        if let Some(v) = from.get(name).and_then(|v| valid(v.as_str())) {
+            to.insert(name, v);
+        }
+    }
 }
 
 #[cfg(test)]

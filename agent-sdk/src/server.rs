@@ -14,7 +14,7 @@ use async_nats::{Client, HeaderMap, Message};
 use bytes::Bytes;
 use futures::StreamExt;
 use messages::jsonrpc::codes;
-use messages::subjects;
+use messages::{call_proof, subjects};
 use messages::{AgentReply, ErrorObject, Response, Task, TaskState, TaskStatus};
 use serde_json::Value;
 use tokio::sync::{oneshot, Semaphore};
@@ -26,6 +26,7 @@ use crate::artifacts::ArtifactStore;
 use crate::dedup::{Admission, Calls};
 use crate::error::ServeError;
 use crate::handler::{DynHandler, NodeRequest, StatusSink};
+use crate::pings::PingGate;
 use crate::protocol::{
     self, Call, Decoded, InputSource, Outcome, Output, KIND_INPUT_VALIDATION,
     KIND_OUTPUT_VALIDATION,
@@ -57,7 +58,16 @@ impl Shared {
     /// Publishes a reply or status update, unless `subject` is one a requester may not make
     /// an agent publish to (a system subject, a workflow's internal events: see
     /// [`subjects::check_reply`]); that is refused with a warning, nothing published.
-    async fn publish(&self, subject: &str, headers: HeaderMap, response: &Response) {
+    ///
+    /// A reply or status update of a call made with a token (`Some`) is proven with it: its
+    /// `Mesh-Call-Mac` covers the subject and the bytes published.
+    async fn publish(
+        &self,
+        subject: &str,
+        mut headers: HeaderMap,
+        response: &Response,
+        token: Option<&str>,
+    ) {
         if let Err(e) = subjects::check_reply(&self.ns, subject) {
             tracing::warn!(agent = %self.name, "not answering: {e}");
             return;
@@ -69,6 +79,10 @@ impl Shared {
                 return;
             }
         };
+        if let Some(token) = token {
+            let mac = call_proof::mac(token, subject, &bytes);
+            headers.insert(call_proof::CALL_MAC, mac.as_str());
+        }
         if let Err(e) = self
             .client
             .publish_with_headers(subject.to_owned(), headers, Bytes::from(bytes))
@@ -202,7 +216,11 @@ impl Serving {
         let start = tokio::time::Instant::now() + self.card_interval;
         let mut ticker = tokio::time::interval_at(start, self.card_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut gate = PingGate::default();
         loop {
+            let owed = gate.due();
+            let owed_at =
+                tokio::time::Instant::from_std(owed.unwrap_or_else(std::time::Instant::now));
             tokio::select! {
                 biased;
                 _ = &mut stop => break,
@@ -216,7 +234,14 @@ impl Serving {
                     Some(msg) => self.on_cancel(msg).await,
                     None => break,
                 },
-                Some(_) = pings.next() => self.card.publish(&self.shared.client).await,
+                Some(_) = pings.next() => {
+                    if gate.ping(std::time::Instant::now()) {
+                        self.publish_card(&mut gate).await;
+                    }
+                }
+                _ = tokio::time::sleep_until(owed_at), if owed.is_some() => {
+                    self.publish_card(&mut gate).await;
+                }
                 _ = ticker.tick() => self.card.publish(&self.shared.client).await,
                 Some(done) = calls.join_next(), if !calls.is_empty() => {
                     if let Err(e) = done {
@@ -232,8 +257,28 @@ impl Serving {
         tracing::info!(agent = %self.shared.name, "agent stopped");
     }
 
+    /// Publishes the card in answer to pings, telling `gate` (pings within its gap wait for
+    /// its end).
+    async fn publish_card(&self, gate: &mut PingGate) {
+        self.card.publish(&self.shared.client).await;
+        gate.published(std::time::Instant::now());
+    }
+
     async fn on_request(&self, msg: Message, calls: &mut JoinSet<()>) {
         let reply = msg.reply.as_ref().map(|s| s.as_str());
+        if let Err((refusal, to)) = protocol::screen(&self.shared.ns, msg.headers.as_ref(), reply) {
+            tracing::warn!(agent = %self.shared.name, "refusing a request: {refusal}");
+            if let Some(to) = to {
+                let id = messages::Request::from_slice(&msg.payload)
+                    .ok()
+                    .map(|r| r.id);
+                let e = ErrorObject::new(codes::INVALID_PARAMS, refusal);
+                self.shared
+                    .publish(to, HeaderMap::new(), &Response::error(id, e), None)
+                    .await;
+            }
+            return;
+        }
         match protocol::decode(&msg.payload, msg.headers.as_ref(), reply) {
             Decoded::Send(call) => self.on_send(*call, calls).await,
             Decoded::Cancel {
@@ -241,11 +286,11 @@ impl Serving {
                 task_id,
                 reply_to,
             } => {
-                let found = self.shared.calls().cancel(&task_id);
+                let found = self.shared.calls().cancel(&task_id, proven_by(&msg));
                 if let Some(to) = reply_to {
                     let response = cancel_answer(id, &task_id, found);
                     let headers = protocol::reply_headers("", msg.headers.as_ref());
-                    self.shared.publish(&to, headers, &response).await;
+                    self.shared.publish(&to, headers, &response, None).await;
                 }
             }
             Decoded::Get {
@@ -257,7 +302,7 @@ impl Serving {
                 if let Some(to) = reply_to {
                     let response = protocol::get_answer(id, &task_id, known.as_ref());
                     let headers = protocol::reply_headers("", msg.headers.as_ref());
-                    self.shared.publish(&to, headers, &response).await;
+                    self.shared.publish(&to, headers, &response, None).await;
                 }
             }
             Decoded::Reject { reply_to, response } => {
@@ -269,7 +314,7 @@ impl Serving {
                             msg_id.as_deref().unwrap_or(""),
                             msg.headers.as_ref(),
                         );
-                        self.shared.publish(&to, headers, &response).await;
+                        self.shared.publish(&to, headers, &response, None).await;
                     }
                     None => tracing::warn!(
                         agent = %self.shared.name,
@@ -316,11 +361,11 @@ impl Serving {
                 task_id,
                 reply_to,
             } => {
-                if self.shared.calls().cancel(&task_id) {
+                if self.shared.calls().cancel(&task_id, proven_by(&msg)) {
                     if let Some(to) = reply_to {
                         let response = cancel_answer(id, &task_id, true);
                         let headers = protocol::reply_headers("", msg.headers.as_ref());
-                        self.shared.publish(&to, headers, &response).await;
+                        self.shared.publish(&to, headers, &response, None).await;
                     }
                 }
             }
@@ -328,6 +373,18 @@ impl Serving {
                 tracing::debug!(agent = %self.shared.name, "ignoring a non-cancel on the cancel subject")
             }
         }
+    }
+}
+
+/// Whether a token proves `msg` (a `tasks/cancel`): its `Mesh-Call-Mac` is that token's
+/// MAC of its subject and payload.
+fn proven_by(msg: &Message) -> impl Fn(&str) -> bool + '_ {
+    let mac = msg
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(call_proof::CALL_MAC));
+    move |token| {
+        mac.is_some_and(|mac| call_proof::verify(token, &msg.subject, &msg.payload, mac.as_str()))
     }
 }
 
@@ -409,20 +466,20 @@ fn record_outcome(outcome: &Outcome) {
 /// Forgets a call whose task ended without an outcome (aborted, or panicked).
 struct Registration {
     shared: Arc<Shared>,
-    task_id: String,
+    key: String,
     seq: u64,
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.shared.calls().abandon(&self.task_id, self.seq);
+        self.shared.calls().abandon(&self.key, self.seq);
     }
 }
 
 async fn run_call(shared: Arc<Shared>, call: Call, seq: u64, canceled: oneshot::Receiver<()>) {
     let _registration = Registration {
         shared: shared.clone(),
-        task_id: call.task_id.clone(),
+        key: call.dedup_key(),
         seq,
     };
     let canceled = async move {
@@ -440,7 +497,7 @@ async fn run_call(shared: Arc<Shared>, call: Call, seq: u64, canceled: oneshot::
     let outcome = match permit {
         None => Outcome::Canceled,
         Some(_permit) => {
-            shared.calls().started(&call.task_id, seq);
+            shared.calls().started(&call.dedup_key(), seq);
             // A sign of life at once, for callers that resend after silence. A workflow's
             // call gets none: the workflow node times its calls out instead of resending,
             // and drops a bare `working` (one message per call saved on its hot path);
@@ -468,7 +525,7 @@ async fn run_call(shared: Arc<Shared>, call: Call, seq: u64, canceled: oneshot::
     // Copies that arrive from here on are answered from memory.
     let waiters = shared
         .calls()
-        .finish(&call.task_id, seq, &outcome, Instant::now());
+        .finish(&call.dedup_key(), seq, &outcome, Instant::now());
     answer(&shared, &call, &outcome).await;
     for waiter in &waiters {
         answer(&shared, waiter, &outcome).await;
@@ -479,8 +536,9 @@ async fn run_call(shared: Arc<Shared>, call: Call, seq: u64, canceled: oneshot::
 async fn send_status(shared: &Shared, call: &Call, state: TaskState) {
     if let Some(to) = &call.status_to {
         let headers = protocol::reply_headers("", Some(&call.headers));
+        let update = protocol::status_update(call, state);
         shared
-            .publish(to, headers, &protocol::status_update(call, state))
+            .publish(to, headers, &update, call.token.as_deref())
             .await;
     }
 }
@@ -490,9 +548,9 @@ async fn answer(shared: &Shared, call: &Call, outcome: &Outcome) {
         tracing::debug!(agent = %shared.name, task = %call.task_id, "no reply subject; result dropped");
         return;
     };
-    let headers = protocol::reply_headers(&call.task_id, Some(&call.headers));
+    let reply = protocol::reply(call, outcome);
     shared
-        .publish(to, headers, &protocol::reply(call, outcome))
+        .publish(to, call.reply_headers(), &reply, call.token.as_deref())
         .await;
 }
 
@@ -524,39 +582,22 @@ async fn process(shared: &Arc<Shared>, call: &Call) -> Outcome {
         InputSource::Unsupported(why) => return Outcome::failure(why.clone(), None),
     };
     let schemas = call.node_request.as_ref();
-    let input_schema = match effective(
-        schemas.and_then(|r| r.input_schema.as_ref()),
-        &shared.input_schema,
-    ) {
+    let input_schema = match requested(schemas.and_then(|r| r.input_schema.as_ref())) {
         Ok(s) => s,
         Err(e) => {
             return Outcome::failure(format!("the request's input_schema is invalid: {e}"), None)
         }
     };
-    let output_schema = match effective(
-        schemas.and_then(|r| r.output_schema.as_ref()),
-        &shared.output_schema,
-    ) {
+    let output_schema = match requested(schemas.and_then(|r| r.output_schema.as_ref())) {
         Ok(s) => s,
         Err(e) => {
             return Outcome::failure(format!("the request's output_schema is invalid: {e}"), None)
         }
     };
     let mut input = input;
-    if let Some(schema) = &input_schema {
-        schema.apply_defaults(&mut input);
-        let violations = schema.violations("input", &input);
-        if !violations.is_empty() {
-            return Outcome::Failure {
-                message: format!(
-                    "the input does not match the input schema ({} violation{})",
-                    violations.len(),
-                    if violations.len() == 1 { "" } else { "s" }
-                ),
-                kind: Some(KIND_INPUT_VALIDATION.into()),
-                validation_errors: violations,
-            };
-        }
+    let own = shared.input_schema.as_ref();
+    if let Err(refusal) = conform("input", own, input_schema.as_ref(), &mut input) {
+        return refusal;
     }
     let request = NodeRequest {
         input,
@@ -572,6 +613,7 @@ async fn process(shared: &Arc<Shared>, call: &Call) -> Outcome {
             subject,
             request_id: call.id.clone(),
             headers: protocol::reply_headers("", Some(&call.headers)),
+            token: call.token.clone(),
         }),
     };
     let handler = shared.handler.clone();
@@ -592,36 +634,56 @@ async fn process(shared: &Arc<Shared>, call: &Call) -> Outcome {
         Err(e) if e.is_panic() => return Outcome::failure("the agent's handler panicked", None),
         Err(_) => return Outcome::Canceled,
     };
-    if let Some(schema) = &output_schema {
-        schema.apply_defaults(&mut output);
-        let violations = schema.violations("output", &output);
-        if !violations.is_empty() {
-            return Outcome::Failure {
-                message: format!(
-                    "the output does not match the output schema ({} violation{})",
-                    violations.len(),
-                    if violations.len() == 1 { "" } else { "s" }
-                ),
-                kind: Some(KIND_OUTPUT_VALIDATION.into()),
-                validation_errors: violations,
-            };
-        }
+    let own = shared.output_schema.as_ref();
+    if let Err(refusal) = conform("output", own, output_schema.as_ref(), &mut output) {
+        return refusal;
     }
     store_output(shared, call, output).await
 }
 
-/// The request's schema when it brings one (JSON null counts as none), else the agent's.
-fn effective(requested: Option<&Value>, own: &Option<Schema>) -> Result<Option<Schema>, String> {
-    match requested.filter(|v| !v.is_null()) {
-        Some(source) => Schema::compile(source).map(Some),
-        None => Ok(own.clone()),
+/// The schema a request brings (JSON null counts as none), compiled.
+fn requested(source: Option<&Value>) -> Result<Option<Schema>, String> {
+    source
+        .filter(|v| !v.is_null())
+        .map(Schema::compile)
+        .transpose()
+}
+
+/// Checks `value` (the call's `what`, `input` or `output`) against the agent's own schema,
+/// then against the request's: each applies its defaults, and the first with violations
+/// refuses it. The agent's schema always applies, so a request's schema can only add
+/// constraints: a caller that sends `{}` cannot turn the agent's check off, and a workflow
+/// that narrows a node's input still gets its narrower check.
+fn conform(
+    what: &str,
+    own: Option<&Schema>,
+    requested: Option<&Schema>,
+    value: &mut Value,
+) -> Result<(), Outcome> {
+    let kind = match what {
+        "input" => KIND_INPUT_VALIDATION,
+        _ => KIND_OUTPUT_VALIDATION,
+    };
+    let schemas = [(own, "the agent's"), (requested, "the request's")];
+    for (schema, whose) in schemas.iter().filter_map(|(s, w)| Some((s.as_ref()?, w))) {
+        schema.apply_defaults(value);
+        let violations = schema.violations(what, value);
+        if !violations.is_empty() {
+            return Err(Outcome::Failure {
+                message: format!(
+                    "the {what} does not match {whose} {what} schema ({})",
+                    crate::schema::counted(&violations)
+                ),
+                kind: Some(kind.into()),
+                validation_errors: violations,
+            });
+        }
     }
+    Ok(())
 }
 
 /// Inline when small, else stored as `{task_id}/{random}/{suggested name or output.json}`,
-/// the task id without its call token (the token proves the reply's origin and must not
-/// leak before the reply is sent), the random part the key to the object (see
-/// [`crate::artifacts::unguessable`]).
+/// the random part the key to the object (see [`crate::artifacts::unguessable`]).
 async fn store_output(shared: &Shared, call: &Call, output: Value) -> Outcome {
     let size = match serde_json::to_vec(&output) {
         Ok(b) => b.len(),
@@ -640,7 +702,7 @@ async fn store_output(shared: &Shared, call: &Call, output: Value) -> Outcome {
     // task id (the caller's side, operators) from reading it without the reply.
     let name = format!(
         "{}/{}/{file}",
-        messages::sub_task::without_token(&call.task_id),
+        call.task_id,
         crate::artifacts::unguessable()
     );
     match shared.artifacts.put_json(&name, &output).await {
@@ -649,5 +711,42 @@ async fn store_output(shared: &Shared, call: &Call, output: Value) -> Outcome {
             name,
         }),
         Err(e) => Outcome::failure(format!("cannot store the output: {e}"), None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn schema(v: Value) -> Schema {
+        Schema::compile(&v).expect("a schema")
+    }
+
+    fn refusal(r: Result<(), Outcome>) -> String {
+        match r {
+            Err(Outcome::Failure { message, kind, .. }) => {
+                assert_eq!(kind.as_deref(), Some(KIND_INPUT_VALIDATION));
+                message
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_agents_schema_applies_whatever_the_request_sends() {
+        let own = schema(json!({"type": "object", "required": ["value"]}));
+        let anything = schema(json!({}));
+        let mut input = json!({"other": 1});
+        let why = refusal(conform("input", Some(&own), Some(&anything), &mut input));
+        assert!(why.contains("the agent's input schema"), "{why}");
+        // A request's schema adds its own constraints.
+        let narrower = schema(json!({"type": "object", "required": ["extra"]}));
+        let mut input = json!({"value": 1});
+        let why = refusal(conform("input", Some(&own), Some(&narrower), &mut input));
+        assert!(why.contains("the request's input schema"), "{why}");
+        let mut input = json!({"value": 1, "extra": 2});
+        assert!(conform("input", Some(&own), Some(&narrower), &mut input).is_ok());
+        assert!(conform("input", None, None, &mut json!(null)).is_ok());
     }
 }

@@ -141,11 +141,15 @@ async fn a_card_with_a_stored_visualization_is_read_back_whole() -> Result<()> {
     let mesh = Mesh::new(client.clone());
     let catalog = mesh.catalog().await?;
     let params = json!({"mermaid_source": "graph TD; a-->b", "workflow_config": {"nodes": []}});
-    mesh.artifacts()
+    // Where a workflow node keeps its large cards' contents, the only bucket read for them.
+    let cards = agent_sdk::ArtifactStore::in_bucket(
+        client.clone(),
+        messages::subjects::cards_bucket("mesh"),
+    );
+    cards
         .put_json("cards/Big/visualization.json", &params)
         .await?;
-    let uri =
-        messages::payload::object_uri(mesh.artifacts().bucket(), "cards/Big/visualization.json");
+    let uri = messages::payload::object_uri(cards.bucket(), "cards/Big/visualization.json");
     let card = AgentCard::new("Big", "big", "nats:x", "1").with_visualization_ref(uri);
     client
         .publish(

@@ -2,6 +2,7 @@
 //! DataParts, subject names and header names. No I/O and no async runtime.
 //!
 //! - [`a2a`]: A2A 0.3 [`Message`], [`Part`], [`Task`], [`TaskStatusUpdateEvent`].
+//! - [`call_proof`]: the per-call token and the MACs proving replies made with it.
 //! - [`jsonrpc`]: the JSON-RPC 2.0 envelope ([`Request`], [`Response`], error codes).
 //! - [`card`]: the [`AgentCard`] and its extensions (agent type, schemas, visualization).
 //! - [`workflow`]: the workflow DataParts (`workflow_node_request`, ...).
@@ -11,13 +12,17 @@
 //! - [`sub_task`]: the sub-task id a workflow node gives each attempt of a call.
 //! - [`subjects`]: every NATS subject, built by functions (`$KV.` ones included).
 //! - [`headers`]: NATS header names; [`msg_id`]: the de-duplication ids they carry.
+//! - [`inbound`]: header values from outside, capped and checked (trace context to W3C's
+//!   grammar) before use.
 //!
 //! Wire types never deny unknown fields: messages from other agents may carry more.
 
 pub mod a2a;
+pub mod call_proof;
 pub mod card;
 pub mod control;
 pub mod headers;
+pub mod inbound;
 pub mod jsonrpc;
 pub mod msg_id;
 pub mod payload;

@@ -3,7 +3,9 @@
 //! status subjects), so the execution id has no `_`; the node id may have some, which is
 //! why the id is parsed from both ends. The slot's code (which map item, fork branch or
 //! loop iteration) is the workflow node's business: here it is an opaque token without
-//! `_`. Agents need only [`slot_key`], to recognise retries of the same call.
+//! `_`. Agents need only [`slot_key`], to recognise retries of the same call. The id carries
+//! no secret: it appears in subjects and records others read (the proof that a reply comes
+//! from whoever received the call is in [`crate::call_proof`]).
 
 /// The parts of a sub-task id, borrowed from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,24 +52,6 @@ impl SubTaskId<'_> {
     }
 }
 
-/// Hex characters of the call token a workflow node appends to a sub-task id on the wire
-/// (`{id}-{token}`, an HMAC only the node can make: see the protocol's "Call tokens").
-pub const TOKEN_HEX: usize = 32;
-
-/// The sub-task id without its call token, when it has one: what may be shown or used in
-/// names others can see (artifact names, logs for callers). The token is the proof that a
-/// reply comes from whoever received the call; it must not leak.
-pub fn without_token(id: &str) -> &str {
-    match id.rsplit_once('-') {
-        Some((head, token))
-            if token.len() == TOKEN_HEX && token.bytes().all(|b| b.is_ascii_hexdigit()) =>
-        {
-            head
-        }
-        _ => id,
-    }
-}
-
 /// The sub-task id without its attempt: the same for every attempt of one call (run,
 /// node, slot). An id without `_` (a plain caller's task id) is its own key.
 pub fn slot_key(id: &str) -> &str {
@@ -104,14 +88,6 @@ mod tests {
         ] {
             assert_eq!(SubTaskId::parse(bad), None, "{bad}");
         }
-    }
-
-    #[test]
-    fn tokens_come_off_and_other_ids_stay() {
-        let token = "0123456789abcdef0123456789abcdef";
-        assert_eq!(without_token(&format!("e1_n-x_0_2-{token}")), "e1_n-x_0_2");
-        assert_eq!(without_token("e1_n-x_0_2"), "e1_n-x_0_2");
-        assert_eq!(without_token("plain-task"), "plain-task");
     }
 
     #[test]

@@ -21,13 +21,34 @@ pub enum SubjectError {
         /// The first offending character.
         ch: char,
     },
+    /// The name is longer than [`MAX_TOKEN_LEN`].
+    #[error("a subject token of {len} bytes is longer than {MAX_TOKEN_LEN}")]
+    TooLong {
+        /// Its length in bytes.
+        len: usize,
+    },
 }
 
-/// Checks that `name` is one subject token: `[A-Za-z0-9_-]+` (no `.`, `*`, `>` or spaces).
-/// Agent names, workflow names, namespaces' tokens and sub-task ids must pass.
+/// The longest subject token (an agent's or workflow's name, a namespace's token), in
+/// bytes: names go into subjects, and subjects stay under [`MAX_SUBJECT_LEN`].
+pub const MAX_TOKEN_LEN: usize = 128;
+
+/// The longest subject anyone may ask to be answered on, in bytes. nats-server closes a
+/// connection whose protocol line (`HPUB {subject} {reply} …`) exceeds its
+/// `max_control_line` (4 KiB by default): a responder publishing to a longer subject a
+/// requester chose would be disconnected, at every attempt. The mesh's own subjects are far
+/// shorter.
+pub const MAX_SUBJECT_LEN: usize = 256;
+
+/// Checks that `name` is one subject token: `[A-Za-z0-9_-]+` (no `.`, `*`, `>` or spaces),
+/// at most [`MAX_TOKEN_LEN`] bytes. Agent names, workflow names and namespaces' tokens
+/// must pass.
 pub fn validate_token(name: &str) -> Result<(), SubjectError> {
     if name.is_empty() {
         return Err(SubjectError::Empty);
+    }
+    if name.len() > MAX_TOKEN_LEN {
+        return Err(SubjectError::TooLong { len: name.len() });
     }
     match name
         .chars()
@@ -171,27 +192,37 @@ pub struct ReplySubjectError {
 }
 
 /// Checks a subject a request asks to be answered on (its NATS reply, `Mesh-Reply-To` or
-/// `Mesh-Status-To`): only an inbox (a first token starting with `_INBOX`, as clients make
-/// them, private prefixes like `_INBOX_alice` included) or a mesh response or status
-/// subject of namespace `ns` (where a calling workflow's node takes its calls' answers).
-/// Never a system subject (`$KV…`, `$JS…`, `$SYS…`), a workflow's internal events or any
-/// other subject a requester could make a responder publish to.
+/// `Mesh-Status-To`): at most [`MAX_SUBJECT_LEN`] bytes of tokens of printable ASCII
+/// (`!`…`~`, no `*` or `>` anywhere in a token), and only an inbox (a first token starting
+/// with `_INBOX`, as clients make them, private prefixes like `_INBOX_alice` included) or a
+/// mesh response or status subject of namespace `ns` (where a calling workflow's node takes
+/// its calls' answers). Never a system subject (`$KV…`, `$JS…`, `$SYS…`), a workflow's
+/// internal events or any other subject a requester could make a responder publish to.
 pub fn check_reply(ns: &str, subject: &str) -> Result<(), ReplySubjectError> {
     let refuse = |why| {
         Err(ReplySubjectError {
-            subject: subject.to_owned(),
+            subject: shortened(subject),
             why,
         })
     };
+    if subject.len() > MAX_SUBJECT_LEN {
+        return refuse("it is longer than 256 bytes");
+    }
     let tokens: Vec<&str> = subject.split('.').collect();
     if subject.is_empty() || tokens.iter().any(|t| t.is_empty()) {
         return refuse("it is empty or has an empty token");
     }
     if tokens
         .iter()
-        .any(|t| *t == "*" || *t == ">" || t.chars().any(|c| c.is_whitespace() || c.is_control()))
+        .any(|t| t.chars().any(|c| c == '*' || c == '>'))
     {
-        return refuse("it has a wildcard or a space");
+        return refuse("it has a wildcard");
+    }
+    if tokens
+        .iter()
+        .any(|t| t.chars().any(|c| !c.is_ascii_graphic()))
+    {
+        return refuse("it has a space, a control character or a character that is not ASCII");
     }
     if tokens[0].starts_with('$') {
         return refuse("it is a system subject ($…)");
@@ -214,6 +245,45 @@ pub fn check_reply(ns: &str, subject: &str) -> Result<(), ReplySubjectError> {
         }
     }
     refuse("only inboxes (_INBOX…) and the mesh's response and status subjects may be answered on")
+}
+
+/// At most the first 64 bytes of `subject`, marked when cut: a refusal names the subject
+/// it refuses without carrying all of it.
+fn shortened(subject: &str) -> String {
+    match subject.len() {
+        0..=64 => subject.to_owned(),
+        n => format!("{} ({n} bytes)", crate::inbound::excerpt(subject, 64)),
+    }
+}
+
+/// Where a request asks to be answered, as it came: its NATS reply subject and its
+/// `Mesh-Reply-To` and `Mesh-Status-To` headers.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AnswerTo<'a> {
+    /// The NATS reply subject of the request message.
+    pub nats_reply: Option<&'a str>,
+    /// The `Mesh-Reply-To` header.
+    pub reply_to: Option<&'a str>,
+    /// The `Mesh-Status-To` header.
+    pub status_to: Option<&'a str>,
+}
+
+impl<'a> AnswerTo<'a> {
+    /// Checks every subject the request names with [`check_reply`]. On a refusal: the first
+    /// one, and where it may itself be answered (the NATS reply, when that one passes;
+    /// else nowhere: nothing is published to a refused subject).
+    pub fn screen(&self, ns: &str) -> Result<(), (ReplySubjectError, Option<&'a str>)> {
+        let asked = [self.nats_reply, self.reply_to, self.status_to];
+        let Some(refusal) = asked
+            .iter()
+            .flatten()
+            .find_map(|s| check_reply(ns, s).err())
+        else {
+            return Ok(());
+        };
+        let answer_to = self.nats_reply.filter(|r| check_reply(ns, r).is_ok());
+        Err((refusal, answer_to))
+    }
 }
 
 /// The last token of a subject (the sub-task id of a response or status subject).
@@ -284,6 +354,9 @@ mod tests {
             "_INBOX",
             "_INBOX.>",
             "_INBOX.a b",
+            "_INBOX.a*b",
+            "_INBOX.é",
+            &format!("_INBOX.{}", "x".repeat(5000)),
             "a..b",
             "",
         ] {
@@ -301,5 +374,31 @@ mod tests {
         }
         assert!(validate_namespace("acme.prod").is_ok());
         assert!(validate_namespace("acme..prod").is_err());
+        assert_eq!(validate_token(&"a".repeat(MAX_TOKEN_LEN)), Ok(()));
+        assert_eq!(
+            validate_token(&"a".repeat(MAX_TOKEN_LEN + 1)),
+            Err(SubjectError::TooLong { len: 129 })
+        );
+    }
+
+    #[test]
+    fn a_long_subject_is_refused_before_use_and_named_briefly() {
+        let long = format!("_INBOX.{}", "x".repeat(5000));
+        let e = check_reply("mesh", &long).unwrap_err();
+        assert!(e.to_string().len() < 200, "{e}");
+        assert!(e.to_string().contains("longer than 256 bytes"), "{e}");
+        let asked = AnswerTo {
+            nats_reply: Some("_INBOX.ok"),
+            reply_to: None,
+            status_to: Some(&long),
+        };
+        let (refusal, answer_to) = asked.screen("mesh").unwrap_err();
+        assert_eq!(refusal, e);
+        assert_eq!(answer_to, Some("_INBOX.ok"));
+        let asked = AnswerTo {
+            nats_reply: Some(&long),
+            ..AnswerTo::default()
+        };
+        assert_eq!(asked.screen("mesh").unwrap_err().1, None);
     }
 }

@@ -27,6 +27,7 @@ pub(crate) struct Rendered<'a> {
     pub(crate) log_file: &'a Path,
     pub(crate) store_dir: &'a Path,
     pub(crate) max_payload: Option<u64>,
+    pub(crate) max_file_store: Option<u64>,
     pub(crate) cluster: Option<&'a ClusterConfig>,
     pub(crate) extra: Option<&'a str>,
 }
@@ -58,8 +59,11 @@ impl Rendered<'_> {
         if let Some(max) = self.max_payload {
             line(format!("max_payload: {max}"));
         }
+        let max_file = self
+            .max_file_store
+            .map_or(String::new(), |m| format!("\n  max_file_store: {m}"));
         line(format!(
-            "jetstream {{\n  store_dir: {}\n}}",
+            "jetstream {{\n  store_dir: {}{max_file}\n}}",
             quote(&self.store_dir.to_string_lossy())
         ));
         if let Some(cluster) = self.cluster {
@@ -114,6 +118,7 @@ mod tests {
             log_file: Path::new("/tmp/x/server.log"),
             store_dir: Path::new("/tmp/x/js"),
             max_payload: Some(8 << 20),
+            max_file_store: Some(4 << 20),
             cluster: Some(&cluster),
             extra: None,
         }
@@ -121,6 +126,7 @@ mod tests {
         assert!(text.contains("listen: \"127.0.0.1:-1\""));
         assert!(text.contains("store_dir: \"/tmp/x/js\""));
         assert!(text.contains("max_payload: 8388608"));
+        assert!(text.contains("max_file_store: 4194304"));
         assert!(text.contains("\"nats://127.0.0.1:6223\""));
         assert_eq!(quote(r#"a"b\c"#), r#""a\"b\\c""#);
     }

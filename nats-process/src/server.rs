@@ -38,6 +38,9 @@ pub struct Options {
     pub http_port: Option<u16>,
     /// `max_payload` in bytes; `None`: the server's default (1 MiB).
     pub max_payload: Option<u64>,
+    /// JetStream's `max_file_store` in bytes: the most its file store may hold (a small
+    /// one is a full disk); `None`: the server's default (75 % of the free disk).
+    pub max_file_store: Option<u64>,
     /// `server_name` (required to be unique within a JetStream cluster).
     pub server_name: Option<String>,
     /// Cluster block (route listener and routes).
@@ -256,6 +259,7 @@ impl NatsServer {
             log_file: &log,
             store_dir: &store,
             max_payload: self.options.max_payload,
+            max_file_store: self.options.max_file_store,
             cluster: self.options.cluster.as_ref(),
             extra: self.options.extra_config.as_deref(),
         }

@@ -1,7 +1,8 @@
 //! Test harness: starts real nats-server processes for integration tests, a real OTLP
 //! receiver ([`otlp`]) for tests of exported traces and metrics, plain HTTP requests
-//! ([`http`]) for tests of probes, and a scripted OpenAI-compatible provider ([`openai`])
-//! for tests of LLM agents.
+//! ([`http`]) for tests of probes, a scripted OpenAI-compatible provider ([`openai`]) for
+//! tests of LLM agents, and faults: a TCP proxy ([`proxy`]) that delays, swallows, resets
+//! or refuses a connection.
 //!
 //! Every test gets its own server on an ephemeral loopback port, with JetStream and a
 //! store directory of its own; the server is killed and its directory removed when the
@@ -18,6 +19,7 @@ pub use nats_process::{Cluster, Error, NatsServer, Options};
 pub mod http;
 pub mod openai;
 pub mod otlp;
+pub mod proxy;
 
 /// A started single JetStream server with default options.
 ///
@@ -35,4 +37,17 @@ pub fn nats_with(options: Options) -> NatsServer {
 /// form.
 pub fn cluster() -> Cluster {
     Cluster::start(3).unwrap_or_else(|e| panic!("starting a 3-node nats cluster: {e}"))
+}
+
+/// Asks the JetStream leader of `stream` to step down, so that another server leads it
+/// (a KV bucket `B` is the stream `KV_B`): what a server's restart or a rebalancing does to
+/// writers mid-flight. Returns the API's answer (an error object when the stream has no
+/// other peer, or is not clustered).
+pub async fn step_down(
+    client: &async_nats::Client,
+    stream: &str,
+) -> anyhow::Result<serde_json::Value> {
+    let subject = format!("$JS.API.STREAM.LEADER.STEPDOWN.{stream}");
+    let reply = client.request(subject, "".into()).await?;
+    Ok(serde_json::from_slice(&reply.payload)?)
 }

@@ -7,8 +7,12 @@
 //! | `max_json_depth` | 64 | a workflow input, an agent's output, a value a template resolves to, a definition file |
 //! | `max_nodes` | 1000 | a definition's `nodes` |
 //! | `max_map_items` | 1 000 000 | a map's `max_items` and the file's `default_max_map_items` |
+//! | `max_loop_iterations` | 10 000 | a loop's `max_iterations` |
 //! | template and condition length | 16 KiB | each template string and each condition, at load |
 //! | `max_call_depth` | 10, at most 100 | a request's `Mesh-Call-Depth` (per workflow; the ceiling is fixed) |
+//!
+//! The streams and buckets the node creates have byte limits too ([`StoreLimits`], set per
+//! deployment).
 //!
 //! Only the request size is set per replica ([`Limits`]): the others decide whether a
 //! definition loads, or what a run's record may hold, and must be the same on every replica
@@ -38,6 +42,109 @@ impl Default for Limits {
     }
 }
 
+/// The most bytes each stream and bucket the node creates may hold (`serve --store-limit
+/// NAME=BYTES`). nats-server reserves these against its `max_file_store` when it creates
+/// them, so the defaults stay modest (about 1.2 GiB for a namespace, plus 128 MiB per
+/// workflow). What happens when one is full is said per field; a stream or bucket found
+/// with another limit (or none, made by an older version) is given this one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreLimits {
+    /// The runs bucket (`{ns}_wf_runs`): records, large inputs and outputs, claims. Full:
+    /// new runs and their writes are refused until ended runs expire.
+    pub runs: u64,
+    /// The wakes bucket (`{ns}_wf_timers`). Full: new timers are refused.
+    pub wakes: u64,
+    /// The definitions bucket (`{ns}_wf_defs`). Full: new versions are refused at start.
+    pub versions: u64,
+    /// The secrets bucket (`{ns}_wf_secrets`), one small key.
+    pub secrets: u64,
+    /// The nonces of signed messages (`{ns}_wf_nonces`), each kept for its signature's
+    /// validity. Full: signed messages are refused until nonces expire.
+    pub nonces: u64,
+    /// Cancels kept for runs not started yet (`{ns}_wf_early_cancels`). Full: such a
+    /// cancel is refused.
+    pub early_cancels: u64,
+    /// Each workflow's event stream (`{ns}_WF_{workflow}`): starts, replies and steering
+    /// not yet applied (a backlog of agents' replies with their outputs). Full: new events
+    /// are refused until the workers catch up (a start is answered with an error; an
+    /// agent's reply is lost, and its call is tried again when it times out); nothing
+    /// stored is dropped.
+    pub events: u64,
+    /// The history stream (`{ns}_wf_history`). Full: the oldest entries are dropped.
+    pub history: u64,
+    /// The artifact object store (`{ns}_artifacts`). Full: new artifacts are refused until
+    /// old ones expire.
+    pub artifacts: u64,
+    /// The card object store (`{ns}_wf_cards`): diagrams of cards too large for a message.
+    /// Full: a node with such a card cannot store it and does not start.
+    pub cards: u64,
+}
+
+/// `n` mebibytes.
+const fn mib(n: u64) -> u64 {
+    n << 20
+}
+
+impl Default for StoreLimits {
+    fn default() -> Self {
+        StoreLimits {
+            runs: mib(256),
+            wakes: mib(64),
+            versions: mib(64),
+            secrets: mib(1),
+            nonces: mib(64),
+            early_cancels: mib(16),
+            events: mib(128),
+            history: mib(256),
+            artifacts: mib(512),
+            cards: mib(64),
+        }
+    }
+}
+
+impl StoreLimits {
+    /// The names [`StoreLimits::set`] takes, in the order of the fields.
+    pub const NAMES: [&'static str; 10] = [
+        "runs",
+        "wakes",
+        "versions",
+        "secrets",
+        "nonces",
+        "early_cancels",
+        "events",
+        "history",
+        "artifacts",
+        "cards",
+    ];
+
+    /// Sets the limit named `name` (one of [`StoreLimits::NAMES`]) to `bytes`.
+    pub fn set(&mut self, name: &str, bytes: u64) -> Result<(), String> {
+        let field = match name {
+            "runs" => &mut self.runs,
+            "wakes" => &mut self.wakes,
+            "versions" => &mut self.versions,
+            "secrets" => &mut self.secrets,
+            "nonces" => &mut self.nonces,
+            "early_cancels" => &mut self.early_cancels,
+            "events" => &mut self.events,
+            "history" => &mut self.history,
+            "artifacts" => &mut self.artifacts,
+            "cards" => &mut self.cards,
+            other => {
+                return Err(format!(
+                    "no store is named '{other}' (known: {})",
+                    Self::NAMES.join(", ")
+                ))
+            }
+        };
+        if bytes == 0 {
+            return Err(format!("the limit of {name} must be more than 0 bytes"));
+        }
+        *field = bytes;
+        Ok(())
+    }
+}
+
 /// The deepest nesting of arrays and objects in a workflow input, an agent's output, a
 /// value a template resolves to, and a definition file (a scalar is 0 deep, `[]` 1).
 pub const MAX_JSON_DEPTH: usize = workflow_expr::limits::MAX_VALUE_DEPTH;
@@ -47,6 +154,10 @@ pub const MAX_NODES: usize = 1000;
 
 /// The largest `max_items` a map may set (its items are resolved, kept and counted).
 pub const MAX_MAP_ITEMS: usize = 1_000_000;
+
+/// The largest `max_iterations` a loop may set: each iteration is a call, kept in the run's
+/// history, so a loop without a ceiling is a run without an end.
+pub const MAX_LOOP_ITERATIONS: u32 = 10_000;
 
 /// The longest template string and condition, in bytes.
 pub const MAX_EXPRESSION_LEN: usize = workflow_expr::limits::MAX_TEXT_LEN;
@@ -101,6 +212,15 @@ pub fn check_depth(what: &str, value: &Value) -> Result<(), LimitExceeded> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn store_limits_are_set_by_name() {
+        let mut limits = StoreLimits::default();
+        limits.set("events", 1024).unwrap();
+        assert_eq!(limits.events, 1024);
+        assert!(limits.set("nope", 1).unwrap_err().contains("known: runs"));
+        assert!(limits.set("runs", 0).is_err());
+    }
 
     #[test]
     fn errors_name_the_limit() {

@@ -57,6 +57,10 @@ struct Args {
     /// Write the figures here as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Seconds a call may stay silent before the in-process node sends it again (its
+    /// liveness check); 0 turns the check off, to measure what it costs.
+    #[arg(long, default_value_t = 10.0)]
+    call_check: f64,
 }
 
 fn main() -> ExitCode {
@@ -83,7 +87,9 @@ async fn run(args: Args) -> Result<()> {
         .as_deref()
         .map(Monitor::parse)
         .transpose()?;
-    let env = Env::new(args.nats_url.clone(), monitor)?;
+    let mut env = Env::new(args.nats_url.clone(), monitor)?;
+    env.call_check =
+        (args.call_check > 0.0).then(|| std::time::Duration::from_secs_f64(args.call_check));
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
         "mesh-bench on {} ({} server, {cores} cores shared by the server, the node, the agents and the bench)",

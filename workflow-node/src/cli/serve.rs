@@ -30,6 +30,10 @@ pub struct Args {
     /// Seconds an event may be in hand before another replica takes it over.
     #[arg(long, default_value_t = 5.0)]
     pub ack_wait: f64,
+    /// Seconds a call in flight may stay silent (no heartbeat, status update or reply)
+    /// before the node sends the same attempt again; 0 never does.
+    #[arg(long, default_value_t = 10.0)]
+    pub call_check: f64,
     /// Worker tasks per workflow: the runs of a workflow are spread over them, and each
     /// works on one event (or one run's group of events) at a time.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
@@ -52,6 +56,12 @@ pub struct Args {
     #[arg(long, default_value_t = crate::limits::DEFAULT_MAX_REQUEST_BYTES as u64,
           value_parser = clap::value_parser!(u64).range(1024..))]
     pub max_request_bytes: u64,
+    /// The byte limit of a stream or bucket the node creates, as `NAME=BYTES` (repeatable;
+    /// NAME is one of runs, wakes, versions, secrets, nonces, early_cancels, events,
+    /// history, artifacts, cards;
+    /// the defaults and what a full one does are in docs/security.md).
+    #[arg(long = "store-limit", value_name = "NAME=BYTES", value_parser = store_limit)]
+    pub store_limits: Vec<(String, u64)>,
     /// How long an ended run's record, keys, markers and artifacts are kept (`7d`, `12h`,
     /// `30s`; a bare number is seconds).
     #[arg(long, default_value = "7d", value_parser = retention)]
@@ -106,6 +116,19 @@ fn retention(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// `NAME=BYTES` of `--store-limit`, checked against the names the node knows.
+fn store_limit(text: &str) -> Result<(String, u64), String> {
+    let (name, bytes) = text
+        .split_once('=')
+        .ok_or_else(|| format!("'{text}' is not NAME=BYTES"))?;
+    let bytes: u64 = bytes
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{bytes}' is not a whole number of bytes"))?;
+    crate::limits::StoreLimits::default().set(name.trim(), bytes)?;
+    Ok((name.trim().to_owned(), bytes))
+}
+
 /// Runs `serve`.
 pub fn run(args: Args) -> ExitCode {
     super::block_on(async move {
@@ -153,6 +176,8 @@ fn config_of(args: &Args) -> Config {
         namespace: args.nats.namespace.clone(),
         card_interval: Duration::from_secs_f64(args.card_interval.max(0.1)),
         ack_wait: Duration::from_secs_f64(args.ack_wait.max(0.5)),
+        call_check: (args.call_check > 0.0)
+            .then(|| Duration::from_secs_f64(args.call_check.max(0.1))),
         replicas: args.replicas,
         workers: args.workers as usize,
         pull: crate::shell::Pull {
@@ -162,6 +187,14 @@ fn config_of(args: &Args) -> Config {
         max_concurrent_requests: args.max_concurrent_requests as usize,
         limits: crate::limits::Limits {
             max_request_bytes: usize::try_from(args.max_request_bytes).unwrap_or(usize::MAX),
+        },
+        store_limits: {
+            let mut limits = crate::limits::StoreLimits::default();
+            for (name, bytes) in &args.store_limits {
+                // Checked when parsed.
+                let _ = limits.set(name, *bytes);
+            }
+            limits
         },
         retention: args.retention,
         dialect: args.dialect,

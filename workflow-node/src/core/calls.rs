@@ -13,7 +13,9 @@ use serde_json::Value;
 
 use super::engine::Cx;
 use super::state::{CallPhase, CallState, Execution};
-use super::types::{Command, Dispatch, Failure, FailureClass, Progress, Slot, TaskKey, TimerId};
+use super::types::{
+    Command, Dispatch, Failure, FailureClass, Millis, Progress, Slot, TaskKey, TimerId,
+};
 use crate::definition::{Call, NodeKind, NodeRole, RetryPolicy, Workflow};
 
 /// How a call ended, as its owner hears it.
@@ -48,6 +50,25 @@ pub fn call_request(
         return None;
     }
     Cx::reading(workflow, state).call_request(task).ok()
+}
+
+/// The request attempt `attempt` of call `task` was sent with, built again from `state`;
+/// `None` when that attempt is not running. A shell that hears nothing from a call sends
+/// this again: the same sub-task id, which the agent takes as a copy of the call.
+pub fn redispatch(
+    workflow: &Workflow,
+    state: &mut Execution,
+    task: &TaskKey,
+    attempt: u32,
+) -> Option<Dispatch> {
+    let deadline = match state.calls.get(task) {
+        Some(c) if c.attempt == attempt => match c.phase {
+            CallPhase::Running { deadline } => deadline,
+            _ => return None,
+        },
+        _ => return None,
+    };
+    Cx::reading(workflow, state).dispatch_of(task, attempt, deadline)
 }
 
 /// The definition of the call a task makes (a fork branch's, or its node's); `None` for a
@@ -92,38 +113,50 @@ impl Cx<'_> {
         }
     }
 
-    fn dispatch(&mut self, key: &TaskKey) {
-        let Some(def) = self.call_def(key) else {
-            return;
-        };
-        let timeout = def.timeout.unwrap_or(self.wf.default_node_timeout);
-        let deadline = self.now.plus(timeout);
+    /// The request of attempt `attempt` of call `key`, timing out at `deadline`: the same
+    /// whenever it is built while the attempt runs (the values its input names cannot change
+    /// while the call lives).
+    fn dispatch_of(&mut self, key: &TaskKey, attempt: u32, deadline: Millis) -> Option<Dispatch> {
+        let def = self.call_def(key)?;
         let target = def.target.clone();
         let input_schema = def.input_schema_override.as_ref().map(|s| s.source.clone());
         let output_schema = def
             .output_schema_override
             .as_ref()
             .map(|s| s.source.clone());
-        // Deterministic: the values the input names cannot change while the call lives.
         let (input, instruction) = self.call_request(key).unwrap_or((Value::Null, None));
-        let Some(call) = self.st.calls.get_mut(key) else {
-            return;
-        };
-        call.phase = CallPhase::Running { deadline };
-        call.dispatched_at = Some(self.now);
-        let attempt = call.attempt;
-        let dispatch = Dispatch {
+        Some(Dispatch {
             task: key.clone(),
             attempt,
             sub_task_id: key.sub_task_id(&self.st.id, attempt),
             node_id: key.node.clone(),
-            target: target.clone(),
+            target,
             input,
             instruction,
             input_schema,
             output_schema,
             deadline,
+        })
+    }
+
+    fn dispatch(&mut self, key: &TaskKey) {
+        let Some(def) = self.call_def(key) else {
+            return;
         };
+        let timeout = def.timeout.unwrap_or(self.wf.default_node_timeout);
+        let deadline = self.now.plus(timeout);
+        let Some(attempt) = self.st.calls.get(key).map(|c| c.attempt) else {
+            return;
+        };
+        let Some(dispatch) = self.dispatch_of(key, attempt, deadline) else {
+            return;
+        };
+        let target = dispatch.target.clone();
+        let Some(call) = self.st.calls.get_mut(key) else {
+            return;
+        };
+        call.phase = CallPhase::Running { deadline };
+        call.dispatched_at = Some(self.now);
         self.st.in_flight += 1;
         let (iteration_index, parent_node_id) = match key.slot {
             Slot::Single => (None, None),

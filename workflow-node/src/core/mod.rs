@@ -28,7 +28,7 @@ mod state;
 mod testkit;
 mod types;
 
-pub use calls::{call_of, call_request};
+pub use calls::{call_of, call_request, redispatch};
 pub use engine::apply;
 pub use kinds::TIMER_EARLY_TOLERANCE_MS;
 pub use pause::Paused;

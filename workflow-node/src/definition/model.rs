@@ -143,8 +143,9 @@ impl Schema {
         }
     }
 
-    /// Every violation of `value` once its defaults are applied (see
-    /// [`Schema::apply_defaults`]), one message each (`"/path: message"`), empty when valid.
+    /// The violations of `value` once its defaults are applied (see
+    /// [`Schema::apply_defaults`]), one message each (`"/path: message"`, a few at most),
+    /// empty when valid.
     pub fn violations(&self, value: &Value) -> Vec<String> {
         if self.has_defaults {
             let mut completed = value.clone();
@@ -154,19 +155,16 @@ impl Schema {
         self.violations_as_is(value)
     }
 
-    /// Every violation of `value` as it is (a value already completed).
+    /// The violations of `value` as it is (a value already completed), quoting little of
+    /// it and few of them (see [`agent_sdk::schema::describe`]).
     pub fn violations_as_is(&self, value: &Value) -> Vec<String> {
-        self.validator
-            .iter_errors(value)
-            .map(|e| {
-                let at = e.instance_path().to_string();
-                if at.is_empty() {
-                    format!("(root): {e}")
-                } else {
-                    format!("{at}: {e}")
-                }
-            })
-            .collect()
+        agent_sdk::schema::describe(&self.validator, value, |at| {
+            if at.is_empty() {
+                "(root)".to_owned()
+            } else {
+                at.to_owned()
+            }
+        })
     }
 }
 

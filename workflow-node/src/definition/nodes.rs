@@ -13,6 +13,7 @@ use super::{
     MapItems, MapNode, Node, NodeKind, OnExhausted, OnTimeout, RetryPolicy, RetryStrategy,
     SwitchCase,
 };
+use crate::limits;
 
 /// Every node field of every node type (snake_case), to tell "wrong type of node" apart from
 /// a typo.
@@ -551,7 +552,15 @@ fn parse_loop(f: &mut Fields<'_>, sink: &mut Sink) -> LoopNode {
             .req_condition(sink, "condition", &[])
             .unwrap_or_else(placeholder_condition),
         max_iterations: f
-            .int(sink, "max_iterations", 1)
+            .int_at_most(
+                sink,
+                "max_iterations",
+                1,
+                (
+                    "max_loop_iterations",
+                    u64::from(limits::MAX_LOOP_ITERATIONS),
+                ),
+            )
             .map_or(100, |n| u32::try_from(n).unwrap_or(u32::MAX)),
         delay: f.duration(sink, "delay", false),
         on_exhausted: match f.string(sink, "on_iterations_exhausted", &[]).as_deref() {

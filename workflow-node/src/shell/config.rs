@@ -17,6 +17,11 @@ pub struct Config {
     /// How long an event may be in hand before another replica gets it (default 5 s): the
     /// time a run waits after its replica is killed.
     pub ack_wait: Duration,
+    /// How long a call in flight may stay silent (no heartbeat, status update or reply
+    /// heard) before the same attempt is sent again (default 10 s; `None`: never). It
+    /// recovers a request or reply lost with a NATS server or an agent's process whatever
+    /// the workflow's `timeout` (see `run::check`).
+    pub call_check: Option<Duration>,
     /// Worker tasks per workflow (runs are spread over them by id; default 64, which
     /// `mesh-bench pull` measured 15–20 % faster than 16 at 64 runs in flight).
     pub workers: usize,
@@ -44,6 +49,9 @@ pub struct Config {
     pub max_concurrent_requests: usize,
     /// The limits this replica sets (see [`crate::limits`] for every limit).
     pub limits: crate::limits::Limits,
+    /// The byte limit of each stream and bucket the node creates (set per deployment: the
+    /// replica that creates one, or finds it with another limit, sets it).
+    pub store_limits: crate::limits::StoreLimits,
     /// How long what an ended run leaves behind is kept: its record, the keys beside it,
     /// its final-reply markers, its artifacts (default 7 days). Also the most an event
     /// may wait unprocessed in a workflow's stream.
@@ -92,6 +100,7 @@ impl Default for Config {
             namespace: "mesh".into(),
             card_interval: Duration::from_secs(10),
             ack_wait: Duration::from_secs(5),
+            call_check: Some(Duration::from_secs(10)),
             workers: 64,
             pull: Pull::default(),
             inline_limit: 256 * 1024,
@@ -102,6 +111,7 @@ impl Default for Config {
             max_state_bytes: None,
             max_concurrent_requests: 256,
             limits: crate::limits::Limits::default(),
+            store_limits: crate::limits::StoreLimits::default(),
             retention: Duration::from_secs(7 * 24 * 3600),
             early_cancel_expiry: Duration::from_secs(300),
             early_cancels_per_caller: 20,

@@ -49,6 +49,8 @@ pub(crate) struct Shared {
     pub(in crate::shell) versions: versions::Versions,
     /// The deployment's secret: call tokens and event MACs.
     pub(in crate::shell) seal: seal::Seal,
+    /// The signs of life this replica heard from calls in flight (see `run::check`).
+    pub(in crate::shell) signs: crate::shell::worker::signs::SignsOfLife,
     /// The nonces of signed requests accepted (see `callers::nonces`).
     pub(in crate::shell) nonces: kv::Store,
     /// Slots of cancels kept for runs not started (see `callers::early`).

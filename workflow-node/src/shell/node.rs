@@ -27,6 +27,7 @@ use crate::shell::store::history;
 use crate::shell::store::versions;
 use crate::shell::telemetry::health::Health;
 use crate::shell::telemetry::metrics::{self, scrape};
+use crate::shell::worker::signs::SignsOfLife;
 use crate::shell::worker::{driver, wakes};
 
 /// The default name of a replica: the host's name and the process id.
@@ -86,15 +87,19 @@ impl WorkflowNode {
         let ns = config.namespace.clone();
         let replicas = config.replicas;
         let (runs_name, wakes_name) = (names::runs_bucket(&ns), names::wakes_bucket(&ns));
-        let runs = patiently(|| kv_bucket(&js, &runs_name, replicas)).await?;
-        let wakes = patiently(|| kv_bucket(&js, &wakes_name, replicas)).await?;
-        patiently(|| history::stream(&js, &ns, replicas, config.retention)).await?;
+        let bytes = config.store_limits;
+        let runs = patiently(|| kv_bucket(&js, &runs_name, replicas, bytes.runs)).await?;
+        let wakes = patiently(|| kv_bucket(&js, &wakes_name, replicas, bytes.wakes)).await?;
+        patiently(|| history::stream(&js, &ns, replicas, config.retention, bytes.history)).await?;
         let replica = config.replica.clone().unwrap_or_else(default_replica);
         let versions_name = names::versions_bucket(&ns);
-        let versions = patiently(|| kv_bucket(&js, &versions_name, replicas)).await?;
-        let seal = patiently(|| seal::Seal::open_or_create(&js, &ns, replicas)).await?;
-        let nonces = patiently(|| nonces::bucket(&js, &ns, replicas)).await?;
-        let early_cancels = patiently(|| early::bucket(&js, &ns, replicas)).await?;
+        let versions =
+            patiently(|| kv_bucket(&js, &versions_name, replicas, bytes.versions)).await?;
+        let seal =
+            patiently(|| seal::Seal::open_or_create(&js, &ns, replicas, bytes.secrets)).await?;
+        let nonces = patiently(|| nonces::bucket(&js, &ns, replicas, bytes.nonces)).await?;
+        let early_cancels =
+            patiently(|| early::bucket(&js, &ns, replicas, bytes.early_cancels)).await?;
         let cards = workflows
             .iter()
             .map(|w| (w.name.clone(), crate::visual::agent_card(w, &ns)))
@@ -115,8 +120,11 @@ impl WorkflowNode {
             replicas,
             config.retention,
             config.max_artifact_bytes,
+            &config.store_limits,
         );
+        let signs = SignsOfLife::new(config.call_check);
         let shared = Arc::new(Shared {
+            signs,
             client,
             js,
             ns,

@@ -225,6 +225,9 @@ pub(super) fn text<'a>(
 }
 
 async fn start(State(ctx): State<Ctx>, Path(name): Path<String>, body: Bytes) -> ApiResult {
+    // The name becomes a subject: one too long for the server would cost the connection.
+    messages::subjects::validate_token(&name)
+        .map_err(|e| ApiError::bad_request(format!("no workflow can be named so: {e}")))?;
     let body = object(&body)?;
     if let Some(k) = body
         .keys()

@@ -1,8 +1,9 @@
 //! The cards on the mesh, as the web view shows them: every card that arrived on the cards
-//! subject, with when it last did, kept by an `agent_sdk::Catalog` whose cards never
-//! expire (the view shows how long ago each was seen instead). At start, and on
-//! [`Cards::refresh`], a discovery ping asks every agent and workflow to publish its card
-//! now. Only cards signed as the view's `CardTrust` says are kept (see
+//! subject, with when it last did, kept by an `agent_sdk::Catalog` for [`CARDS_KEPT`]
+//! after its last copy (the view shows how long ago each was seen), and at most
+//! `agent_sdk::cards::MAX_CARDS` of them: anyone allowed to publish a card can publish
+//! thousands. At start, and on [`Cards::refresh`], a discovery ping asks every agent and
+//! workflow to publish its card now. Only cards signed as the view's `CardTrust` says are kept (see
 //! `agent_sdk::card_trust`): an impostor's description or form never shows.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -11,6 +12,10 @@ use anyhow::Result;
 use messages::card::AgentCard;
 
 use crate::core::Millis;
+
+/// How long the view keeps a card without a new copy: thirty default card intervals, so an
+/// agent that stopped still shows for a while, with how long ago it was seen.
+pub(super) const CARDS_KEPT: Duration = Duration::from_secs(300);
 
 /// Cards by name, with when each last arrived; the watch stops when this is dropped.
 #[derive(Debug)]
@@ -59,5 +64,5 @@ pub(super) async fn follow(
     let mesh = agent_sdk::Mesh::new(client)
         .namespace(ns)?
         .card_trust(trust);
-    Ok(Cards(mesh.catalog_with_expiry(Duration::MAX).await?))
+    Ok(Cards(mesh.catalog_with_expiry(CARDS_KEPT).await?))
 }

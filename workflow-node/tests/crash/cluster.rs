@@ -81,6 +81,7 @@ async fn runs_complete_once_while_a_server_restarts_and_replicas_are_killed() {
     let plan = Plan {
         ns: "mesh".into(),
         workflow: NAME.into(),
+        first: 0,
         runs: RUNS,
         concurrency: 40,
         input: support::crash::input,

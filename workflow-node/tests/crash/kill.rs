@@ -40,6 +40,7 @@ async fn runs_complete_once_while_replicas_are_killed() {
     let plan = Plan {
         ns: "mesh".into(),
         workflow: NAME.into(),
+        first: 0,
         runs: RUNS,
         concurrency: 60,
         input: support::crash::input,

@@ -8,7 +8,12 @@
 mod support;
 
 mod cluster;
+mod faults;
 mod kill;
+mod lost_calls;
 mod sigterm;
+mod skew;
+mod soak;
+mod store_full;
 mod timeouts;
 mod upgrade_processes;

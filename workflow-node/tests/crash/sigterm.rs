@@ -50,6 +50,7 @@ async fn a_terminated_replica_drains_and_exits_zero_while_runs_complete_elsewher
     let plan = Plan {
         ns: "mesh".into(),
         workflow: NAME.into(),
+        first: 0,
         runs: RUNS,
         concurrency: 30,
         input: support::crash::input,

@@ -224,6 +224,7 @@ impl Setup {
         let plan = Plan {
             ns: "mesh".into(),
             workflow: NAME.into(),
+            first: 0,
             runs,
             concurrency,
             input: |i| json!({"n": i}),

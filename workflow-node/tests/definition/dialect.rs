@@ -3,7 +3,8 @@
 //! reference's words (`structured_invocation_result`, status `error`, its output as an
 //! `output_artifact_ref`) works with a node in either dialect; a node serving the
 //! reference's dialect sends its names and `error` to agents and callers; garbage from an
-//! agent fails only the run it answers.
+//! agent fails only the run it answers. The agent proves its replies with the call token as
+//! the protocol document describes, byte for byte, computed here by hand.
 
 use std::time::Duration;
 
@@ -90,8 +91,10 @@ async fn reference_agent(client: async_nats::Client) -> mpsc::UnboundedReceiver<
             let doubled = json!({"doubled": input["n"].as_i64().unwrap_or(0) * 2});
             let (state, result) = match input["mode"].as_str() {
                 Some("garbage") => {
+                    let bytes = b"}{ not json at all".to_vec();
+                    let h = proof(&msg, &reply, &bytes);
                     client
-                        .publish(reply, "}{ not json at all".into())
+                        .publish_with_headers(reply, h, bytes.into())
                         .await
                         .unwrap();
                     continue;
@@ -138,13 +141,40 @@ async fn reference_agent(client: async_nats::Client) -> mpsc::UnboundedReceiver<
                 "status": {"state": state, "message": {"kind": "message", "messageId": "m",
                     "role": "agent", "parts": [{"kind": "data", "data": result},
                         {"kind": "text", "text": "result:artifact=x status=success"}]}}}});
+            let bytes = serde_json::to_vec(&answer).unwrap();
+            let h = proof(&msg, &reply, &bytes);
             client
-                .publish(reply, serde_json::to_vec(&answer).unwrap().into())
+                .publish_with_headers(reply, h, bytes.into())
                 .await
                 .unwrap();
         }
     });
     seen_rx
+}
+
+/// The `Mesh-Call-Mac` of a reply to `request` published to `subject`, made by hand as
+/// `docs/protocol.md` ("Call tokens") says: HMAC-SHA256 keyed by the request's
+/// `Mesh-Call-Token`, over `mesh-call-v1\n{subject}\n{hex sha256 of the payload}`.
+fn proof(request: &async_nats::Message, subject: &str, payload: &[u8]) -> async_nats::HeaderMap {
+    use hmac::Mac;
+    use sha2::Digest;
+    let token = request
+        .headers
+        .as_ref()
+        .and_then(|h| h.get("Mesh-Call-Token"))
+        .expect("a workflow's call carries its token");
+    let input = format!(
+        "mesh-call-v1\n{subject}\n{}",
+        hex::encode(sha2::Sha256::digest(payload))
+    );
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(token.as_str().as_bytes()).unwrap();
+    mac.update(input.as_bytes());
+    let mut h = async_nats::HeaderMap::new();
+    h.insert(
+        "Mesh-Call-Mac",
+        hex::encode(mac.finalize().into_bytes()).as_str(),
+    );
+    h
 }
 
 struct Mesh {

@@ -254,6 +254,13 @@ fn map_items_and_call_depth_have_ceilings() {
         parse_str(&ok, "t.yaml").unwrap().default_max_map_items,
         1_000_000
     );
+    let looped =
+        |n: u64| format!("{{id: l, type: loop, node: e, condition: 'true', max_iterations: {n}}}");
+    assert_eq!(
+        problems(&one_node(&looped(10_001), ""), "t.yaml"),
+        ["t.yaml: node 'l': max_iterations: 10001 exceeds max_loop_iterations (10000)"]
+    );
+    assert!(parse_str(&one_node(&looped(10_000), ""), "t.yaml").is_ok());
     let deep = one_node("{id: a, type: agent, agent_name: A}", "")
         .replace("  nodes:", "  max_call_depth: 101\n  nodes:");
     assert_eq!(

@@ -5,8 +5,10 @@
 mod support;
 
 mod artifacts;
+mod bounds;
 mod cards;
 mod deploy;
 mod permissions;
+mod results;
 mod steering;
 mod web;

@@ -1,5 +1,5 @@
 //! What the node trusts, over a real nats-server: a call's result only from whoever
-//! received the call (call tokens), a run's events only from a replica (event MACs),
+//! received the call (proven with its call token), a run's events only from a replica (event MACs),
 //! replies and status updates only to inboxes and mesh response subjects, and artifacts
 //! only from the mesh's bucket, within a size limit. Each test plays the forger.
 
@@ -10,7 +10,7 @@ use messages::a2a::{AgentReply, Message, Part, Role};
 use messages::jsonrpc::{Request, Response};
 use messages::payload::{object_uri, wrap, JSON_MIME};
 use messages::workflow::{NodePhase, RunPhase};
-use messages::{headers, subjects};
+use messages::{call_proof, headers, subjects};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Mutex};
 use workflow_node::core::{Event, TimerId};
@@ -101,32 +101,36 @@ async fn a_forged_result_is_dropped_and_cannot_pre_empt_the_real_one() {
         let client = m.client.clone();
         async move { invoke_as(&client, "mesh", "Slow", &json!({}), TIMEOUT, task, |_| {}).await }
     });
-    let wire_id = tokio::time::timeout(TIMEOUT, calls.recv())
+    let id = tokio::time::timeout(TIMEOUT, calls.recv())
         .await
         .expect("the call in time")
         .expect("a call");
-    // Everything but the token is predictable from the execution id, which every agent
-    // the run calls sees: the forger fills in the rest.
+    // The sub-task id is predictable from the execution id, which every agent the run
+    // calls sees; only the call's token, which no forger has, proves a reply.
     let execution = names::execution_id("Slow", task);
-    let (plain, token) = wire_id.rsplit_once('-').expect("a call token");
-    assert!(plain.starts_with(&execution.0), "{wire_id}");
-    assert_eq!(token.len(), 32, "{wire_id}");
-    let wrong_token = format!("{plain}-{}", "0".repeat(32));
+    assert!(id.starts_with(&execution.0), "{id}");
+    let made_up = "0".repeat(32);
     let js = async_nats::jetstream::new(m.client.clone());
-    for (id, msg_id) in [
-        (plain, plain),
-        (wrong_token.as_str(), plain),
-        (wrong_token.as_str(), wrong_token.as_str()),
+    let subject = subjects::agent_response("mesh", "Slow", &id);
+    let body = reply_bytes(json!({"forged": true}));
+    let wrong_mac = call_proof::mac(&made_up, &subject, &body);
+    for (msg_id, mac) in [
+        (id.clone(), None),
+        (format!("{id}.final"), None),
+        (call_proof::reply_msg_id(&made_up), Some(wrong_mac.as_str())),
+        (id.clone(), Some("not hex")),
     ] {
         let mut h = async_nats::HeaderMap::new();
-        h.insert(headers::MSG_ID, msg_id);
-        let subject = subjects::agent_response("mesh", "Slow", id);
-        store(&js, subject, h, reply_bytes(json!({"forged": true}))).await;
-        // A status update with a guessed id is not forwarded either (nothing to assert
-        // on but the run's answer below; it must not crash or stall anything).
+        h.insert(headers::MSG_ID, msg_id.as_str());
+        if let Some(mac) = mac {
+            h.insert(call_proof::CALL_MAC, mac);
+        }
+        store(&js, subject.clone(), h, body.clone()).await;
+        // A status update is not forwarded either (nothing to assert on but the run's
+        // answer below; it must not crash or stall anything).
         m.client
             .publish(
-                subjects::agent_status("mesh", "Slow", id),
+                subjects::agent_status("mesh", "Slow", &id),
                 reply_bytes(json!(1)).into(),
             )
             .await

@@ -5,6 +5,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sdk::ConnectConfig;
@@ -191,30 +193,51 @@ fn read_env(path: &Path) -> Vec<(String, String)> {
         .collect()
 }
 
-/// A client whose server errors ("Permissions Violation for Publish to …") are kept.
+/// A client whose server errors ("Permissions Violation for Publish to …") are kept, and
+/// whose disconnections are counted.
 pub(crate) struct Watched {
     pub(crate) client: Client,
     errors: mpsc::UnboundedReceiver<String>,
+    disconnects: Arc<AtomicUsize>,
 }
 
 impl Watched {
     /// Connects with `config`, its event callback replaced by a collector of server errors.
     pub(crate) async fn connect(url: &str, config: ConnectConfig) -> Watched {
         let (tx, errors) = mpsc::unbounded_channel();
+        let disconnects = Arc::new(AtomicUsize::new(0));
+        let counted = disconnects.clone();
         let options = config
             .options()
             .await
             .expect("connect options")
             .event_callback(move |event| {
                 let tx = tx.clone();
+                let counted = counted.clone();
                 async move {
-                    if let Event::ServerError(e) = event {
-                        let _ = tx.send(e.to_string());
+                    match event {
+                        Event::ServerError(e) => drop(tx.send(e.to_string())),
+                        Event::Disconnected => drop(counted.fetch_add(1, Ordering::SeqCst)),
+                        _ => {}
                     }
                 }
             });
         let client = options.connect(url).await.expect("connecting");
-        Watched { client, errors }
+        Watched {
+            client,
+            errors,
+            disconnects,
+        }
+    }
+
+    /// How many times the server dropped this connection so far (a round trip first, so a
+    /// drop the server made before it has been seen).
+    pub(crate) async fn disconnects(&self) -> usize {
+        agent_sdk::Mesh::new(self.client.clone())
+            .roundtrip()
+            .await
+            .expect("a round trip through the own inbox");
+        self.disconnects.load(Ordering::SeqCst)
     }
 
     /// Waits for the server to refuse `what` (`Publish` or `Subscription`) on `subject`
@@ -309,14 +332,38 @@ pub(crate) async fn node_on(
     watched: Watched,
     change: impl FnOnce(&mut Config),
 ) -> (WorkflowNode, Watched) {
+    node_started(secure, watched, example_workflows(), change).await
+}
+
+/// The node in this process, as user `node`, hosting `workflows` (the test's own).
+pub(crate) async fn node_serving(
+    secure: &Secure,
+    workflows: Vec<workflow_node::definition::Workflow>,
+) -> (WorkflowNode, Watched) {
+    node_started(secure, secure.connect("node").await, workflows, |_| {}).await
+}
+
+/// The example workflows (`examples/workflows`).
+fn example_workflows() -> Vec<workflow_node::definition::Workflow> {
     let (workflows, problems) =
         workflow_node::definition::load_paths(&[repo().join("examples/workflows")]);
     assert!(problems.is_empty(), "{problems:?}");
+    workflows
+}
+
+/// The node on `watched`, hosting `workflows`, its settings changed by `change` as in
+/// [`node_configured`].
+async fn node_started(
+    secure: &Secure,
+    watched: Watched,
+    workflows: Vec<workflow_node::definition::Workflow>,
+    change: impl FnOnce(&mut Config),
+) -> (WorkflowNode, Watched) {
     // Ops' key (the one it connects with) decides the example gates: their approver names
     // are bound to it.
     let ops = agent_sdk::Signer::from_seed_file(secure.pki.join("ops.nk")).expect("ops.nk");
     let ops_key = ops.public_key().to_string();
-    let config = Config {
+    let mut config = Config {
         card_wait: Duration::from_millis(500),
         approvers: [("ops-team", &ops_key), ("alice", &ops_key)]
             .into_iter()
@@ -325,7 +372,6 @@ pub(crate) async fn node_on(
         operators: vec![ops_key.clone()],
         ..Config::default()
     };
-    let mut config = config;
     change(&mut config);
     let node = WorkflowNode::start(watched.client.clone(), workflows, config)
         .await

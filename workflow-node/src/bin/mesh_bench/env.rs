@@ -21,6 +21,8 @@ pub(crate) struct Env {
     /// The server's monitoring endpoint (`/varz`, `/jsz`): ours on an ephemeral loopback
     /// port, or `--monitor-url`. Without it, no server counts are reported.
     pub(crate) monitor: Option<Monitor>,
+    /// The in-process node's liveness check of calls (`--call-check`; `None`: off).
+    pub(crate) call_check: Option<Duration>,
 }
 
 impl Env {
@@ -31,6 +33,7 @@ impl Env {
                 server: None,
                 url,
                 monitor,
+                call_check: workflow_node::shell::Config::default().call_check,
             }),
             None => {
                 let server = nats_process::NatsServer::start(nats_process::Options {
@@ -44,6 +47,7 @@ impl Env {
                     server: Some(server),
                     url,
                     monitor,
+                    call_check: workflow_node::shell::Config::default().call_check,
                 })
             }
         }

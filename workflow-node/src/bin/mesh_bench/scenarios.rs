@@ -49,6 +49,7 @@ impl Mesh {
         let ns = env::namespace(scenario);
         let config = Config {
             namespace: ns.clone(),
+            call_check: env.call_check,
             ..config
         };
         let node = WorkflowNode::start(env.connect().await?, workflows, config)

@@ -3,7 +3,8 @@
 //! workflow that called this one as an agent and stopped the call).
 //!
 //! A calling workflow names the run by its own sub-task id, which is the task id the run
-//! was started with, under its name (`Mesh-Caller`). Who may cancel which run, and how a
+//! was started with, under its name (`Mesh-Caller`), and proves the cancel with the call
+//! token the run was started with (`Mesh-Call-Mac`). Who may cancel which run, and how a
 //! cancel that overtakes its run's start is kept, is `identity`'s to say. The cancel
 //! subject is taken in a queue group: recording the cancel is the same on every replica,
 //! one is enough.
@@ -13,7 +14,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use messages::a2a::{Part, TaskState};
 use messages::jsonrpc::{codes, ErrorObject, Method, Request, RequestId, TaskIdParams};
-use messages::{msg_id, subjects};
+use messages::{call_proof, msg_id, subjects};
 
 use crate::core::{Event, ExecutionId};
 use crate::definition::Workflow;
@@ -54,6 +55,10 @@ pub(in crate::shell) async fn serve(
             tracing::debug!(workflow = %workflow.name, "ignoring a non-cancel on the cancel subject");
             continue;
         };
+        if let Err(e) = identity::check_headers(msg.headers.as_ref()) {
+            tracing::warn!(workflow = %workflow.name, "ignoring a cancel: {e}");
+            continue;
+        }
         let shared = shared.clone();
         let workflow = workflow.clone();
         tokio::spawn(async move {
@@ -131,6 +136,25 @@ pub(in crate::shell) async fn cancel(
         let status = record.state.status.as_str();
         let message = format!("run {execution} already ended ({status})");
         return refuse(codes::TASK_NOT_CANCELABLE, message);
+    }
+    // A run a calling workflow started with a call token is stopped, unsigned, only by
+    // that caller: its cancel is proven with the token (see `messages::call_proof`).
+    if let (Some(token), None) = (shared.seal.token_of(&record.caller), &signer) {
+        let mac = msg
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(call_proof::CALL_MAC));
+        let proven = mac.is_some_and(|mac| {
+            call_proof::verify(&token, msg.subject.as_str(), &msg.payload, mac.as_str())
+        });
+        if !proven {
+            let why = format!(
+                "run {execution} was started by a call: only a cancel proven with its {} may stop it",
+                call_proof::CALL_MAC
+            );
+            tracing::warn!(workflow = %workflow.name, "a cancel refused: {why}");
+            return refuse(codes::NOT_PERMITTED, why);
+        }
     }
     let permitted = identity::may_cancel(
         &shared.config,

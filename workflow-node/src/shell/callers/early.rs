@@ -23,8 +23,9 @@ pub(in crate::shell) async fn bucket(
     js: &jetstream::Context,
     ns: &str,
     replicas: usize,
+    max_bytes: u64,
 ) -> Result<kv::Store> {
-    kv_bucket(js, &names::early_cancels_bucket(ns), replicas).await
+    kv_bucket(js, &names::early_cancels_bucket(ns), replicas, max_bytes).await
 }
 
 /// Who a kept cancel counts against: its signing key, else (a hash of) its caller name,

@@ -290,6 +290,15 @@ pub(in crate::shell) fn may_see(
     ))
 }
 
+/// Checks the mesh headers a request, cancel or steering message may carry (see
+/// [`messages::inbound::check_headers`]), before any is read, stored in a record or
+/// passed on.
+pub(in crate::shell) fn check_headers(
+    h: Option<&HeaderMap>,
+) -> std::result::Result<(), messages::inbound::HeaderError> {
+    messages::inbound::check_headers(|name| Some(h?.get(name)?.as_str()))
+}
+
 /// The caller's name (`Mesh-Caller`), which scopes its task ids; `None` when absent or
 /// blank. Requests, cancels and steering all name their caller by it.
 pub(in crate::shell) fn caller_name(msg: &async_nats::Message) -> Option<String> {

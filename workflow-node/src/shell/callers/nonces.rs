@@ -44,8 +44,9 @@ pub(in crate::shell) async fn bucket(
     js: &jetstream::Context,
     ns: &str,
     replicas: usize,
+    max_bytes: u64,
 ) -> Result<kv::Store> {
-    kv_bucket(js, &names::nonces_bucket(ns), replicas).await
+    kv_bucket(js, &names::nonces_bucket(ns), replicas, max_bytes).await
 }
 
 /// Records the nonce of the signed request `headers` (verified before) as used; refuses

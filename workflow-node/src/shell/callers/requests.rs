@@ -28,7 +28,7 @@ use messages::a2a::{Message, Part, TaskState};
 use messages::control::{WorkflowRetry, WorkflowRunControl};
 use messages::jsonrpc::{codes, ErrorObject, Method, Request};
 use messages::workflow::{Decision, WorkflowApprovalDecision, WorkflowNodeRequest, PIN_VERSION};
-use messages::{headers, msg_id, subjects};
+use messages::{call_proof, headers, inbound, msg_id, subjects};
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
@@ -93,7 +93,13 @@ pub(in crate::shell) async fn serve(
                 .or_else(|| header(msg.headers.as_ref(), headers::REPLY_TO));
             if let Some(answer) = handle(&shared, &workflow, &msg, reply_to.clone()).await {
                 if let Some(to) = reply_to {
-                    let _ = shared.client.publish(to, answer.into()).await;
+                    // A caller that sent a call token drops answers not proven with it.
+                    let token = call_token(msg.headers.as_ref()).ok().flatten();
+                    let h = shared.seal.answer_headers(token.as_deref(), &to, &answer);
+                    let _ = shared
+                        .client
+                        .publish_with_headers(to, h, answer.into())
+                        .await;
                 }
             }
         });
@@ -102,34 +108,45 @@ pub(in crate::shell) async fn serve(
 }
 
 /// Checks every subject a request asks to be answered on (see
-/// [`subjects::check_reply`]): the first refused, and where the refusal may be answered
-/// (the request's NATS reply, when that one is allowed).
+/// [`subjects::AnswerTo::screen`]) and the mesh headers it carries (see
+/// [`inbound::check_value`]): the first refusal, and where it may be answered (the
+/// request's NATS reply, when that one is allowed).
 fn screen(
     ns: &str,
     msg: &async_nats::Message,
-) -> std::result::Result<(), (subjects::ReplySubjectError, Option<String>)> {
-    let nats_reply = msg.reply.as_ref().map(|r| r.to_string());
-    let asked = [
-        nats_reply.clone(),
-        header(msg.headers.as_ref(), headers::REPLY_TO),
-        header(msg.headers.as_ref(), headers::STATUS_TO),
-    ];
-    let Some(refusal) = asked
-        .iter()
-        .flatten()
-        .find_map(|s| subjects::check_reply(ns, s).err())
-    else {
-        return Ok(());
+) -> std::result::Result<(), (String, Option<String>)> {
+    let reply_to = header(msg.headers.as_ref(), headers::REPLY_TO);
+    let status_to = header(msg.headers.as_ref(), headers::STATUS_TO);
+    let asked = subjects::AnswerTo {
+        nats_reply: msg.reply.as_deref(),
+        reply_to: reply_to.as_deref(),
+        status_to: status_to.as_deref(),
     };
-    let answer_to = nats_reply.filter(|r| subjects::check_reply(ns, r).is_ok());
-    Err((refusal, answer_to))
+    asked
+        .screen(ns)
+        .map_err(|(refusal, to)| (refusal.to_string(), to.map(str::to_owned)))?;
+    identity::check_headers(msg.headers.as_ref()).map_err(|refusal| {
+        let to = msg.reply.as_ref().map(|r| r.to_string());
+        (refusal.to_string(), to)
+    })
 }
 
-/// The JSON-RPC error answering a request whose reply or status subject is refused.
-fn refused(msg: &async_nats::Message, refusal: &subjects::ReplySubjectError) -> Vec<u8> {
+/// The JSON-RPC error answering a request refused before it is read.
+fn refused(msg: &async_nats::Message, refusal: &str) -> Vec<u8> {
     let id = Request::from_slice(&msg.payload).ok().map(|r| r.id);
-    let e = ErrorObject::new(codes::INVALID_PARAMS, refusal.to_string());
+    let e = ErrorObject::new(codes::INVALID_PARAMS, refusal);
     wire::error_response(id, e)
+}
+
+/// The request's `Mesh-Call-Token`, when it carries one; an error when it is malformed.
+fn call_token(h: Option<&HeaderMap>) -> std::result::Result<Option<String>, String> {
+    match header(h, call_proof::CALL_TOKEN) {
+        None => Ok(None),
+        Some(token) => match call_proof::check_token(&token) {
+            Ok(()) => Ok(Some(token)),
+            Err(e) => Err(e.to_string()),
+        },
+    }
 }
 
 fn header(h: Option<&HeaderMap>, name: &str) -> Option<String> {
@@ -409,6 +426,10 @@ async fn start(
         Ok(input) => input,
         Err(text) => return refuse(text),
     };
+    let token = match call_token(h) {
+        Ok(token) => token,
+        Err(e) => return refuse(e),
+    };
     let workflow_caller = message.find_data::<WorkflowNodeRequest>().is_some();
     let caller = Caller {
         reply_to,
@@ -416,12 +437,14 @@ async fn start(
         request_id: id.clone(),
         context_id: message.context_id.clone(),
         call_depth: depth,
-        traceparent: header(h, headers::TRACEPARENT),
+        traceparent: header(h, headers::TRACEPARENT)
+            .filter(|tp| inbound::traceparent(tp).is_some()),
         workflow_caller,
         sub_task_id: workflow_caller.then(|| task_key.clone()),
         attached: false,
         name: caller_name(msg),
         signer,
+        call_token: token.as_deref().map(|t| shared.seal.wrap_token(t)),
     };
     // A plain start goes into the stream before the run is looked up, so that a worker
     // takes it while this replica looks: the look-up decides only what the caller is told.
@@ -445,6 +468,16 @@ async fn start(
         );
         if let Err(why) = owner {
             return refuse(why);
+        }
+        // A run started with a call token is that call's alone: a request naming it by its
+        // task id without the token (a forger that learned the id) neither joins it nor is
+        // answered from it, and a call whose task id a forger took first is refused, not
+        // answered with the forger's run.
+        if shared.seal.token_of(&record.caller) != token {
+            return refuse(format!(
+                "task '{task_key}' names a run started by another call (its {} differs)",
+                call_proof::CALL_TOKEN
+            ));
         }
     }
     let outcome = match found {
@@ -618,7 +651,15 @@ async fn accept(shared: &Shared, workflow: &Workflow, execution: &ExecutionId, c
     };
     let text = Part::text(format!("accepted as run {execution} of {}", workflow.name));
     let bytes = reply::status_update(caller, execution, TaskState::Submitted, vec![text]);
-    if let Err(e) = shared.client.publish(status_to.clone(), bytes.into()).await {
+    let token = shared.seal.token_of(caller);
+    let h = shared
+        .seal
+        .answer_headers(token.as_deref(), status_to, &bytes);
+    if let Err(e) = shared
+        .client
+        .publish_with_headers(status_to.clone(), h, bytes.into())
+        .await
+    {
         tracing::debug!("telling a caller that run {execution} was accepted failed: {e}");
     }
 }
@@ -653,8 +694,16 @@ async fn answer_ended(
             let ending = ended_run(shared, execution, record).await?;
             let dialect = shared.config.dialect;
             let reply = reply::final_reply(workflow, execution, caller, &ending, dialect);
+            let token = shared.seal.token_of(caller);
             markers
-                .send(&marker, claim, address, reply, ending.status)
+                .send(
+                    &marker,
+                    claim,
+                    address,
+                    reply,
+                    ending.status,
+                    token.as_deref(),
+                )
                 .await?
         }
         None => false,
@@ -666,7 +715,14 @@ async fn answer_ended(
                 "run {execution} has ended: its final reply is on its way to this address"
             ));
             let bytes = reply::status_update(caller, execution, TaskState::Working, vec![text]);
-            let _ = shared.client.publish(status_to.clone(), bytes.into()).await;
+            let token = shared.seal.token_of(caller);
+            let h = shared
+                .seal
+                .answer_headers(token.as_deref(), status_to, &bytes);
+            let _ = shared
+                .client
+                .publish_with_headers(status_to.clone(), h, bytes.into())
+                .await;
         }
     }
     // Sent (and marked so) here, not returned: the mark must follow the reply.

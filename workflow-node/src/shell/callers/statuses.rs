@@ -17,8 +17,8 @@ use std::sync::Arc;
 use futures::StreamExt;
 use messages::a2a::{AgentReply, Part};
 use messages::jsonrpc::{Outcome, Response};
-use messages::subjects;
 use messages::workflow::WorkflowAgentStatus;
+use messages::{call_proof, subjects};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -65,12 +65,25 @@ pub(in crate::shell) async fn serve(
         })
         .collect();
     while let Some(msg) = sub.next().await {
-        // Only whoever received the call knows its token.
-        let wire_id = subjects::last_token(&msg.subject);
-        if let Err(e) = shared.seal.check_call(&workflow.name, wire_id) {
+        // Only whoever received the call knows its token, which proves the update.
+        let sub_task_id = subjects::last_token(&msg.subject);
+        let mac = msg
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(call_proof::CALL_MAC));
+        if let Err(e) = shared.seal.check_call(
+            &workflow.name,
+            sub_task_id,
+            &msg.subject,
+            &msg.payload,
+            mac.map(|v| v.as_str()),
+        ) {
             tracing::warn!("dropping a status update on {}: {e}", msg.subject);
+            shared.metrics.unproven(&workflow.name, "status");
             continue;
         }
+        // A sign of life of the call, heartbeat or not (see `run::check`).
+        shared.signs.note(sub_task_id);
         let Some(update) = interpret(&msg.subject, &msg.payload) else {
             continue;
         };
@@ -106,8 +119,7 @@ pub struct AgentUpdate {
 /// update of one of a run's calls that carries a message; `None` for a bare sign of life,
 /// and for anything unreadable (logged).
 pub fn interpret(subject: &str, payload: &[u8]) -> Option<AgentUpdate> {
-    // The call's token (see `seal`) stays here: callers see the plain id.
-    let sub_task_id = crate::shell::mesh::seal::plain_id(subjects::last_token(subject));
+    let sub_task_id = subjects::last_token(subject);
     let Some((execution, task, attempt)) = TaskKey::parse_sub_task_id(sub_task_id) else {
         tracing::warn!("dropping a status update on {subject}: not a sub-task id of ours");
         return None;

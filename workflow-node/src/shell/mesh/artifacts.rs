@@ -31,6 +31,7 @@ impl Artifacts {
         replicas: usize,
         retention: Duration,
         max_bytes: u64,
+        limits: &crate::limits::StoreLimits,
     ) -> Artifacts {
         let client = js.client();
         Artifacts {
@@ -39,9 +40,11 @@ impl Artifacts {
                 .read_directly()
                 .replicas(replicas)
                 .max_age(retention)
-                .max_bytes(usize::try_from(max_bytes).unwrap_or(usize::MAX)),
+                .max_bytes(usize::try_from(max_bytes).unwrap_or(usize::MAX))
+                .capacity(limits.artifacts),
             card_objects: ArtifactStore::in_bucket(client, subjects::cards_bucket(ns))
-                .replicas(replicas),
+                .replicas(replicas)
+                .capacity(limits.cards),
         }
     }
 

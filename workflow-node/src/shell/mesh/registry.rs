@@ -17,8 +17,9 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
+use agent_sdk::pings::PingGate;
 use agent_sdk::CardCache;
 use futures::StreamExt;
 use messages::card::AgentCard;
@@ -156,8 +157,10 @@ pub async fn full_card(
 }
 
 /// Publishes our cards (`wire`, from [`wire_cards`]), each copy signed by `signer`, at
-/// start, every interval, and on every discovery ping (`pings`). A card that cannot be
-/// published is logged with its name and size, and the others, and later rounds, go on.
+/// start, every interval, and in answer to discovery pings (`pings`), at most once per
+/// `agent_sdk::pings::PING_ANSWER_GAP` however many arrive (see `agent_sdk::pings`). A card
+/// that cannot be published is logged with its name and size, and the others, and later
+/// rounds, go on.
 pub(in crate::shell) async fn publish_cards(
     client: async_nats::Client,
     ns: String,
@@ -166,20 +169,29 @@ pub(in crate::shell) async fn publish_cards(
     mut pings: async_nats::Subscriber,
 ) {
     let mut tick = tokio::time::interval(interval);
+    let mut gate = PingGate::default();
+    let mut pinging = true;
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            ping = pings.next() => if ping.is_none() {
-                tracing::warn!("the discovery-ping subscription ended: cards go out on the \
-                                interval only");
-                break;
+        let owed = gate.due();
+        let owed_at = tokio::time::Instant::from_std(owed.unwrap_or_else(Instant::now));
+        let for_pings = tokio::select! {
+            _ = tick.tick() => false,
+            _ = tokio::time::sleep_until(owed_at), if owed.is_some() => true,
+            ping = pings.next(), if pinging => match ping {
+                Some(_) if gate.ping(Instant::now()) => true,
+                Some(_) => continue,
+                None => {
+                    tracing::warn!("the discovery-ping subscription ended: cards go out on \
+                                    the interval only");
+                    pinging = false;
+                    continue;
+                }
             },
+        };
+        publish_round(&client, &ns, &wire, &signer).await;
+        if for_pings {
+            gate.published(Instant::now());
         }
-        publish_round(&client, &ns, &wire, &signer).await;
-    }
-    loop {
-        tick.tick().await;
-        publish_round(&client, &ns, &wire, &signer).await;
     }
 }
 

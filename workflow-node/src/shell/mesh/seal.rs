@@ -3,11 +3,14 @@
 //! Every replica of a deployment shares one secret, kept in KV bucket `{ns}_wf_secrets`
 //! (made by the first replica, read by the others; under the shipped permissions only
 //! workflow-node users can read it). From it come:
-//! - **call tokens**: a call's sub-task id goes on the wire as `{id}-{token}`, the token an
-//!   HMAC of the workflow and the id. Only whoever received the call knows it, so a reply
-//!   or status update for a call is accepted only with the right token; and since agents
-//!   use the task id as the reply's de-duplication id, a forger cannot pre-empt the real
-//!   reply in the stream either.
+//! - **call tokens**: a call goes out with header `Mesh-Call-Token`, an HMAC of the
+//!   workflow and the sub-task id, which any replica derives again (nothing is stored).
+//!   Only the agent that received the call learns it (the request subject is read by
+//!   callees only; the sub-task id itself carries no secret), and a reply or status update
+//!   for the call counts only with its `Mesh-Call-Mac` (see `messages::call_proof`).
+//! - **wrapped tokens**: a call token this node received as a callee (a workflow called by
+//!   another) is kept in the run's record encrypted, so that readers of the runs bucket
+//!   and the event stream never learn it, while any replica can prove the run's answers.
 //! - **event MACs**: an event a replica publishes into a run's stream carries an HMAC of
 //!   its subject, de-duplication id and payload in header `Mesh-Event-Mac`; an event
 //!   without a valid one (a forged start, cancel, decision or timer) is refused.
@@ -22,16 +25,20 @@
 //!   same key with no key file to distribute, and it changes when the secret does.
 
 use async_nats::jetstream::{self, kv};
+use async_nats::HeaderMap;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use crate::shell::error::{Context, Error, Result};
+use crate::shell::run::envelope::Caller;
 use crate::shell::run::names;
 
 /// The key under which the secret is stored.
 const SECRET_KEY: &str = "calls";
 /// Hex characters of a call token (128 bits of HMAC).
-const TOKEN_HEX: usize = messages::sub_task::TOKEN_HEX;
+const TOKEN_HEX: usize = 32;
+/// The prefix of a wrapped token (the version of its format).
+const WRAPPED: &str = "v1:";
 /// Hex characters of a de-duplication id's tag (128 bits of HMAC).
 const MSG_ID_TAG_HEX: usize = 32;
 
@@ -41,12 +48,12 @@ pub const EVENT_MAC: &str = "Mesh-Event-Mac";
 /// Why a call's reply or status update is not accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SealError {
-    /// The sub-task id has no token (`{id}-{token}`).
-    #[error("sub-task id '{0}' carries no call token")]
-    NoToken(String),
-    /// The token is not the one the call was sent with.
-    #[error("sub-task id '{0}' carries a wrong call token")]
-    WrongToken(String),
+    /// The message carries no `Mesh-Call-Mac`.
+    #[error("it carries no Mesh-Call-Mac: only the agent that received the call can answer it")]
+    NoMac,
+    /// The MAC is not the one the call's token gives for this subject and payload.
+    #[error("its Mesh-Call-Mac does not match: forged, altered or meant for another subject")]
+    WrongMac,
 }
 
 /// The deployment's secret, and what is derived from it.
@@ -75,6 +82,7 @@ impl Seal {
         js: &jetstream::Context,
         ns: &str,
         replicas: usize,
+        max_bytes: u64,
     ) -> Result<Seal> {
         let bucket = names::secrets_bucket(ns);
         let setup = |e: async_nats::Error| Error::Setup {
@@ -88,6 +96,7 @@ impl Seal {
                     bucket: bucket.clone(),
                     history: 1,
                     num_replicas: replicas,
+                    max_bytes: crate::shell::mesh::setup::bytes_limit(max_bytes),
                     ..Default::default()
                 })
                 .await
@@ -130,7 +139,9 @@ impl Seal {
         agent_sdk::Signer::from_raw_seed(seed)
     }
 
-    fn token(&self, workflow: &str, sub_task_id: &str) -> String {
+    /// The call token of `sub_task_id` of `workflow`: 32 lowercase hex characters, sent
+    /// only in the request's `Mesh-Call-Token`.
+    pub fn call_token(&self, workflow: &str, sub_task_id: &str) -> String {
         let bytes = self
             .mac(&[b"call", workflow.as_bytes(), sub_task_id.as_bytes()])
             .finalize()
@@ -151,28 +162,85 @@ impl Seal {
         format!("{stem}.{}{suffix}", hex::encode(&bytes[..16]))
     }
 
-    /// The id a call of `workflow` goes out with: `{sub_task_id}-{token}`.
-    pub fn call_id(&self, workflow: &str, sub_task_id: &str) -> String {
-        format!("{sub_task_id}-{}", self.token(workflow, sub_task_id))
-    }
-
-    /// The sub-task id inside `wire_id`, when its token is the one [`Seal::call_id`] gave.
-    pub fn check_call<'a>(
+    /// Whether a reply or status update of call `sub_task_id` of `workflow`, published to
+    /// `subject` with `payload`, carries the MAC its token gives (`mac`, the message's
+    /// `Mesh-Call-Mac`).
+    pub fn check_call(
         &self,
         workflow: &str,
-        wire_id: &'a str,
-    ) -> std::result::Result<&'a str, SealError> {
-        let id = plain_id(wire_id);
-        if id.len() == wire_id.len() {
-            return Err(SealError::NoToken(wire_id.to_owned()));
+        sub_task_id: &str,
+        subject: &str,
+        payload: &[u8],
+        mac: Option<&str>,
+    ) -> std::result::Result<(), SealError> {
+        let mac = mac.ok_or(SealError::NoMac)?;
+        let token = self.call_token(workflow, sub_task_id);
+        if messages::call_proof::verify(&token, subject, payload, mac) {
+            Ok(())
+        } else {
+            Err(SealError::WrongMac)
         }
-        let Ok(given) = hex::decode(&wire_id[id.len() + 1..]) else {
-            return Err(SealError::NoToken(wire_id.to_owned()));
-        };
-        self.mac(&[b"call", workflow.as_bytes(), id.as_bytes()])
-            .verify_truncated_left(&given)
-            .map(|()| id)
-            .map_err(|_| SealError::WrongToken(wire_id.to_owned()))
+    }
+
+    /// `token` encrypted under the deployment secret, to be kept where others read:
+    /// `v1:{nonce}:{token XOR pad}` in hex, the nonce random (16 bytes) and the pad the
+    /// HMAC of the nonce (extended by counter), so equal tokens wrap differently.
+    pub fn wrap_token(&self, token: &str) -> String {
+        let nonce = uuid::Uuid::new_v4();
+        let sealed = self.xor_pad(nonce.as_bytes(), token.as_bytes());
+        format!(
+            "{WRAPPED}{}:{}",
+            hex::encode(nonce.as_bytes()),
+            hex::encode(sealed)
+        )
+    }
+
+    /// The token [`Seal::wrap_token`] wrapped; `None` for anything else (what another
+    /// secret unwraps is no token).
+    pub fn unwrap_token(&self, wrapped: &str) -> Option<String> {
+        let (nonce, sealed) = wrapped.strip_prefix(WRAPPED)?.split_once(':')?;
+        let (nonce, sealed) = (hex::decode(nonce).ok()?, hex::decode(sealed).ok()?);
+        String::from_utf8(self.xor_pad(&nonce, &sealed))
+            .ok()
+            .filter(|t| messages::call_proof::check_token(t).is_ok())
+    }
+
+    fn xor_pad(&self, nonce: &[u8], data: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(data.len());
+        for (n, chunk) in data.chunks(32).enumerate() {
+            let block = (n as u64).to_be_bytes();
+            let pad = self.mac(&[b"wrap", nonce, &block]).finalize().into_bytes();
+            out.extend(chunk.iter().zip(pad.iter()).map(|(d, p)| d ^ p));
+        }
+        out
+    }
+
+    /// The call token `caller` sent (its `Mesh-Call-Token`), unwrapped from its record;
+    /// `None` for a caller that sent none, or whose wrapped token this deployment cannot
+    /// read (its answers then go unproven, and that caller drops them).
+    pub(in crate::shell) fn token_of(&self, caller: &Caller) -> Option<String> {
+        let wrapped = caller.call_token.as_deref()?;
+        let token = self.unwrap_token(wrapped);
+        if token.is_none() {
+            tracing::warn!("a caller's wrapped call token cannot be read: its answers go unproven");
+        }
+        token
+    }
+
+    /// Headers of an answer to a caller that sent `token`, published to `subject` with
+    /// `payload`: its `Mesh-Call-Mac` (none without a token).
+    pub(in crate::shell) fn answer_headers(
+        &self,
+        token: Option<&str>,
+        subject: &str,
+        payload: &[u8],
+    ) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        if let Some(token) = token {
+            let mac = messages::call_proof::mac(token, subject, payload);
+            h.insert(messages::call_proof::CALL_MAC, mac.as_str());
+        }
+        h
     }
 
     /// The de-duplication id of `fact` (one of `messages::msg_id`'s readable ids):
@@ -206,11 +274,6 @@ impl Seal {
     }
 }
 
-/// The sub-task id of a wire id, token or not, for routing before the token is checked.
-pub fn plain_id(wire_id: &str) -> &str {
-    messages::sub_task::without_token(wire_id)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,33 +287,65 @@ mod tests {
     }
 
     #[test]
-    fn call_ids_verify_only_with_their_token() {
+    fn replies_verify_only_with_their_calls_token() {
         let seal = Seal::new(b"secret");
-        let id = seal.call_id("Wf", "e1_check-stock_0_2");
-        assert!(id.starts_with("e1_check-stock_0_2-"), "{id}");
-        assert_eq!(seal.check_call("Wf", &id), Ok("e1_check-stock_0_2"));
-        assert_eq!(plain_id(&id), "e1_check-stock_0_2");
-        // Another workflow, another secret, another id, or no token: refused.
-        assert!(matches!(
-            seal.check_call("Other", &id),
-            Err(SealError::WrongToken(_))
-        ));
-        assert!(Seal::new(b"other").check_call("Wf", &id).is_err());
-        let forged = format!("e1_check-stock_0_3-{}", &id[id.len() - TOKEN_HEX..]);
-        assert!(seal.check_call("Wf", &forged).is_err());
-        assert!(matches!(
-            seal.check_call("Wf", "e1_check-stock_0_2"),
-            Err(SealError::NoToken(_))
-        ));
-        assert!(matches!(
-            seal.check_call("Wf", "e1_n_0_2-zz"),
-            Err(SealError::NoToken(_))
-        ));
-        // Retries of one call share their slot key.
+        let token = seal.call_token("Wf", "e1_check-stock_0_2");
+        assert_eq!(token.len(), TOKEN_HEX);
+        assert_eq!(messages::call_proof::check_token(&token), Ok(()));
+        let subject = "mesh.a2a.v1.agent.response.Wf.e1_check-stock_0_2";
+        let mac = messages::call_proof::mac(&token, subject, b"{}");
+        let check = |wf: &str, id: &str, subject: &str, payload: &[u8], mac: Option<&str>| {
+            seal.check_call(wf, id, subject, payload, mac)
+        };
         assert_eq!(
-            messages::sub_task::slot_key(&seal.call_id("Wf", "e1_n_0_1")),
-            messages::sub_task::slot_key(&seal.call_id("Wf", "e1_n_0_2"))
+            check("Wf", "e1_check-stock_0_2", subject, b"{}", Some(&mac)),
+            Ok(())
         );
+        // Another workflow, call, subject, payload or secret, or no MAC: refused.
+        let wrong = Err(SealError::WrongMac);
+        assert_eq!(
+            check("Other", "e1_check-stock_0_2", subject, b"{}", Some(&mac)),
+            wrong
+        );
+        assert_eq!(
+            check("Wf", "e1_check-stock_0_3", subject, b"{}", Some(&mac)),
+            wrong
+        );
+        let status = "mesh.a2a.v1.agent.status.Wf.e1_check-stock_0_2";
+        assert_eq!(
+            check("Wf", "e1_check-stock_0_2", status, b"{}", Some(&mac)),
+            wrong
+        );
+        assert_eq!(
+            check("Wf", "e1_check-stock_0_2", subject, b"[]", Some(&mac)),
+            wrong
+        );
+        let other = Seal::new(b"other");
+        assert_eq!(
+            other.check_call("Wf", "e1_check-stock_0_2", subject, b"{}", Some(&mac)),
+            wrong
+        );
+        assert_eq!(
+            check("Wf", "e1_check-stock_0_2", subject, b"{}", None),
+            Err(SealError::NoMac)
+        );
+    }
+
+    #[test]
+    fn wrapped_tokens_hide_the_token_and_unwrap_only_under_the_secret() {
+        let seal = Seal::new(b"secret");
+        let token = "0123456789abcdef0123456789abcdef0123456789abcdef";
+        let wrapped = seal.wrap_token(token);
+        assert!(
+            !wrapped.contains(token) && !wrapped.contains(&token[..16]),
+            "{wrapped}"
+        );
+        assert_ne!(wrapped, seal.wrap_token(token), "a fresh nonce each time");
+        assert_eq!(seal.unwrap_token(&wrapped).as_deref(), Some(token));
+        assert_eq!(Seal::new(b"other").unwrap_token(&wrapped), None);
+        for garbage in ["", "v1:", "v1:zz:00", "v2:00:00", token] {
+            assert_eq!(seal.unwrap_token(garbage), None, "{garbage}");
+        }
     }
 
     #[test]

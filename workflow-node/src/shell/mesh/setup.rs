@@ -36,12 +36,14 @@ where
 }
 
 /// Finds or creates a KV bucket whose keys may expire (per-message TTL, nats-server
-/// 2.11+): what an ended run leaves behind expires after the retention, and purge markers
-/// after a second. A bucket made by an older version is given the TTLs it lacks.
+/// 2.11+), holding at most `max_bytes` (see `crate::limits::StoreLimits`): what an ended
+/// run leaves behind expires after the retention, and purge markers after a second. A
+/// bucket made by an older version is given the TTLs and the byte limit it lacks.
 pub(in crate::shell) async fn kv_bucket(
     js: &jetstream::Context,
     bucket: &str,
     replicas: usize,
+    max_bytes: u64,
 ) -> Result<kv::Store> {
     let setup = |e: async_nats::Error| Error::Setup {
         resource: format!("bucket {bucket}"),
@@ -50,10 +52,13 @@ pub(in crate::shell) async fn kv_bucket(
     if let Ok(store) = js.get_key_value(bucket).await {
         let mut stream = store.stream.clone();
         let info = stream.info().await.map_err(|e| setup(e.into()))?;
-        if !info.config.allow_message_ttl {
-            let mut config = info.config.clone();
+        let mut config = info.config.clone();
+        if !config.allow_message_ttl {
             config.allow_message_ttl = true;
             config.subject_delete_marker_ttl = Some(Duration::from_secs(1));
+        }
+        config.max_bytes = bytes_limit(max_bytes);
+        if config != info.config {
             js.update_stream(config)
                 .await
                 .map_err(|e| setup(e.into()))?;
@@ -65,6 +70,7 @@ pub(in crate::shell) async fn kv_bucket(
         history: 1,
         num_replicas: replicas,
         limit_markers: Some(Duration::from_secs(1)),
+        max_bytes: bytes_limit(max_bytes),
         ..Default::default()
     };
     match js.create_key_value(config).await {
@@ -72,4 +78,25 @@ pub(in crate::shell) async fn kv_bucket(
         // Another replica created it in between.
         Err(_) => js.get_key_value(bucket).await.map_err(|e| setup(e.into())),
     }
+}
+
+/// `max_bytes` as JetStream writes a byte limit.
+pub(in crate::shell) fn bytes_limit(max_bytes: u64) -> i64 {
+    i64::try_from(max_bytes).unwrap_or(i64::MAX)
+}
+
+/// Gives stream `stream` (found, maybe made by an older version without a byte limit) the
+/// byte limit `max_bytes`, when it has another.
+pub(in crate::shell) async fn limit_stream(
+    js: &jetstream::Context,
+    stream: &mut jetstream::stream::Stream,
+    max_bytes: u64,
+) -> std::result::Result<(), async_nats::Error> {
+    let info = stream.info().await?;
+    if info.config.max_bytes != bytes_limit(max_bytes) {
+        let mut config = info.config.clone();
+        config.max_bytes = bytes_limit(max_bytes);
+        js.update_stream(config).await?;
+    }
+    Ok(())
 }

@@ -79,4 +79,9 @@ pub struct Caller {
     /// kept for a run not started yet, the key that signed the cancel.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signer: Option<String>,
+    /// The call token the request carried (`Mesh-Call-Token`), wrapped under the deployment
+    /// secret (see `seal`): readers of the runs bucket and the event stream never learn it,
+    /// and any replica proves the run's answers to this caller with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_token: Option<String>,
 }

@@ -10,6 +10,7 @@
 //! - `outbox`: the commands a commit holds until they are carried out.
 //! - `apart`: the items and results of large maps, and large outputs, kept beside the
 //!   run's entry.
+//! - `check`: the liveness check of a run's calls in flight (a silent call is sent again).
 //! - `wake`: a run's pending timers and the one wake entry armed for them.
 //! - `history`: the entries of a run's history, and when they are held or sent.
 //! - `observed`: what a committed event did (runs, nodes, attempts ended), for metrics.
@@ -22,6 +23,7 @@
 
 pub mod apart;
 pub(in crate::shell) mod backoff;
+pub mod check;
 pub(in crate::shell) mod envelope;
 pub mod history;
 pub(in crate::shell) mod identity;

@@ -33,6 +33,7 @@ use std::collections::BTreeSet;
 use crate::core::{self, Command, Detail, Event, Execution, ExecutionId, Millis, NodeStatus};
 use crate::definition::Workflow;
 use crate::shell::run::apart::{self, Write};
+use crate::shell::run::check::{self, Liveness};
 use crate::shell::run::envelope::Caller;
 use crate::shell::run::envelope::Envelope;
 use crate::shell::run::history::{self, HistoryEntry};
@@ -73,6 +74,8 @@ pub(in crate::shell) struct Stamp<'a> {
     pub(in crate::shell) now: Millis,
     /// The replica planning it, named in the history.
     pub(in crate::shell) replica: &'a str,
+    /// How the run's calls in flight are checked for signs of life (see `check`).
+    pub(in crate::shell) liveness: Liveness<'a>,
 }
 
 /// One compare-and-swap write of the run's entry.
@@ -516,7 +519,13 @@ fn apply(
     // learns of them. The copy is of the control state only (see `core::control`): it
     // costs nothing per byte of input, output or map item.
     let before = record.state.control();
-    let (commands, fired) = apply_events(workflow, &mut record, envelope, now);
+    let Applied {
+        mut commands,
+        fired,
+        copies,
+        checked,
+        checks_moved,
+    } = apply_events(workflow, &mut record, envelope, now, stamp.liveness);
     // What the metrics and spans see: for a wake, every timer it fired.
     let fired_events: Vec<Event> = match envelope.wake {
         Some(_) => fired
@@ -548,12 +557,18 @@ fn apply(
     let next = record.applied + 1;
     let wake = wake::rewake(
         &mut record.timers,
+        check::earliest(&record.checks),
         &mut record.wake,
         record.state.status.is_terminal(),
         envelope.wake,
         next,
     );
-    if commands.is_empty() && wake.is_none() && record.state.control() == before {
+    if commands.is_empty()
+        && copies.is_empty()
+        && wake.is_none()
+        && record.state.control() == before
+        && !checks_moved
+    {
         if from_cache {
             return Ok(Plan::Reload);
         }
@@ -567,9 +582,15 @@ fn apply(
     let results = apart::item_results(workflow, &record, &envelope.event);
     let after = apart::result_writes(run_key, &results)?;
     note(&mut record, &commands, now);
+    // Copies of silent calls go out with the commands, but count as no new attempt.
+    commands.extend(copies);
     let mut entry = history_entry(&mut record, envelope, stamp);
     if envelope.wake.is_some() {
-        let keys: Vec<String> = fired.iter().map(core::TimerId::key).collect();
+        let keys: Vec<String> = fired
+            .iter()
+            .map(core::TimerId::key)
+            .chain(checked.iter().map(|id| format!("check-{id}")))
+            .collect();
         entry.detail = Some(match keys.is_empty() {
             true => "wake: no timer due".into(),
             false => format!("wake: {}", keys.join(", ")),
@@ -639,15 +660,31 @@ fn apply(
     })))
 }
 
-/// Applies the envelope's event to the run's state, keeping its pending timers in step;
-/// for a wake, `TimerFired` for every pending timer due by it instead, earliest first
-/// (see `wake`). The commands, and the timers a wake fired.
+/// What [`apply_events`] did.
+struct Applied {
+    /// The core's commands.
+    commands: Vec<Command>,
+    /// The timers a wake fired.
+    fired: Vec<core::TimerId>,
+    /// Copies of silent calls to send again.
+    copies: Vec<Command>,
+    /// The sub-task ids of the calls a wake checked.
+    checked: Vec<String>,
+    /// Whether the run's checks changed (armed, re-armed or dropped): the record must be
+    /// committed even without a command.
+    checks_moved: bool,
+}
+
+/// Applies the envelope's event to the run's state, keeping its pending timers and its
+/// calls' checks in step; for a wake, `TimerFired` for every pending timer due by it
+/// instead, earliest first (see `wake`), then the checks due by it (see `check`).
 fn apply_events(
     workflow: &Workflow,
     record: &mut RunRecord,
     envelope: &Envelope,
     now: Millis,
-) -> (Vec<Command>, Vec<core::TimerId>) {
+    liveness: Liveness<'_>,
+) -> Applied {
     let Some(fired_wake) = envelope.wake else {
         let commands = core::apply(workflow, &mut record.state, envelope.event.clone(), now);
         if let Event::TimerFired { timer } = &envelope.event {
@@ -655,7 +692,15 @@ fn apply_events(
             record.timers.remove(&timer.key());
         }
         wake::track(&mut record.timers, &commands);
-        return (commands, Vec::new());
+        let window = liveness.window;
+        let checks_moved = check::track(&mut record.checks, &record.state, &commands, now, window);
+        return Applied {
+            commands,
+            fired: Vec::new(),
+            copies: Vec::new(),
+            checked: Vec::new(),
+            checks_moved,
+        };
     };
     // The replica that fired the wake found it due by its clock; the core tolerates that
     // much skew (and ignores a timer fired earlier than that).
@@ -671,7 +716,17 @@ fn apply_events(
         wake::track(&mut record.timers, &out);
         commands.extend(out);
     }
-    (commands, due)
+    let window = liveness.window;
+    let tracked = check::track(&mut record.checks, &record.state, &commands, now, window);
+    let checks = &mut record.checks;
+    let (copies, checked) = check::fire(workflow, &mut record.state, checks, cutoff, now, liveness);
+    Applied {
+        commands,
+        fired: due,
+        copies,
+        checks_moved: tracked || !checked.is_empty(),
+        checked,
+    }
 }
 
 /// What happens to the keys beside an entry when its run ends.

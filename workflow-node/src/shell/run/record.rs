@@ -7,6 +7,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 use crate::core::{Command, Execution, Millis, TaskKey};
+use crate::shell::run::check::CallCheck;
 use crate::shell::run::envelope::Caller;
 use crate::shell::run::history::HistoryEntry;
 use crate::shell::run::spans::{CallTimes, EndedSpan};
@@ -122,6 +123,10 @@ pub struct RunRecord {
     /// wake fires them (see `wake`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub timers: BTreeMap<String, PendingTimer>,
+    /// The liveness checks of the calls in flight, by call: the wake stands for the
+    /// earliest of them too (see `check`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub checks: BTreeMap<TaskKey, CallCheck>,
     /// The run's wake entry in the wakes bucket, as last armed by a commit: no later
     /// than the earliest of `timers`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -160,6 +165,7 @@ impl RunRecord {
             attempts: BTreeMap::new(),
             asks: BTreeMap::new(),
             timers: BTreeMap::new(),
+            checks: BTreeMap::new(),
             wake: None,
             outputs_measured: BTreeMap::new(),
             entry_bytes: 0,

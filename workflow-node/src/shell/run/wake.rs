@@ -98,11 +98,13 @@ pub(in crate::shell) fn take_due(
 }
 
 /// After a commit's events are applied: what becomes of the run's wake (`wake`, for its
-/// pending `timers`; `ended` when the run has ended). `fired` is the wake whose firing the
-/// commit applies, if any (its entry is gone once it fired); `n` numbers the commit.
-/// Changes `wake` and says what to write, if anything.
+/// pending `timers` and the earliest of its calls' liveness checks, `check`; `ended` when
+/// the run has ended). `fired` is the wake whose firing the commit applies, if any (its
+/// entry is gone once it fired); `n` numbers the commit. Changes `wake` and says what to
+/// write, if anything.
 pub(in crate::shell) fn rewake(
     timers: &mut BTreeMap<String, PendingTimer>,
+    check: Option<Millis>,
     wake: &mut Option<Wake>,
     ended: bool,
     fired: Option<Wake>,
@@ -112,13 +114,21 @@ pub(in crate::shell) fn rewake(
         // A terminal run absorbs every event: none of its timers can matter.
         timers.clear();
     }
+    let check = check.filter(|_| !ended);
     if fired.is_some() && fired == *wake {
         *wake = None;
     }
-    let earliest = timers
+    let timer = timers
         .values()
         .min_by_key(|p| p.at)
         .map(|p| (p.at, p.timer.clone()));
+    // A wake armed for a check names the run's earliest timer all the same (the run's
+    // deadline at least): the name only tells a reader of the bucket what it is for.
+    let earliest = match (timer, check) {
+        (Some((at, t)), Some(c)) if c < at => Some((c, t)),
+        (None, Some(c)) => Some((c, TimerId::Deadline)),
+        (timer, _) => timer,
+    };
     match (earliest, *wake) {
         (None, None) => None,
         (None, Some(old)) => {
@@ -148,7 +158,7 @@ mod tests {
     /// [`rewake`] on a record's fields, as the plan calls it.
     fn rewake(r: &mut RunRecord, fired: Option<Wake>, n: u64) -> Option<WakeWrite> {
         let ended = r.state.status.is_terminal();
-        super::rewake(&mut r.timers, &mut r.wake, ended, fired, n)
+        super::rewake(&mut r.timers, None, &mut r.wake, ended, fired, n)
     }
     use crate::core::{Execution, ExecutionId, RunStatus, Slot, TaskKey};
 

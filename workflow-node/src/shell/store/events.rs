@@ -13,6 +13,7 @@ use crate::core::ExecutionId;
 use crate::shell::context::Shared;
 use crate::shell::error::{Context, Error, Result};
 use crate::shell::mesh::seal;
+use crate::shell::mesh::setup as mesh_setup;
 use crate::shell::run::envelope::Envelope;
 use crate::shell::run::names;
 
@@ -75,12 +76,7 @@ pub(crate) async fn publish_event(
                 continue;
             }
         }
-        let transient = matches!(
-            kind,
-            PublishErrorKind::StreamNotFound
-                | PublishErrorKind::TimedOut
-                | PublishErrorKind::BrokenPipe
-        );
+        let transient = passes(&error);
         match waits.next() {
             Some(wait) if transient => tokio::time::sleep(*wait).await,
             _ => break Err(error),
@@ -88,6 +84,25 @@ pub(crate) async fn publish_event(
     };
     let ack = ack.context(|| format!("storing an event of run {execution}"))?;
     Ok(!ack.duplicate)
+}
+
+/// Whether a failed publish may be tried again: the stream was electing a leader, the
+/// ack did not come, the connection broke, or another publish of the same message id is
+/// being stored right now (10158, "duplicate message id is in process": a copy of this
+/// event, say a request resent while a frozen replica's publish of it woke up). The
+/// message id keeps one copy, and the next try learns whether it was stored.
+fn passes(error: &async_nats::jetstream::context::PublishError) -> bool {
+    use async_nats::jetstream::context::PublishErrorKind;
+    use async_nats::jetstream::ErrorCode;
+    match error.kind() {
+        PublishErrorKind::StreamNotFound
+        | PublishErrorKind::TimedOut
+        | PublishErrorKind::BrokenPipe => true,
+        PublishErrorKind::Other => std::error::Error::source(error)
+            .and_then(|s| s.downcast_ref::<async_nats::jetstream::Error>())
+            .is_some_and(|e| e.error_code() == ErrorCode::STREAM_DUPLICATE_MESSAGE_CONFLICT),
+        _ => false,
+    }
 }
 
 /// Creates (or finds) the workflow's event stream and the shared consumer.
@@ -113,10 +128,17 @@ pub(in crate::shell) async fn consumer(
             duplicate_window: Duration::from_secs(120).min(shared.config.retention),
             // An event is acked within moments; one left this long belongs to nothing.
             max_age: shared.config.retention,
+            // Full, a new event is refused, and its sender told: none stored is dropped.
+            max_bytes: mesh_setup::bytes_limit(shared.config.store_limits.events),
+            discard: stream::DiscardPolicy::New,
             ..Default::default()
         })
         .await
         .map_err(|e| setup(format!("stream {name}"))(e.into()))?;
+    let mut stream = stream;
+    mesh_setup::limit_stream(&shared.js, &mut stream, shared.config.store_limits.events)
+        .await
+        .map_err(|e| setup(format!("stream {name}"))(e))?;
     let consumer = stream
         .get_or_create_consumer(
             names::CONSUMER,
@@ -132,4 +154,31 @@ pub(in crate::shell) async fn consumer(
         .await
         .map_err(|e| setup(format!("consumer {} of stream {name}", names::CONSUMER))(e.into()))?;
     Ok(consumer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+
+    fn api_error(code: u64, description: &str) -> PublishError {
+        let error: async_nats::jetstream::Error = serde_json::from_value(serde_json::json!({
+            "code": 409, "err_code": code, "description": description
+        }))
+        .expect("an API error");
+        PublishError::with_source(PublishErrorKind::Other, error)
+    }
+
+    #[test]
+    fn a_copy_being_stored_elsewhere_passes_and_other_refusals_do_not() {
+        assert!(passes(&api_error(
+            10158,
+            "duplicate message id is in process"
+        )));
+        assert!(!passes(&api_error(10077, "maximum messages exceeded")));
+        assert!(passes(&PublishError::new(PublishErrorKind::TimedOut)));
+        assert!(!passes(&PublishError::new(
+            PublishErrorKind::MaxPayloadExceeded
+        )));
+    }
 }

@@ -11,6 +11,7 @@ use messages::{headers, msg_id, subjects};
 use crate::core::ExecutionId;
 use crate::shell::context::Shared;
 use crate::shell::error::{Context, Error, Result};
+use crate::shell::mesh::setup as mesh_setup;
 use crate::shell::run::history::HistoryEntry;
 use crate::shell::run::names;
 
@@ -21,6 +22,7 @@ pub(in crate::shell) async fn stream(
     ns: &str,
     replicas: usize,
     retention: Duration,
+    max_bytes: u64,
 ) -> Result<stream::Stream> {
     let name = names::history_stream(ns);
     let setup = |e: async_nats::Error| Error::Setup {
@@ -34,6 +36,9 @@ pub(in crate::shell) async fn stream(
         storage: stream::StorageType::File,
         num_replicas: replicas,
         max_age: retention,
+        // Full, the oldest entries go: history is for reading, never replayed.
+        max_bytes: mesh_setup::bytes_limit(max_bytes),
+        discard: stream::DiscardPolicy::Old,
         // At most the stream's max age, which the server requires.
         duplicate_window: Duration::from_secs(120).min(retention),
         ..Default::default()
@@ -43,9 +48,10 @@ pub(in crate::shell) async fn stream(
         .await
         .map_err(|e| setup(e.into()))?;
     let info = stream.info().await.map_err(|e| setup(e.into()))?;
-    if info.config.max_age != retention {
+    if info.config.max_age != retention || info.config.max_bytes != config.max_bytes {
         let mut updated = info.config.clone();
         updated.max_age = retention;
+        updated.max_bytes = config.max_bytes;
         updated.duplicate_window = config.duplicate_window;
         js.update_stream(updated)
             .await
@@ -112,7 +118,14 @@ impl Pending {
             Err(e) if e.kind() == PublishErrorKind::StreamNotFound => {
                 tracing::warn!("the history stream is gone: making it again");
                 let c = &shared.config;
-                stream(&shared.js, &shared.ns, c.replicas, c.retention).await?;
+                stream(
+                    &shared.js,
+                    &shared.ns,
+                    c.replicas,
+                    c.retention,
+                    c.store_limits.history,
+                )
+                .await?;
                 let ack = shared
                     .js
                     .publish_with_headers(self.subject.clone(), self.headers, self.bytes)

@@ -154,8 +154,9 @@ impl Versions {
             versions.sort_unstable();
             versions.dedup();
             return Err(Error::Definition(format!(
-                "workflow {} has no stored version '{version}' (stored: {})",
+                "workflow {} has no stored version '{}' (stored: {})",
                 workflow.name,
+                messages::inbound::excerpt(version, 64),
                 versions.join(", ")
             )));
         };

@@ -110,6 +110,7 @@ struct Instruments {
     events_processed: Counter<u64>,
     events_redelivered: Counter<u64>,
     cas_conflicts: Counter<u64>,
+    unproven: Counter<u64>,
 }
 
 /// Bucket bounds in seconds for runs and nodes: 50 ms to an hour.
@@ -262,6 +263,18 @@ impl Metrics {
         }
     }
 
+    /// Counts a reply or status update (`kind`) of one of `workflow`'s calls dropped for
+    /// want of a valid `Mesh-Call-Mac`: forged, or from an agent that does not prove them.
+    pub(in crate::shell) fn unproven(&self, workflow: &str, kind: &'static str) {
+        if let Some(Enabled { i, .. }) = &self.enabled {
+            let labels = [
+                KeyValue::new("workflow", workflow.to_string()),
+                KeyValue::new("kind", kind),
+            ];
+            i.unproven.add(1, &labels);
+        }
+    }
+
     /// Exports what is left and stops the readers (up to 5 s; on a blocking thread, as
     /// the SDK asks).
     pub(in crate::shell) async fn shutdown(&self) {
@@ -362,6 +375,11 @@ impl Instruments {
                 "workflow.cas.conflicts",
                 "{commit}",
                 "Commits of a run's entry lost to another writer (then planned again).",
+            ),
+            unproven: counter(
+                "workflow.calls.unproven",
+                "{message}",
+                "Replies and status updates of calls dropped without a valid Mesh-Call-Mac, by kind.",
             ),
         }
     }

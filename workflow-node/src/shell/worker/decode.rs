@@ -1,9 +1,9 @@
 //! Decoding what a workflow's event stream delivers: a run's own events (sealed by the
-//! replica that published them, see `seal`) and agents' replies (counted only with the
-//! token their call went out with), into the run they belong to and the core's event.
+//! replica that published them, see `seal`) and agents' replies (counted only when proven
+//! with the token their call went out with), into the run they belong to and the core's event.
 
 use async_nats::jetstream;
-use messages::{headers, subjects};
+use messages::{call_proof, headers, subjects};
 
 use crate::core::{self, Event, ExecutionId, TaskKey};
 use crate::definition::Workflow;
@@ -54,17 +54,23 @@ pub(in crate::shell) async fn decode(
             }
         });
     }
-    // A reply counts only with the token its call went out with (see `seal`).
-    let plain = match shared.seal.check_call(&workflow.name, token) {
-        Ok(plain) => plain,
-        Err(e) => {
-            tracing::warn!("dropping a reply on {}: {e}", msg.subject);
-            return Ok(None);
-        }
-    };
-    let Some((execution, key, attempt)) = TaskKey::parse_sub_task_id(plain) else {
+    let Some((execution, key, attempt)) = TaskKey::parse_sub_task_id(token) else {
         return Ok(None);
     };
+    // A reply counts only when proven with its call's token (see `seal`).
+    let mac = msg
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(call_proof::CALL_MAC));
+    let mac = mac.map(|v| v.as_str());
+    if let Err(e) = shared
+        .seal
+        .check_call(&workflow.name, token, &msg.subject, &msg.payload, mac)
+    {
+        tracing::warn!("dropping a reply on {}: {e}", msg.subject);
+        shared.metrics.unproven(&workflow.name, "reply");
+        return Ok(None);
+    }
     let meaning = match interpret_reply(&msg.payload) {
         Some(ReplyMeaning::Artifact(name)) => {
             artifact_output(&name, shared.artifacts.get(&name).await)?

@@ -31,7 +31,6 @@ use crate::core::{ExecutionId, TaskKey};
 use crate::definition::Workflow;
 use crate::shell::context::Shared;
 use crate::shell::error::{Error, Result};
-use crate::shell::mesh::seal;
 use crate::shell::run::backoff::{Failures, Next};
 use crate::shell::store::cache::RunCache;
 use crate::shell::store::events;
@@ -200,7 +199,7 @@ pub(in crate::shell) fn execution_of(
     if subject.starts_with(events.trim_end_matches('>')) {
         ExecutionId::parse(token).ok()
     } else if subject.starts_with(responses.trim_end_matches('>')) {
-        TaskKey::parse_sub_task_id(seal::plain_id(token)).map(|(e, _, _)| e)
+        TaskKey::parse_sub_task_id(token).map(|(e, _, _)| e)
     } else {
         None
     }

@@ -12,7 +12,7 @@ use messages::a2a::{Message, Part, Role, TaskState};
 use messages::jsonrpc::Request;
 use messages::payload::{wrap, JSON_MIME};
 use messages::workflow::{WorkflowApprovalRequest, WorkflowNodeRequest};
-use messages::{headers, msg_id, subjects};
+use messages::{call_proof, headers, msg_id, subjects};
 use serde_json::{json, Value};
 
 use crate::core::{
@@ -90,14 +90,21 @@ impl RunContext<'_> {
                     // A called workflow takes this on its cancel subject too, and cancels
                     // the run it started for this sub-task (see `cancels`): the run is
                     // named by our sub-task id, scoped by us, its caller.
-                    let wire_id = self.shared.seal.call_id(&self.workflow.name, sub_task_id);
-                    let req = Request::tasks_cancel(wire_id.as_str(), wire_id.as_str());
+                    // It proves itself with the call's token: only the caller can stop it.
+                    let req = Request::tasks_cancel(sub_task_id.as_str(), sub_task_id.as_str());
                     let subject = subjects::agent_cancel(&self.shared.ns, agent);
+                    let payload = serde_json::to_vec(&req)?;
+                    let token = self
+                        .shared
+                        .seal
+                        .call_token(&self.workflow.name, sub_task_id);
+                    let mac = call_proof::mac(&token, &subject, &payload);
                     let mut h = HeaderMap::new();
                     h.insert(headers::CALLER, self.workflow.name.as_str());
+                    h.insert(call_proof::CALL_MAC, mac.as_str());
                     self.shared
                         .client
-                        .publish_with_headers(subject, h, serde_json::to_vec(&req)?.into())
+                        .publish_with_headers(subject, h, payload.into())
                         .await
                         .context(|| format!("cancelling call {sub_task_id}"))?;
                 }
@@ -259,9 +266,10 @@ impl RunContext<'_> {
             .await
             .map(drop);
         };
-        // The call goes out under its sealed id: only its receiver learns the token that
-        // its reply and status updates must carry.
-        let wire_id = shared.seal.call_id(&self.workflow.name, &d.sub_task_id);
+        // Only the call's receiver learns its token, which its reply and status updates
+        // must be proven with; the sub-task id, seen by many, is no secret.
+        let wire_id = &d.sub_task_id;
+        let token = shared.seal.call_token(&self.workflow.name, &d.sub_task_id);
         let (card_in, card_out) = card.schemas();
         let (map_index, loop_iteration) = match d.task.slot {
             Slot::Item(i) => (Some(u64::from(i)), None),
@@ -275,7 +283,7 @@ impl RunContext<'_> {
             output_schema: d.output_schema.clone().or(card_out),
             suggested_output_filename: Some(format!("{}.json", d.sub_task_id)),
             execution_id: Some(self.execution.0.clone()),
-            sub_task_id: Some(wire_id.clone()),
+            sub_task_id: Some(wire_id.to_owned()),
             map_index,
             loop_iteration,
             attempt: Some(d.attempt),
@@ -299,8 +307,8 @@ impl RunContext<'_> {
         } else {
             parts.push(wrap(d.input.clone()));
         }
-        let mut message = Message::new(wire_id.clone(), Role::User, parts);
-        message.task_id = Some(wire_id.clone());
+        let mut message = Message::new(wire_id.to_owned(), Role::User, parts);
+        message.task_id = Some(wire_id.to_owned());
         message.context_id = Some(self.execution.0.clone());
         let mut req = Request::message_send(wire_id.as_str(), message);
         if let messages::jsonrpc::Method::MessageSend(p) = &mut req.method {
@@ -313,9 +321,10 @@ impl RunContext<'_> {
             p.metadata = meta.as_object().cloned();
         }
         let mut h = HeaderMap::new();
-        let status_to = subjects::agent_status(&shared.ns, &self.workflow.name, &wire_id);
+        let status_to = subjects::agent_status(&shared.ns, &self.workflow.name, wire_id);
         h.insert(headers::STATUS_TO, status_to.as_str());
         h.insert(headers::CALLER, self.workflow.name.as_str());
+        h.insert(call_proof::CALL_TOKEN, token.as_str());
         h.insert(
             headers::CALL_DEPTH,
             (self.primary().call_depth + 1).to_string().as_str(),
@@ -330,7 +339,7 @@ impl RunContext<'_> {
         } else if let Some(tp) = caller_tp {
             h.insert(headers::TRACEPARENT, tp);
         }
-        let reply = subjects::agent_response(&shared.ns, &self.workflow.name, &wire_id);
+        let reply = subjects::agent_response(&shared.ns, &self.workflow.name, wire_id);
         let subject = subjects::agent_request(&shared.ns, agent);
         shared
             .client
@@ -357,9 +366,14 @@ impl RunContext<'_> {
         let dialect = self.shared.config.dialect;
         let parts = parts.into_iter().map(|p| dialect.rewrite_part(p)).collect();
         let bytes = reply::status_update(caller, self.execution, TaskState::Working, parts);
+        let token = self.shared.seal.token_of(caller);
+        let h = self
+            .shared
+            .seal
+            .answer_headers(token.as_deref(), status_to, &bytes);
         self.shared
             .client
-            .publish(status_to.clone(), bytes.into())
+            .publish_with_headers(status_to.clone(), h, bytes.into())
             .await
             .context(|| format!("telling a caller of run {} its progress", self.execution))
     }
@@ -407,8 +421,16 @@ impl RunContext<'_> {
         };
         let dialect = self.shared.config.dialect;
         let reply = reply::final_reply(self.workflow, self.execution, caller, ending, dialect);
+        let token = self.shared.seal.token_of(caller);
         markers
-            .send(&marker, claim, reply_to, reply, ending.status)
+            .send(
+                &marker,
+                claim,
+                reply_to,
+                reply,
+                ending.status,
+                token.as_deref(),
+            )
             .await
             .context(|| format!("sending the final reply of run {}", self.execution))?;
         Ok(())

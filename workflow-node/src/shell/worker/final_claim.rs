@@ -119,9 +119,9 @@ impl<'a> Markers<'a> {
 
     /// Sends a final reply (bytes and task id, as `reply::final_reply` makes them) to `to`
     /// under the claim made at `claim`: commits, publishes (with the seal's de-duplication
-    /// id of `{task id}.final`, for callers that de-duplicate), and marks it sent with
-    /// `status`.
-    /// `false`: the claim was taken over, and nothing was sent.
+    /// id of `{task id}.final`, for callers that de-duplicate, or, for a caller that sent a
+    /// call `token`, the id derived from it and the reply's `Mesh-Call-Mac`), and marks it
+    /// sent with `status`. `false`: the claim was taken over, and nothing was sent.
     pub(in crate::shell) async fn send(
         &self,
         marker: &str,
@@ -129,12 +129,22 @@ impl<'a> Markers<'a> {
         to: &str,
         (bytes, task_id): (Vec<u8>, String),
         status: RunStatus,
+        token: Option<&str>,
     ) -> Result<bool> {
         let Some(committed) = self.commit(marker, claim).await? else {
             return Ok(false);
         };
+        // A caller's token proves the reply and names it: a de-duplication id nobody else
+        // can take first in the caller's stream.
         let mut h = async_nats::HeaderMap::new();
-        let id = self.seal.msg_id(&msg_id::final_reply(&task_id));
+        let id = match token {
+            Some(token) => {
+                let mac = messages::call_proof::mac(token, to, &bytes);
+                h.insert(messages::call_proof::CALL_MAC, mac.as_str());
+                messages::call_proof::reply_msg_id(token)
+            }
+            None => self.seal.msg_id(&msg_id::final_reply(&task_id)),
+        };
         h.insert(messages::headers::MSG_ID, id.as_str());
         self.client
             .publish_with_headers(to.to_string(), h, bytes.into())
@@ -177,7 +187,7 @@ mod tests {
         let server = test_harness::nats();
         let client = async_nats::connect(server.url()).await.unwrap();
         let js = async_nats::jetstream::new(client.clone());
-        let bucket = crate::shell::mesh::setup::kv_bucket(&js, "claims", 1)
+        let bucket = crate::shell::mesh::setup::kv_bucket(&js, "claims", 1, 1 << 20)
             .await
             .unwrap();
         Bench {
@@ -215,6 +225,7 @@ mod tests {
             "caller.inbox",
             reply,
             RunStatus::Success,
+            None,
         );
         assert!(sent.await.unwrap());
         let got = inbox.next().await.unwrap();

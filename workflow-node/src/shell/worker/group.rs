@@ -13,6 +13,7 @@ use crate::definition::Workflow;
 use crate::shell::context::now;
 use crate::shell::context::Shared;
 use crate::shell::error::{Context, Error, Result};
+use crate::shell::run::check::Liveness;
 use crate::shell::run::envelope::Envelope;
 use crate::shell::run::names;
 use crate::shell::run::plan::{self, Delivery, Plan, Stamp};
@@ -107,9 +108,14 @@ pub(in crate::shell) async fn process(
             }
         }
         let refs: Vec<(&Envelope, Delivery)> = events.iter().map(|(e, d)| (e, *d)).collect();
+        let heard = |id: &str| shared.signs.heard(id);
         let stamp = Stamp {
             now: now(),
             replica: &shared.replica,
+            liveness: Liveness {
+                window: shared.config.call_check,
+                heard: &heard,
+            },
         };
         let planned = plan::plan_group(wf, &key, loaded, &refs, stamp, traced)
             .context(|| format!("planning events of run {execution}"));

@@ -8,6 +8,7 @@
 //! - `effects`: carries out the core's commands (dispatch, wakes, progress, final reply).
 //! - `tail`: finishes an event once its commit holds (history, spans, ending).
 //! - `final_claim`: one replica sends a run's final reply.
+//! - `signs`: the signs of life this replica heard from calls in flight.
 //! - `lease`: keeps events in hand from being redelivered while they are worked on.
 //! - `wakes`: the wakes bucket, watched by every replica, firing what comes due.
 
@@ -18,5 +19,6 @@ pub(in crate::shell) mod final_claim;
 pub(in crate::shell) mod group;
 pub(in crate::shell) mod lease;
 pub(in crate::shell) mod process;
+pub(in crate::shell) mod signs;
 pub(in crate::shell) mod tail;
 pub mod wakes;

@@ -12,6 +12,7 @@ use crate::definition::Workflow;
 use crate::shell::context::now;
 use crate::shell::context::Shared;
 use crate::shell::error::{Context, Error, Result};
+use crate::shell::run::check::Liveness;
 use crate::shell::run::envelope::Envelope;
 use crate::shell::run::names;
 use crate::shell::run::plan::{self, Delivery, Loaded, Plan, Stamp, Steps};
@@ -47,9 +48,14 @@ pub(in crate::shell) async fn process(
         let (loaded, run_workflow) =
             load(shared, workflow, &key, cached.take(), &envelope, delivery).await?;
         let workflow = &*run_workflow;
+        let heard = |id: &str| shared.signs.heard(id);
         let stamp = Stamp {
             now: now(),
             replica: &shared.replica,
+            liveness: Liveness {
+                window: shared.config.call_check,
+                heard: &heard,
+            },
         };
         let planned = plan::plan(
             workflow, &key, &execution, loaded, &envelope, delivery, stamp, traced,

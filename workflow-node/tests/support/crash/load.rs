@@ -21,6 +21,9 @@ pub(crate) struct Plan {
     pub(crate) ns: String,
     /// Workflow name.
     pub(crate) workflow: String,
+    /// The index of the first run (its request id is `request_id(first)`): a test that
+    /// drives rounds gives each its own.
+    pub(crate) first: usize,
     /// Number of runs.
     pub(crate) runs: usize,
     /// Runs in flight at once.
@@ -98,7 +101,9 @@ pub(crate) async fn drive(
         decisions.clone(),
     ));
 
-    let requests: Vec<Vec<u8>> = (0..plan.runs)
+    let ids = plan.first..plan.first + plan.runs;
+    let requests: Vec<Vec<u8>> = ids
+        .clone()
         .map(|i| {
             let id = request_id(i);
             let message = Message::new(
@@ -116,7 +121,7 @@ pub(crate) async fn drive(
             subjects::agent_request(&plan.ns, &plan.workflow),
             format!("{prefix}.reply.{i}"),
             h,
-            requests[i].clone().into(),
+            requests[i - plan.first].clone().into(),
         )
     };
     let index = |subject: &str| {
@@ -130,13 +135,13 @@ pub(crate) async fn drive(
     let deadline = tokio::time::Instant::now() + plan.deadline;
     let mut runs: HashMap<usize, Run> = HashMap::new();
     let mut replies: HashMap<usize, Vec<Value>> = HashMap::new();
-    let mut next = 0;
+    let mut next = plan.first;
     let mut done = 0;
     let mut resends = 0;
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     let mut last_first_reply = begin;
     loop {
-        while next < plan.runs && runs.len() - done < plan.concurrency {
+        while next < ids.end && runs.len() - done < plan.concurrency {
             send(next).await.expect("publish a request");
             let now = Instant::now();
             runs.insert(
@@ -226,9 +231,7 @@ pub(crate) async fn drive(
         }
     }
     approver.abort();
-    let missing = (0..plan.runs)
-        .filter(|i| !replies.contains_key(i))
-        .collect();
+    let missing = ids.filter(|i| !replies.contains_key(i)).collect();
     let mut longest_stall = Vec::new();
     let mut durations = Vec::new();
     for run in runs.values() {

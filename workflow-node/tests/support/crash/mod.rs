@@ -2,6 +2,7 @@
 //! replica processes and their killer (`replicas`), the caller and approver (`load`), and
 //! the checks every crash test makes on what came back and on what is left in KV.
 
+pub(crate) mod invariants;
 pub(crate) mod load;
 pub(crate) mod replicas;
 
@@ -131,6 +132,11 @@ pub(crate) async fn stubs(
 /// Checks every run replied exactly once, completed, with the expected output; returns a
 /// list of problems (empty when all is well).
 pub(crate) fn check_replies(outcome: &Outcome, runs: usize) -> Vec<String> {
+    check_replies_of(outcome, 0..runs)
+}
+
+/// [`check_replies`] for the runs of `range` (by index).
+pub(crate) fn check_replies_of(outcome: &Outcome, range: std::ops::Range<usize>) -> Vec<String> {
     let mut problems = Vec::new();
     if !outcome.missing.is_empty() {
         problems.push(format!(
@@ -139,7 +145,7 @@ pub(crate) fn check_replies(outcome: &Outcome, runs: usize) -> Vec<String> {
             outcome.missing
         ));
     }
-    for i in 0..runs {
+    for i in range {
         let Some(replies) = outcome.replies.get(&i) else {
             continue;
         };
@@ -167,19 +173,35 @@ pub(crate) fn check_replies(outcome: &Outcome, runs: usize) -> Vec<String> {
 
 /// Checks that every run's KV record is terminal (no run left behind); returns problems.
 pub(crate) async fn check_records(client: &async_nats::Client, runs: usize) -> Vec<String> {
+    check_records_of(client, 0..runs).await
+}
+
+/// [`check_records`] for the runs of `range` (by index).
+pub(crate) async fn check_records_of(
+    client: &async_nats::Client,
+    range: std::ops::Range<usize>,
+) -> Vec<String> {
     let js = async_nats::jetstream::new(client.clone());
-    let kv = js
-        .get_key_value(names::runs_bucket("mesh"))
-        .await
-        .expect("runs bucket");
-    let inspector = workflow_node::shell::Inspector::open(client.clone(), "mesh")
-        .await
-        .expect("runs bucket");
+    // Right after a fault the bucket may still be electing its leader: ask again.
+    let mut tries = 0;
+    let (kv, inspector) = loop {
+        let kv = js.get_key_value(names::runs_bucket("mesh")).await;
+        let inspector = workflow_node::shell::Inspector::open(client.clone(), "mesh").await;
+        match (kv, inspector) {
+            (Ok(kv), Ok(inspector)) => break (kv, inspector),
+            (kv, inspector) if tries == 10 => panic!(
+                "the runs bucket: {:?} {:?}",
+                kv.err(),
+                inspector.err().map(|e| e.to_string())
+            ),
+            _ => tries += 1,
+        }
+    };
     let mut problems = Vec::new();
     let mut statuses: HashMap<String, usize> = HashMap::new();
     let mut largest_outbox = 0;
     let mut history_entries = 0;
-    for i in 0..runs {
+    for i in range {
         let execution = names::execution_id(NAME, &request_id(i));
         let key = names::run_key(NAME, &execution);
         match kv.get(&key).await {

@@ -58,9 +58,26 @@ pub(crate) struct Replica {
 impl Spawner {
     /// Starts replica `id` connected to `url` (one URL or a comma-separated list).
     pub(crate) fn spawn(&self, id: usize, url: &str) -> Replica {
+        self.spawn_with(id, url, &[])
+    }
+
+    /// Starts replica `id` connected to `url`, with `extra` arguments to `serve`.
+    pub(crate) fn spawn_with(&self, id: usize, url: &str, extra: &[&str]) -> Replica {
+        self.spawn_full(id, url, extra, &[])
+    }
+
+    /// Starts replica `id` connected to `url`, with `env` set in its environment (a
+    /// preloaded library that shifts its clock).
+    pub(crate) fn spawn_env(&self, id: usize, url: &str, env: &[(&str, &str)]) -> Replica {
+        self.spawn_full(id, url, &[], env)
+    }
+
+    fn spawn_full(&self, id: usize, url: &str, extra: &[&str], env: &[(&str, &str)]) -> Replica {
         let mut child = Command::new(env!("CARGO_BIN_EXE_workflow-node"))
+            .envs(env.iter().copied())
             .arg("serve")
             .arg(&self.workflow_file)
+            .args(extra)
             .args(["--nats-url", url])
             .args(["--ack-wait", &self.ack_wait.to_string()])
             .args(["--replicas", &self.stream_replicas.to_string()])
@@ -116,6 +133,28 @@ impl Replica {
     pub(crate) fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Freezes it (SIGSTOP): it holds its events, claims and cached records, and answers
+    /// nothing, until [`Replica::resume`].
+    pub(crate) fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Wakes it up (SIGCONT), with whatever it held when frozen.
+    pub(crate) fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, which: &str) {
+        let status = Command::new("kill")
+            .args([which, &self.pid().to_string()])
+            .status();
+        assert!(
+            status.is_ok_and(|s| s.success()),
+            "kill {which} {} failed",
+            self.pid()
+        );
     }
 
     /// Sends SIGTERM (a polite shutdown: it drains and exits).

@@ -67,6 +67,7 @@ fn stamp(ms: u64) -> Stamp<'static> {
     Stamp {
         now: Millis(ms),
         replica: "r1",
+        liveness: Liveness::off(),
     }
 }
 
