@@ -70,6 +70,15 @@ pub enum ServeError {
         /// The schema compiler's complaint.
         reason: String,
     },
+    /// An LLM agent cannot start (its API key is missing, ...); the reason never holds
+    /// the key.
+    #[error("{reason}")]
+    Llm {
+        /// The agent's name.
+        agent: String,
+        /// What is missing, naming the variable or file.
+        reason: String,
+    },
     /// Subscribing or flushing failed.
     #[error("agent {agent}: subscribing to {subject}: {reason}")]
     Subscribe {

@@ -88,6 +88,7 @@ pub mod error;
 mod exchange;
 pub mod handler;
 pub mod health;
+pub mod llm;
 pub mod mesh;
 pub mod pings;
 mod protocol;

@@ -341,6 +341,7 @@ pub struct ToolCall {
     arguments: Value,
     timeout: Option<Duration>,
     task_id: Option<String>,
+    headers: Option<async_nats::HeaderMap>,
 }
 
 impl ToolCall {
@@ -351,7 +352,15 @@ impl ToolCall {
             arguments,
             timeout: None,
             task_id: None,
+            headers: None,
         }
+    }
+
+    /// Headers for the call: an agent's [`crate::NodeRequest::onward_headers`] (trace
+    /// context, call depth, its name as the caller).
+    pub fn headers(mut self, headers: async_nats::HeaderMap) -> Self {
+        self.headers = Some(headers);
+        self
     }
 
     /// How long to wait for the output (default: the mesh's).
@@ -391,6 +400,9 @@ impl ToolCall {
         }
         if let Some(id) = self.task_id {
             call = call.task_id(id);
+        }
+        if let Some(h) = self.headers {
+            call = call.headers(h);
         }
         Ok((tool.name, call.start(input)))
     }

@@ -1,7 +1,8 @@
 //! Test harness: starts real nats-server processes for integration tests, a real OTLP
-//! receiver ([`otlp`]) for tests of exported traces and metrics, and plain HTTP requests
-//! ([`http`]) for tests of probes, and faults: a TCP proxy ([`proxy`]) that delays, swallows,
-//! resets or refuses a connection.
+//! receiver ([`otlp`]) for tests of exported traces and metrics, plain HTTP requests
+//! ([`http`]) for tests of probes, a scripted OpenAI-compatible provider ([`openai`]) for
+//! tests of LLM agents, and faults: a TCP proxy ([`proxy`]) that delays, swallows, resets
+//! or refuses a connection.
 //!
 //! Every test gets its own server on an ephemeral loopback port, with JetStream and a
 //! store directory of its own; the server is killed and its directory removed when the
@@ -16,6 +17,7 @@
 pub use nats_process::{Cluster, Error, NatsServer, Options};
 
 pub mod http;
+pub mod openai;
 pub mod otlp;
 pub mod proxy;
 

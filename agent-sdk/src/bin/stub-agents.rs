@@ -1,5 +1,6 @@
 //! `stub-agents FILE [--nats-url URL] [--namespace NS] [connection options]`: serves the
-//! stub agents a YAML file describes, until ctrl-c or SIGTERM. User, NKey, credentials,
+//! stub agents (and LLM agents, `agent_sdk::llm`) a YAML file describes, until ctrl-c or
+//! SIGTERM; also built as `mesh-agents`. User, NKey, credentials,
 //! TLS and inbox prefix: flags or `NATS_*` variables (`agent_sdk::ConnectConfig`). Without a URL (flag or `NATS_URL`) it starts a local
 //! nats-server with JetStream in a data directory of its own, and stops it on exit.
 //!
@@ -57,7 +58,7 @@ fn delay(text: &str) -> Result<Duration, String> {
     workflow_expr::duration::parse(text).map_err(|e| e.to_string())
 }
 
-fn main() -> ExitCode {
+pub(crate) fn main() -> ExitCode {
     let args = Args::parse();
     // Logs on stderr (RUST_LOG, default warn); traces when OTEL_EXPORTER_OTLP_ENDPOINT is set.
     let telemetry = agent_sdk::telemetry::Telemetry::builder("stub-agents")
@@ -133,7 +134,9 @@ async fn serve(url: &str, args: &Args, stubs: agent_sdk::StubFile) -> Result<()>
             .with_context(|| format!("serving the health probes at {addr}"))?;
         eprintln!("stub-agents: health at http://{bound}/livez and /readyz");
     }
-    let names: Vec<String> = stubs.agents.iter().map(|a| a.name.clone()).collect();
+    let names: Vec<String> = (stubs.agents.iter().map(|a| a.name.clone()))
+        .chain(stubs.llm.iter().map(|a| a.name.clone()))
+        .collect();
     let signer = match &args.nkey_seed_file {
         Some(path) => Some(
             agent_sdk::Signer::from_seed_file(path)

@@ -14,26 +14,31 @@ use workflow_expr::file_type_name as kind;
 const ROOTS: &[&str] = &["input", "call"];
 
 /// Collects problems, each already prefixed with the origin.
-struct Problems {
+pub(crate) struct Problems {
     origin: String,
     list: Vec<String>,
 }
 
 impl Problems {
-    fn add(&mut self, at: &str, message: impl std::fmt::Display) {
+    pub(crate) fn add(&mut self, at: &str, message: impl std::fmt::Display) {
         self.list.push(format!("{}: {at}: {message}", self.origin));
+    }
+
+    /// How many problems so far.
+    pub(crate) fn count(&self) -> usize {
+        self.list.len()
     }
 }
 
 /// The fields of one mapping; reports keys nobody asked for.
-struct Fields<'a> {
+pub(crate) struct Fields<'a> {
     at: String,
     map: &'a Map<String, Value>,
     known: &'static [&'static str],
 }
 
 impl<'a> Fields<'a> {
-    fn new(
+    pub(crate) fn new(
         p: &mut Problems,
         at: String,
         v: &'a Value,
@@ -57,7 +62,7 @@ impl<'a> Fields<'a> {
         Some(Fields { at, map, known })
     }
 
-    fn at(&self, key: &str) -> String {
+    pub(crate) fn at(&self, key: &str) -> String {
         if self.at.is_empty() {
             key.to_owned()
         } else {
@@ -65,12 +70,12 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn get(&self, key: &str) -> Option<&'a Value> {
+    pub(crate) fn get(&self, key: &str) -> Option<&'a Value> {
         debug_assert!(self.known.contains(&key));
         self.map.get(key).filter(|v| !v.is_null())
     }
 
-    fn string(&self, p: &mut Problems, key: &str) -> Option<String> {
+    pub(crate) fn string(&self, p: &mut Problems, key: &str) -> Option<String> {
         match self.get(key)? {
             Value::String(s) => Some(s.clone()),
             other => {
@@ -118,6 +123,7 @@ pub(super) fn from_value(doc: &Value, origin: &str) -> Result<StubFile, Vec<Stri
         }
     };
     let mut agents = Vec::new();
+    let mut llm = Vec::new();
     match list {
         Some(Value::Array(items)) => {
             let mut names = BTreeSet::new();
@@ -131,7 +137,11 @@ pub(super) fn from_value(doc: &Value, origin: &str) -> Result<StubFile, Vec<Stri
                         );
                     }
                 }
-                agents.extend(agent(&mut p, at, item));
+                if crate::llm::file::is_llm(item) {
+                    llm.extend(crate::llm::file::agent(&mut p, at, item));
+                } else {
+                    agents.extend(agent(&mut p, at, item));
+                }
             }
             if items.is_empty() {
                 p.add("agents", "the list is empty");
@@ -141,7 +151,7 @@ pub(super) fn from_value(doc: &Value, origin: &str) -> Result<StubFile, Vec<Stri
         None => {}
     }
     if p.list.is_empty() {
-        Ok(StubFile { agents })
+        Ok(StubFile { agents, llm })
     } else {
         Err(p.list)
     }
@@ -149,6 +159,7 @@ pub(super) fn from_value(doc: &Value, origin: &str) -> Result<StubFile, Vec<Stri
 
 const AGENT_FIELDS: &[&str] = &[
     "name",
+    "kind",
     "description",
     "input_schema",
     "output_schema",
@@ -177,19 +188,17 @@ fn agent(p: &mut Problems, at: String, v: &Value) -> Option<StubAgent> {
             String::new()
         }
     };
-    let description = f.string(p, "description");
-    let mut schema = |key: &str| {
-        let v = f.get(key)?;
-        match Schema::compile(v) {
-            Ok(_) => Some(v.clone()),
-            Err(e) => {
-                p.add(&f.at(key), format!("not a valid JSON Schema: {e}"));
-                None
-            }
+    if let Some(k) = f.string(p, "kind") {
+        if k != "stub" {
+            p.add(
+                &f.at("kind"),
+                format!("unknown kind {k:?} (expected stub or llm)"),
+            );
         }
-    };
-    let input_schema = schema("input_schema");
-    let output_schema = schema("output_schema");
+    }
+    let description = f.string(p, "description");
+    let input_schema = schema(p, &f, "input_schema");
+    let output_schema = schema(p, &f, "output_schema");
     let delay = f
         .string(p, "delay")
         .and_then(|d| match duration::parse(&d) {
@@ -271,6 +280,18 @@ fn agent(p: &mut Problems, at: String, v: &Value) -> Option<StubAgent> {
         error_kind,
         rules,
     })
+}
+
+/// A field holding a JSON Schema, checked to compile.
+pub(crate) fn schema(p: &mut Problems, f: &Fields<'_>, key: &str) -> Option<Value> {
+    let v = f.get(key)?;
+    match Schema::compile(v) {
+        Ok(_) => Some(v.clone()),
+        Err(e) => {
+            p.add(&f.at(key), format!("not a valid JSON Schema: {e}"));
+            None
+        }
+    }
 }
 
 const RULE_FIELDS: &[&str] = &["when", "output", "fail", "error_kind"];

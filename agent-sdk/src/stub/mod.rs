@@ -18,7 +18,7 @@
 //!
 //! [`load_stub_file`] reads and checks a file; [`serve_stubs`] serves every agent of it.
 
-mod file;
+pub(crate) mod file;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -42,8 +42,10 @@ pub const NO_RULE_MATCHED: &str = "no rule matched";
 /// A checked stub file.
 #[derive(Debug, Clone)]
 pub struct StubFile {
-    /// The agents, in file order.
+    /// The stub agents, in file order.
     pub agents: Vec<StubAgent>,
+    /// The LLM agents (`kind: llm` or a `model:` block), in file order.
+    pub llm: Vec<crate::llm::LlmAgent>,
 }
 
 /// One stub agent.
@@ -114,8 +116,8 @@ impl StubFile {
     }
 }
 
-/// Serves every agent of `stubs` in namespace `ns`, their cards unsigned; on an error,
-/// the ones already started are stopped.
+/// Serves every agent of `stubs` in namespace `ns`, its LLM agents ([`crate::llm`]) as
+/// well, their cards unsigned; on an error, the ones already started are stopped.
 pub async fn serve_stubs(
     client: async_nats::Client,
     ns: &str,
@@ -163,7 +165,83 @@ pub async fn serve_stubs_signed(
             }
         }
     }
+    for agent in stubs.llm {
+        let name = agent.name.clone();
+        let started = match crate::llm::LlmHandler::new(agent.clone()) {
+            Err(reason) => Err(ServeError::Llm {
+                agent: name,
+                reason,
+            }),
+            Ok(handler) => {
+                let handler = match agent.tools.is_empty() {
+                    true => Ok(handler),
+                    false => tool_catalog(&client, ns)
+                        .await
+                        .map(|c| handler.with_catalog(c))
+                        .map_err(|reason| ServeError::Llm {
+                            agent: name.clone(),
+                            reason: format!("agent {name}: its tools: {reason}"),
+                        }),
+                };
+                let handler = match (handler, &agent.limit) {
+                    (Ok(h), Some(limit)) => crate::llm::limits::SharedLimit::open(
+                        client.clone(),
+                        ns,
+                        &limit.key,
+                        limit.max_concurrency,
+                        agent.max_time * 2,
+                    )
+                    .await
+                    .map(|l| h.with_limit(l))
+                    .map_err(|reason| ServeError::Llm {
+                        agent: name.clone(),
+                        reason: format!("agent {name}: its limits: {reason}"),
+                    }),
+                    (other, _) => other,
+                };
+                let handler = match handler {
+                    Ok(h) => h,
+                    Err(e) => {
+                        for h in handles {
+                            h.stop().await;
+                        }
+                        return Err(e);
+                    }
+                };
+                let mut builder = AgentBuilder::new(&agent.name)
+                    .namespace(ns)
+                    .description(handler.description());
+                if let Some(s) = &agent.input_schema {
+                    builder = builder.input_schema(s.clone());
+                }
+                if let Some(s) = &agent.output_schema {
+                    builder = builder.output_schema(s.clone());
+                }
+                if let Some(signer) = &signer {
+                    builder = builder.signer(signer.clone());
+                }
+                builder.handler(handler).serve(client.clone()).await
+            }
+        };
+        match started {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                for h in handles {
+                    h.stop().await;
+                }
+                return Err(e);
+            }
+        }
+    }
     Ok(handles)
+}
+
+/// The live catalog an LLM agent's tools come from.
+async fn tool_catalog(client: &async_nats::Client, ns: &str) -> Result<crate::Catalog, String> {
+    let mesh = crate::Mesh::new(client.clone())
+        .namespace(ns)
+        .map_err(|e| e.to_string())?;
+    mesh.catalog().await.map_err(|e| e.to_string())
 }
 
 /// The [`Handler`] of one stub agent.

@@ -6,6 +6,7 @@ mod support;
 
 mod client;
 mod health;
+mod llm;
 mod run;
 mod runs;
 mod steer;
