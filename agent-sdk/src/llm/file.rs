@@ -53,20 +53,7 @@ const MODEL_FIELDS: &[&str] = &[
 pub(crate) fn agent(p: &mut Problems, at: String, v: &Value) -> Option<LlmAgent> {
     let f = Fields::new(p, at, v, AGENT_FIELDS)?;
     let before = p.count();
-    let name = match f.string(p, "name") {
-        Some(n) => {
-            if let Err(e) = messages::subjects::validate_token(&n) {
-                p.add(&f.at("name"), e);
-            }
-            n
-        }
-        None => {
-            if f.get("name").is_none() {
-                p.add(&f.at("name"), "missing: every agent needs a name");
-            }
-            String::new()
-        }
-    };
+    let name = f.name(p);
     if let Some(k) = f.string(p, "kind") {
         if k != "llm" {
             p.add(

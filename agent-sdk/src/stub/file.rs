@@ -75,6 +75,25 @@ impl<'a> Fields<'a> {
         self.map.get(key).filter(|v| !v.is_null())
     }
 
+    /// The entry's `name`: one subject token, required (the empty string, with a problem
+    /// added, when it is missing or not one).
+    pub(crate) fn name(&self, p: &mut Problems) -> String {
+        match self.string(p, "name") {
+            Some(n) => {
+                if let Err(e) = messages::subjects::validate_token(&n) {
+                    p.add(&self.at("name"), e);
+                }
+                n
+            }
+            None => {
+                if self.get("name").is_none() {
+                    p.add(&self.at("name"), "missing: every agent needs a name");
+                }
+                String::new()
+            }
+        }
+    }
+
     pub(crate) fn string(&self, p: &mut Problems, key: &str) -> Option<String> {
         match self.get(key)? {
             Value::String(s) => Some(s.clone()),
@@ -174,20 +193,7 @@ const AGENT_FIELDS: &[&str] = &[
 fn agent(p: &mut Problems, at: String, v: &Value) -> Option<StubAgent> {
     let f = Fields::new(p, at, v, AGENT_FIELDS)?;
     let before = p.list.len();
-    let name = match f.string(p, "name") {
-        Some(n) => {
-            if let Err(e) = messages::subjects::validate_token(&n) {
-                p.add(&f.at("name"), e);
-            }
-            n
-        }
-        None => {
-            if f.get("name").is_none() {
-                p.add(&f.at("name"), "missing: every stub agent needs a name");
-            }
-            String::new()
-        }
-    };
+    let name = f.name(p);
     if let Some(k) = f.string(p, "kind") {
         if k != "stub" {
             p.add(

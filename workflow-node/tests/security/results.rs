@@ -316,19 +316,8 @@ async fn a_sub_workflows_record_forges_no_result_through_echo() {
     let mut message = Message::new("join", Role::User, vec![wrap(json!({}))]);
     message.task_id = Some(id.clone());
     let request = Request::message_send("join", message);
-    let mut h = HeaderMap::new();
-    h.insert(headers::CALLER, "HeldParent");
-    let answer = tokio::time::timeout(
-        WAIT,
-        s.ops.request_with_headers(
-            subjects::agent_request(NS, "HeldChild"),
-            h,
-            serde_json::to_vec(&request).unwrap().into(),
-        ),
-    )
-    .await
-    .expect("an answer in time")
-    .expect("an answer");
+    let subject = subjects::agent_request(NS, "HeldChild");
+    let answer = ask_as(&s.ops, subject, "HeldParent", &request).await;
     let reply = messages::reply::decode_reply(&answer.payload).expect("a reply");
     let task = messages::reply::final_task(reply).expect("a final task");
     let reading = messages::reply::read_task(&task).expect("readable");
@@ -362,19 +351,8 @@ async fn a_cancel_sent_ahead_under_a_sub_workflows_id_does_not_end_it() {
     // it ahead, as the parent (unsigned: a workflow signs nothing).
     let id = workflow_node::core::TaskKey::single("sub").sub_task_id(&ExecutionId(parent), 1);
     let request = Request::tasks_cancel(id.as_str(), id.as_str());
-    let mut h = HeaderMap::new();
-    h.insert(headers::CALLER, "GatedParent");
-    let answer = tokio::time::timeout(
-        WAIT,
-        s.ops.request_with_headers(
-            subjects::agent_cancel(NS, "EchoChild"),
-            h,
-            serde_json::to_vec(&request).unwrap().into(),
-        ),
-    )
-    .await
-    .expect("an answer in time")
-    .expect("an answer");
+    let subject = subjects::agent_cancel(NS, "EchoChild");
+    let answer = ask_as(&s.ops, subject, "GatedParent", &request).await;
     let text = String::from_utf8_lossy(&answer.payload).into_owned();
     assert!(
         text.contains("cancel of run"),
@@ -452,6 +430,25 @@ async fn a_request_with_an_empty_schema_is_still_checked_against_the_agents_own(
         "{:?}",
         failure.validation_errors
     );
+}
+
+/// `request` sent to `subject` by `client` claiming caller name `caller`; its answer.
+async fn ask_as(
+    client: &async_nats::Client,
+    subject: String,
+    caller: &str,
+    request: &Request,
+) -> async_nats::Message {
+    let mut h = HeaderMap::new();
+    h.insert(headers::CALLER, caller);
+    let payload = serde_json::to_vec(request).unwrap();
+    tokio::time::timeout(
+        WAIT,
+        client.request_with_headers(subject, h, payload.into()),
+    )
+    .await
+    .expect("an answer in time")
+    .expect("an answer")
 }
 
 /// The execution id a sub-task id starts with.
