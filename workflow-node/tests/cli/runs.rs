@@ -481,8 +481,20 @@ fn read_until(lines: &mut impl BufRead, seen: &mut String, text: &str) {
 #[test]
 fn runs_watch_follows_a_run_and_its_agents_until_it_ends() {
     let m = mesh();
+    let mut updates = m.rt.block_on(async {
+        let all = messages::subjects::agent_status_all("mesh", "Ask");
+        let updates = m.client.subscribe(all).await.expect("subscribe");
+        m.client.flush().await.expect("flush");
+        updates
+    });
     let (id, handle) = m.start("Ask", json!({}));
-    // Once the call runs, the watch shows the run, then the agent's updates.
+    // Once the call runs (its first status update), the watch shows the run, then the
+    // agent's updates: a watch started before the run is stored finds no run.
+    m.rt.block_on(async {
+        tokio::time::timeout(TIMEOUT, updates.next())
+            .await
+            .expect("the call runs in time")
+    });
     let mut child = m
         .cmd(&["runs", "watch", &id])
         .stdout(Stdio::piped())

@@ -163,8 +163,14 @@ async fn a_reply_lost_with_the_agents_connection_is_asked_for_again() {
     };
     let mut replica = spawner.spawn_with(1, &server.url(), &["--call-check", "1"]);
     replica.wait_ready(Duration::from_secs(30)).await;
-    // Started after the replica, so that it hears their card before the black hole.
     let _agents = agents(&proxy.url(), dir.path(), "prompt.yaml", PROMPT).await;
+    // A run through first: the replica has heard the agents' card before the black hole
+    // (a card published while the replica was still subscribing would be lost in it, and
+    // the call would never go out).
+    let warm = start(&client, "lost-reply-warm-up")
+        .await
+        .expect("the warm-up");
+    assert_eq!(warm.status, "success", "{warm:?}\nlogs:\n{}", logs.tail());
 
     let mut calls = client
         .subscribe(subjects::agent_request("mesh", "Echo"))
@@ -177,7 +183,11 @@ async fn a_reply_lost_with_the_agents_connection_is_asked_for_again() {
     let task = "lost-reply-1";
     let run = start(&client, task);
     let call = tokio::time::timeout(Duration::from_secs(30), calls.next()).await;
-    assert!(matches!(call, Ok(Some(_))), "the call never went out");
+    assert!(
+        matches!(call, Ok(Some(_))),
+        "the call never went out; logs:\n{}",
+        logs.tail()
+    );
     // The agents answered into the black hole.
     let reply_subject = subjects::agent_response("mesh", "Lost", "");
     proxy.until_swallowed(reply_subject.as_bytes()).await;
