@@ -7,6 +7,7 @@ use std::time::Duration;
 use agent_sdk::workflow::invoke;
 use messages::a2a::{Message, Part, Role};
 use messages::jsonrpc::Request;
+use messages::payload::wrap;
 use messages::{headers, subjects};
 use serde_json::{json, Value};
 use workflow_node::definition::parse_str;
@@ -156,4 +157,38 @@ async fn a_missing_input_artifact_is_refused_with_its_name() {
     let v: Value = serde_json::from_slice(&reply.payload).unwrap();
     assert_eq!(v["result"]["status"]["state"], "failed", "{v}");
     assert!(v.to_string().contains("missing.json"), "{v}");
+}
+
+/// A `traceparent` that is not W3C's grammar (here with a newline and a forged tail) is
+/// dropped at the door: the agent gets a trace context the node made, never the caller's
+/// text as it came.
+#[tokio::test]
+async fn a_traceparent_that_is_not_w3c_grammar_is_not_forwarded() {
+    let (_server, client, _node, _agent, seen) = setup(256 * 1024).await;
+    let bad = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-FORGED";
+    let message = Message::new("bad-trace", Role::User, vec![wrap(json!({"blob": "x"}))]);
+    let request = Request::message_send("req-3", message);
+    let mut h = async_nats::HeaderMap::new();
+    h.insert(headers::TRACEPARENT, bad);
+    let reply = client
+        .request_with_headers(
+            subjects::agent_request("mesh", "Big"),
+            h,
+            serde_json::to_vec(&request).unwrap().into(),
+        )
+        .await
+        .unwrap();
+    let v: Value = serde_json::from_slice(&reply.payload).unwrap();
+    assert_eq!(v["result"]["status"]["state"], "completed", "{v}");
+    let seen = seen.lock().unwrap();
+    let forwarded = seen[0].1.as_deref();
+    assert_ne!(
+        forwarded,
+        Some(bad),
+        "the malformed traceparent was forwarded"
+    );
+    assert!(
+        forwarded.is_none_or(|tp| messages::inbound::traceparent(tp).is_some()),
+        "{forwarded:?}"
+    );
 }
