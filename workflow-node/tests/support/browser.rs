@@ -123,7 +123,8 @@ impl Browser {
         let give_up = tokio::time::Instant::now() + TIMEOUT;
         while self.eval(script).await != json!(true) {
             let page = self
-                .eval("return document.getElementById('main').innerText")
+                // The view's main area, or the whole page of one that has none.
+                .eval("return (document.getElementById('main') || document.body || {}).innerText")
                 .await;
             assert!(
                 tokio::time::Instant::now() < give_up,
