@@ -20,6 +20,9 @@ pub mod http;
 pub mod openai;
 pub mod otlp;
 pub mod proxy;
+pub mod python;
+
+pub use python::python;
 
 /// A started single JetStream server with default options.
 ///

@@ -1,7 +1,7 @@
 //! Runs `examples/python/call_workflow.py` (nats-py) against a real nats-server and a
 //! real workflow node: it finds the workflow by a skill tag of its card and calls it over
-//! plain JSON-RPC. Needs `python3` with nats-py (`.ci/run` installs it); without them the
-//! test fails saying so.
+//! plain JSON-RPC. Runs in the project's virtual environment (`test_harness::python`,
+//! made by `.ci/run`); without it the test fails saying so.
 
 use std::path::PathBuf;
 use std::process::Output;
@@ -34,21 +34,26 @@ fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/python/call_workflow.py")
 }
 
-/// Fails the test, clearly, when python3 or nats-py is missing.
+/// Fails the test, clearly, when the environment or nats-py is missing.
 fn require_nats_py() {
-    let probe = std::process::Command::new("python3")
+    let probe = std::process::Command::new(test_harness::python())
         .args(["-c", "import nats"])
         .output()
-        .unwrap_or_else(|e| panic!("python3 is needed to run {}: {e}", script().display()));
+        .unwrap_or_else(|e| {
+            panic!(
+                "the virtual environment's python is needed to run {}: {e}",
+                script().display()
+            )
+        });
     assert!(
         probe.status.success(),
-        "the Python example needs nats-py: python3 -m pip install 'nats-py==2.16.0' ({})",
+        "the Python example needs nats-py: .venv/bin/pip install -r .ci/python-requirements.txt ({})",
         String::from_utf8_lossy(&probe.stderr).trim()
     );
 }
 
 async fn python(url: &str, args: &[&str]) -> Output {
-    let run = tokio::process::Command::new("python3")
+    let run = tokio::process::Command::new(test_harness::python())
         .arg(script())
         .args(["--nats-url", url])
         .args(args)
@@ -57,7 +62,7 @@ async fn python(url: &str, args: &[&str]) -> Output {
     tokio::time::timeout(Duration::from_secs(90), run)
         .await
         .expect("the Python caller ended")
-        .expect("python3 ran")
+        .expect("python ran")
 }
 
 #[tokio::test]
