@@ -56,9 +56,18 @@ pub struct AccessArgs {
 
 /// What a request may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Role {
+pub(super) enum Role {
+    /// Read cards and runs, follow a run.
     Read,
+    /// Also start, cancel and decide.
     Operate,
+}
+
+impl Role {
+    /// Whether it may start, cancel and decide.
+    pub(super) fn may_operate(self) -> bool {
+        self == Role::Operate
+    }
 }
 
 /// The tokens the API accepts (their SHA-256, compared digest to digest).
@@ -117,6 +126,12 @@ impl Access {
             );
         }
         Ok(())
+    }
+
+    /// The role of the token in `headers`' `Authorization: Bearer`, if it is known.
+    pub(super) fn role_of_headers(&self, headers: &axum::http::HeaderMap) -> Option<Role> {
+        let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+        self.role_of(v.strip_prefix("Bearer ")?.trim())
     }
 
     fn role_of(&self, token: &str) -> Option<Role> {

@@ -2,8 +2,9 @@
 //! progress (`docs/http.md`), served by `workflow-node serve --http ADDR` or on its own by
 //! `workflow-node ui`. A face beside the CLI: both call [`crate::ops`], and the view maps
 //! an operation's refusal to an HTTP status by its kind. What it sends is signed by the key
-//! it is started with.
+//! it is started with. The A2A door ([`a2a`]) is served beside it, on the same server.
 
+mod a2a;
 mod access;
 mod api;
 mod boundary;
@@ -33,6 +34,7 @@ struct Ctx {
     ns: String,
     signer: Option<agent_sdk::Signer>,
     cards: Arc<cards::Cards>,
+    access: Access,
 }
 
 impl Ctx {
@@ -87,6 +89,7 @@ impl Web {
             ns: ns.to_owned(),
             signer,
             cards,
+            access: access.clone(),
         };
         // The boundary is the outer layer: a request from another page is refused before
         // its token is looked at.

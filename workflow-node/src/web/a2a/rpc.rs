@@ -1,0 +1,461 @@
+//! The JSON-RPC envelope of the A2A door: a request read from hostile bytes into one of
+//! the operations served, in either protocol version, or into the error to answer.
+//!
+//! The version is decided by the method's name (`message/send` is 0.3, `SendMessage` is
+//! 1.0), not by the `A2A-Version` header: the official 1.x SDK sends `A2A-Version: 1.0`
+//! on every request, its 0.3 compatibility transport included. A header naming a version
+//! we do not serve is refused (-32009), as 1.0 asks.
+
+use axum::http::{HeaderMap, StatusCode};
+use serde_json::{json, Map, Value};
+
+use messages::jsonrpc::codes;
+
+use super::v1;
+
+/// 1.0's code for a version the server does not speak.
+pub(super) const VERSION_NOT_SUPPORTED: i64 = -32009;
+
+/// Which A2A protocol a request speaks (and its answer is written in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Version {
+    /// A2A 0.3: `message/send`, `kind` discriminators, lower-case enums.
+    V03,
+    /// A2A 1.0: `SendMessage`, parts told apart by member, `TASK_STATE_*`.
+    V10,
+}
+
+/// An operation asked for, its params already in the 0.3 shape.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Op {
+    /// `message/send` / `SendMessage`: `{message, configuration?, metadata?}`;
+    /// `blocking` false answers as soon as the task is accepted.
+    Send {
+        /// The params, 0.3 shape.
+        params: Value,
+        /// Whether to wait for the task's end.
+        blocking: bool,
+    },
+    /// `message/stream` / `SendStreamingMessage`.
+    Stream {
+        /// The params, 0.3 shape.
+        params: Value,
+    },
+    /// `tasks/get` / `GetTask`.
+    Get {
+        /// The task id.
+        id: String,
+    },
+    /// `tasks/cancel` / `CancelTask`.
+    Cancel {
+        /// The task id.
+        id: String,
+        /// `metadata.reason`, when given.
+        reason: Option<String>,
+    },
+    /// `tasks/resubscribe` / `SubscribeToTask`.
+    Resubscribe {
+        /// The task id.
+        id: String,
+    },
+    /// `ListTasks` (1.0 only).
+    List {
+        /// `pageSize` (default 50, at most 100).
+        page_size: usize,
+    },
+    /// Any push-notification config method: not served (-32003).
+    Push,
+    /// The authenticated extended card: not configured (-32007).
+    ExtendedCard,
+}
+
+impl Op {
+    /// Whether it starts or stops something (an operator token's right), rather than
+    /// reads.
+    pub(super) fn changes(&self) -> bool {
+        matches!(
+            self,
+            Op::Send { .. } | Op::Stream { .. } | Op::Cancel { .. }
+        )
+    }
+}
+
+/// One request, read.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Call {
+    /// The JSON-RPC id, echoed.
+    pub(super) id: Value,
+    /// The version it speaks.
+    pub(super) version: Version,
+    /// What it asks.
+    pub(super) op: Op,
+}
+
+/// An answer that is an error: JSON-RPC code, message, and the HTTP status it goes with
+/// (200 for errors of the call itself, as JSON-RPC over HTTP does; 4xx for errors of the
+/// HTTP request: a body too large, no token).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct RpcError {
+    /// The JSON-RPC id (null when it could not be read).
+    pub(super) id: Value,
+    /// The JSON-RPC / A2A code.
+    pub(super) code: i64,
+    /// What is wrong.
+    pub(super) message: String,
+    /// The HTTP status.
+    pub(super) status: StatusCode,
+}
+
+impl RpcError {
+    /// An error of a call (HTTP 200).
+    pub(super) fn new(id: &Value, code: i64, message: impl Into<String>) -> RpcError {
+        RpcError {
+            id: id.clone(),
+            code,
+            message: message.into(),
+            status: StatusCode::OK,
+        }
+    }
+
+    /// The same error answered with HTTP `status`.
+    pub(super) fn with_status(mut self, status: StatusCode) -> RpcError {
+        self.status = status;
+        self
+    }
+
+    /// The JSON-RPC response object.
+    pub(super) fn body(&self) -> Value {
+        json!({"jsonrpc": "2.0", "id": self.id,
+            "error": {"code": self.code, "message": self.message}})
+    }
+}
+
+/// Reads `body` (JSON, already bounded in size) into a call; `headers` for the version.
+pub(super) fn read(headers: &HeaderMap, body: &[u8]) -> Result<Call, RpcError> {
+    let null = Value::Null;
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        RpcError::new(
+            &null,
+            codes::PARSE_ERROR,
+            format!(
+                "the body is not JSON: {}",
+                messages::jsonrpc::json_error_text(&e)
+            ),
+        )
+    })?;
+    let Value::Object(mut envelope) = value else {
+        let what = if value.is_array() {
+            "a batch (an array): send one request per POST"
+        } else {
+            "not a JSON object"
+        };
+        return Err(RpcError::new(
+            &null,
+            codes::INVALID_REQUEST,
+            format!("the request is {what}"),
+        ));
+    };
+    let id = match envelope.remove("id") {
+        Some(id @ (Value::String(_) | Value::Number(_))) => id,
+        _ => {
+            return Err(RpcError::new(
+                &null,
+                codes::INVALID_REQUEST,
+                "the request needs an id (a string or a number): notifications are not served",
+            ))
+        }
+    };
+    if envelope.get("jsonrpc") != Some(&json!("2.0")) {
+        return Err(RpcError::new(
+            &id,
+            codes::INVALID_REQUEST,
+            "jsonrpc must be \"2.0\"",
+        ));
+    }
+    let Some(Value::String(method)) = envelope.remove("method") else {
+        return Err(RpcError::new(
+            &id,
+            codes::INVALID_REQUEST,
+            "the request needs a method (a string)",
+        ));
+    };
+    check_version_header(headers, &id)?;
+    let params = match envelope.remove("params") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m,
+        Some(_) => {
+            return Err(RpcError::new(
+                &id,
+                codes::INVALID_PARAMS,
+                "params must be a JSON object",
+            ))
+        }
+    };
+    let (version, op) = op_of(&method, params).map_err(|(code, m)| RpcError::new(&id, code, m))?;
+    Ok(Call { id, version, op })
+}
+
+/// Refuses an `A2A-Version` header (or none) naming a version not served: 0.3 (or none)
+/// and 1.0 are.
+fn check_version_header(headers: &HeaderMap, id: &Value) -> Result<(), RpcError> {
+    let Some(v) = headers.get("a2a-version") else {
+        return Ok(());
+    };
+    let v = v.to_str().unwrap_or("(not text)").trim();
+    let served = v.is_empty() || ["0.3", "0.3.0", "1.0", "1.0.0"].contains(&v);
+    if served {
+        return Ok(());
+    }
+    Err(RpcError::new(
+        id,
+        VERSION_NOT_SUPPORTED,
+        format!("A2A-Version {v:?} is not served: this server speaks 0.3 and 1.0"),
+    ))
+}
+
+type Refused = (i64, String);
+
+/// The operation `method` names, with `params` read (1.0's brought to the 0.3 shape).
+fn op_of(method: &str, params: Map<String, Value>) -> Result<(Version, Op), Refused> {
+    use Version::{V03, V10};
+    let op = match method {
+        "message/send" => (V03, send(params, V03)?),
+        "SendMessage" => (V10, send(params, V10)?),
+        "message/stream" => (
+            V03,
+            Op::Stream {
+                params: message_params(params, V03)?,
+            },
+        ),
+        "SendStreamingMessage" => (
+            V10,
+            Op::Stream {
+                params: message_params(params, V10)?,
+            },
+        ),
+        "tasks/get" => (
+            V03,
+            Op::Get {
+                id: task_id(&params)?,
+            },
+        ),
+        "GetTask" => (
+            V10,
+            Op::Get {
+                id: task_id(&params)?,
+            },
+        ),
+        "tasks/cancel" | "CancelTask" => {
+            let version = if method == "CancelTask" { V10 } else { V03 };
+            let reason = params
+                .get("metadata")
+                .and_then(|m| m.get("reason"))
+                .and_then(Value::as_str)
+                .map(|r| r.chars().take(300).collect());
+            (
+                version,
+                Op::Cancel {
+                    id: task_id(&params)?,
+                    reason,
+                },
+            )
+        }
+        "tasks/resubscribe" => (
+            V03,
+            Op::Resubscribe {
+                id: task_id(&params)?,
+            },
+        ),
+        "SubscribeToTask" => (
+            V10,
+            Op::Resubscribe {
+                id: task_id(&params)?,
+            },
+        ),
+        "ListTasks" => (
+            V10,
+            Op::List {
+                page_size: page_size(&params)?,
+            },
+        ),
+        "tasks/pushNotificationConfig/set"
+        | "tasks/pushNotificationConfig/get"
+        | "tasks/pushNotificationConfig/list"
+        | "tasks/pushNotificationConfig/delete" => (V03, Op::Push),
+        "CreateTaskPushNotificationConfig"
+        | "GetTaskPushNotificationConfig"
+        | "ListTaskPushNotificationConfigs"
+        | "DeleteTaskPushNotificationConfig" => (V10, Op::Push),
+        "agent/getAuthenticatedExtendedCard" => (V03, Op::ExtendedCard),
+        "GetExtendedAgentCard" => (V10, Op::ExtendedCard),
+        other => {
+            let shown: String = other.chars().take(100).collect();
+            return Err((
+                codes::METHOD_NOT_FOUND,
+                format!("method not found: {shown:?}"),
+            ));
+        }
+    };
+    Ok(op)
+}
+
+fn send(params: Map<String, Value>, version: Version) -> Result<Op, Refused> {
+    let configuration = params.get("configuration");
+    let blocking = match version {
+        Version::V03 => configuration
+            .and_then(|c| c.get("blocking"))
+            .and_then(Value::as_bool)
+            .unwrap_or(true),
+        Version::V10 => !configuration
+            .and_then(|c| c.get("returnImmediately"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+    };
+    let push = match version {
+        Version::V03 => "pushNotificationConfig",
+        Version::V10 => "taskPushNotificationConfig",
+    };
+    if configuration
+        .and_then(|c| c.get(push))
+        .is_some_and(|p| !p.is_null())
+    {
+        return Err((
+            codes::PUSH_NOTIFICATION_NOT_SUPPORTED,
+            "push notifications are not served here: follow the task with a stream or tasks/get"
+                .into(),
+        ));
+    }
+    Ok(Op::Send {
+        params: message_params(params, version)?,
+        blocking,
+    })
+}
+
+/// `{message, metadata?}` in the 0.3 shape, the message checked.
+fn message_params(mut params: Map<String, Value>, version: Version) -> Result<Value, Refused> {
+    let Some(message) = params.remove("message") else {
+        return Err((codes::INVALID_PARAMS, "params.message is missing".into()));
+    };
+    let message = match version {
+        Version::V03 => message,
+        Version::V10 => v1::message_to_v03(message)
+            .map_err(|e| (codes::INVALID_PARAMS, format!("params.message: {e}")))?,
+    };
+    let message: messages::Message = serde_json::from_value(message)
+        .map_err(|e| (codes::INVALID_PARAMS, format!("params.message: {e}")))?;
+    if message.parts.is_empty() {
+        return Err((codes::INVALID_PARAMS, "params.message has no parts".into()));
+    }
+    let mut out = json!({"message": message});
+    if let Some(m @ Value::Object(_)) = params.remove("metadata") {
+        out["metadata"] = m;
+    }
+    Ok(out)
+}
+
+/// `params.id`: a task id, one subject-safe token of at most 256 characters.
+fn task_id(params: &Map<String, Value>) -> Result<String, Refused> {
+    let Some(Value::String(id)) = params.get("id") else {
+        return Err((
+            codes::INVALID_PARAMS,
+            "params.id (a task id) is missing".into(),
+        ));
+    };
+    if id.is_empty() || id.len() > 256 || id.chars().any(|c| c.is_control()) {
+        return Err((
+            codes::INVALID_PARAMS,
+            "params.id must be 1 to 256 characters, no control characters".into(),
+        ));
+    }
+    Ok(id.clone())
+}
+
+/// `params.pageSize` of a `ListTasks` (1 to 100, default 50).
+fn page_size(params: &Map<String, Value>) -> Result<usize, Refused> {
+    match params.get("pageSize") {
+        None | Some(Value::Null) => Ok(50),
+        Some(v) => match v.as_u64() {
+            Some(n @ 1..=100) => Ok(usize::try_from(n).unwrap_or(100)),
+            _ => Err((
+                codes::INVALID_PARAMS,
+                "pageSize must be a whole number from 1 to 100".into(),
+            )),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(body: &str) -> Result<Call, RpcError> {
+        read(&HeaderMap::new(), body.as_bytes())
+    }
+
+    fn code(body: &str) -> i64 {
+        call(body).expect_err("an error").code
+    }
+
+    #[test]
+    fn malformed_envelopes_get_their_codes() {
+        assert_eq!(code("{nope"), codes::PARSE_ERROR);
+        assert_eq!(code("[]"), codes::INVALID_REQUEST);
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","method":"tasks/get"}"#),
+            codes::INVALID_REQUEST
+        );
+        assert_eq!(
+            code(r#"{"jsonrpc":"1.0","id":1,"method":"tasks/get"}"#),
+            codes::INVALID_REQUEST
+        );
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":1,"method":"nope"}"#),
+            codes::METHOD_NOT_FOUND
+        );
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{}}"#),
+            codes::INVALID_PARAMS
+        );
+        assert_eq!(
+            code(
+                r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message":{"kind":"message","messageId":"m","role":"user","parts":[]}}}"#
+            ),
+            codes::INVALID_PARAMS
+        );
+    }
+
+    #[test]
+    fn the_method_decides_the_version() {
+        let c =
+            call(r#"{"jsonrpc":"2.0","id":"a","method":"GetTask","params":{"id":"t"}}"#).unwrap();
+        assert_eq!(
+            (c.version, c.op),
+            (Version::V10, Op::Get { id: "t".into() })
+        );
+        let c =
+            call(r#"{"jsonrpc":"2.0","id":"a","method":"tasks/get","params":{"id":"t"}}"#).unwrap();
+        assert_eq!(c.version, Version::V03);
+        let mut h = HeaderMap::new();
+        h.insert("a2a-version", "2.0".parse().unwrap());
+        let body = r#"{"jsonrpc":"2.0","id":"a","method":"GetTask","params":{"id":"t"}}"#;
+        assert_eq!(
+            read(&h, body.as_bytes()).unwrap_err().code,
+            VERSION_NOT_SUPPORTED
+        );
+    }
+
+    #[test]
+    fn a_1_0_message_is_read_as_0_3() {
+        let body = r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"hi"}]},"configuration":{"returnImmediately":true}}}"#;
+        let c = call(body).unwrap();
+        let Op::Send { params, blocking } = c.op else {
+            panic!("{:?}", c.op)
+        };
+        assert!(!blocking);
+        assert_eq!(
+            params["message"]["parts"][0],
+            json!({"kind": "text", "text": "hi"})
+        );
+        assert_eq!(params["message"]["role"], "user");
+    }
+}
