@@ -77,15 +77,17 @@ fn refusal_of(e: &InvokeError) -> Refusal {
     }
 }
 
-/// The task `task_id` of `name` as its workflow node or agent reports it (`tasks/get`).
+/// The task `task_id` of `name` as its workflow node or agent reports it (`tasks/get`),
+/// asked with `signer`'s signature (a run started signed is read only so).
 pub async fn get(
     client: &async_nats::Client,
     ns: &str,
     name: &str,
     task_id: &str,
+    signer: Option<&agent_sdk::Signer>,
 ) -> Result<Task, Refusal> {
     let request = Request::tasks_get(task_id, task_id);
-    task_of(ask(client, ns, name, &request, None).await?, name)
+    task_of(ask(client, ns, name, &request, signer).await?, name)
 }
 
 /// Asks agent `name` to cancel its task `task_id`, signed by `signer`: the task as it

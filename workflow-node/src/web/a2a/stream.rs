@@ -269,7 +269,14 @@ async fn rejoin(
         }
     }
     let task = task_id.as_str().unwrap_or_default();
-    let last = call::get(&ctx.client, &ctx.ns, callee.name(), task).await?;
+    let last = call::get(
+        &ctx.client,
+        &ctx.ns,
+        callee.name(),
+        task,
+        ctx.signer.as_ref(),
+    )
+    .await?;
     let context = last.context_id.clone();
     end(sink, &task_value(last, task, &context)).await;
     Ok(())

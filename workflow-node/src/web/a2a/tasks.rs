@@ -71,7 +71,15 @@ pub(super) async fn prepare(
     } = params;
     if let Some(existing) = &message.task_id {
         return Err(
-            match call::get(&ctx.client, &ctx.ns, callee.name(), existing).await {
+            match call::get(
+                &ctx.client,
+                &ctx.ns,
+                callee.name(),
+                existing,
+                ctx.signer.as_ref(),
+            )
+            .await
+            {
                 Ok(_) => RpcError::new(
                     id,
                     codes::UNSUPPORTED_OPERATION,
@@ -179,9 +187,15 @@ pub(super) async fn get(
     id: &Value,
     task: &str,
 ) -> Result<Value, RpcError> {
-    let t = call::get(&ctx.client, &ctx.ns, callee.name(), task)
-        .await
-        .map_err(|r| rpc_error(id, &r))?;
+    let t = call::get(
+        &ctx.client,
+        &ctx.ns,
+        callee.name(),
+        task,
+        ctx.signer.as_ref(),
+    )
+    .await
+    .map_err(|r| rpc_error(id, &r))?;
     let context = t.context_id.clone();
     Ok(task_value(t, task, &context))
 }

@@ -1,0 +1,232 @@
+"""Drives the A2A door with the official a2a-sdk client (1.x: A2A 1.0, and 0.3 through
+its compatibility transport) and raw JSON-RPC for hostile input. Prints `ok CHECK` for
+each check passed; any failed assertion exits non-zero. Arguments: the server's base URL,
+a read token, an operator token."""
+
+import asyncio
+import json
+import sys
+import uuid
+
+import httpx
+from a2a.client import ClientConfig, create_client
+from a2a.client.card_resolver import parse_agent_card
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    TaskState,
+)
+from google.protobuf.json_format import MessageToDict
+
+BASE, READ, OPERATE = sys.argv[1], sys.argv[2], sys.argv[3]
+
+
+def ok(check):
+    print(f"ok {check}", flush=True)
+
+
+def http(token):
+    return httpx.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"}, timeout=httpx.Timeout(120.0)
+    )
+
+
+def message(text):
+    return SendMessageRequest(
+        message=Message(
+            message_id=str(uuid.uuid4()),
+            role=Role.ROLE_USER,
+            parts=[Part(text=text)],
+        )
+    )
+
+
+def data_of(task):
+    """The output artifact's data, as a dict."""
+    for artifact in task.artifacts:
+        for part in artifact.parts:
+            if part.HasField("data"):
+                return MessageToDict(part.data)
+    return None
+
+
+async def client_for(name, token, streaming=True):
+    return await create_client(
+        f"{BASE}/a2a/{name}",
+        client_config=ClientConfig(streaming=streaming, httpx_client=http(token)),
+    )
+
+
+async def card_check():
+    async with http(READ) as h:
+        r = await h.get(f"{BASE}/a2a/Greet/.well-known/agent-card.json")
+        assert r.status_code == 200, r.text
+        card = r.json()
+    assert card["url"] == f"{BASE}/a2a/Greet", card
+    assert card["preferredTransport"] == "JSONRPC", card
+    assert card["capabilities"]["streaming"] is True, card
+    assert card["capabilities"]["pushNotifications"] is False, card
+    assert card["securitySchemes"]["bearer"]["scheme"] == "bearer", card
+    transports = {i["transport"] for i in card["additionalInterfaces"]}
+    assert transports == {"JSONRPC", "NATS"}, card
+    versions = {i["protocolVersion"] for i in card["supportedInterfaces"] if i["protocolBinding"] == "JSONRPC"}
+    assert versions == {"1.0", "0.3"}, card
+    ok("card")
+    return card
+
+
+async def send_check():
+    c = await client_for("Greet", OPERATE, streaming=False)
+    events = [e async for e in c.send_message(message("hello"))]
+    assert len(events) == 1 and events[0].HasField("task"), events
+    task = events[0].task
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED, task
+    assert data_of(task) == {"said": "hello"}, task
+    ok("send")
+    got = await c.get_task(GetTaskRequest(id=task.id))
+    assert got.id == task.id and got.status.state == TaskState.TASK_STATE_COMPLETED, got
+    ok("get")
+    await c.close()
+    return task.id
+
+
+async def stream_check():
+    c = await client_for("Greet", OPERATE)
+    events = [e async for e in c.send_message(message("streamed"))]
+    kinds = [e.WhichOneof("payload") for e in events]
+    assert kinds[0] == "task", kinds
+    assert kinds[-1] == "status_update", kinds
+    assert "artifact_update" in kinds, kinds
+    last = events[-1].status_update
+    assert last.status.state == TaskState.TASK_STATE_COMPLETED, last
+    words = [
+        p.text
+        for e in events
+        if e.HasField("status_update") and e.status_update.status.HasField("message")
+        for p in e.status_update.status.message.parts
+        if p.HasField("text")
+    ]
+    assert any("thinking about it" in w for w in words), words
+    ids = {e.status_update.task_id for e in events if e.HasField("status_update")}
+    assert ids == {events[0].task.id}, ids
+    await c.close()
+    ok("stream")
+
+
+async def gate_checks():
+    """A run that waits at its gate: its stream dropped, rejoined, then cancelled."""
+    c = await client_for("Gate", OPERATE)
+    stream = c.send_message(message("wait here"))
+    first = await stream.__anext__()
+    assert first.HasField("task"), first
+    task_id = first.task.id
+    # Read until the agent's node is done, so the run is at its gate; then drop the stream.
+    async for e in stream:
+        if e.HasField("status_update") and "first" in json.dumps(MessageToDict(e)) and "success" in json.dumps(MessageToDict(e)):
+            break
+    await stream.aclose()
+    reader = await client_for("Gate", READ)
+    sub = reader.subscribe(SubscribeToTaskRequest(id=task_id))
+    now = await sub.__anext__()
+    assert now.HasField("task") and now.task.id == task_id, now
+    assert now.task.status.state in (
+        TaskState.TASK_STATE_WORKING,
+        TaskState.TASK_STATE_INPUT_REQUIRED,
+    ), now
+    events = []
+    async for e in sub:
+        events.append(MessageToDict(e))
+        if any(
+            d.get("data", {}).get("event") == "started"
+            for d in e.status_update.status.message.parts and [MessageToDict(p) for p in e.status_update.status.message.parts]
+        ):
+            break
+    ok("resubscribe")
+    # A read token may not cancel.
+    try:
+        await reader.cancel_task(CancelTaskRequest(id=task_id))
+        raise AssertionError("a read token cancelled a task")
+    except AssertionError:
+        raise
+    except Exception as e:  # the SDK raises its HTTP error
+        assert "403" in str(e) or "operator" in str(e), e
+    cancelled = await c.cancel_task(CancelTaskRequest(id=task_id))
+    assert cancelled.status.state == TaskState.TASK_STATE_CANCELED, cancelled
+    # The rejoined stream sees the end.
+    states = [e.status_update.status.state async for e in sub if e.HasField("status_update")]
+    assert states and states[-1] == TaskState.TASK_STATE_CANCELED, states
+    ok("cancel")
+    listed = await reader.list_tasks(ListTasksRequest(page_size=10))
+    assert task_id in [t.id for t in listed.tasks], listed
+    ok("list")
+    await c.close()
+    await reader.close()
+    return task_id
+
+
+async def v03_checks(card):
+    """The SDK's 0.3 transport, chosen by a card that names 0.3 only."""
+    legacy = {k: v for k, v in card.items() if k not in ("supportedInterfaces", "securityRequirements")}
+    legacy["additionalInterfaces"] = [i for i in legacy["additionalInterfaces"] if i["transport"] == "JSONRPC"]
+    parsed = parse_agent_card(json.loads(json.dumps(legacy)))
+    assert parsed.supported_interfaces[0].protocol_version.startswith("0.3"), parsed
+    from a2a.client import ClientFactory
+
+    for streaming, check in ((False, "v0.3 send"), (True, "v0.3 stream")):
+        c = ClientFactory(ClientConfig(streaming=streaming, httpx_client=http(OPERATE))).create(parsed)
+        events = [e async for e in c.send_message(message("old"))]
+        last = events[-1]
+        state = last.task.status.state if last.HasField("task") else last.status_update.status.state
+        assert state == TaskState.TASK_STATE_COMPLETED, events
+        ok(check)
+
+
+async def hostile_checks(other_task):
+    async def rpc(body, token=OPERATE, raw=None, name="Greet"):
+        async with http(token) as h:
+            content = raw if raw is not None else json.dumps(body).encode()
+            r = await h.post(
+                f"{BASE}/a2a/{name}", content=content, headers={"Content-Type": "application/json"}
+            )
+            return r.status_code, (r.json() if r.content else None)
+
+    def code(answer):
+        return answer[1]["error"]["code"]
+
+    status, body = await rpc(None, raw=b"x" * (2 << 20))
+    assert status == 413 and body["error"]["code"] == -32600, (status, body)
+    assert code(await rpc(None, raw=b"{not json")) == -32700
+    assert code(await rpc({"jsonrpc": "2.0", "id": 1, "method": "tasks/nope"})) == -32601
+    assert code(await rpc([{"jsonrpc": "2.0", "id": 1, "method": "tasks/get"}])) == -32600
+    send = {"jsonrpc": "2.0", "id": 2, "method": "message/send", "params": {"message": {
+        "kind": "message", "messageId": "m", "role": "user", "parts": [{"kind": "text", "text": "x"}]}}}
+    assert (await rpc(send, token=READ))[0] == 403
+    assert (await rpc(send, token="nobody"))[0] == 401
+    get = lambda tid: {"jsonrpc": "2.0", "id": 3, "method": "tasks/get", "params": {"id": tid}}
+    assert code(await rpc(get("run-nothing"))) == -32001
+    # A task of Greet is no task of Gate.
+    assert code(await rpc(get(other_task), name="Gate")) == -32001
+    push = {"jsonrpc": "2.0", "id": 4, "method": "tasks/pushNotificationConfig/set",
+            "params": {"taskId": other_task, "pushNotificationConfig": {"url": "http://127.0.0.1:1/"}}}
+    assert code(await rpc(push)) == -32003
+    status, _ = await rpc(get(other_task), name="Nobody")
+    assert status == 404
+    ok("hostile")
+
+
+async def main():
+    card = await card_check()
+    task_id = await send_check()
+    await stream_check()
+    await gate_checks()
+    await v03_checks(card)
+    await hostile_checks(task_id)
+
+
+asyncio.run(main())
