@@ -6,3 +6,4 @@
 mod support;
 
 mod a2a;
+mod nats_binding;
