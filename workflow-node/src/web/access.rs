@@ -52,6 +52,10 @@ pub struct AccessArgs {
         value_delimiter = ','
     )]
     pub public_hosts: Vec<String>,
+    /// Let the A2A door send push notifications to loopback and private addresses (for
+    /// tests and closed networks; by default only public addresses are sent to).
+    #[arg(long = "push-allow-private", env = "MESH_HTTP_PUSH_ALLOW_PRIVATE")]
+    pub push_allow_private: bool,
 }
 
 /// What a request may do.
@@ -75,6 +79,7 @@ impl Role {
 pub struct Access {
     tokens: Vec<([u8; 32], Role)>,
     public_hosts: Vec<String>,
+    push_allow_private: bool,
 }
 
 fn digest(token: &str) -> [u8; 32] {
@@ -103,12 +108,18 @@ impl Access {
         Ok(Access {
             tokens,
             public_hosts: args.public_hosts.clone(),
+            push_allow_private: args.push_allow_private,
         })
     }
 
     /// The names given with `--public-host`.
     pub(super) fn public_hosts(&self) -> &[String] {
         &self.public_hosts
+    }
+
+    /// Whether push notifications may go to loopback and private addresses.
+    pub(super) fn push_allows_private(&self) -> bool {
+        self.push_allow_private
     }
 
     /// Whether any token is required.

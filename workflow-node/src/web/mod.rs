@@ -49,6 +49,7 @@ impl Ctx {
 pub struct Web {
     addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
+    pusher: tokio::task::JoinHandle<()>,
     _cards: Arc<cards::Cards>,
 }
 
@@ -84,6 +85,7 @@ impl Web {
         let addr = listener.local_addr()?;
         let cards = Arc::new(cards::follow(client.clone(), ns, cards).await?);
         let watch = cards.clone();
+        let pusher = tokio::spawn(a2a::pusher(&client, ns, &signer, &access).run());
         let ctx = Ctx {
             client,
             ns: ns.to_owned(),
@@ -108,6 +110,7 @@ impl Web {
         Ok(Web {
             addr,
             task,
+            pusher,
             _cards: watch,
         })
     }
@@ -121,6 +124,7 @@ impl Web {
 impl Drop for Web {
     fn drop(&mut self) {
         self.task.abort();
+        self.pusher.abort();
     }
 }
 

@@ -3,10 +3,15 @@
 //! SDK would never send: discovery by card, send, stream, get, cancel, resubscribe after
 //! dropping a stream, list, and hostile input (a body too large, bad JSON, an unknown
 //! method, a read token that sends, no token, a task of another workflow) answered with
-//! A2A's errors. The script asserts; this test checks it ran every check.
+//! A2A's errors; push notifications to a local receiver that is down at first, signed
+//! with the config's token. The script asserts; this test checks it ran every check.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use tokio::sync::Semaphore;
 
 use agent_sdk::{handler_fn, AgentBuilder, NodeRequest, Signer};
 use workflow_node::shell::{Config, WorkflowNode};
@@ -39,6 +44,46 @@ workflow:
   output_mapping: {went: "{{first.output.text}}"}
 "#;
 
+/// An agent that says "thinking about it" and echoes its input once its words were
+/// forwarded to a caller's inbox: the words are then sure to be in the caller's stream,
+/// before the answer (a workflow node drops words of a call that has ended).
+async fn talker(
+    client: &async_nats::Client,
+) -> (agent_sdk::AgentHandle, tokio::task::JoinHandle<()>) {
+    let said = Arc::new(Semaphore::new(0));
+    let mut inboxes = client.subscribe("_INBOX.>").await.unwrap();
+    let heard = said.clone();
+    let watch = tokio::spawn(async move {
+        while let Some(m) = inboxes.next().await {
+            if String::from_utf8_lossy(&m.payload).contains("thinking about it") {
+                heard.add_permits(1);
+            }
+        }
+    });
+    client.flush().await.unwrap();
+    let talker = AgentBuilder::new("Talker")
+        .description("says what it does, then echoes its input")
+        .handler(handler_fn(move |req: NodeRequest| {
+            let said = said.clone();
+            async move {
+                req.send_status("thinking about it").await.ok();
+                said.acquire().await.expect("never closed").forget();
+                Ok(req.input)
+            }
+        }));
+    (talker.serve(client.clone()).await.unwrap(), watch)
+}
+
+/// Waits until the door serves `name`'s card (the catalog heard it).
+async fn card_seen(addr: SocketAddr, name: &str) {
+    let path = format!("/a2a/{name}/.well-known/agent-card.json");
+    let give_up = tokio::time::Instant::now() + test_harness::http::TIMEOUT;
+    while test_harness::http::get(addr, &path).await.status != 200 {
+        assert!(tokio::time::Instant::now() < give_up, "no card of {name}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/doors/a2a_client.py")
 }
@@ -50,13 +95,7 @@ async fn the_official_a2a_client_drives_workflows_over_http() {
     let mut config = Config::default();
     config.operators.push(operator.public_key().to_string());
     let client = async_nats::connect(server.url()).await.unwrap();
-    let talker = AgentBuilder::new("Talker")
-        .description("says what it does, then echoes its input")
-        .handler(handler_fn(|req: NodeRequest| async move {
-            req.send_status("thinking about it").await.ok();
-            Ok(req.input)
-        }));
-    let _talker = talker.serve(client.clone()).await.unwrap();
+    let _talker = talker(&client).await;
     let workflows = [GREET, GATE]
         .iter()
         .map(|y| workflow_node::definition::parse_str(y, "t.yaml").unwrap())
@@ -67,6 +106,7 @@ async fn the_official_a2a_client_drives_workflows_over_http() {
     let tokens = AccessArgs {
         read_tokens: vec!["reader-secret".into()],
         operator_tokens: vec!["operator-secret".into()],
+        push_allow_private: true,
         ..AccessArgs::default()
     };
     let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
@@ -79,6 +119,9 @@ async fn the_official_a2a_client_drives_workflows_over_http() {
     )
     .await
     .unwrap();
+    for name in ["Greet", "Gate", "Talker"] {
+        card_seen(web.addr(), name).await;
+    }
     let out = tokio::process::Command::new(test_harness::python())
         .arg(script())
         .arg(format!("http://{}", web.addr()))
@@ -103,6 +146,7 @@ async fn the_official_a2a_client_drives_workflows_over_http() {
         "resubscribe",
         "cancel",
         "list",
+        "push",
         "v0.3 send",
         "v0.3 stream",
         "hostile",
@@ -110,6 +154,49 @@ async fn the_official_a2a_client_drives_workflows_over_http() {
         assert!(
             stdout.lines().any(|l| l == format!("ok {check}")),
             "check {check:?} did not pass:\n{stdout}\n{stderr}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_notifications_go_to_public_addresses_only_unless_allowed() {
+    let server = test_harness::nats();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let talker = AgentBuilder::new("Talker")
+        .description("echoes")
+        .handler(handler_fn(|req: NodeRequest| async move { Ok(req.input) }));
+    let _talker = talker.serve(client.clone()).await.unwrap();
+    let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let web = Web::start(client.clone(), "mesh", None, Access::default(), addr)
+        .await
+        .unwrap();
+    card_seen(web.addr(), "Talker").await;
+    for url in [
+        "http://127.0.0.1:9/hook",
+        "http://169.254.169.254/latest/meta-data",
+        "http://10.0.0.1/",
+        "http://localhost:9/",
+    ] {
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": 1,
+            "method": "tasks/pushNotificationConfig/set",
+            "params": {"taskId": "t", "pushNotificationConfig": {"url": url}}});
+        let a = test_harness::http::request(
+            web.addr(),
+            "POST",
+            "/a2a/Talker",
+            Some(&body.to_string()),
+            &[("Content-Type", "application/json")],
+        )
+        .await;
+        // The address is judged first, whatever the task.
+        let v = a.json();
+        assert_eq!(v["error"]["code"], -32602, "{url}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("not a public address"),
+            "{url}: {v}"
         );
     }
 }

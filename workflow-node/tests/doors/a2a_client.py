@@ -4,9 +4,14 @@ each check passed; any failed assertion exits non-zero. Arguments: the server's 
 a read token, an operator token."""
 
 import asyncio
+import hashlib
+import hmac
 import json
+import queue
 import sys
+import threading
 import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 from a2a.client import ClientConfig, create_client
@@ -19,7 +24,11 @@ from a2a.types import (
     Part,
     Role,
     SendMessageRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest,
+    ListTaskPushNotificationConfigsRequest,
     SubscribeToTaskRequest,
+    TaskPushNotificationConfig,
     TaskState,
 )
 from google.protobuf.json_format import MessageToDict
@@ -71,7 +80,7 @@ async def card_check():
     assert card["url"] == f"{BASE}/a2a/Greet", card
     assert card["preferredTransport"] == "JSONRPC", card
     assert card["capabilities"]["streaming"] is True, card
-    assert card["capabilities"]["pushNotifications"] is False, card
+    assert card["capabilities"]["pushNotifications"] is True, card
     assert card["securitySchemes"]["bearer"]["scheme"] == "bearer", card
     transports = {i["transport"] for i in card["additionalInterfaces"]}
     assert transports == {"JSONRPC", "NATS"}, card
@@ -212,12 +221,87 @@ async def hostile_checks(other_task):
     assert code(await rpc(get("run-nothing"))) == -32001
     # A task of Greet is no task of Gate.
     assert code(await rpc(get(other_task), name="Gate")) == -32001
+    # An agent's task takes no push config.
     push = {"jsonrpc": "2.0", "id": 4, "method": "tasks/pushNotificationConfig/set",
             "params": {"taskId": other_task, "pushNotificationConfig": {"url": "http://127.0.0.1:1/"}}}
-    assert code(await rpc(push)) == -32003
+    assert code(await rpc(push, name="Talker")) == -32003
+    push["params"]["pushNotificationConfig"]["url"] = "file:///etc/passwd"
+    assert code(await rpc(push)) == -32602
     status, _ = await rpc(get(other_task), name="Nobody")
     assert status == 404
     ok("hostile")
+
+
+def receiver():
+    """A webhook receiver on loopback: answers its first POST 503 (the receiver is
+    down), then 200; every POST goes on the queue as (status answered, headers, body)."""
+    posts = queue.Queue()
+    answered = []
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            status = 503 if not answered else 200
+            answered.append(status)
+            self.send_response(status)
+            self.end_headers()
+            posts.put((status, {k.lower(): v for k, v in self.headers.items()}, body))
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}/hook", posts
+
+
+async def delivered(posts):
+    """The next POST answered 200."""
+    while True:
+        status, headers, body = await asyncio.to_thread(posts.get, True, 120)
+        if status == 200:
+            return headers, body
+
+
+def verified(headers, body, token, config_id):
+    at = headers["mesh-push-timestamp"]
+    mac = hmac.new(token.encode(), f"a2a-push-v1\n{at}\n{config_id}\n".encode() + body, hashlib.sha256)
+    assert headers["mesh-push-signature"] == "v1=" + mac.hexdigest(), headers
+    assert headers["x-a2a-notification-token"] == token, headers
+    return json.loads(body)
+
+
+async def push_checks():
+    url, posts = receiver()
+    c = await client_for("Gate", OPERATE)
+    stream = c.send_message(message("push me"))
+    first = await stream.__anext__()
+    task_id = first.task.id
+    await stream.aclose()
+    token = "tok-" + uuid.uuid4().hex
+    made = await c.create_task_push_notification_config(
+        TaskPushNotificationConfig(task_id=task_id, id="hook1", url=url, token=token)
+    )
+    assert made.id == "hook1" and made.url == url, made
+    listed = await c.list_task_push_notification_configs(ListTaskPushNotificationConfigsRequest(task_id=task_id))
+    assert [x.id for x in listed.configs] == ["hook1"], listed
+    got = await c.get_task_push_notification_config(GetTaskPushNotificationConfigRequest(task_id=task_id, id="hook1"))
+    assert got.url == url, got
+    # The run reaches its gate: input-required, delivered after the receiver's 503.
+    headers, body = await delivered(posts)
+    note = verified(headers, body, token, "hook1")
+    assert note["task"]["id"] == task_id, note
+    assert note["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", note
+    assert headers["content-type"] == "application/a2a+json", headers
+    await c.cancel_task(CancelTaskRequest(id=task_id))
+    headers, body = await delivered(posts)
+    note = verified(headers, body, token, "hook1")
+    assert note["task"]["status"]["state"] == "TASK_STATE_CANCELED", note
+    await c.delete_task_push_notification_config(DeleteTaskPushNotificationConfigRequest(task_id=task_id, id="hook1"))
+    listed = await c.list_task_push_notification_configs(ListTaskPushNotificationConfigsRequest(task_id=task_id))
+    assert list(listed.configs) == [], listed
+    await c.close()
+    ok("push")
 
 
 async def main():
@@ -225,6 +309,7 @@ async def main():
     task_id = await send_check()
     await stream_check()
     await gate_checks()
+    await push_checks()
     await v03_checks(card)
     await hostile_checks(task_id)
 

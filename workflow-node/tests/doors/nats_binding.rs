@@ -4,11 +4,13 @@
 //! `tasks/resubscribe`, which NATS does not serve, says how a stream is rejoined instead
 //! of "method not found".
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sdk::{handler_fn, AgentBuilder, NodeRequest};
 use futures::StreamExt;
 use serde_json::{json, Value};
+use tokio::sync::Semaphore;
 use workflow_node::shell::{Config, WorkflowNode};
 
 const GREET: &str = r#"
@@ -22,7 +24,13 @@ workflow:
 
 /// Sends `body` to `name`'s request subject with a status inbox; the status updates seen
 /// before the final reply, and the reply.
-async fn exchange(client: &async_nats::Client, name: &str, body: &Value) -> (Vec<Value>, Value) {
+/// The agent's words release it (see `talker`).
+async fn exchange(
+    client: &async_nats::Client,
+    name: &str,
+    body: &Value,
+    said: &Semaphore,
+) -> (Vec<Value>, Value) {
     let (reply, status) = (client.new_inbox(), client.new_inbox());
     let mut replies = client.subscribe(reply.clone()).await.unwrap();
     let mut updates = client.subscribe(status.clone()).await.unwrap();
@@ -38,7 +46,12 @@ async fn exchange(client: &async_nats::Client, name: &str, body: &Value) -> (Vec
         loop {
             tokio::select! {
                 biased;
-                Some(m) = updates.next() => seen.push(serde_json::from_slice(&m.payload).unwrap()),
+                Some(m) = updates.next() => {
+                    if String::from_utf8_lossy(&m.payload).contains("thinking about it") {
+                        said.add_permits(1);
+                    }
+                    seen.push(serde_json::from_slice(&m.payload).unwrap());
+                }
                 Some(m) = replies.next() => {
                     while let Some(Some(m)) = futures::FutureExt::now_or_never(updates.next()) {
                         seen.push(serde_json::from_slice(&m.payload).unwrap());
@@ -63,12 +76,19 @@ fn stream_request(id: &str) -> Value {
 async fn message_stream_streams_on_nats_and_resubscribe_says_how_to_rejoin() {
     let server = test_harness::nats();
     let client = async_nats::connect(server.url()).await.unwrap();
+    // The agent answers once its words reached the caller: they are then in the stream.
+    let said = Arc::new(Semaphore::new(0));
+    let gate = said.clone();
     let talker = AgentBuilder::new("Talker")
         .description("talks, then echoes")
         .heartbeat_interval(Duration::from_secs(3600))
-        .handler(handler_fn(|req: NodeRequest| async move {
-            req.send_status("thinking about it").await.ok();
-            Ok(req.input)
+        .handler(handler_fn(move |req: NodeRequest| {
+            let gate = gate.clone();
+            async move {
+                req.send_status("thinking about it").await.ok();
+                gate.acquire().await.expect("never closed").forget();
+                Ok(req.input)
+            }
         }));
     let _talker = talker.serve(client.clone()).await.unwrap();
     let greet = workflow_node::definition::parse_str(GREET, "t.yaml").unwrap();
@@ -77,7 +97,7 @@ async fn message_stream_streams_on_nats_and_resubscribe_says_how_to_rejoin() {
         .unwrap();
 
     // A workflow: its progress, then the final reply.
-    let (updates, reply) = exchange(&client, "Greet", &stream_request("s-1")).await;
+    let (updates, reply) = exchange(&client, "Greet", &stream_request("s-1"), &said).await;
     assert_eq!(reply["result"]["status"]["state"], "completed", "{reply}");
     assert!(
         updates
@@ -85,12 +105,12 @@ async fn message_stream_streams_on_nats_and_resubscribe_says_how_to_rejoin() {
             .all(|u| u["id"] == "s-1" && u["result"]["kind"] == "status-update"),
         "{updates:?}"
     );
-    let said = json!(updates).to_string();
-    assert!(said.contains("workflow_execution_start"), "{said}");
-    assert!(said.contains("thinking about it"), "{said}");
+    let text = json!(updates).to_string();
+    assert!(text.contains("workflow_execution_start"), "{text}");
+    assert!(text.contains("thinking about it"), "{text}");
 
     // An agent: its words, then its reply.
-    let (updates, reply) = exchange(&client, "Talker", &stream_request("s-2")).await;
+    let (updates, reply) = exchange(&client, "Talker", &stream_request("s-2"), &said).await;
     assert_eq!(reply["result"]["status"]["state"], "completed", "{reply}");
     assert!(
         json!(updates).to_string().contains("thinking about it"),

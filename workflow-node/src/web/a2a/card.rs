@@ -8,8 +8,8 @@
 //! - 1.0's `supportedInterfaces` lists the endpoint once per version served (1.0 first,
 //!   the SDKs' preference, then 0.3) and then NATS; a 1.0 client reads that, a 0.3 client
 //!   `url` and `protocolVersion`.
-//! - Capabilities are the door's: streaming (SSE) is served; push notifications are not;
-//!   no state-transition history in tasks.
+//! - Capabilities are the door's: streaming (SSE) and push notifications (for workflows'
+//!   tasks) are served; no state-transition history in tasks.
 //! - With tokens on, a `bearer` HTTP scheme is required (`securitySchemes` and `security`,
 //!   1.0's `securityRequirements`).
 
@@ -23,7 +23,7 @@ pub(super) const NATS_BINDING: &str = "NATS";
 pub(super) fn http_card(card: &AgentCard, base: &str, tokens: bool) -> Value {
     let mut capabilities = json!({
         "streaming": true,
-        "pushNotifications": false,
+        "pushNotifications": true,
         "stateTransitionHistory": false,
     });
     if !card.capabilities.extensions.is_empty() {
@@ -73,7 +73,7 @@ mod tests {
         assert_eq!(v["url"], "http://h/a2a/W");
         assert_eq!(v["preferredTransport"], "JSONRPC");
         assert_eq!(v["capabilities"]["streaming"], true);
-        assert_eq!(v["capabilities"]["pushNotifications"], false);
+        assert_eq!(v["capabilities"]["pushNotifications"], true);
         assert!(v.get("securitySchemes").is_none());
         let v = http_card(&card, "http://h/a2a/W", true);
         assert_eq!(v["securitySchemes"]["bearer"]["scheme"], "bearer");

@@ -13,9 +13,11 @@
 //!
 //! A body is read only up to [`MAX_BODY`] (413 past it), and must be JSON (the boundary
 //! answers 415 otherwise). Files: [`rpc`] reads the envelope, [`tasks`] answers, [`stream`]
-//! streams, [`v1`] writes 1.0's shapes, [`card`] the card.
+//! streams, [`push`] keeps push configs and sends their notifications, [`v1`] writes
+//! 1.0's shapes, [`card`] the card.
 
 mod card;
+mod push;
 mod rpc;
 mod stream;
 mod tasks;
@@ -37,6 +39,21 @@ use crate::ops::call::Callee;
 /// The largest request body read (1 MiB): a larger input goes to a workflow through the
 /// object store, not in a message.
 pub(super) const MAX_BODY: usize = 1 << 20;
+
+/// The push notifications' sender of a door on `client`, in `ns`.
+pub(super) fn pusher(
+    client: &async_nats::Client,
+    ns: &str,
+    signer: &Option<agent_sdk::Signer>,
+    access: &super::Access,
+) -> push::deliver::Pusher {
+    push::deliver::Pusher {
+        client: client.clone(),
+        ns: ns.to_owned(),
+        signer: signer.clone(),
+        allow_private: access.push_allows_private(),
+    }
+}
 
 /// The door's routes.
 pub(super) fn router() -> Router<Ctx> {
@@ -144,8 +161,13 @@ async fn dispatch(ctx: Ctx, callee: Callee, call: Call) -> Result<Response, RpcE
         Op::Resubscribe { id: task } => {
             return stream::resubscribe(ctx, callee, &id, version, task).await
         }
-        Op::Send { params, blocking } => {
-            let reply = tasks::send(&ctx, &callee, &id, params, blocking).await?;
+        Op::Send {
+            params,
+            blocking,
+            push,
+        } => {
+            let push = push.map(|p| (p, version));
+            let reply = tasks::send(&ctx, &callee, &id, params, blocking, push).await?;
             match version {
                 Version::V03 => reply,
                 Version::V10 => v1::send_result(&reply),
@@ -168,13 +190,7 @@ async fn dispatch(ctx: Ctx, callee: Callee, call: Call) -> Result<Response, RpcE
             }
             listed
         }
-        Op::Push => {
-            return Err(RpcError::new(
-                &id,
-                codes::PUSH_NOTIFICATION_NOT_SUPPORTED,
-                "push notifications are not served here: follow the task with a stream or get",
-            ))
-        }
+        Op::Push(op) => push::serve(&ctx, &callee, &id, version, op).await?,
         Op::ExtendedCard => {
             return Err(RpcError::new(
                 &id,

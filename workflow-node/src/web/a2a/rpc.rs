@@ -35,6 +35,8 @@ pub(super) enum Op {
         params: Value,
         /// Whether to wait for the task's end.
         blocking: bool,
+        /// A push-notification config given with the message.
+        push: Option<PushConfig>,
     },
     /// `message/stream` / `SendStreamingMessage`.
     Stream {
@@ -63,8 +65,9 @@ pub(super) enum Op {
         /// `pageSize` (default 50, at most 100).
         page_size: usize,
     },
-    /// Any push-notification config method: not served (-32003).
-    Push,
+    /// A push-notification config method (`tasks/pushNotificationConfig/*`, 1.0's
+    /// `*TaskPushNotificationConfig*`).
+    Push(PushOp),
     /// The authenticated extended card: not configured (-32007).
     ExtendedCard,
 }
@@ -78,6 +81,52 @@ impl Op {
             Op::Send { .. } | Op::Stream { .. } | Op::Cancel { .. }
         )
     }
+}
+
+/// A push-notification config operation, its params read.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum PushOp {
+    /// Set (create) a config for a task.
+    Set {
+        /// The task.
+        task: String,
+        /// The config.
+        config: PushConfig,
+    },
+    /// One config of a task (the first, when no id is given).
+    Get {
+        /// The task.
+        task: String,
+        /// The config's id.
+        id: Option<String>,
+    },
+    /// Every config of a task.
+    List {
+        /// The task.
+        task: String,
+    },
+    /// Delete one config of a task.
+    Delete {
+        /// The task.
+        task: String,
+        /// The config's id.
+        id: String,
+    },
+}
+
+/// A push-notification config as a client gives it, in either version.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(super) struct PushConfig {
+    /// Its id (one is made when none is given): 1 to 64 of `A-Z a-z 0-9 _ -`.
+    pub(super) id: Option<String>,
+    /// The webhook (plain `http://`; see `push::guard`).
+    pub(super) url: String,
+    /// Sent back in `X-A2A-Notification-Token`, and the key of the notification's MAC.
+    pub(super) token: Option<String>,
+    /// The `Authorization` scheme to send (`Bearer`), with `credentials`.
+    pub(super) scheme: Option<String>,
+    /// The credentials sent with `scheme`.
+    pub(super) credentials: Option<String>,
 }
 
 /// One request, read.
@@ -278,14 +327,77 @@ fn op_of(method: &str, params: Map<String, Value>) -> Result<(Version, Op), Refu
                 page_size: page_size(&params)?,
             },
         ),
-        "tasks/pushNotificationConfig/set"
-        | "tasks/pushNotificationConfig/get"
-        | "tasks/pushNotificationConfig/list"
-        | "tasks/pushNotificationConfig/delete" => (V03, Op::Push),
-        "CreateTaskPushNotificationConfig"
-        | "GetTaskPushNotificationConfig"
-        | "ListTaskPushNotificationConfigs"
-        | "DeleteTaskPushNotificationConfig" => (V10, Op::Push),
+        "tasks/pushNotificationConfig/set" => {
+            let task = text(&params, "taskId")?.unwrap_or_default();
+            let config = params
+                .get("pushNotificationConfig")
+                .cloned()
+                .unwrap_or_default();
+            let config = push_config(&config, V03)?;
+            (
+                V03,
+                Op::Push(PushOp::Set {
+                    task: checked_id(task)?,
+                    config,
+                }),
+            )
+        }
+        "CreateTaskPushNotificationConfig" => {
+            let task = text(&params, "taskId")?.unwrap_or_default();
+            let config = push_config(&Value::Object(params.clone()), V10)?;
+            (
+                V10,
+                Op::Push(PushOp::Set {
+                    task: checked_id(task)?,
+                    config,
+                }),
+            )
+        }
+        "tasks/pushNotificationConfig/get" => {
+            let id = text(&params, "pushNotificationConfigId")?;
+            (
+                V03,
+                Op::Push(PushOp::Get {
+                    task: task_id(&params)?,
+                    id,
+                }),
+            )
+        }
+        "GetTaskPushNotificationConfig" => {
+            let task = checked_id(text(&params, "taskId")?.unwrap_or_default())?;
+            (
+                V10,
+                Op::Push(PushOp::Get {
+                    task,
+                    id: text(&params, "id")?,
+                }),
+            )
+        }
+        "tasks/pushNotificationConfig/list" => (
+            V03,
+            Op::Push(PushOp::List {
+                task: task_id(&params)?,
+            }),
+        ),
+        "ListTaskPushNotificationConfigs" => {
+            let task = checked_id(text(&params, "taskId")?.unwrap_or_default())?;
+            (V10, Op::Push(PushOp::List { task }))
+        }
+        "tasks/pushNotificationConfig/delete" => {
+            let id = text(&params, "pushNotificationConfigId")?.unwrap_or_default();
+            (
+                V03,
+                Op::Push(PushOp::Delete {
+                    task: task_id(&params)?,
+                    id,
+                }),
+            )
+        }
+        "DeleteTaskPushNotificationConfig" => {
+            let task = checked_id(text(&params, "taskId")?.unwrap_or_default())?;
+            let id = text(&params, "id")?.unwrap_or_default();
+            (V10, Op::Push(PushOp::Delete { task, id }))
+        }
         "agent/getAuthenticatedExtendedCard" => (V03, Op::ExtendedCard),
         "GetExtendedAgentCard" => (V10, Op::ExtendedCard),
         other => {
@@ -315,19 +427,14 @@ fn send(params: Map<String, Value>, version: Version) -> Result<Op, Refused> {
         Version::V03 => "pushNotificationConfig",
         Version::V10 => "taskPushNotificationConfig",
     };
-    if configuration
-        .and_then(|c| c.get(push))
-        .is_some_and(|p| !p.is_null())
-    {
-        return Err((
-            codes::PUSH_NOTIFICATION_NOT_SUPPORTED,
-            "push notifications are not served here: follow the task with a stream or tasks/get"
-                .into(),
-        ));
-    }
+    let push = match configuration.and_then(|c| c.get(push)) {
+        Some(p) if !p.is_null() => Some(push_config(p, version)?),
+        _ => None,
+    };
     Ok(Op::Send {
         params: message_params(params, version)?,
         blocking,
+        push,
     })
 }
 
@@ -353,7 +460,7 @@ fn message_params(mut params: Map<String, Value>, version: Version) -> Result<Va
     Ok(out)
 }
 
-/// `params.id`: a task id, one subject-safe token of at most 256 characters.
+/// `params.id`: a task id (see [`checked_id`]).
 fn task_id(params: &Map<String, Value>) -> Result<String, Refused> {
     let Some(Value::String(id)) = params.get("id") else {
         return Err((
@@ -361,13 +468,93 @@ fn task_id(params: &Map<String, Value>) -> Result<String, Refused> {
             "params.id (a task id) is missing".into(),
         ));
     };
+    checked_id(id.clone())
+}
+
+/// A task id: 1 to 256 characters, no control characters.
+fn checked_id(id: String) -> Result<String, Refused> {
     if id.is_empty() || id.len() > 256 || id.chars().any(|c| c.is_control()) {
         return Err((
             codes::INVALID_PARAMS,
-            "params.id must be 1 to 256 characters, no control characters".into(),
+            "a task id must be 1 to 256 characters, no control characters".into(),
         ));
     }
-    Ok(id.clone())
+    Ok(id)
+}
+
+/// Field `name` of `params` as text, if present; anything but a string is refused.
+fn text(params: &Map<String, Value>, name: &str) -> Result<Option<String>, Refused> {
+    match params.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err((codes::INVALID_PARAMS, format!("{name} must be a string"))),
+    }
+}
+
+/// A push config in `version`'s shape (0.3: `authentication{schemes[], credentials}`;
+/// 1.0: `authentication{scheme, credentials}`), bounded.
+fn push_config(v: &Value, version: Version) -> Result<PushConfig, Refused> {
+    let Value::Object(m) = v else {
+        return Err((
+            codes::INVALID_PARAMS,
+            "the push config must be an object".into(),
+        ));
+    };
+    let bounded = |name: &str, max: usize| -> Result<Option<String>, Refused> {
+        let t = text(m, name)?.filter(|t| !t.is_empty());
+        if t.as_ref().is_some_and(|t| t.len() > max) {
+            return Err((
+                codes::INVALID_PARAMS,
+                format!("{name} is longer than {max} bytes"),
+            ));
+        }
+        Ok(t)
+    };
+    let id = bounded("id", 64)?;
+    if let Some(id) = &id {
+        if !id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err((
+                codes::INVALID_PARAMS,
+                "a push config's id is 1 to 64 of A-Z a-z 0-9 _ -".into(),
+            ));
+        }
+    }
+    let url = bounded("url", 2048)?.ok_or((
+        codes::INVALID_PARAMS,
+        "the push config needs a url".to_string(),
+    ))?;
+    let token = bounded("token", 512)?;
+    let auth = m.get("authentication").and_then(Value::as_object);
+    let scheme = auth.and_then(|a| match version {
+        Version::V03 => a
+            .get("schemes")
+            .and_then(|s| s.get(0))
+            .and_then(Value::as_str),
+        Version::V10 => a.get("scheme").and_then(Value::as_str),
+    });
+    let credentials = auth
+        .and_then(|a| a.get("credentials"))
+        .and_then(Value::as_str);
+    let bad_scheme = scheme
+        .is_some_and(|s| s.len() > 64 || !s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
+    if bad_scheme || credentials.is_some_and(|c| c.len() > 4096) {
+        return Err((
+            codes::INVALID_PARAMS,
+            "authentication: a scheme of at most 64 letters, digits or -, credentials of at \
+             most 4096 bytes"
+                .into(),
+        ));
+    }
+    Ok(PushConfig {
+        id,
+        url,
+        token,
+        scheme: scheme.map(str::to_owned),
+        credentials: credentials.map(str::to_owned),
+    })
 }
 
 /// `params.pageSize` of a `ListTasks` (1 to 100, default 50).

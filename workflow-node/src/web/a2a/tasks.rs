@@ -17,7 +17,7 @@ use messages::jsonrpc::{codes, MessageSendParams, Method, Request};
 use messages::{AgentReply, Task};
 use serde_json::{json, Value};
 
-use super::rpc::RpcError;
+use super::rpc::{PushConfig, RpcError, Version};
 use crate::ops::call::{self, Callee};
 use crate::ops::follow::Follow;
 use crate::ops::refusal::{Refusal, RefusalKind};
@@ -114,12 +114,14 @@ pub(super) async fn prepare(
 }
 
 /// `message/send`: the task once it ended (or, not `blocking`, once it was accepted).
+/// A push config given with it is kept once the run is accepted.
 pub(super) async fn send(
     ctx: &Ctx,
     callee: &Callee,
     id: &Value,
     params: Value,
     blocking: bool,
+    push: Option<(PushConfig, Version)>,
 ) -> Result<Value, RpcError> {
     let out = prepare(ctx, callee, id, params).await?;
     let accepted = std::sync::Arc::new(tokio::sync::Notify::new());
@@ -133,15 +135,26 @@ pub(super) async fn send(
         Timing::new(SEND_TIMEOUT),
         move |_| told.notify_one(),
     );
-    let reply = if blocking {
-        exchange.await
+    tokio::pin!(exchange);
+    let early = if blocking && push.is_none() {
+        None
     } else {
         tokio::select! {
-            reply = exchange => reply,
-            () = accepted.notified() => {
+            reply = &mut exchange => Some(reply),
+            () = accepted.notified() => None,
+        }
+    };
+    let reply = match early {
+        Some(reply) => reply,
+        None => {
+            if let Some((config, version)) = push {
+                super::push::set(ctx, callee, id, version, &out.task_id, config).await?;
+            }
+            if !blocking {
                 return Ok(json!({"kind": "task", "id": out.task_id,
                     "contextId": out.context_id, "status": {"state": "submitted"}}));
             }
+            exchange.await
         }
     };
     match reply.map_err(|r| rpc_error(id, &r))? {
