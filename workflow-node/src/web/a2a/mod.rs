@@ -157,7 +157,9 @@ async fn serve(
 async fn dispatch(ctx: Ctx, callee: Callee, call: Call) -> Result<Response, RpcError> {
     let Call { id, version, op } = call;
     let result = match op {
-        Op::Stream { params } => return stream::send(ctx, callee, &id, version, params).await,
+        Op::Stream { params, push } => {
+            return stream::send(ctx, callee, &id, version, params, push).await
+        }
         Op::Resubscribe { id: task } => {
             return stream::resubscribe(ctx, callee, &id, version, task).await
         }

@@ -42,6 +42,8 @@ pub(super) enum Op {
     Stream {
         /// The params, 0.3 shape.
         params: Value,
+        /// A push-notification config given with the message.
+        push: Option<PushConfig>,
     },
     /// `tasks/get` / `GetTask`.
     Get {
@@ -270,18 +272,8 @@ fn op_of(method: &str, params: Map<String, Value>) -> Result<(Version, Op), Refu
     let op = match method {
         "message/send" => (V03, send(params, V03)?),
         "SendMessage" => (V10, send(params, V10)?),
-        "message/stream" => (
-            V03,
-            Op::Stream {
-                params: message_params(params, V03)?,
-            },
-        ),
-        "SendStreamingMessage" => (
-            V10,
-            Op::Stream {
-                params: message_params(params, V10)?,
-            },
-        ),
+        "message/stream" => (V03, streamed(send(params, V03)?)),
+        "SendStreamingMessage" => (V10, streamed(send(params, V10)?)),
         "tasks/get" => (
             V03,
             Op::Get {
@@ -409,6 +401,14 @@ fn op_of(method: &str, params: Map<String, Value>) -> Result<(Version, Op), Refu
         }
     };
     Ok(op)
+}
+
+/// A send read as a stream.
+fn streamed(op: Op) -> Op {
+    match op {
+        Op::Send { params, push, .. } => Op::Stream { params, push },
+        other => other,
+    }
 }
 
 fn send(params: Map<String, Value>, version: Version) -> Result<Op, Refused> {
@@ -635,7 +635,10 @@ mod tests {
     fn a_1_0_message_is_read_as_0_3() {
         let body = r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"hi"}]},"configuration":{"returnImmediately":true}}}"#;
         let c = call(body).unwrap();
-        let Op::Send { params, blocking } = c.op else {
+        let Op::Send {
+            params, blocking, ..
+        } = c.op
+        else {
             panic!("{:?}", c.op)
         };
         assert!(!blocking);

@@ -4,7 +4,8 @@
 //!
 //! - `message/stream`: the task (`submitted`) at once; then each status update the callee
 //!   sends on the way (a workflow's progress DataParts, its agents' words as
-//!   `workflow_agent_status` with their text also as a text part); then the output as the
+//!   `workflow_agent_status` with their text also as a text part; a push config given
+//!   with the message is kept once the first arrives); then the output as the
 //!   artifact `output`, and the final status (`final: true`). The stream then closes.
 //! - `tasks/resubscribe` (a workflow's task, from any replica of the door): the task as it
 //!   is now; every entry of the run's history (`docs/protocol.md`, "Run history") as a
@@ -101,6 +102,7 @@ pub(super) async fn send(
     id: &Value,
     version: Version,
     params: Value,
+    mut push: Option<super::rpc::PushConfig>,
 ) -> Result<Response, RpcError> {
     let out = tasks::prepare(&ctx, &callee, id, params).await?;
     let rid = id.clone();
@@ -128,6 +130,14 @@ pub(super) async fn send(
             tokio::select! {
                 reply = &mut exchange => break reply,
                 Some(u) = urx.recv() => {
+                    // The run is accepted: a push config given with the message is kept.
+                    if let Some(config) = push.take() {
+                        let set = super::push::set(&ctx, &callee, &rid, version, &task_id, config);
+                        if let Err(e) = set.await {
+                            sink.error(&e).await;
+                            return;
+                        }
+                    }
                     if !sink.item(&update(&u, &task_id, &context)).await {
                         return;
                     }
