@@ -35,6 +35,8 @@ struct Ctx {
     signer: Option<agent_sdk::Signer>,
     cards: Arc<cards::Cards>,
     access: Access,
+    /// The A2A streams that may be open at once (see `a2a::MAX_STREAMS`).
+    streams: Arc<tokio::sync::Semaphore>,
 }
 
 impl Ctx {
@@ -92,6 +94,7 @@ impl Web {
             signer,
             cards,
             access: access.clone(),
+            streams: Arc::new(tokio::sync::Semaphore::new(a2a::MAX_STREAMS)),
         };
         // The boundary is the outer layer: a request from another page is refused before
         // its token is looked at.

@@ -110,22 +110,25 @@ async fn the_official_a2a_client_drives_workflows_over_http() {
         ..AccessArgs::default()
     };
     let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let web = Web::start(
-        client.clone(),
-        "mesh",
-        Some(operator),
-        Access::new(&tokens).unwrap(),
-        addr,
-    )
-    .await
-    .unwrap();
-    for name in ["Greet", "Gate", "Talker"] {
+    // Two replicas of the door: a stream is rejoined at the other one, and both send
+    // push notifications.
+    let mut webs = Vec::new();
+    for _ in 0..2 {
+        let access = Access::new(&tokens).unwrap();
+        let web = Web::start(client.clone(), "mesh", Some(operator.clone()), access, addr);
+        webs.push(web.await.unwrap());
+    }
+    for (web, name) in webs
+        .iter()
+        .flat_map(|w| ["Greet", "Gate", "Talker"].map(|n| (w, n)))
+    {
         card_seen(web.addr(), name).await;
     }
     let out = tokio::process::Command::new(test_harness::python())
         .arg(script())
-        .arg(format!("http://{}", web.addr()))
+        .arg(format!("http://{}", webs[0].addr()))
         .args(["reader-secret", "operator-secret"])
+        .arg(format!("http://{}", webs[1].addr()))
         .kill_on_drop(true)
         .output();
     let out = tokio::time::timeout(std::time::Duration::from_secs(240), out)
@@ -147,6 +150,7 @@ async fn the_official_a2a_client_drives_workflows_over_http() {
         "cancel",
         "list",
         "push",
+        "push once",
         "v0.3 send",
         "v0.3 stream",
         "hostile",

@@ -33,7 +33,7 @@ from a2a.types import (
 )
 from google.protobuf.json_format import MessageToDict
 
-BASE, READ, OPERATE = sys.argv[1], sys.argv[2], sys.argv[3]
+BASE, READ, OPERATE, OTHER = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 
 
 def ok(check):
@@ -65,9 +65,9 @@ def data_of(task):
     return None
 
 
-async def client_for(name, token, streaming=True):
+async def client_for(name, token, streaming=True, base=BASE):
     return await create_client(
-        f"{BASE}/a2a/{name}",
+        f"{base}/a2a/{name}",
         client_config=ClientConfig(streaming=streaming, httpx_client=http(token)),
     )
 
@@ -140,7 +140,8 @@ async def gate_checks():
         if e.HasField("status_update") and "first" in json.dumps(MessageToDict(e)) and "success" in json.dumps(MessageToDict(e)):
             break
     await stream.aclose()
-    reader = await client_for("Gate", READ)
+    # Rejoined at the other replica of the door.
+    reader = await client_for("Gate", READ, base=OTHER)
     sub = reader.subscribe(SubscribeToTaskRequest(id=task_id))
     now = await sub.__anext__()
     assert now.HasField("task") and now.task.id == task_id, now
@@ -297,11 +298,25 @@ async def push_checks():
     headers, body = await delivered(posts)
     note = verified(headers, body, token, "hook1")
     assert note["task"]["status"]["state"] == "TASK_STATE_CANCELED", note
+
     await c.delete_task_push_notification_config(DeleteTaskPushNotificationConfigRequest(task_id=task_id, id="hook1"))
     listed = await c.list_task_push_notification_configs(ListTaskPushNotificationConfigsRequest(task_id=task_id))
     assert list(listed.configs) == [], listed
     await c.close()
     ok("push")
+    return posts
+
+
+def none_taken_twice(posts):
+    """Two replicas send, one claims each state: no notification was taken twice (checked
+    last, after the other checks, so that a second sender's retry had its time)."""
+    taken = []
+    while not posts.empty():
+        status, _, body = posts.get_nowait()
+        if status == 200:
+            taken.append(json.loads(body)["task"]["status"]["state"])
+    assert taken == [], taken
+    ok("push once")
 
 
 async def main():
@@ -309,9 +324,10 @@ async def main():
     task_id = await send_check()
     await stream_check()
     await gate_checks()
-    await push_checks()
+    posts = await push_checks()
     await v03_checks(card)
     await hostile_checks(task_id)
+    none_taken_twice(posts)
 
 
 asyncio.run(main())

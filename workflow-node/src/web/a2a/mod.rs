@@ -11,7 +11,8 @@
 //! they check every caller's. The card itself is served without a token: it is what
 //! tells a client to bring one.
 //!
-//! A body is read only up to [`MAX_BODY`] (413 past it), and must be JSON (the boundary
+//! A body is read only up to [`MAX_BODY`] (413 past it), at most [`MAX_STREAMS`] streams
+//! are open at once, and must be JSON (the boundary
 //! answers 415 otherwise). Files: [`rpc`] reads the envelope, [`tasks`] answers, [`stream`]
 //! streams, [`push`] keeps push configs and sends their notifications, [`v1`] writes
 //! 1.0's shapes, [`card`] the card.
@@ -39,6 +40,10 @@ use crate::ops::call::Callee;
 /// The largest request body read (1 MiB): a larger input goes to a workflow through the
 /// object store, not in a message.
 pub(super) const MAX_BODY: usize = 1 << 20;
+
+/// At most this many A2A streams are open at once; more are refused (503, -32603) so that
+/// readers who never leave cannot take the server.
+pub(super) const MAX_STREAMS: usize = 256;
 
 /// The push notifications' sender of a door on `client`, in `ns`.
 pub(super) fn pusher(

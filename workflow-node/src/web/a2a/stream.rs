@@ -71,8 +71,29 @@ impl Sink {
     }
 }
 
-/// A stream fed by `feed`, answered as `text/event-stream`.
-fn respond<F>(id: &Value, version: Version, feed: impl FnOnce(Sink) -> F) -> Response
+/// A place among the streams open at once, or the error to answer.
+fn place(ctx: &Ctx, id: &Value) -> Result<tokio::sync::OwnedSemaphorePermit, RpcError> {
+    ctx.streams.clone().try_acquire_owned().map_err(|_| {
+        RpcError::new(
+            id,
+            codes::INTERNAL_ERROR,
+            format!(
+                "{} streams are open, the most this server keeps: try again later",
+                super::MAX_STREAMS
+            ),
+        )
+        .with_status(axum::http::StatusCode::SERVICE_UNAVAILABLE)
+    })
+}
+
+/// A stream fed by `feed` (holding `place` until it ends), answered as
+/// `text/event-stream`.
+fn respond<F>(
+    id: &Value,
+    version: Version,
+    place: tokio::sync::OwnedSemaphorePermit,
+    feed: impl FnOnce(Sink) -> F,
+) -> Response
 where
     F: std::future::Future<Output = ()> + Send + 'static,
 {
@@ -82,7 +103,11 @@ where
         id: id.clone(),
         version,
     };
-    tokio::spawn(feed(sink));
+    let fed = feed(sink);
+    tokio::spawn(async move {
+        fed.await;
+        drop(place);
+    });
     let events = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx))
     });
@@ -104,9 +129,10 @@ pub(super) async fn send(
     params: Value,
     mut push: Option<super::rpc::PushConfig>,
 ) -> Result<Response, RpcError> {
+    let place = place(&ctx, id)?;
     let out = tasks::prepare(&ctx, &callee, id, params).await?;
     let rid = id.clone();
-    Ok(respond(id, version, move |sink| async move {
+    Ok(respond(id, version, place, move |sink| async move {
         let (task_id, context) = (out.task_id.clone(), out.context_id.clone());
         let first = json!({"kind": "task", "id": task_id, "contextId": context,
             "status": {"state": "submitted"}});
@@ -237,8 +263,9 @@ pub(super) async fn resubscribe(
         .await
         .map_err(|r| rpc_error(id, &r))?;
     let now = tasks::get(&ctx, &callee, id, &task).await?;
+    let place = place(&ctx, id)?;
     let rid = id.clone();
-    Ok(respond(id, version, move |sink| async move {
+    Ok(respond(id, version, place, move |sink| async move {
         if let Err(r) = rejoin(&ctx, &callee, &runs, follow, now, &sink).await {
             sink.error(&rpc_error(&rid, &r)).await;
         }

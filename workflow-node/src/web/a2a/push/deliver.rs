@@ -15,6 +15,7 @@
 //! `a2a-push-v1\n{timestamp}\n{config id}\n` followed by the body's bytes).
 
 use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::kv;
@@ -67,20 +68,26 @@ impl Pusher {
                 return;
             }
         };
-        let mut followed = HashSet::new();
+        // The configs followed now: a follower leaves when its task ended.
+        let followed = Arc::new(Mutex::new(HashSet::new()));
         while let Some(entry) = watch.next().await {
             let Ok(entry) = entry else { continue };
-            if entry.operation != kv::Operation::Put || !followed.insert(entry.key.clone()) {
+            let fresh = lock(&followed).insert(entry.key.clone());
+            if entry.operation != kv::Operation::Put || !fresh {
+                if fresh {
+                    lock(&followed).remove(&entry.key);
+                }
                 continue;
             }
             let Ok(stored) = serde_json::from_slice::<Stored>(&entry.value) else {
                 continue;
             };
-            let (me, store) = (self.clone(), store.clone());
+            let (me, store, followed) = (self.clone(), store.clone(), followed.clone());
             tokio::spawn(async move {
                 if let Err(e) = me.follow(&store, &entry.key, stored).await {
                     tracing::debug!("push config {}: {e}", entry.key);
                 }
+                lock(&followed).remove(&entry.key);
             });
         }
     }
@@ -207,6 +214,12 @@ impl Pusher {
             Err(format!("the receiver answered {}", answer.status()))
         }
     }
+}
+
+/// The set of followed configs, even if a follower panicked while holding it.
+fn lock(set: &Mutex<HashSet<String>>) -> std::sync::MutexGuard<'_, HashSet<String>> {
+    set.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The notification's MAC (see the module doc), as lowercase hex.

@@ -243,14 +243,41 @@ pub(super) async fn serve(
     version: Version,
     op: PushOp,
 ) -> Result<Value, RpcError> {
-    let (task, config_id) = match &op {
-        PushOp::Set { task, config } => {
-            return set(ctx, callee, id, version, task, config.clone()).await
+    match op {
+        PushOp::Set { task, config } => set(ctx, callee, id, version, &task, config).await,
+        PushOp::Get { task, id: want } => {
+            let (_, kept) = kept(ctx, callee, id, &task).await?;
+            Ok(written(&named(&kept, want.as_deref(), id, &task)?, version))
         }
-        PushOp::Get { task, id } => (task, id.clone()),
-        PushOp::List { task } => (task, None),
-        PushOp::Delete { task, id } => (task, Some(id.clone())),
-    };
+        PushOp::List { task } => {
+            let (_, kept) = kept(ctx, callee, id, &task).await?;
+            let all: Vec<Value> = kept.iter().map(|k| written(k, version)).collect();
+            Ok(match version {
+                Version::V03 => Value::Array(all),
+                Version::V10 => json!({"configs": all, "nextPageToken": ""}),
+            })
+        }
+        PushOp::Delete { task, id: want } => {
+            let (store, kept) = kept(ctx, callee, id, &task).await?;
+            let found = named(&kept, Some(&want), id, &task)?;
+            let config_id = found.config.id.unwrap_or_default();
+            let key = format!("cfg.{}.{config_id}", found.execution);
+            store.delete(key).await.map_err(|e| internal(id, e))?;
+            Ok(match version {
+                Version::V03 => Value::Null,
+                Version::V10 => json!({}),
+            })
+        }
+    }
+}
+
+/// The bucket, and the configs kept for task `task` of `callee`.
+async fn kept(
+    ctx: &Ctx,
+    callee: &Callee,
+    id: &Value,
+    task: &str,
+) -> Result<(kv::Store, Vec<Stored>), RpcError> {
     let (_, execution, _) = run_of(ctx, callee, id, task).await?;
     let store = bucket(&ctx.client, &ctx.ns)
         .await
@@ -258,36 +285,19 @@ pub(super) async fn serve(
     let kept = configs(&store, &execution)
         .await
         .map_err(|e| internal(id, e))?;
-    let named = |want: &Option<String>| {
-        kept.iter()
-            .find(|k| want.is_none() || k.config.id == *want)
-            .cloned()
-            .ok_or_else(|| {
-                RpcError::new(
-                    id,
-                    codes::TASK_NOT_FOUND,
-                    format!("task {task} has no such push config"),
-                )
-            })
-    };
-    match op {
-        PushOp::Get { .. } => Ok(written(&named(&config_id)?, version)),
-        PushOp::List { .. } => {
-            let all: Vec<Value> = kept.iter().map(|k| written(k, version)).collect();
-            Ok(match version {
-                Version::V03 => Value::Array(all),
-                Version::V10 => json!({"configs": all, "nextPageToken": ""}),
-            })
-        }
-        PushOp::Delete { .. } => {
-            let found = named(&config_id)?;
-            let key = format!("cfg.{execution}.{}", found.config.id.unwrap_or_default());
-            store.delete(key).await.map_err(|e| internal(id, e))?;
-            Ok(match version {
-                Version::V03 => Value::Null,
-                Version::V10 => json!({}),
-            })
-        }
-        PushOp::Set { .. } => unreachable!("answered above"),
-    }
+    Ok((store, kept))
+}
+
+/// The config `want` names among `kept` (the first when no id is given); -32001 if none.
+fn named(kept: &[Stored], want: Option<&str>, id: &Value, task: &str) -> Result<Stored, RpcError> {
+    kept.iter()
+        .find(|k| want.is_none() || k.config.id.as_deref() == want)
+        .cloned()
+        .ok_or_else(|| {
+            RpcError::new(
+                id,
+                codes::TASK_NOT_FOUND,
+                format!("task {task} has no such push config"),
+            )
+        })
 }
