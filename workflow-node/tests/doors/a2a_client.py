@@ -86,6 +86,9 @@ async def card_check():
     assert transports == {"JSONRPC", "NATS"}, card
     versions = {i["protocolVersion"] for i in card["supportedInterfaces"] if i["protocolBinding"] == "JSONRPC"}
     assert versions == {"1.0", "0.3"}, card
+    async with http(READ) as h:
+        r = await h.get(f"{BASE}/a2a/Talker/.well-known/agent-card.json")
+        assert r.json()["capabilities"]["pushNotifications"] is False, r.text
     ok("card")
     return card
 

@@ -8,8 +8,8 @@
 //! - 1.0's `supportedInterfaces` lists the endpoint once per version served (1.0 first,
 //!   the SDKs' preference, then 0.3) and then NATS; a 1.0 client reads that, a 0.3 client
 //!   `url` and `protocolVersion`.
-//! - Capabilities are the door's: streaming (SSE) and push notifications (for workflows'
-//!   tasks) are served; no state-transition history in tasks.
+//! - Capabilities are the door's: streaming (SSE) is served, push notifications for a
+//!   workflow (whose runs are kept), not for an agent; no state-transition history.
 //! - With tokens on, a `bearer` HTTP scheme is required (`securitySchemes` and `security`,
 //!   1.0's `securityRequirements`).
 
@@ -23,7 +23,8 @@ pub(super) const NATS_BINDING: &str = "NATS";
 pub(super) fn http_card(card: &AgentCard, base: &str, tokens: bool) -> Value {
     let mut capabilities = json!({
         "streaming": true,
-        "pushNotifications": true,
+        // An agent's task is not kept: push is served for workflows' tasks only.
+        "pushNotifications": card.is_workflow(),
         "stateTransitionHistory": false,
     });
     if !card.capabilities.extensions.is_empty() {
@@ -68,7 +69,16 @@ mod tests {
 
     #[test]
     fn the_card_claims_what_the_door_serves() {
-        let card = AgentCard::new("W", "d", "nats:mesh.a2a.v1.agent.request.W", "1");
+        let card = AgentCard::new("A", "d", "nats:mesh.a2a.v1.agent.request.A", "1");
+        let v = http_card(&card, "http://h/a2a/A", false);
+        assert_eq!(v["capabilities"]["pushNotifications"], false, "an agent's");
+        let mut card = AgentCard::new("W", "d", "nats:mesh.a2a.v1.agent.request.W", "1");
+        card.set_extension(messages::card::AgentExtension {
+            uri: messages::card::EXT_AGENT_TYPE.into(),
+            description: None,
+            required: None,
+            params: Some(serde_json::from_value(json!({"type": "workflow"})).unwrap()),
+        });
         let v = http_card(&card, "http://h/a2a/W", false);
         assert_eq!(v["url"], "http://h/a2a/W");
         assert_eq!(v["preferredTransport"], "JSONRPC");

@@ -84,7 +84,16 @@ async fn card_of(State(ctx): State<Ctx>, Path(name): Path<String>, headers: Head
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .unwrap_or("127.0.0.1");
-    let base = format!("http://{host}/a2a/{name}");
+    // Behind a TLS-terminating proxy the card names https (a client that sends the header
+    // itself changes only the card it reads).
+    let scheme = match headers
+        .get("x-forwarded-proto")
+        .and_then(|p| p.to_str().ok())
+    {
+        Some(p) if p.eq_ignore_ascii_case("https") => "https",
+        _ => "http",
+    };
+    let base = format!("{scheme}://{host}/a2a/{name}");
     let v = card::http_card(&card, &base, ctx.access.enabled());
     json_response(StatusCode::OK, &v)
 }
