@@ -84,8 +84,46 @@ async fn card_seen(addr: SocketAddr, name: &str) {
     }
 }
 
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/doors/a2a_client.py")
+fn script(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/doors")
+        .join(name)
+}
+
+/// The interpreter of a venv of its own under `target/` with the official SDK's last 0.3
+/// release (`doors/a2a-0.3-requirements.txt`): it cannot share the project's `.venv`.
+/// Made once, then reused.
+fn python_v03() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/py-a2a-0.3");
+    let python = dir.join("bin/python");
+    let ready = || {
+        std::process::Command::new(&python)
+            .args([
+                "-c",
+                "import importlib.metadata as m; assert m.version('a2a-sdk') == '0.3.26'",
+            ])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !ready() {
+        let made = std::process::Command::new(test_harness::python())
+            .args(["-m", "venv"])
+            .arg(&dir)
+            .status()
+            .unwrap();
+        assert!(made.success(), "making the 0.3 venv at {}", dir.display());
+        let installed = std::process::Command::new(&python)
+            .args(["-m", "pip", "install", "-q", "-r"])
+            .arg(script("a2a-0.3-requirements.txt"))
+            .status()
+            .unwrap();
+        assert!(
+            installed.success(),
+            "installing a2a-sdk 0.3 into {}",
+            dir.display()
+        );
+    }
+    python
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -125,7 +163,7 @@ async fn the_official_a2a_client_drives_workflows_over_http() {
         card_seen(web.addr(), name).await;
     }
     let out = tokio::process::Command::new(test_harness::python())
-        .arg(script())
+        .arg(script("a2a_client.py"))
         .arg(format!("http://{}", webs[0].addr()))
         .args(["reader-secret", "operator-secret"])
         .arg(format!("http://{}", webs[1].addr()))
@@ -201,6 +239,66 @@ async fn push_notifications_go_to_public_addresses_only_unless_allowed() {
                 .unwrap()
                 .contains("not a public address"),
             "{url}: {v}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_0_3_client_drives_workflows_over_http() {
+    let python = tokio::task::spawn_blocking(python_v03).await.unwrap();
+    let server = test_harness::nats();
+    let operator = Signer::generate();
+    let mut config = Config::default();
+    config.operators.push(operator.public_key().to_string());
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let _talker = talker(&client).await;
+    let workflows = [GREET, GATE]
+        .iter()
+        .map(|y| workflow_node::definition::parse_str(y, "t.yaml").unwrap())
+        .collect();
+    let _node = WorkflowNode::start(client.clone(), workflows, config)
+        .await
+        .unwrap();
+    let tokens = AccessArgs {
+        operator_tokens: vec!["operator-secret".into()],
+        push_allow_private: true,
+        ..AccessArgs::default()
+    };
+    let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let access = Access::new(&tokens).unwrap();
+    let web = Web::start(client.clone(), "mesh", Some(operator), access, addr)
+        .await
+        .unwrap();
+    for name in ["Greet", "Gate"] {
+        card_seen(web.addr(), name).await;
+    }
+    let out = tokio::process::Command::new(python)
+        .arg(script("a2a_client_v03.py"))
+        .arg(format!("http://{}", web.addr()))
+        .arg("operator-secret")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(240), out)
+        .await
+        .expect("the 0.3 client script finished in time")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the 0.3 client script failed:\n{stdout}\n{stderr}"
+    );
+    for check in [
+        "card",
+        "send",
+        "get",
+        "stream",
+        "push",
+        "resubscribe and cancel",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == format!("ok v0.3 {check}")),
+            "check {check:?} did not pass:\n{stdout}\n{stderr}"
         );
     }
 }
