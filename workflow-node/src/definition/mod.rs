@@ -20,10 +20,12 @@ mod pause;
 mod policy;
 mod problem;
 mod refs;
+mod schedules;
 
 pub use model::*;
 pub use pause::PauseSettings;
 pub use problem::{Problem, SyntaxError};
+pub use schedules::{slot_time, Overlap, Schedule, When, DEFAULT_CATCHUP_WINDOW, MAX_SCHEDULES};
 
 use std::path::{Path, PathBuf};
 

@@ -61,6 +61,8 @@ pub struct Workflow {
     pub concurrency: Option<usize>,
     /// `workflow.pause`: whether a paused run's deadline and approval timeouts stop.
     pub pause: super::PauseSettings,
+    /// `workflow.schedules`: the runs it starts on a clock (see [`super::Schedule`]).
+    pub schedules: Vec<super::Schedule>,
     /// The `workflow` block exactly as written (snake_case or camelCase), for the agent
     /// card's `workflow_config`.
     pub source: Value,

@@ -147,6 +147,7 @@ fn parse_block(block: &Value, top: TopLevel, sink: &mut Sink) -> Option<Draft> {
         .int(sink, "concurrency", 1)
         .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
     let pause = super::pause::parse_pause(&mut w, sink);
+    let schedules = super::schedules::parse_schedules(&mut w, sink);
     w.finish(sink, "the workflow block", &[]);
 
     let workflow = Workflow {
@@ -169,6 +170,7 @@ fn parse_block(block: &Value, top: TopLevel, sink: &mut Sink) -> Option<Draft> {
         retry_strategy,
         concurrency,
         pause,
+        schedules,
         source: block.clone(),
         document: Value::Null,
         hash: String::new(),
