@@ -17,6 +17,7 @@
 //! - `spans`: the run's trace spans, derived from the core's states.
 //! - `reply`: the final reply and progress updates sent to a run's callers.
 //! - `wire`: the A2A/JSON-RPC messages read and written.
+//! - `schedule`: a schedule's entry and what one look at it decides.
 //! - `names`: keys, buckets, streams and ids, every replica deriving them alike.
 //! - `identity`: whether a cancel kept for a run not started yet ends it.
 //! - `backoff`: how long a failed event waits before it is tried again, and when to give up.
@@ -33,6 +34,7 @@ pub(in crate::shell) mod outbox;
 pub(in crate::shell) mod plan;
 pub mod record;
 pub(in crate::shell) mod reply;
+pub mod schedule;
 pub mod spans;
 pub mod wake;
 pub mod wire;
