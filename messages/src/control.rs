@@ -81,6 +81,58 @@ impl DataPartType for WorkflowRunSteered {
     const TYPE: &'static str = "workflow_run_steered";
 }
 
+/// What a [`WorkflowScheduleControl`] asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScheduleControl {
+    /// Add a schedule (its fields in `spec`, as a workflow file writes them).
+    Add,
+    /// Stop its slots from starting runs (a trigger by hand still starts one).
+    Pause,
+    /// Let its slots start runs again (from the next slot on).
+    Resume,
+    /// Remove a schedule added with `add` (one the workflow file declares stays).
+    Delete,
+    /// Start one run now, whatever the pause and the overlap policy.
+    Trigger,
+}
+
+impl ScheduleControl {
+    /// The word on the wire (`add`, `pause`, `resume`, `delete`, `trigger`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScheduleControl::Add => "add",
+            ScheduleControl::Pause => "pause",
+            ScheduleControl::Resume => "resume",
+            ScheduleControl::Delete => "delete",
+            ScheduleControl::Trigger => "trigger",
+        }
+    }
+}
+
+/// `workflow_schedule_control` (ours): change one schedule of the workflow the request is
+/// sent to. Answered at once with a completed task saying what was done (for a trigger,
+/// the execution id of the run it starts), or a failed one saying why not.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "workflow_schedule_control")]
+pub struct WorkflowScheduleControl {
+    /// The schedule's name.
+    pub schedule: String,
+    /// What to do.
+    pub action: ScheduleControl,
+    /// Why, for people (kept with the schedule by a pause or resume).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// For `add`: the schedule's fields (`cron` or `every`, `timezone`, `input`, `overlap`,
+    /// `catchup_window`, `jitter`, `paused`), as in a workflow file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<serde_json::Value>,
+}
+
+impl DataPartType for WorkflowScheduleControl {
+    const TYPE: &'static str = "workflow_schedule_control";
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,6 +164,16 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&steered).unwrap(),
             json!({"type": "workflow_run_steered", "execution_id": "e1", "action": "pause", "reason": "lunch"})
+        );
+        let sc = WorkflowScheduleControl {
+            schedule: "nightly".into(),
+            action: ScheduleControl::Pause,
+            note: Some("holiday".into()),
+            spec: None,
+        };
+        assert_eq!(
+            serde_json::to_value(&sc).unwrap(),
+            json!({"type": "workflow_schedule_control", "schedule": "nightly", "action": "pause", "note": "holiday"})
         );
         let bad = serde_json::from_value::<WorkflowRunControl>(
             json!({"type": "workflow_run_control", "execution_id": "e1", "action": "stop"}),

@@ -64,6 +64,9 @@ pub struct StoreLimits {
     /// Cancels kept for runs not started yet (`{ns}_wf_early_cancels`). Full: such a
     /// cancel is refused.
     pub early_cancels: u64,
+    /// The schedules' entries (`{ns}_wf_schedules`): one small entry per schedule. Full:
+    /// a schedule cannot be added, paused or advanced.
+    pub schedules: u64,
     /// Each workflow's event stream (`{ns}_WF_{workflow}`): starts, replies and steering
     /// not yet applied (a backlog of agents' replies with their outputs). Full: new events
     /// are refused until the workers catch up (a start is answered with an error; an
@@ -94,6 +97,7 @@ impl Default for StoreLimits {
             secrets: mib(1),
             nonces: mib(64),
             early_cancels: mib(16),
+            schedules: mib(16),
             events: mib(128),
             history: mib(256),
             artifacts: mib(512),
@@ -104,13 +108,14 @@ impl Default for StoreLimits {
 
 impl StoreLimits {
     /// The names [`StoreLimits::set`] takes, in the order of the fields.
-    pub const NAMES: [&'static str; 10] = [
+    pub const NAMES: [&'static str; 11] = [
         "runs",
         "wakes",
         "versions",
         "secrets",
         "nonces",
         "early_cancels",
+        "schedules",
         "events",
         "history",
         "artifacts",
@@ -126,6 +131,7 @@ impl StoreLimits {
             "secrets" => &mut self.secrets,
             "nonces" => &mut self.nonces,
             "early_cancels" => &mut self.early_cancels,
+            "schedules" => &mut self.schedules,
             "events" => &mut self.events,
             "history" => &mut self.history,
             "artifacts" => &mut self.artifacts,

@@ -20,6 +20,7 @@ fn main() -> ExitCode {
         Command::Run(args) => cli::run::run(args),
         Command::Status(args) => cli::status::run(args),
         Command::Runs(args) => cli::runs::run(args),
+        Command::Schedules(args) => cli::schedules::run(args),
         Command::Definitions(args) => cli::definitions::run(args),
         Command::Approvals(args) => cli::approvals::list(args),
         Command::Approve(args) => cli::approvals::decide(args, true),

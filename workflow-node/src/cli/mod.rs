@@ -11,6 +11,7 @@ pub mod mermaid;
 pub mod plan;
 pub mod run;
 pub mod runs;
+pub mod schedules;
 pub(crate) mod runs_show;
 pub mod serve;
 pub mod status;
@@ -57,6 +58,8 @@ pub enum Command {
     Status(status::Args),
     /// List, show, watch, cancel runs and read their history.
     Runs(runs::Args),
+    /// List, add, pause, resume, delete and trigger the schedules that start runs.
+    Schedules(schedules::Args),
     /// List the stored workflow definitions and the runs using each; delete one.
     Definitions(definitions::Args),
     /// List the approval gates waiting for a decision.

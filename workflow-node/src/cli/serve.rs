@@ -57,7 +57,7 @@ pub struct Args {
           value_parser = clap::value_parser!(u64).range(1024..))]
     pub max_request_bytes: u64,
     /// The byte limit of a stream or bucket the node creates, as `NAME=BYTES` (repeatable;
-    /// NAME is one of runs, wakes, versions, secrets, nonces, early_cancels, events,
+    /// NAME is one of runs, wakes, versions, secrets, nonces, early_cancels, schedules, events,
     /// history, artifacts, cards;
     /// the defaults and what a full one does are in docs/security.md).
     #[arg(long = "store-limit", value_name = "NAME=BYTES", value_parser = store_limit)]

@@ -217,9 +217,23 @@ pub(super) fn parse_schedules(w: &mut Fields<'_>, sink: &mut Sink) -> Vec<Schedu
     schedules
 }
 
+/// Reads one schedule as `schedules add` sends it (the fields of one item of a file's
+/// list); every problem at once.
+pub fn parse_schedule(value: &Value) -> Result<Schedule, Vec<super::Problem>> {
+    let mut sink = Sink::new(None);
+    if let Err(e) = crate::limits::check_depth("the schedule", value) {
+        sink.push(None, "", e.to_string());
+        return Err(sink.into_problems());
+    }
+    match parse_one(value, "", &mut sink) {
+        Some(s) if sink.is_empty() => Ok(s),
+        _ => Err(sink.into_problems()),
+    }
+}
+
 /// Reads one schedule (from a file's list, or as `schedules add` sends it); `prefix` starts
 /// the field names of its problems.
-pub(crate) fn parse_one(item: &Value, prefix: &str, sink: &mut Sink) -> Option<Schedule> {
+fn parse_one(item: &Value, prefix: &str, sink: &mut Sink) -> Option<Schedule> {
     let Some(obj) = item.as_object() else {
         let found = type_name(item);
         let field = prefix.trim_end_matches('.');

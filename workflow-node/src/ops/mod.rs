@@ -9,6 +9,7 @@
 //! - [`view`]: a run as data (the JSON every face shows).
 //! - [`definition`]: the definition a run was made with.
 //! - [`follow`]: one stream of a run's changes.
+//! - [`schedules`]: the schedules and their next fire times, and changing one.
 //! - [`steer`]: cancel, pause, resume, retry.
 //! - [`approvals`]: the gates waiting, and a decision on one.
 //! - [`definitions`]: the stored definitions, and deleting one.
@@ -24,6 +25,7 @@ pub mod definitions;
 pub mod follow;
 pub mod refusal;
 pub mod runs;
+pub mod schedules;
 pub mod steer;
 pub mod view;
 pub mod words;

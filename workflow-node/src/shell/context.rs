@@ -55,6 +55,8 @@ pub(crate) struct Shared {
     pub(in crate::shell) nonces: kv::Store,
     /// Slots of cancels kept for runs not started (see `callers::early`).
     pub(in crate::shell) early_cancels: kv::Store,
+    /// The schedules' entries (see `store::schedules`).
+    pub(in crate::shell) schedules: kv::Store,
 }
 
 /// The wall clock, in the core's unit.

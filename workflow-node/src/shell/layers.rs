@@ -8,7 +8,15 @@ use std::path::{Path, PathBuf};
 
 /// The rooms, in the order they may depend on one another: a room uses only those
 /// before it.
-const ORDER: [&str; 6] = ["run", "telemetry", "mesh", "store", "worker", "callers"];
+const ORDER: [&str; 7] = [
+    "run",
+    "telemetry",
+    "mesh",
+    "store",
+    "worker",
+    "callers",
+    "triggers",
+];
 
 /// What `run` never holds: async, tasks and connections, files and sockets, clock reads,
 /// the I/O rooms' shared context and the node.

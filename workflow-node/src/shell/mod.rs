@@ -10,7 +10,9 @@
 //!   for operators, the record cache.
 //! - `worker`: the driver: pull, decode, load, plan, commit with compare-and-swap, carry
 //!   out, ack; group commit, final reply claim, wakes.
-//! - `callers`: requests, cancels, steering, agents' status updates, identity checks.
+//! - `callers`: requests, cancels, steering, schedules changed, agents' status updates,
+//!   identity checks.
+//! - `triggers`: runs that start themselves: each replica's schedule loop.
 //!
 //! Beside them: `config` (the node's settings), `context` (the handles every I/O room
 //! shares), `node` (starting a node and wiring the rooms), `error`.
@@ -28,6 +30,7 @@ pub mod run;
 pub mod store;
 pub mod telemetry;
 pub mod worker;
+mod triggers;
 
 #[cfg(test)]
 mod layers;

@@ -26,6 +26,7 @@ use crate::shell::store::events;
 use crate::shell::store::history;
 use crate::shell::store::versions;
 use crate::shell::telemetry::health::Health;
+use crate::shell::triggers;
 use crate::shell::telemetry::metrics::{self, scrape};
 use crate::shell::worker::signs::SignsOfLife;
 use crate::shell::worker::{driver, wakes};
@@ -100,6 +101,9 @@ impl WorkflowNode {
         let nonces = patiently(|| nonces::bucket(&js, &ns, replicas, bytes.nonces)).await?;
         let early_cancels =
             patiently(|| early::bucket(&js, &ns, replicas, bytes.early_cancels)).await?;
+        let schedules_name = names::schedules_bucket(&ns);
+        let schedules =
+            patiently(|| kv_bucket(&js, &schedules_name, replicas, bytes.schedules)).await?;
         let cards = workflows
             .iter()
             .map(|w| (w.name.clone(), crate::visual::agent_card(w, &ns)))
@@ -141,6 +145,7 @@ impl WorkflowNode {
             seal,
             nonces,
             early_cancels,
+            schedules,
         });
         for card in shared.cards.values() {
             shared.registry.insert_own(card.clone());
@@ -206,6 +211,10 @@ impl WorkflowNode {
             }));
         }
         background.push(tokio::spawn(keep_sweeping(shared.clone(), served.clone())));
+        background.push(tokio::spawn(triggers::schedules::run(
+            shared.clone(),
+            served.clone(),
+        )));
         // Requests are taken once the server knows the subscriptions (a flush only
         // writes them out).
         agent_sdk::Mesh::new(shared.client.clone())

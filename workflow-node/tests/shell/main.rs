@@ -24,6 +24,7 @@ mod replies;
 mod requests;
 mod retention;
 mod retry_versions;
+mod schedules;
 mod tools;
 mod trust;
 mod versions;

@@ -3,6 +3,8 @@
 //! updates, and the identity checks that decide who may do what.
 //!
 //! - `requests`: takes requests to each workflow, any replica.
+//! - `start`: the one way a run starts (its input checked, its start published).
+//! - `schedules`: schedules changed by operators, and a slot's work carried out.
 //! - `cancels`: cancels of runs, also from a calling workflow on the cancel subject.
 //! - `steer`: pausing, resuming and retrying a run that exists.
 //! - `statuses`: agents' status updates on a run's calls, forwarded to its callers.
@@ -15,5 +17,7 @@ pub(in crate::shell) mod early;
 pub(in crate::shell) mod identity;
 pub(in crate::shell) mod nonces;
 pub(in crate::shell) mod requests;
+pub(in crate::shell) mod schedules;
+pub(in crate::shell) mod start;
 pub mod statuses;
 pub(in crate::shell) mod steer;

@@ -25,7 +25,7 @@ use std::time::SystemTime;
 use async_nats::HeaderMap;
 use futures::StreamExt;
 use messages::a2a::{Message, Part, TaskState};
-use messages::control::{WorkflowRetry, WorkflowRunControl};
+use messages::control::{WorkflowRetry, WorkflowRunControl, WorkflowScheduleControl};
 use messages::jsonrpc::{codes, ErrorObject, Method, Request};
 use messages::workflow::{Decision, WorkflowApprovalDecision, WorkflowNodeRequest, PIN_VERSION};
 use messages::{call_proof, headers, inbound, msg_id, subjects};
@@ -37,9 +37,11 @@ use crate::definition::{NodeKind, Workflow};
 use crate::shell::callers::cancels;
 use crate::shell::callers::identity::{self, caller_name};
 use crate::shell::callers::nonces;
+use crate::shell::callers::schedules;
+use crate::shell::callers::start::{check_input, publish_start};
 use crate::shell::callers::steer;
 use crate::shell::context::Shared;
-use crate::shell::error::{Context, Result};
+use crate::shell::error::Result;
 use crate::shell::run::envelope::Caller;
 use crate::shell::run::envelope::Envelope;
 use crate::shell::run::names;
@@ -47,7 +49,6 @@ use crate::shell::run::record::RunRecord;
 use crate::shell::run::reply;
 use crate::shell::run::wire::{self, InputSource};
 use crate::shell::store::events::publish_event;
-use crate::shell::store::runs;
 use crate::shell::worker::effects;
 use crate::shell::worker::final_claim::{Claimant, Markers};
 
@@ -225,6 +226,17 @@ async fn handle(
                 let text = match control {
                     Ok(c) => steer::control(shared, workflow, msg, &message.message_id, c).await,
                     Err(e) => Err(format!("malformed workflow_run_control: {e}")),
+                };
+                return match text {
+                    Ok(t) => answer(TaskState::Completed, &message.message_id, t),
+                    Err(t) => answer(TaskState::Failed, &message.message_id, t),
+                };
+            }
+            if let Some(control) = message.find_data::<WorkflowScheduleControl>() {
+                let now = crate::shell::now().0;
+                let text = match control {
+                    Ok(c) => schedules::control(shared, workflow, msg, c, now).await,
+                    Err(e) => Err(format!("malformed workflow_schedule_control: {e}")),
                 };
                 return match text {
                     Ok(t) => answer(TaskState::Completed, &message.message_id, t),
@@ -529,19 +541,10 @@ async fn input_of(
         }
         Err(e) => return Err(format!("invalid input: {e}")),
     };
-    crate::limits::check_depth("the input", &input).map_err(|e| e.to_string())?;
-    if let Some(schema) = &workflow.input_schema {
-        let violations = schema.violations(&input);
-        if !violations.is_empty() {
-            return Err(format!(
-                "input does not match the input_schema of {}: {}",
-                workflow.name,
-                violations.join("; ")
-            ));
-        }
-    }
+    check_input(workflow, &input)?;
     Ok(input)
 }
+
 
 /// Once a new run's `Started` event is stored, tells the caller its request was accepted.
 /// A request sent again before its run's record exists finds its `Started` already stored
@@ -561,41 +564,6 @@ async fn begun(
     Ok(None)
 }
 
-/// Stores the `Started` event of a run (its message id makes a copy sent again within the
-/// stream's duplicate window a duplicate): whether it was stored, not a duplicate, and the
-/// event.
-async fn publish_start(
-    shared: &Shared,
-    workflow: &Workflow,
-    execution: &ExecutionId,
-    caller: &Caller,
-    input: Value,
-) -> Result<(bool, Envelope)> {
-    // An input too large to travel in the event (an input artifact of several MB) is
-    // stored beside the run, and the event names it; the worker reads it back.
-    let bytes = serde_json::to_vec(&input)?;
-    let input = if bytes.len() > shared.config.inline_limit {
-        let name = shared.seal.object_name(&execution.0, ".input.json");
-        let uri = shared
-            .artifacts
-            .put_run(&name, &execution.0, bytes)
-            .await
-            .context(|| format!("storing the input of run {execution}"))?;
-        runs::stand_in(uri)
-    } else {
-        input
-    };
-    let envelope = Envelope {
-        event: Event::Started { input },
-        caller: Some(caller.clone()),
-        attach: false,
-        definition: Some(workflow.hash.clone()),
-        wake: None,
-    };
-    let msg_id = msg_id::run_start(&execution.0);
-    let stored = publish_event(shared, &workflow.name, execution, &msg_id, &envelope).await?;
-    Ok((stored, envelope))
-}
 
 /// A request sent again while its run goes on: a caller from another reply address joins
 /// the run; one from the address the run will answer needs nothing.

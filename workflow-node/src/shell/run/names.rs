@@ -46,6 +46,17 @@ pub fn early_cancels_bucket(ns: &str) -> String {
     format!("{}_wf_early_cancels", ns_token(ns))
 }
 
+/// The KV bucket of the schedules' entries (see `run::schedule`), by
+/// [`schedule_key`].
+pub fn schedules_bucket(ns: &str) -> String {
+    format!("{}_wf_schedules", ns_token(ns))
+}
+
+/// The key of a schedule's entry: `{workflow}.{schedule}` (both NATS tokens).
+pub fn schedule_key(workflow: &str, schedule: &str) -> String {
+    format!("{workflow}.{schedule}")
+}
+
 /// The event stream of one workflow.
 pub fn event_stream(ns: &str, workflow: &str) -> String {
     format!("{}_WF_{workflow}", ns_token(ns))

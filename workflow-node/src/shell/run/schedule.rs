@@ -51,6 +51,17 @@ pub struct ScheduleState {
     /// and the operator key that added it (its runs' signer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub added: Option<Added>,
+    /// A schedule the workflow file declares: as the file writes it (kept current by the
+    /// replicas, for `schedules list` and the web view).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declared: Option<Value>,
+}
+
+impl ScheduleState {
+    /// The schedule's fields as written: added, or declared in the file.
+    pub fn spec(&self) -> Option<&Value> {
+        self.added.as_ref().map(|a| &a.spec).or(self.declared.as_ref())
+    }
 }
 
 /// A schedule added by an operator.

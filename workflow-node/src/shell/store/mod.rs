@@ -5,6 +5,7 @@
 //! - `runs`: a run's entry in KV: load, commit with compare-and-swap, end, keys apart.
 //! - `events`: a workflow's event stream and consumer; publishing an event into it.
 //! - `history`: publishing a run's history entries into the history stream.
+//! - `schedules`: the schedules' entries, written by compare-and-swap.
 //! - `inspect`: reading runs and their history for operators.
 //! - `versions`: the definitions runs use, stored by content hash, and their sweep.
 //! - `cache`: records kept in memory between a run's events.
@@ -14,4 +15,5 @@ pub(in crate::shell) mod events;
 pub(in crate::shell) mod history;
 pub mod inspect;
 pub(in crate::shell) mod runs;
+pub mod schedules;
 pub mod versions;

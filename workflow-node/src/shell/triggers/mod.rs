@@ -1,0 +1,10 @@
+//! Runs that start themselves. Every replica runs the same loops; what they decide is
+//! committed by compare-and-swap before it is carried out (see `run::schedule`), and what
+//! they carry out is idempotent, so any number of replicas, restarted at any time, start
+//! each slot's run once.
+//!
+//! - `clock`: the time fire times are read against (one seam, see there).
+//! - `schedules`: looking at every schedule of the workflows served, once per tick.
+
+pub(in crate::shell) mod clock;
+pub(in crate::shell) mod schedules;
