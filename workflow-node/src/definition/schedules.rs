@@ -67,6 +67,17 @@ pub enum When {
     Every(Duration),
 }
 
+/// A slot due, from [`Schedule::first_due`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Due {
+    /// The slot, Unix milliseconds.
+    pub slot: u64,
+    /// Slots before it, too old to start.
+    pub missed: u64,
+    /// Whether it is within the catch-up window (else it is missed too).
+    pub in_window: bool,
+}
+
 /// What a slot does while the schedule's previous run still goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Overlap {
@@ -121,24 +132,46 @@ impl Schedule {
         }
     }
 
-    /// The last slot at or before `now_ms`, if it is after `after_ms`: the slot due now.
-    pub fn due_slot(&self, after_ms: u64, now_ms: u64) -> Option<u64> {
+    /// The first slot after `after_ms` that is due at `now_ms` (Unix milliseconds) and
+    /// not older than `window` (plus its jitter), with how many slots before it were
+    /// older (missed); `None` when no slot after `after_ms` has come. When every slot that
+    /// came is too old, the last of them is returned with `in_window` false.
+    pub fn first_due(&self, after_ms: u64, now_ms: u64, window: Duration) -> Option<Due> {
+        let window = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+        let too_old = |slot: u64| now_ms.saturating_sub(slot) > window.saturating_add(self.jitter_of(slot));
         let mut slot = self.next_slot(after_ms).filter(|s| *s <= now_ms)?;
-        // Intervals jump straight to the last slot; a cron walks (missed slots are few
-        // within a catch-up window, and older ones are skipped by the caller).
+        let mut missed = 0;
+        // An interval jumps to the slots near the window's start, a cron walks.
         if let When::Every(every) = &self.when {
-            let every = u64::try_from(every.as_millis()).ok()?.max(1);
-            return Some(now_ms / every * every).filter(|s| *s > after_ms);
-        }
-        let mut steps = 0;
-        while let Some(next) = self.next_slot(slot).filter(|s| *s <= now_ms) {
-            slot = next;
-            steps += 1;
-            if steps > 100_000 {
-                break; // a second-level cron after a long outage: the window drops it anyway
+            let every = u64::try_from(every.as_millis()).unwrap_or(u64::MAX).max(1);
+            let oldest = now_ms.saturating_sub(window) / every * every;
+            if oldest > slot {
+                missed = (oldest - slot) / every;
+                slot = oldest;
             }
         }
-        Some(slot)
+        let mut steps = 0u32;
+        while too_old(slot) {
+            match self.next_slot(slot).filter(|s| *s <= now_ms) {
+                Some(next) if steps < 100_000 => {
+                    missed += 1;
+                    slot = next;
+                    steps += 1;
+                }
+                _ => {
+                    return Some(Due {
+                        slot,
+                        missed: missed + 1,
+                        in_window: false,
+                    })
+                }
+            }
+        }
+        Some(Due {
+            slot,
+            missed,
+            in_window: true,
+        })
     }
 
     /// The jitter of `slot`: the same on every replica (a hash of the schedule's name and

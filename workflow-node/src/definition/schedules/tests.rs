@@ -1,7 +1,9 @@
 //! The schedule fields read from a file, and the slots they give (time zones and daylight
 //! saving time included).
 
-use crate::definition::{parse_str, Overlap, Problem, Workflow};
+use std::time::Duration;
+
+use crate::definition::{parse_str, Due, Overlap, Problem, Workflow};
 
 fn with(schedules: &str) -> Result<Workflow, Vec<Problem>> {
     parse_str(
@@ -45,16 +47,24 @@ fn a_cron_schedule_reads_its_zone_and_gives_its_slots() {
 }
 
 #[test]
-fn an_interval_counts_from_the_epoch_and_the_due_slot_is_the_last_one() {
+fn an_interval_counts_from_the_epoch_and_the_first_due_slot_is_within_the_window() {
     let wf = with("    - {name: tick, every: 10s}\n").unwrap();
     let s = &wf.schedules[0];
     assert_eq!(s.overlap, Overlap::Skip);
     assert_eq!(s.next_slot(25_000), Some(30_000));
-    assert_eq!(s.due_slot(25_000, 71_000), Some(70_000));
-    assert_eq!(s.due_slot(70_000, 71_000), None);
+    let window = Duration::from_secs(20);
+    let due = |after, now| s.first_due(after, now, window);
+    assert_eq!(due(70_000, 71_000), None);
+    // Every slot within the window comes in turn, the older ones are counted missed.
+    let first = Due { slot: 60_000, missed: 3, in_window: true };
+    assert_eq!(due(20_000, 71_000), Some(first));
+    assert_eq!(due(60_000, 71_000), Some(Due { slot: 70_000, missed: 0, in_window: true }));
     let wf = with("    - {name: m, cron: '*/5 * * * *'}\n").unwrap();
     let s = &wf.schedules[0];
-    assert_eq!(s.due_slot(0, 16 * 60_000), Some(15 * 60_000));
+    let gone = s.first_due(0, 16 * 60_000 + 1, Duration::from_secs(60));
+    assert_eq!(gone, Some(Due { slot: 15 * 60_000, missed: 3, in_window: false }));
+    let caught = s.first_due(0, 16 * 60_000, Duration::from_secs(600));
+    assert_eq!(caught, Some(Due { slot: 10 * 60_000, missed: 1, in_window: true }));
     assert_eq!(s.input_for(0, true).unwrap(), serde_json::json!({}));
 }
 

@@ -12,8 +12,9 @@
 //! | none or ended | start | start | start | start |
 //! | still going | count it skipped | keep the slot (a kept one is dropped) | start | cancel it, keep the slot |
 //!
-//! A kept slot starts once the previous run has ended. A slot older than the catch-up
-//! window is counted missed and starts nothing. A trigger by hand starts at once.
+//! A kept slot starts once the previous run has ended. Slots come in turn, one per look:
+//! one older than the catch-up window is counted missed and starts nothing. A trigger by
+//! hand starts at once.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -145,14 +146,14 @@ pub fn look(
     if state.paused {
         return None;
     }
-    let slot = schedule.due_slot(state.last_slot, now)?;
-    if slot + schedule.jitter_of(slot) > now {
+    let due = schedule.first_due(state.last_slot, now, schedule.catchup_window)?;
+    let slot = due.slot;
+    if due.in_window && slot + schedule.jitter_of(slot) > now {
         return None; // not yet: its jitter puts it later
     }
     next.last_slot = slot;
-    let window = u64::try_from(schedule.catchup_window.as_millis()).unwrap_or(u64::MAX);
-    if now.saturating_sub(slot) > window.saturating_add(schedule.jitter_of(slot)) {
-        next.counts.missed += 1;
+    next.counts.missed += due.missed;
+    if !due.in_window {
         return Some(next);
     }
     let start = Action::Start {
