@@ -25,7 +25,9 @@ mod schedules;
 pub use model::*;
 pub use pause::PauseSettings;
 pub use problem::{Problem, SyntaxError};
-pub use schedules::{parse_schedule, slot_time, Due, Overlap, Schedule, When, DEFAULT_CATCHUP_WINDOW, MAX_SCHEDULES};
+pub use schedules::{
+    parse_schedule, slot_time, Due, Overlap, Schedule, When, DEFAULT_CATCHUP_WINDOW, MAX_SCHEDULES,
+};
 
 use std::path::{Path, PathBuf};
 

@@ -138,7 +138,8 @@ impl Schedule {
     /// came is too old, the last of them is returned with `in_window` false.
     pub fn first_due(&self, after_ms: u64, now_ms: u64, window: Duration) -> Option<Due> {
         let window = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
-        let too_old = |slot: u64| now_ms.saturating_sub(slot) > window.saturating_add(self.jitter_of(slot));
+        let too_old =
+            |slot: u64| now_ms.saturating_sub(slot) > window.saturating_add(self.jitter_of(slot));
         let mut slot = self.next_slot(after_ms).filter(|s| *s <= now_ms)?;
         let mut missed = 0;
         // An interval jumps to the slots near the window's start, a cron walks.
@@ -242,7 +243,11 @@ pub(super) fn parse_schedules(w: &mut Fields<'_>, sink: &mut Sink) -> Vec<Schedu
         };
         if !seen.insert(s.name.clone()) {
             let name = &s.name;
-            sink.push(None, &format!("{prefix}name"), format!("schedule '{name}' is declared twice"));
+            sink.push(
+                None,
+                &format!("{prefix}name"),
+                format!("schedule '{name}' is declared twice"),
+            );
             continue;
         }
         schedules.push(s);
@@ -270,13 +275,21 @@ fn parse_one(item: &Value, prefix: &str, sink: &mut Sink) -> Option<Schedule> {
     let Some(obj) = item.as_object() else {
         let found = type_name(item);
         let field = prefix.trim_end_matches('.');
-        sink.push(None, field, format!("expected a mapping with 'name' and 'cron' or 'every', found {found}"));
+        sink.push(
+            None,
+            field,
+            format!("expected a mapping with 'name' and 'cron' or 'every', found {found}"),
+        );
         return None;
     };
     let mut f = Fields::new(obj, None, prefix);
     let name = f.req_string(sink, "name", &[]);
     if let Some(n) = name.as_deref().filter(|n| !is_token(n) || n.len() > 64) {
-        f.problem(sink, "name", format!("'{n}' is not a schedule name: up to 64 letters, digits, '_' and '-'"));
+        f.problem(
+            sink,
+            "name",
+            format!("'{n}' is not a schedule name: up to 64 letters, digits, '_' and '-'"),
+        );
     }
     let when = parse_when(&mut f, sink);
     let input = f.template(sink, "input");
@@ -286,7 +299,13 @@ fn parse_one(item: &Value, prefix: &str, sink: &mut Sink) -> Option<Schedule> {
     let overlap = match f.string(sink, "overlap", &[]) {
         None => Some(Overlap::Skip),
         Some(s) => Overlap::parse(&s).or_else(|| {
-            f.problem(sink, "overlap", format!("'{s}' is not an overlap policy: skip, buffer_one, allow_all or cancel_other"));
+            f.problem(
+                sink,
+                "overlap",
+                format!(
+                    "'{s}' is not an overlap policy: skip, buffer_one, allow_all or cancel_other"
+                ),
+            );
             None
         }),
     };
@@ -318,7 +337,11 @@ fn parse_when(f: &mut Fields<'_>, sink: &mut Sink) -> Option<When> {
     let zone = match zone {
         None => Some(chrono_tz::UTC),
         Some(z) => z.parse::<chrono_tz::Tz>().ok().or_else(|| {
-            f.problem(sink, "timezone", format!("'{z}' is not an IANA time zone (such as Europe/Paris or UTC)"));
+            f.problem(
+                sink,
+                "timezone",
+                format!("'{z}' is not an IANA time zone (such as Europe/Paris or UTC)"),
+            );
             None
         }),
     };
@@ -328,7 +351,11 @@ fn parse_when(f: &mut Fields<'_>, sink: &mut Sink) -> Option<When> {
             None
         }
         (None, None) => {
-            f.problem(sink, "cron", "missing field: a schedule needs 'cron' or 'every'");
+            f.problem(
+                sink,
+                "cron",
+                "missing field: a schedule needs 'cron' or 'every'",
+            );
             None
         }
         (None, Some(every)) if every < MIN_INTERVAL => {
@@ -342,9 +369,16 @@ fn parse_when(f: &mut Fields<'_>, sink: &mut Sink) -> Option<When> {
                 .build()
                 .parse(&text);
             match parsed {
-                Ok(cron) => zone.map(|zone| When::Cron { cron: Box::new(cron), zone }),
+                Ok(cron) => zone.map(|zone| When::Cron {
+                    cron: Box::new(cron),
+                    zone,
+                }),
                 Err(e) => {
-                    f.problem(sink, "cron", format!("'{text}' is not a cron expression: {e}"));
+                    f.problem(
+                        sink,
+                        "cron",
+                        format!("'{text}' is not a cron expression: {e}"),
+                    );
                     None
                 }
             }
@@ -364,7 +398,11 @@ fn check_input_paths(f: &Fields<'_>, sink: &mut Sink, template: &Template) {
         };
         if path.root != "schedule" || !field.is_some_and(|k| SCHEDULE_FIELDS.contains(&k)) {
             let fields = SCHEDULE_FIELDS.join(", schedule.");
-            f.problem(sink, "input", format!("a schedule's input names only schedule.{fields}; found '{path}'"));
+            f.problem(
+                sink,
+                "input",
+                format!("a schedule's input names only schedule.{fields}; found '{path}'"),
+            );
         }
     }
 }

@@ -29,8 +29,8 @@ mod node;
 pub mod run;
 pub mod store;
 pub mod telemetry;
-pub mod worker;
 mod triggers;
+pub mod worker;
 
 #[cfg(test)]
 mod layers;

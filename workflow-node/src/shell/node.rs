@@ -26,8 +26,8 @@ use crate::shell::store::events;
 use crate::shell::store::history;
 use crate::shell::store::versions;
 use crate::shell::telemetry::health::Health;
-use crate::shell::triggers;
 use crate::shell::telemetry::metrics::{self, scrape};
+use crate::shell::triggers;
 use crate::shell::worker::signs::SignsOfLife;
 use crate::shell::worker::{driver, wakes};
 

@@ -77,7 +77,10 @@ async fn three_replicas_start_one_run_per_slot_named_by_the_slot() {
             };
             let execution = entry.key.trim_start_matches("Tick.").to_string();
             seen.insert(execution, record);
-            let done = seen.values().filter(|r| r.state.status.is_terminal()).count();
+            let done = seen
+                .values()
+                .filter(|r| r.state.status.is_terminal())
+                .count();
             if done >= 4 {
                 break;
             }
@@ -106,13 +109,26 @@ async fn three_replicas_start_one_run_per_slot_named_by_the_slot() {
     }
     let ended = seen.values().filter(|r| r.state.status.is_terminal());
     for record in ended {
-        assert_eq!(record.state.status.as_str(), "success", "{:?}", record.state);
+        assert_eq!(
+            record.state.status.as_str(),
+            "success",
+            "{:?}",
+            record.state
+        );
     }
-    let listed = schedules::list(&m.client, "mesh", Some("Tick"), workflow_node::shell::now().0)
-        .await
-        .expect("list");
+    let listed = schedules::list(
+        &m.client,
+        "mesh",
+        Some("Tick"),
+        workflow_node::shell::now().0,
+    )
+    .await
+    .expect("list");
     assert_eq!(listed.len(), 1);
-    assert_eq!((listed[0].origin, listed[0].when.as_str()), ("file", "every 1s"));
+    assert_eq!(
+        (listed[0].origin, listed[0].when.as_str()),
+        ("file", "every 1s")
+    );
     assert!(listed[0].counts.started >= 4, "{:?}", listed[0].counts);
     assert!(listed[0].next.is_some());
 }
@@ -127,14 +143,23 @@ async fn operators_pause_trigger_add_and_delete_schedules() {
     let m = mesh(STUBS, &[DAILY], config).await;
     let c = &m.client;
     // Only an operator changes schedules.
-    let refused = schedules::control(c, "mesh", "Daily", &control("morning", ScheduleControl::Trigger), None)
-        .await
-        .expect_err("unsigned");
+    let refused = schedules::control(
+        c,
+        "mesh",
+        "Daily",
+        &control("morning", ScheduleControl::Trigger),
+        None,
+    )
+    .await
+    .expect_err("unsigned");
     assert!(refused.message.contains("operator"), "{}", refused.message);
     let stranger = Signer::generate();
     let trigger = control("morning", ScheduleControl::Trigger);
     let refused = schedules::control(c, "mesh", "Daily", &trigger, Some(&stranger)).await;
-    assert!(refused.is_err(), "a key that is not an operator's is refused");
+    assert!(
+        refused.is_err(),
+        "a key that is not an operator's is refused"
+    );
     // A paused schedule is still started by hand, with its input from the template.
     let text = schedules::control(c, "mesh", "Daily", &trigger, Some(&boss))
         .await
@@ -142,7 +167,10 @@ async fn operators_pause_trigger_add_and_delete_schedules() {
     let execution = text.rsplit("run ").next().expect("the run id").to_string();
     let js = async_nats::jetstream::new(c.clone());
     let bucket = js.get_key_value(names::runs_bucket("mesh")).await.unwrap();
-    let mut watch = bucket.watch(format!("Daily.{execution}")).await.expect("watch");
+    let mut watch = bucket
+        .watch(format!("Daily.{execution}"))
+        .await
+        .expect("watch");
     let ended = async {
         while let Some(Ok(entry)) = watch.next().await {
             let Ok(record) = serde_json::from_slice::<RunRecord>(&entry.value) else {
@@ -163,11 +191,15 @@ async fn operators_pause_trigger_add_and_delete_schedules() {
     // Pause and resume carry a note; a second pause is refused.
     let mut resume = control("morning", ScheduleControl::Resume);
     resume.note = Some("back from holiday".into());
-    schedules::control(c, "mesh", "Daily", &resume, Some(&boss)).await.expect("resumed");
+    schedules::control(c, "mesh", "Daily", &resume, Some(&boss))
+        .await
+        .expect("resumed");
     let again = schedules::control(c, "mesh", "Daily", &resume, Some(&boss)).await;
     assert_eq!(again.expect_err("not paused").kind, RefusalKind::Conflict);
     let now = workflow_node::shell::now().0;
-    let listed = schedules::list(c, "mesh", Some("Daily"), now).await.unwrap();
+    let listed = schedules::list(c, "mesh", Some("Daily"), now)
+        .await
+        .unwrap();
     assert_eq!(listed[0].note.as_deref(), Some("back from holiday"));
     assert!(!listed[0].paused);
     assert_eq!(listed[0].when, "cron '0 8 * * *' (Europe/Paris)");
@@ -183,18 +215,29 @@ async fn operators_pause_trigger_add_and_delete_schedules() {
         assert!(message.contains(part), "{part} not in {message}");
     }
     add.spec = Some(json!({"every": "1h", "input": {"day": "{{schedule.time}}"}}));
-    schedules::control(c, "mesh", "Daily", &add, Some(&boss)).await.expect("added");
-    let listed = schedules::list(c, "mesh", Some("Daily"), now).await.unwrap();
+    schedules::control(c, "mesh", "Daily", &add, Some(&boss))
+        .await
+        .expect("added");
+    let listed = schedules::list(c, "mesh", Some("Daily"), now)
+        .await
+        .unwrap();
     let names: Vec<(&str, &str)> = listed.iter().map(|s| (s.name.as_str(), s.origin)).collect();
     assert_eq!(names, vec![("hourly", "added"), ("morning", "file")]);
     assert_eq!(listed[0].added_by.as_deref(), Some(boss.public_key()));
     // A file's schedule is not deleted; an added one is.
     let delete = control("morning", ScheduleControl::Delete);
     let refused = schedules::control(c, "mesh", "Daily", &delete, Some(&boss)).await;
-    assert!(refused.expect_err("declared").message.contains("declared in the file"));
+    assert!(refused
+        .expect_err("declared")
+        .message
+        .contains("declared in the file"));
     let delete = control("hourly", ScheduleControl::Delete);
-    schedules::control(c, "mesh", "Daily", &delete, Some(&boss)).await.expect("deleted");
-    let listed = schedules::list(c, "mesh", Some("Daily"), now).await.unwrap();
+    schedules::control(c, "mesh", "Daily", &delete, Some(&boss))
+        .await
+        .expect("deleted");
+    let listed = schedules::list(c, "mesh", Some("Daily"), now)
+        .await
+        .unwrap();
     assert_eq!(listed.len(), 1);
     let _: Value = json!(listed);
 }

@@ -16,7 +16,10 @@ fn with(schedules: &str) -> Result<Workflow, Vec<Problem>> {
 
 fn problems(schedules: &str) -> String {
     let p = with(schedules).unwrap_err();
-    p.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("\n")
+    p.iter()
+        .map(|p| p.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// 2026-03-29 in Unix milliseconds at `h:m` UTC.
@@ -56,15 +59,40 @@ fn an_interval_counts_from_the_epoch_and_the_first_due_slot_is_within_the_window
     let due = |after, now| s.first_due(after, now, window);
     assert_eq!(due(70_000, 71_000), None);
     // Every slot within the window comes in turn, the older ones are counted missed.
-    let first = Due { slot: 60_000, missed: 3, in_window: true };
+    let first = Due {
+        slot: 60_000,
+        missed: 3,
+        in_window: true,
+    };
     assert_eq!(due(20_000, 71_000), Some(first));
-    assert_eq!(due(60_000, 71_000), Some(Due { slot: 70_000, missed: 0, in_window: true }));
+    assert_eq!(
+        due(60_000, 71_000),
+        Some(Due {
+            slot: 70_000,
+            missed: 0,
+            in_window: true
+        })
+    );
     let wf = with("    - {name: m, cron: '*/5 * * * *'}\n").unwrap();
     let s = &wf.schedules[0];
     let gone = s.first_due(0, 16 * 60_000 + 1, Duration::from_secs(60));
-    assert_eq!(gone, Some(Due { slot: 15 * 60_000, missed: 3, in_window: false }));
+    assert_eq!(
+        gone,
+        Some(Due {
+            slot: 15 * 60_000,
+            missed: 3,
+            in_window: false
+        })
+    );
     let caught = s.first_due(0, 16 * 60_000, Duration::from_secs(600));
-    assert_eq!(caught, Some(Due { slot: 10 * 60_000, missed: 1, in_window: true }));
+    assert_eq!(
+        caught,
+        Some(Due {
+            slot: 10 * 60_000,
+            missed: 1,
+            in_window: true
+        })
+    );
     assert_eq!(s.input_for(0, true).unwrap(), serde_json::json!({}));
 }
 

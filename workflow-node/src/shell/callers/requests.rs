@@ -545,7 +545,6 @@ async fn input_of(
     Ok(input)
 }
 
-
 /// Once a new run's `Started` event is stored, tells the caller its request was accepted.
 /// A request sent again before its run's record exists finds its `Started` already stored
 /// (`stored` false): its caller is then attached, in case it comes from another reply
@@ -563,7 +562,6 @@ async fn begun(
     accept(shared, workflow, execution, caller).await;
     Ok(None)
 }
-
 
 /// A request sent again while its run goes on: a caller from another reply address joins
 /// the run; one from the address the run will answer needs nothing.

@@ -161,7 +161,10 @@ fn change(
             }),
             ..fresh(schedule.paused)
         };
-        return Ok(Change::Write(state, format!("schedule '{name}' of {wf} added")));
+        return Ok(Change::Write(
+            state,
+            format!("schedule '{name}' of {wf} added"),
+        ));
     }
     if declared.is_none() && added.is_none() {
         return Err(format!("{wf} has no schedule '{name}'"));
@@ -181,7 +184,11 @@ fn change(
         ScheduleControl::Pause | ScheduleControl::Resume => {
             let pause = c.action == ScheduleControl::Pause;
             if state.paused == pause {
-                let is = if pause { "already paused" } else { "not paused" };
+                let is = if pause {
+                    "already paused"
+                } else {
+                    "not paused"
+                };
                 return Err(format!("schedule '{name}' of {wf} is {is}"));
             }
             state.paused = pause;
@@ -267,7 +274,9 @@ async fn act(
 ) -> std::result::Result<Acted, Failed> {
     match action {
         Action::Start { slot, manual } => {
-            let input = schedule.input_for(*slot, *manual).map_err(Failed::Refused)?;
+            let input = schedule
+                .input_for(*slot, *manual)
+                .map_err(Failed::Refused)?;
             check_input(workflow, &input).map_err(Failed::Refused)?;
             let execution = slot_execution(&workflow.name, &schedule.name, *slot, *manual);
             let caller = Caller {

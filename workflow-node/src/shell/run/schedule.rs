@@ -61,7 +61,10 @@ pub struct ScheduleState {
 impl ScheduleState {
     /// The schedule's fields as written: added, or declared in the file.
     pub fn spec(&self) -> Option<&Value> {
-        self.added.as_ref().map(|a| &a.spec).or(self.declared.as_ref())
+        self.added
+            .as_ref()
+            .map(|a| &a.spec)
+            .or(self.declared.as_ref())
     }
 }
 
@@ -213,11 +216,17 @@ mod tests {
         assert_eq!(look(&s, &state(10_000), 15_000, false), None);
         let next = again(look(&s, &state(10_000), 21_000, false).unwrap());
         assert_eq!(next.last_slot, 20_000);
-        let start = Action::Start { slot: 20_000, manual: false };
+        let start = Action::Start {
+            slot: 20_000,
+            manual: false,
+        };
         assert_eq!(next.pending, vec![start]);
         // Pending work is carried out before anything else is decided.
         assert_eq!(look(&s, &next, 40_000, false), None);
-        let done = ScheduleState { pending: vec![], ..next };
+        let done = ScheduleState {
+            pending: vec![],
+            ..next
+        };
         assert_eq!(look(&s, &done, 29_999, false), None);
     }
 
@@ -234,10 +243,15 @@ mod tests {
         let dropped = look(&buffer, &kept, 30_000, true).unwrap();
         assert_eq!((dropped.kept, dropped.counts.dropped), (Some(30_000), 1));
         let started = look(&buffer, &dropped, 31_000, false).unwrap();
-        let start = Action::Start { slot: 30_000, manual: false };
+        let start = Action::Start {
+            slot: 30_000,
+            manual: false,
+        };
         assert_eq!((started.kept, started.pending), (None, vec![start]));
         let cancel = look(&schedule("cancel_other"), &state(10_000), 20_000, true).unwrap();
-        let action = Action::Cancel { execution: "e0".into() };
+        let action = Action::Cancel {
+            execution: "e0".into(),
+        };
         assert_eq!((cancel.kept, cancel.pending), (Some(20_000), vec![action]));
     }
 

@@ -77,7 +77,14 @@ async fn look_once(shared: &Shared, workflow: &Workflow, name: &str) -> Result<(
             declared: declared(workflow, name),
             ..state.clone()
         };
-        entries::write(&shared.js, &shared.schedules, &key, &current, entry.revision).await?;
+        entries::write(
+            &shared.js,
+            &shared.schedules,
+            &key,
+            &current,
+            entry.revision,
+        )
+        .await?;
         return Ok(());
     }
     if !state.pending.is_empty() {
