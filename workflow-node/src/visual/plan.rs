@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::definition::{
     ApprovalNode, CallTarget, ForkBranch, JoinStrategy, LoopNode, MapItems, MapNode, NodeKind,
-    NodeRole, OnExhausted, OnTimeout, RetryPolicy, SwitchCase, Workflow,
+    NodeRole, OnExhausted, OnTimeout, RetryPolicy, Schedule, SwitchCase, When, Workflow,
 };
 
 /// What a workflow will do, section by section.
@@ -38,6 +38,8 @@ pub struct Plan {
     /// Every call (agent and workflow nodes, fork branches): `(node id, attempts, retry and
     /// timeout)`.
     pub calls: Vec<(String, String)>,
+    /// Schedules: `(name, when, overlap, catch-up window, jitter, paused)` in words.
+    pub schedules: Vec<(String, String)>,
 }
 
 /// The plan of `wf`.
@@ -53,6 +55,7 @@ pub fn plan(wf: &Workflow) -> Plan {
         gates: Vec::new(),
         exit_handlers: exit_handlers(wf),
         calls: Vec::new(),
+        schedules: wf.schedules.iter().map(schedule_text).collect(),
     };
     for node in &wf.nodes {
         let id = node.id.clone();
@@ -93,6 +96,29 @@ pub fn plan(wf: &Workflow) -> Plan {
         }
     }
     plan
+}
+
+/// A schedule in words: `cron '0 8 * * *' in Europe/Paris; overlap skip; catch-up 1m`.
+fn schedule_text(s: &Schedule) -> (String, String) {
+    let mut words = vec![match &s.when {
+        When::Cron { zone, .. } => {
+            let cron = s.source.get("cron").and_then(|c| c.as_str()).unwrap_or("?");
+            format!("cron '{cron}' in {zone}")
+        }
+        When::Every(every) => format!("every {}", duration(*every)),
+    }];
+    words.push(format!("overlap {}", s.overlap.as_str()));
+    words.push(format!("catch-up {}", duration(s.catchup_window)));
+    if !s.jitter.is_zero() {
+        words.push(format!("jitter {}", duration(s.jitter)));
+    }
+    if s.input.is_some() {
+        words.push("input from a template".into());
+    }
+    if s.paused {
+        words.push("paused".into());
+    }
+    (s.name.clone(), words.join("; "))
 }
 
 /// The main nodes by batch: batch k holds the nodes whose longest dependency chain has
@@ -353,7 +379,8 @@ impl fmt::Display for Plan {
                 writeln!(f, "  {trigger}: {node}")?;
             }
         }
-        section(f, "Calls (attempts, retries, timeout)", &self.calls)
+        section(f, "Calls (attempts, retries, timeout)", &self.calls)?;
+        section(f, "Schedules (runs started on a clock)", &self.schedules)
     }
 }
 

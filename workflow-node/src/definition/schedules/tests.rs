@@ -118,3 +118,18 @@ fn every_schedule_problem_is_reported_at_once() {
     let text = problems("    - {name: a, every: 5s}\n    - {name: a, every: 6s}\n");
     assert!(text.contains("schedule 'a' is declared twice"), "{text}");
 }
+
+#[test]
+fn the_plan_shows_each_schedule_in_words() {
+    let wf = with(
+        "    - {name: nightly, cron: '30 2 * * *', timezone: Europe/Paris, jitter: 30s, paused: true}\n    - {name: tick, every: 90s, overlap: cancel_other, input: {at: '{{schedule.time}}'}}\n",
+    )
+    .unwrap();
+    let text = crate::visual::plan(&wf).to_string();
+    assert!(text.contains("Schedules (runs started on a clock):"), "{text}");
+    assert!(
+        text.contains("nightly: cron '30 2 * * *' in Europe/Paris; overlap skip; catch-up 1m; jitter 30s; paused"),
+        "{text}"
+    );
+    assert!(text.contains("tick: every 1m30s; overlap cancel_other; catch-up 1m; input from a template"), "{text}");
+}
