@@ -43,6 +43,7 @@ pub(super) fn router(ctx: Ctx) -> Router {
         .route("/api/runs/{id}/approve", post(super::steer::approve))
         .route("/api/runs/{id}/reject", post(super::steer::reject))
         .route("/api/workflows/{name}/runs", post(start))
+        .route("/api/schedules", get(list_schedules))
         .merge(super::pages::router())
         .merge(super::a2a::router())
         .fallback(|| async { ApiError::not_found("no such page or API route") })
@@ -154,6 +155,17 @@ async fn list_runs(State(ctx): State<Ctx>, RawQuery(query): RawQuery) -> ApiResu
         .map(|r| view::summary(r, listed.now))
         .collect();
     Ok(json_response(StatusCode::OK, &Value::Array(rows)))
+}
+
+/// The schedules (of `?workflow=`, when given) with their next fire times: what
+/// `workflow-node schedules list --json` prints.
+async fn list_schedules(State(ctx): State<Ctx>, RawQuery(query): RawQuery) -> ApiResult {
+    let q = params(query.as_deref(), &["workflow"])?;
+    let runs = ctx.runs().await?;
+    let workflow = q.get("workflow").map(String::as_str);
+    let found =
+        crate::ops::schedules::list(runs.client(), runs.namespace(), workflow, now().0).await?;
+    Ok(json_response(StatusCode::OK, &json!(found)))
 }
 
 /// The definition `run` was made with, when it can be had (why not is logged).
