@@ -126,10 +126,18 @@ fn the_plan_shows_each_schedule_in_words() {
     )
     .unwrap();
     let text = crate::visual::plan(&wf).to_string();
-    assert!(text.contains("Schedules (runs started on a clock):"), "{text}");
+    assert!(
+        text.contains("Schedules (runs started on a clock):"),
+        "{text}"
+    );
     assert!(
         text.contains("nightly: cron '30 2 * * *' in Europe/Paris; overlap skip; catch-up 1m; jitter 30s; paused"),
         "{text}"
     );
-    assert!(text.contains("tick: every 1m30s; overlap cancel_other; catch-up 1m; input from a template"), "{text}");
+    assert!(
+        text.contains(
+            "tick: every 1m30s; overlap cancel_other; catch-up 1m; input from a template"
+        ),
+        "{text}"
+    );
 }

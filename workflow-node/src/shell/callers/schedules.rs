@@ -93,7 +93,7 @@ pub(in crate::shell) async fn control(
                         if let Some(schedule) = schedule {
                             let entry = Entry {
                                 revision,
-                                state: Some(state),
+                                state: Some(*state),
                             };
                             carry_out(shared, workflow, &schedule, &key, entry).await;
                         }
@@ -120,7 +120,7 @@ pub(in crate::shell) async fn control(
 /// What a control does to an entry.
 enum Change {
     /// Write this state; answer this.
-    Write(ScheduleState, String),
+    Write(Box<ScheduleState>, String),
     /// Remove the entry; answer this.
     Remove(String),
 }
@@ -162,7 +162,7 @@ fn change(
             ..fresh(schedule.paused)
         };
         return Ok(Change::Write(
-            state,
+            Box::new(state),
             format!("schedule '{name}' of {wf} added"),
         ));
     }
@@ -208,7 +208,7 @@ fn change(
             format!("schedule '{name}' of {wf} triggered: run {execution}")
         }
     };
-    Ok(Change::Write(state, answer))
+    Ok(Change::Write(Box::new(state), answer))
 }
 
 /// Carries out the work `entry` holds for `schedule`, then clears it from the entry (if

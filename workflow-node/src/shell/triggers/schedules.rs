@@ -35,7 +35,7 @@ pub(in crate::shell) async fn run(shared: Arc<Shared>, served: Vec<Arc<Workflow>
     let mut ticks = 0u32;
     loop {
         for (workflow, added) in served.iter().zip(added.iter_mut()) {
-            if ticks % LIST_EVERY == 0 {
+            if ticks.is_multiple_of(LIST_EVERY) {
                 match entries::names(&shared.schedules, &workflow.name).await {
                     Ok(names) => *added = names.into_iter().collect(),
                     Err(e) => tracing::debug!("listing schedules of {}: {e}", workflow.name),
