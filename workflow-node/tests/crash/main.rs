@@ -9,6 +9,7 @@ mod support;
 
 mod cluster;
 mod faults;
+mod history_loss;
 mod kill;
 mod lost_calls;
 mod sigterm;
