@@ -7,6 +7,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod agents_twice;
 mod cluster;
 mod faults;
 mod history_loss;
