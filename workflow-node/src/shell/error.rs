@@ -118,6 +118,23 @@ impl Error {
         }
         false
     }
+
+    /// A commit refused by a full store, as the client reports a KV write's refusal.
+    #[cfg(test)]
+    pub(in crate::shell) fn store_full_for_tests() -> Error {
+        let api: async_nats::jetstream::Error = serde_json::from_value(serde_json::json!({
+            "code": 503, "err_code": 10077, "description": "maximum bytes exceeded"
+        }))
+        .expect("an API error");
+        let publish = async_nats::jetstream::context::PublishError::with_source(
+            async_nats::jetstream::context::PublishErrorKind::Other,
+            api,
+        );
+        Error::Connection {
+            context: "writing".into(),
+            source: publish.into(),
+        }
+    }
 }
 
 /// The shell's result.

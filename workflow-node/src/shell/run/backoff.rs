@@ -94,31 +94,21 @@ mod tests {
         }
     }
 
-    /// A commit refused by a full store (a KV write, as the client reports it).
-    fn full() -> Error {
-        let api: async_nats::jetstream::Error = serde_json::from_value(serde_json::json!({
-            "code": 503, "err_code": 10023, "description": "insufficient resources"
-        }))
-        .expect("an API error");
-        let publish = async_nats::jetstream::context::PublishError::with_source(
-            async_nats::jetstream::context::PublishErrorKind::Other,
-            api,
-        );
-        Error::Connection {
-            context: "writing".into(),
-            source: publish.into(),
-        }
-    }
-
     #[test]
     fn a_full_store_is_waited_for_never_abandoned() {
-        assert!(full().is_store_full());
+        assert!(Error::store_full_for_tests().is_store_full());
         assert!(!lost().is_store_full());
         let mut f = Failures::default();
         for _ in 0..20 {
-            assert!(matches!(f.failed(3, &full(), 6), Next::Retry(_)));
+            assert!(matches!(
+                f.failed(3, &Error::store_full_for_tests(), 6),
+                Next::Retry(_)
+            ));
         }
-        assert_eq!(f.failed(3, &full(), 6), Next::Retry(LONGEST));
+        assert_eq!(
+            f.failed(3, &Error::store_full_for_tests(), 6),
+            Next::Retry(LONGEST)
+        );
     }
 
     #[test]
