@@ -35,12 +35,12 @@ INPUT_SCHEMA = {
 class Conformance(Agent):
     """The agent: one behaviour per ``op``."""
 
-    def __init__(self, nc: Any, name: str, heartbeat: float, signer: Signer | None) -> None:
+    def __init__(self, nc: Any, name: str, heartbeat: float, signer: Signer | None, namespace: str) -> None:
         super().__init__(
             name, description="The SDK conformance suite's agent (Python SDK)",
             skills=[skill("conformance", "Conformance", "what the suite drives")],
             input_schema=INPUT_SCHEMA, output_schema={"type": "object"},
-            heartbeat_interval=heartbeat, signer=signer,
+            heartbeat_interval=heartbeat, signer=signer, namespace=namespace,
         )
         self.nc = nc
         self.runs: Counter[str] = Counter()
@@ -83,10 +83,11 @@ async def main() -> None:
     p.add_argument("--name", default="Conformance")
     p.add_argument("--heartbeat-ms", type=int, default=1000)
     p.add_argument("--nkey-seed-file")
+    p.add_argument("--namespace", default="mesh")
     a = p.parse_args()
     nc = await nats.connect(a.nats_url)
     signer = Signer.from_seed_file(a.nkey_seed_file) if a.nkey_seed_file else None
-    agent = Conformance(nc, a.name, a.heartbeat_ms / 1000, signer)
+    agent = Conformance(nc, a.name, a.heartbeat_ms / 1000, signer, a.namespace)
     await run([agent], nc, on_ready=lambda: print("ready", flush=True))
     await nc.drain()
 
