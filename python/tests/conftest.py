@@ -35,7 +35,10 @@ def binary(var: str) -> str:
     """The path in ``var``; fails the run saying how to set it."""
     path = os.environ.get(var)
     if not path or not Path(path).exists():
-        pytest.fail(f"{var} must name the binary (run the suite with cargo test -p workflow-node --test python)")
+        pytest.fail(
+            f"{var} must name the binary "
+            "(run the suite with cargo test -p workflow-node --test python)"
+        )
     return path
 
 
@@ -54,7 +57,9 @@ class Proc:
         self.lines: list[str] = []
         self._new = threading.Condition()
         self._ended = False
-        self.popen = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.popen = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -71,7 +76,8 @@ class Proc:
         """Waits for an output line starting with ``start`` (fails if the process ends)."""
         with self._new:
             ok = self._new.wait_for(
-                lambda: self._ended or any(line.startswith(start) for line in self.lines), timeout)
+                lambda: self._ended or any(line.startswith(start) for line in self.lines), timeout
+            )
             found = [line for line in self.lines if line.startswith(start)]
             if found:
                 return found[0]
@@ -103,8 +109,19 @@ def workdir() -> Iterator[Path]:
 def nats_url(workdir: Path) -> Iterator[str]:
     """A nats-server with JetStream, ready once a client connects."""
     port = free_port()
-    proc = spawn("nats-server", [binary("NATS_SERVER_BIN"), "-js", "-a", "127.0.0.1", "-p", str(port),
-                                 "-sd", str(workdir / "js")])
+    proc = spawn(
+        "nats-server",
+        [
+            binary("NATS_SERVER_BIN"),
+            "-js",
+            "-a",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-sd",
+            str(workdir / "js"),
+        ],
+    )
     deadline = time.monotonic() + 30
     while True:
         try:
@@ -148,8 +165,18 @@ class AgentUnderTest:
 
 
 def start_agent(sdk: str, url: str, name: str, seed_file: str, namespace: str = "mesh") -> Proc:
-    common = ["--nats-url", url, "--name", name, "--heartbeat-ms", "200", "--nkey-seed-file", seed_file,
-              "--namespace", namespace]
+    common = [
+        "--nats-url",
+        url,
+        "--name",
+        name,
+        "--heartbeat-ms",
+        "200",
+        "--nkey-seed-file",
+        seed_file,
+        "--namespace",
+        namespace,
+    ]
     if sdk == "rust":
         args = [binary("CONFORMANCE_AGENT_BIN"), *common]
     else:
@@ -172,10 +199,25 @@ def agents(nats_url: str, keys: Keys, workdir: Path) -> Iterator[dict[str, Agent
         p.kill()
 
 
-def start_node(url: str, keys: Keys, namespace: str = "mesh", extra: list[str] | None = None) -> Proc:
-    args = [binary("WORKFLOW_NODE_BIN"), "serve", "--nats-url", url, "--namespace", namespace,
-            "--operator-key", keys.operator.public_key, "--approver", f"py={keys.approver.public_key}",
-            "--ack-wait", "2", *(extra or []), str(WORKFLOWS)]
+def start_node(
+    url: str, keys: Keys, namespace: str = "mesh", extra: list[str] | None = None
+) -> Proc:
+    args = [
+        binary("WORKFLOW_NODE_BIN"),
+        "serve",
+        "--nats-url",
+        url,
+        "--namespace",
+        namespace,
+        "--operator-key",
+        keys.operator.public_key,
+        "--approver",
+        f"py={keys.approver.public_key}",
+        "--ack-wait",
+        "2",
+        *(extra or []),
+        str(WORKFLOWS),
+    ]
     proc = spawn(f"workflow-node ({namespace})", args)
     proc.wait_line("serving")
     return proc
@@ -202,6 +244,8 @@ async def mesh(nc: Any) -> Mesh:
 
 
 @pytest.fixture(params=["rust", "python"])
-def sdk(request: pytest.FixtureRequest, agents: dict[str, AgentUnderTest], node: Proc) -> AgentUnderTest:
+def sdk(
+    request: pytest.FixtureRequest, agents: dict[str, AgentUnderTest], node: Proc
+) -> AgentUnderTest:
     """The agent under test: each scenario runs once per SDK."""
     return agents[request.param]

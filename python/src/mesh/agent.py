@@ -143,7 +143,11 @@ class Agent:
     def card(self) -> dict[str, Any]:
         """The card this agent publishes."""
         return agent_card(
-            self.name, self.description, self.namespace, version=self.version, skills=self.skills,
+            self.name,
+            self.description,
+            self.namespace,
+            version=self.version,
+            skills=self.skills,
             input_schema=self.input_schema.source if self.input_schema else None,
             output_schema=self.output_schema.source if self.output_schema else None,
         )
@@ -156,9 +160,7 @@ class Agent:
         return serving
 
 
-def agent(
-    name: str, **options: Any
-) -> Callable[[Handler], Agent]:
+def agent(name: str, **options: Any) -> Callable[[Handler], Agent]:
     """Declares a simple agent from an async function ``(input, ctx) -> output``::
 
         @agent(name="Doubler", input_schema={"type": "object"})
@@ -196,7 +198,9 @@ class Serving:
         name, ns = self.agent.name, self.ns
         try:
             self._subs = [
-                await self.nc.subscribe(subjects.agent_request(ns, name), queue=name, cb=self._on_request),
+                await self.nc.subscribe(
+                    subjects.agent_request(ns, name), queue=name, cb=self._on_request
+                ),
                 await self.nc.subscribe(subjects.agent_cancel(ns, name), cb=self._on_cancel),
                 await self.nc.subscribe(subjects.discovery_ping(ns), cb=self._on_ping),
             ]
@@ -230,7 +234,11 @@ class Serving:
     # --- cards --------------------------------------------------------------------------
 
     async def _publish_card(self) -> None:
-        headers = sign_card(self.agent.signer, self.agent.name, self._card_bytes) if self.agent.signer else None
+        headers = (
+            sign_card(self.agent.signer, self.agent.name, self._card_bytes)
+            if self.agent.signer
+            else None
+        )
         try:
             await self.nc.publish(subjects.agent_cards(self.ns), self._card_bytes, headers=headers)
         except Exception as e:
@@ -267,7 +275,9 @@ class Serving:
 
     # --- publishing ---------------------------------------------------------------------
 
-    async def _publish(self, subject: str, headers: dict[str, str], body: Any, token: str | None) -> None:
+    async def _publish(
+        self, subject: str, headers: dict[str, str], body: Any, token: str | None
+    ) -> None:
         """Publishes a reply or status update, never to a subject a requester may not make
         an agent publish to; proven with the call's token when it has one."""
         why = subjects.check_reply(self.ns, subject)
@@ -286,13 +296,17 @@ class Serving:
         if call.status_to is None:
             return False
         update = protocol.status_update(call, state, parts)
-        await self._publish(call.status_to, protocol.trace_context(call.headers), update, call.token)
+        await self._publish(
+            call.status_to, protocol.trace_context(call.headers), update, call.token
+        )
         return True
 
     async def _answer(self, call: Call, outcome: Outcome) -> None:
         if call.reply_to is None:
             return
-        await self._publish(call.reply_to, call.reply_headers(), protocol.reply(call, outcome), call.token)
+        await self._publish(
+            call.reply_to, call.reply_headers(), protocol.reply(call, outcome), call.token
+        )
 
     # --- requests -----------------------------------------------------------------------
 
@@ -310,10 +324,20 @@ class Serving:
                 continue
             why = subjects.check_reply(self.ns, subject)
             if why is not None:
-                shown = subject if len(subject) <= 64 else subject[:64] + f"… ({len(subject)} bytes)"
-                answer_to = reply if reply and subjects.check_reply(self.ns, reply) is None else None
+                shown = (
+                    subject if len(subject) <= 64 else subject[:64] + f"… ({len(subject)} bytes)"
+                )
+                answer_to = (
+                    reply if reply and subjects.check_reply(self.ns, reply) is None else None
+                )
                 return f"reply subject {shown!r} is refused: {why}", answer_to
-        for name in ("Mesh-Caller", "Mesh-Call-Depth", "Mesh-Signer", "Mesh-Signed-At", "Mesh-Signature"):
+        for name in (
+            "Mesh-Caller",
+            "Mesh-Call-Depth",
+            "Mesh-Signer",
+            "Mesh-Signed-At",
+            "Mesh-Signature",
+        ):
             value = headers.get(name)
             if value is None:
                 continue
@@ -332,7 +356,9 @@ class Serving:
             if to is not None:
                 decoded = protocol.decode(msg.data, {}, None)
                 rid = getattr(decoded, "id", None)
-                await self._publish(to, {}, protocol.error_response(rid, protocol.INVALID_PARAMS, text), None)
+                await self._publish(
+                    to, {}, protocol.error_response(rid, protocol.INVALID_PARAMS, text), None
+                )
             return
         decoded = protocol.decode(msg.data, headers, msg.reply or None)
         if isinstance(decoded, Call):
@@ -340,17 +366,27 @@ class Serving:
         elif isinstance(decoded, protocol.Cancel):
             found = self.calls.cancel(decoded.task_id, self._proven_by(msg))
             if decoded.reply_to:
-                await self._publish(decoded.reply_to, protocol.trace_context(headers),
-                                    protocol.cancel_answer(decoded.id, decoded.task_id, found), None)
+                await self._publish(
+                    decoded.reply_to,
+                    protocol.trace_context(headers),
+                    protocol.cancel_answer(decoded.id, decoded.task_id, found),
+                    None,
+                )
         elif isinstance(decoded, protocol.Get):
             known = self.calls.known(decoded.task_id, time.monotonic())
             if decoded.reply_to:
-                await self._publish(decoded.reply_to, protocol.trace_context(headers),
-                                    protocol.get_answer(decoded.id, decoded.task_id, known), None)
+                await self._publish(
+                    decoded.reply_to,
+                    protocol.trace_context(headers),
+                    protocol.get_answer(decoded.id, decoded.task_id, known),
+                    None,
+                )
         elif decoded.reply_to:
             rid = decoded.response.get("id")
             h = {protocol.MSG_ID: protocol.id_text(rid)} if rid is not None else {}
-            await self._publish(decoded.reply_to, {**h, **protocol.trace_context(headers)}, decoded.response, None)
+            await self._publish(
+                decoded.reply_to, {**h, **protocol.trace_context(headers)}, decoded.response, None
+            )
 
     def _on_send(self, call: Call) -> None:
         # Registered before any await, so a cancel or a copy that follows finds it.
@@ -373,7 +409,12 @@ class Serving:
         if not isinstance(decoded, protocol.Cancel):
             return
         if self.calls.cancel(decoded.task_id, self._proven_by(msg)) and decoded.reply_to:
-            await self._publish(decoded.reply_to, {}, protocol.cancel_answer(decoded.id, decoded.task_id, True), None)
+            await self._publish(
+                decoded.reply_to,
+                {},
+                protocol.cancel_answer(decoded.id, decoded.task_id, True),
+                None,
+            )
 
     @staticmethod
     def _proven_by(msg: Msg) -> Callable[[str], bool]:
@@ -424,7 +465,8 @@ class Serving:
             if parsed is None or parsed[0] != self.artifacts.bucket:
                 return Failure(
                     f"the input artifact '{source.uri}' is not in the mesh's artifact bucket "
-                    f"'{self.artifacts.bucket}': an agent reads inputs only from there")
+                    f"'{self.artifacts.bucket}': an agent reads inputs only from there"
+                )
             try:
                 value = await self.artifacts.get_json(parsed[1])
             except ArtifactError as e:
@@ -449,10 +491,16 @@ class Serving:
         if refusal is not None:
             return refusal
         ctx = Context(
-            agent=self.agent.name, task_id=call.task_id, context_id=call.context_id,
-            message_id=call.message_id, instruction=call.instruction, workflow=call.workflow,
+            agent=self.agent.name,
+            task_id=call.task_id,
+            context_id=call.context_id,
+            message_id=call.message_id,
+            instruction=call.instruction,
+            workflow=call.workflow,
             headers=call.headers,
-            _status=(lambda parts: self._send_status(call, "working", parts)) if call.status_to else None,
+            _status=(lambda parts: self._send_status(call, "working", parts))
+            if call.status_to
+            else None,
         )
         try:
             output = await self.agent.handle(value, ctx)
@@ -493,12 +541,17 @@ def _conform(what: str, own: Schema | None, requested: Schema | None, value: Any
         schema.apply_defaults(value)
         violations = schema.violations(what, value)
         if violations:
-            return Failure(f"the {what} does not match {whose} {what} schema ({counted(violations)})",
-                           kind, violations)
+            return Failure(
+                f"the {what} does not match {whose} {what} schema ({counted(violations)})",
+                kind,
+                violations,
+            )
     return None
 
 
-async def run(agents: list[Agent], nc: Client, *, on_ready: Callable[[], None] | None = None) -> None:
+async def run(
+    agents: list[Agent], nc: Client, *, on_ready: Callable[[], None] | None = None
+) -> None:
     """Serves ``agents`` on ``nc`` until SIGINT or SIGTERM, then drains: stops taking
     requests and lets running calls answer."""
     loop = asyncio.get_running_loop()

@@ -65,8 +65,14 @@ def unguessable() -> str:
 class ArtifactStore:
     """The artifact bucket of a namespace, over one NATS connection."""
 
-    def __init__(self, nc: Client, ns: str = subjects.DEFAULT_NAMESPACE, *,
-                 run: str | None = None, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(
+        self,
+        nc: Client,
+        ns: str = subjects.DEFAULT_NAMESPACE,
+        *,
+        run: str | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> None:
         self._nc = nc
         self.ns = ns
         self.bucket = subjects.artifacts_bucket(ns)
@@ -81,14 +87,18 @@ class ArtifactStore:
             try:
                 return await js.create_object_store(self.bucket)
             except Exception as e:
-                raise ArtifactError(f"cannot open the bucket {self.bucket}: {e}", "unavailable") from e
+                raise ArtifactError(
+                    f"cannot open the bucket {self.bucket}: {e}", "unavailable"
+                ) from e
 
     # --- writing ------------------------------------------------------------------------
 
     async def put_object(self, name: str, data: bytes) -> None:
         """Stores ``data`` as the plain object ``name`` (large values of calls)."""
         if len(data) > self.max_bytes:
-            raise ArtifactError(f"{name} is {len(data)} bytes, over the limit of {self.max_bytes}", "too-large")
+            raise ArtifactError(
+                f"{name} is {len(data)} bytes, over the limit of {self.max_bytes}", "too-large"
+            )
         store = await self._store()
         try:
             await store.put(name, data)
@@ -104,15 +114,22 @@ class ArtifactStore:
         if not name or "://" in name or _VERSIONED.match(name):
             raise ArtifactError(
                 "not a valid artifact name (it must be non-empty, not a URI, and not end in a "
-                "version suffix like '@v3')", "invalid")
+                "version suffix like '@v3')",
+                "invalid",
+            )
         if len(data) > self.max_bytes:
-            raise ArtifactError(f"{name} is {len(data)} bytes, over the limit of {self.max_bytes}", "too-large")
+            raise ArtifactError(
+                f"{name} is {len(data)} bytes, over the limit of {self.max_bytes}", "too-large"
+            )
         store = await self._store()
         version = (await self._latest(name) or 0) + 1
         key = f"{name}@v{version}"
         try:
             await store.put(key, data)
-            await self._set_meta(key, {"artifact": name, "version": str(version), "mime": mime, "run": self.run or ""})
+            await self._set_meta(
+                key,
+                {"artifact": name, "version": str(version), "mime": mime, "run": self.run or ""},
+            )
             await self._link(name, key)
         except ArtifactError:
             raise
@@ -136,7 +153,9 @@ class ArtifactStore:
 
     async def _publish_meta(self, name: str, meta: dict[str, Any]) -> None:
         js = self._nc.jetstream()
-        await js.publish(self._meta_subject(name), json.dumps(meta).encode(), headers={"Nats-Rollup": "sub"})
+        await js.publish(
+            self._meta_subject(name), json.dumps(meta).encode(), headers={"Nats-Rollup": "sub"}
+        )
 
     async def _set_meta(self, name: str, metadata: dict[str, str]) -> None:
         meta = await self._raw_meta(name)
@@ -147,8 +166,13 @@ class ArtifactStore:
 
     async def _link(self, name: str, target: str) -> None:
         meta = {
-            "name": name, "bucket": self.bucket, "nuid": uuid.uuid4().hex, "size": 0, "chunks": 0,
-            "mtime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "digest": _EMPTY_DIGEST,
+            "name": name,
+            "bucket": self.bucket,
+            "nuid": uuid.uuid4().hex,
+            "size": 0,
+            "chunks": 0,
+            "mtime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "digest": _EMPTY_DIGEST,
             "options": {"link": {"bucket": self.bucket, "name": target}},
         }
         await self._publish_meta(name, meta)
@@ -179,7 +203,14 @@ class ArtifactStore:
             md = meta.get("metadata") or {}
             if md.get("run") != run:
                 continue
-            found.append(ArtifactInfo(ArtifactRef(m.group(1), int(m.group(2))), md.get("mime", ""), info.size or 0, run))
+            found.append(
+                ArtifactInfo(
+                    ArtifactRef(m.group(1), int(m.group(2))),
+                    md.get("mime", ""),
+                    info.size or 0,
+                    run,
+                )
+            )
         return sorted(found, key=lambda a: (a.ref.name, a.ref.version or 0))
 
     # --- reading ------------------------------------------------------------------------
@@ -192,7 +223,9 @@ class ArtifactStore:
         elif ref.startswith("nats-object://"):
             parsed = protocol.parse_object_uri(ref)
             if parsed is None or parsed[0] != self.bucket:
-                raise ArtifactError(f"'{ref}' is not in the mesh's artifact bucket '{self.bucket}'", "invalid")
+                raise ArtifactError(
+                    f"'{ref}' is not in the mesh's artifact bucket '{self.bucket}'", "invalid"
+                )
             name = parsed[1]
         else:
             name = ref
@@ -221,19 +254,28 @@ class ArtifactStore:
                 try:
                     msg = await sub.next_msg(timeout=PART_TIMEOUT)
                 except asyncio.TimeoutError as e:
-                    raise ArtifactError(f"no part of {name} arrived within {PART_TIMEOUT:.0f} s", "unavailable") from e
+                    raise ArtifactError(
+                        f"no part of {name} arrived within {PART_TIMEOUT:.0f} s", "unavailable"
+                    ) from e
                 headers = msg.headers or {}
                 if headers.get("Status") == "503":
                     raise NoRespondersError
                 if "Mesh-Artifact-Error" in headers:
-                    raise ArtifactError(f"{name}: {msg.data.decode(errors='replace')}", headers["Mesh-Artifact-Error"])
+                    raise ArtifactError(
+                        f"{name}: {msg.data.decode(errors='replace')}",
+                        headers["Mesh-Artifact-Error"],
+                    )
                 index, _, of = headers.get("Mesh-Artifact-Part", "").partition("/")
                 if not index.isdigit() or not of.isdigit() or int(index) != len(chunks) + 1:
-                    raise ArtifactError(f"{name}: a part out of order or without Mesh-Artifact-Part", "unavailable")
+                    raise ArtifactError(
+                        f"{name}: a part out of order or without Mesh-Artifact-Part", "unavailable"
+                    )
                 count = int(of)
                 total += len(msg.data)
                 if total > self.max_bytes:
-                    raise ArtifactError(f"{name} is over the limit of {self.max_bytes} bytes", "too-large")
+                    raise ArtifactError(
+                        f"{name} is over the limit of {self.max_bytes} bytes", "too-large"
+                    )
                 chunks.append(msg.data)
             return b"".join(chunks)
         finally:

@@ -55,7 +55,11 @@ def agent_card(
         params["output_schema"] = output_schema
     if params:
         card["capabilities"]["extensions"] = [
-            {"uri": EXT_SCHEMAS, "description": "JSON Schemas of the agent's input and output", "params": params}
+            {
+                "uri": EXT_SCHEMAS,
+                "description": "JSON Schemas of the agent's input and output",
+                "params": params,
+            }
         ]
     return card
 
@@ -90,7 +94,9 @@ class CardTrust:
     require_signed: bool = False
     _first_seen: dict[str, str] = field(default_factory=dict)
 
-    def admit(self, payload: bytes, headers: Mapping[str, str] | None, now_ms: int | None = None) -> dict[str, Any]:
+    def admit(
+        self, payload: bytes, headers: Mapping[str, str] | None, now_ms: int | None = None
+    ) -> dict[str, Any]:
         """The card when it counts; raises :class:`SignatureError` saying why it does not."""
         try:
             card = json.loads(payload)
@@ -103,9 +109,13 @@ class CardTrust:
         bound = self.agent_keys.get(name) or self._first_seen.get(name)
         if signer is None:
             if self.require_signed:
-                raise SignatureError(f"the card of {name} is unsigned and signed cards are required")
+                raise SignatureError(
+                    f"the card of {name} is unsigned and signed cards are required"
+                )
             if bound is not None:
-                raise SignatureError(f"the card of {name} is unsigned but {name} is bound to {bound}")
+                raise SignatureError(
+                    f"the card of {name} is unsigned but {name} is bound to {bound}"
+                )
             return card
         if bound is None:
             if len(self._first_seen) >= MAX_TOFU_NAMES:

@@ -36,8 +36,9 @@ class Catalog:
         self._warned: set[tuple[str, str]] = set()
 
     @classmethod
-    async def open(cls, mesh: Mesh, *, agent_keys: dict[str, str] | None = None,
-                   require_signed: bool = False) -> Catalog:
+    async def open(
+        cls, mesh: Mesh, *, agent_keys: dict[str, str] | None = None, require_signed: bool = False
+    ) -> Catalog:
         """Subscribes, then pings so that every agent and workflow republishes its card."""
         catalog = cls(mesh, CardTrust(dict(agent_keys or {}), require_signed))
         catalog._sub = await mesh.nc.subscribe(subjects.agent_cards(mesh.ns), cb=catalog._on_card)
@@ -83,8 +84,11 @@ class Catalog:
     def with_tag(self, tag: str) -> list[dict[str, Any]]:
         """The cards with a skill tagged ``tag`` (case-insensitive)."""
         t = tag.lower()
-        return [c for c in self.cards()
-                if any(t == str(x).lower() for s in c.get("skills") or [] for x in s.get("tags") or [])]
+        return [
+            c
+            for c in self.cards()
+            if any(t == str(x).lower() for s in c.get("skills") or [] for x in s.get("tags") or [])
+        ]
 
     async def wait_for(self, name: str, timeout: float) -> dict[str, Any] | None:
         """The card of ``name``, waiting up to ``timeout`` seconds for it."""

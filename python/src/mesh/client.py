@@ -39,8 +39,14 @@ class Mesh:
     NATS connection. ``signer`` signs every request (starts, cancels, approvals);
     ``caller`` is the ``Mesh-Caller`` name that scopes task ids."""
 
-    def __init__(self, nc: Client, *, namespace: str = subjects.DEFAULT_NAMESPACE,
-                 signer: Signer | None = None, caller: str | None = None) -> None:
+    def __init__(
+        self,
+        nc: Client,
+        *,
+        namespace: str = subjects.DEFAULT_NAMESPACE,
+        signer: Signer | None = None,
+        caller: str | None = None,
+    ) -> None:
         self.nc = nc
         self.ns = namespace
         self.signer = signer
@@ -48,8 +54,15 @@ class Mesh:
         self.artifacts = ArtifactStore(nc, namespace)
 
     @classmethod
-    async def connect(cls, url: str = "nats://127.0.0.1:4222", *, namespace: str = subjects.DEFAULT_NAMESPACE,
-                      signer: Signer | None = None, caller: str | None = None, **options: Any) -> Mesh:
+    async def connect(
+        cls,
+        url: str = "nats://127.0.0.1:4222",
+        *,
+        namespace: str = subjects.DEFAULT_NAMESPACE,
+        signer: Signer | None = None,
+        caller: str | None = None,
+        **options: Any,
+    ) -> Mesh:
         """Connects to NATS (``options`` go to ``nats.connect``: user, nkeys, TLS, inbox
         prefix) and returns a handle that owns the connection."""
         nc = await nats.connect(url, **options)
@@ -67,12 +80,21 @@ class Mesh:
 
     # --- calls --------------------------------------------------------------------------
 
-    async def start(self, agent: str, input: Any = None, *, task_id: str | None = None,
-                    timeout: float = DEFAULT_TIMEOUT, resend_interval: float = DEFAULT_RESEND_INTERVAL,
-                    instruction: str | None = None, artifact: str | None = None,
-                    headers: Mapping[str, str] | None = None, metadata: Mapping[str, Any] | None = None,
-                    parts: list[Any] | None = None,
-                    input_threshold: int = DEFAULT_INPUT_THRESHOLD) -> Call:
+    async def start(
+        self,
+        agent: str,
+        input: Any = None,
+        *,
+        task_id: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        resend_interval: float = DEFAULT_RESEND_INTERVAL,
+        instruction: str | None = None,
+        artifact: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        parts: list[Any] | None = None,
+        input_threshold: int = DEFAULT_INPUT_THRESHOLD,
+    ) -> Call:
         """Starts a call of ``agent`` (an agent or a workflow) with ``input`` (or the stored
         ``artifact``, a name or ``nats-object://`` URI; or exactly ``parts``); returns at
         once with a :class:`Call` whose progress and result follow."""
@@ -89,10 +111,16 @@ class Mesh:
                 if len(encoded) > input_threshold:
                     obj = f"input/{tid}-{unguessable()}.json"
                     await self.artifacts.put_object(obj, protocol.encode(input))
-                    parts.append(protocol.artifact_part(self.artifacts.bucket, obj, wrapped=not isinstance(input, dict)))
+                    parts.append(
+                        protocol.artifact_part(
+                            self.artifacts.bucket, obj, wrapped=not isinstance(input, dict)
+                        )
+                    )
                 else:
                     parts.append(protocol.wrap(input))
-        msg = protocol.message("user", parts, message_id=tid, task_id=tid, context_id=tid, metadata=metadata)
+        msg = protocol.message(
+            "user", parts, message_id=tid, task_id=tid, context_id=tid, metadata=metadata
+        )
         body = protocol.encode(protocol.send_request(tid, msg))
         h = dict(headers or {})
         if self.caller:
@@ -113,8 +141,14 @@ class Mesh:
 
     # --- steering -----------------------------------------------------------------------
 
-    async def request(self, agent: str, body: Mapping[str, Any], *, timeout: float = 10.0,
-                      headers: Mapping[str, str] | None = None) -> dict[str, Any]:
+    async def request(
+        self,
+        agent: str,
+        body: Mapping[str, Any],
+        *,
+        timeout: float = 10.0,
+        headers: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
         """One JSON-RPC request to ``agent``'s request subject, signed when the handle has a
         signer; the JSON-RPC response."""
         subject = subjects.agent_request(self.ns, agent)
@@ -144,11 +178,16 @@ class Mesh:
     async def cancel(self, agent: str, task_id: str, reason: str | None = None) -> dict[str, Any]:
         """Sends ``tasks/cancel`` of ``task_id`` (a task id under this handle's caller name,
         or a run's execution id); raises :class:`CallRefused` when refused."""
-        return _result(agent, await self.request(agent, protocol.cancel_request(uuid.uuid4().hex, task_id, reason)))
+        return _result(
+            agent,
+            await self.request(agent, protocol.cancel_request(uuid.uuid4().hex, task_id, reason)),
+        )
 
     async def get_task(self, agent: str, task_id: str) -> dict[str, Any]:
         """``tasks/get``: the task as the callee knows it."""
-        return _result(agent, await self.request(agent, protocol.get_request(uuid.uuid4().hex, task_id)))
+        return _result(
+            agent, await self.request(agent, protocol.get_request(uuid.uuid4().hex, task_id))
+        )
 
     async def _control(self, workflow: str, data: dict[str, Any]) -> dict[str, Any]:
         mid = uuid.uuid4().hex
@@ -159,27 +198,40 @@ class Mesh:
             raise CallFailed(found.message or "refused", kind=found.kind, state=found.state)
         return task
 
-    async def approve(self, workflow: str, execution_id: str, node_id: str, comment: str | None = None) -> dict[str, Any]:
+    async def approve(
+        self, workflow: str, execution_id: str, node_id: str, comment: str | None = None
+    ) -> dict[str, Any]:
         """Approves the waiting gate ``node_id`` of a run (signed: the handle needs a signer)."""
         return await self._decide(workflow, execution_id, node_id, "approve", comment)
 
-    async def reject(self, workflow: str, execution_id: str, node_id: str, comment: str | None = None) -> dict[str, Any]:
+    async def reject(
+        self, workflow: str, execution_id: str, node_id: str, comment: str | None = None
+    ) -> dict[str, Any]:
         """Rejects the waiting gate ``node_id`` of a run (signed)."""
         return await self._decide(workflow, execution_id, node_id, "reject", comment)
 
-    async def _decide(self, workflow: str, execution_id: str, node_id: str, decision: str,
-                      comment: str | None) -> dict[str, Any]:
-        data: dict[str, Any] = {"type": "workflow_approval_decision", "execution_id": execution_id,
-                                "node_id": node_id, "decision": decision}
+    async def _decide(
+        self, workflow: str, execution_id: str, node_id: str, decision: str, comment: str | None
+    ) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "type": "workflow_approval_decision",
+            "execution_id": execution_id,
+            "node_id": node_id,
+            "decision": decision,
+        }
         if comment is not None:
             data["comment"] = comment
         return await self._control(workflow, data)
 
-    async def pause(self, workflow: str, execution_id: str, reason: str | None = None) -> dict[str, Any]:
+    async def pause(
+        self, workflow: str, execution_id: str, reason: str | None = None
+    ) -> dict[str, Any]:
         """Pauses a running run."""
         return await self._control(workflow, _control_part(execution_id, "pause", reason))
 
-    async def resume(self, workflow: str, execution_id: str, reason: str | None = None) -> dict[str, Any]:
+    async def resume(
+        self, workflow: str, execution_id: str, reason: str | None = None
+    ) -> dict[str, Any]:
         """Resumes a paused run."""
         return await self._control(workflow, _control_part(execution_id, "resume", reason))
 
@@ -193,7 +245,11 @@ class Mesh:
 
 
 def _control_part(execution_id: str, action: str, reason: str | None) -> dict[str, Any]:
-    data: dict[str, Any] = {"type": "workflow_run_control", "execution_id": execution_id, "action": action}
+    data: dict[str, Any] = {
+        "type": "workflow_run_control",
+        "execution_id": execution_id,
+        "action": action,
+    }
     if reason is not None:
         data["reason"] = reason
     return data
@@ -202,7 +258,9 @@ def _control_part(execution_id: str, action: str, reason: str | None) -> dict[st
 def _result(agent: str, response: dict[str, Any]) -> dict[str, Any]:
     error = response.get("error")
     if isinstance(error, dict):
-        raise CallRefused(int(error.get("code", 0)), str(error.get("message", "")), error.get("data"))
+        raise CallRefused(
+            int(error.get("code", 0)), str(error.get("message", "")), error.get("data")
+        )
     result = response.get("result")
     if not isinstance(result, dict):
         raise CallError(f"{agent} sent a reply without a result")
@@ -232,8 +290,16 @@ class Call:
     """One call in flight: iterate :meth:`progress`, await :meth:`result`, or
     :meth:`cancel` it. ``task_id`` names it (resends and ``tasks/get`` use it)."""
 
-    def __init__(self, mesh: Mesh, agent: str, task_id: str, body: bytes, headers: dict[str, str],
-                 timeout: float, resend_interval: float) -> None:
+    def __init__(
+        self,
+        mesh: Mesh,
+        agent: str,
+        task_id: str,
+        body: bytes,
+        headers: dict[str, str],
+        timeout: float,
+        resend_interval: float,
+    ) -> None:
         self.mesh = mesh
         self.agent = agent
         self.task_id = task_id
@@ -278,13 +344,18 @@ class Call:
             while True:
                 now = loop.time()
                 if now >= deadline:
-                    raise CallTimedOut(f"agent {self.agent} did not answer in time (request sent {self.sends} times)")
+                    raise CallTimedOut(
+                        f"agent {self.agent} did not answer in time "
+                        f"(request sent {self.sends} times)"
+                    )
                 if now >= silent_until:
                     await self._send()
                     silent_until = now + self._resend
                     continue
                 try:
-                    msg = await asyncio.wait_for(self._inbox.get(), min(deadline, silent_until) - now)
+                    msg = await asyncio.wait_for(
+                        self._inbox.get(), min(deadline, silent_until) - now
+                    )
                 except asyncio.TimeoutError:
                     continue
                 if (msg.headers or {}).get("Status") == "503":
@@ -298,7 +369,11 @@ class Call:
                 if not isinstance(value, dict) or value.get("id") != self.task_id:
                     continue
                 result = value.get("result")
-                if msg.subject == self._status and isinstance(result, dict) and result.get("kind") == "status-update":
+                if (
+                    msg.subject == self._status
+                    and isinstance(result, dict)
+                    and result.get("kind") == "status-update"
+                ):
                     alive = True
                     silent_until = loop.time() + self._resend
                     for event in progress_of(result):
@@ -310,7 +385,9 @@ class Call:
                     continue
                 error = value.get("error")
                 if isinstance(error, dict):
-                    raise CallRefused(int(error.get("code", 0)), str(error.get("message", "")), error.get("data"))
+                    raise CallRefused(
+                        int(error.get("code", 0)), str(error.get("message", "")), error.get("data")
+                    )
                 if isinstance(result, dict) and read_task(result) is not None:
                     self._done.set_result(result)
                     return
@@ -319,7 +396,9 @@ class Call:
                     silent_until = loop.time() + self._resend
         except BaseException as e:
             if not self._done.done():
-                self._done.set_exception(e if isinstance(e, Exception) else CallError("the call was stopped"))
+                self._done.set_exception(
+                    e if isinstance(e, Exception) else CallError("the call was stopped")
+                )
             if not isinstance(e, Exception):
                 raise
         finally:
@@ -351,7 +430,9 @@ class Call:
         assert isinstance(found, Failed)
         run = self._last_run or {}
         kwargs: dict[str, Any] = {
-            "node": run.get("error_node_id"), "kind": found.kind, "state": found.state,
+            "node": run.get("error_node_id"),
+            "kind": found.kind,
+            "state": found.state,
             "validation_errors": found.validation_errors,
         }
         if found.state == "canceled" or found.kind == protocol.KIND_CANCELED:

@@ -10,7 +10,7 @@ import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from . import proof
 
@@ -51,7 +51,9 @@ def text_part(text: str) -> dict[str, Json]:
     return {"kind": "text", "text": text}
 
 
-def data_part(data: Mapping[str, Json], metadata: Mapping[str, Json] | None = None) -> dict[str, Json]:
+def data_part(
+    data: Mapping[str, Json], metadata: Mapping[str, Json] | None = None
+) -> dict[str, Json]:
     """A DataPart."""
     part: dict[str, Json] = {"kind": "data", "data": dict(data)}
     if metadata:
@@ -127,7 +129,9 @@ def is_node_result(t: str | None) -> bool:
 def texts(parts: list[Json]) -> str:
     """The text parts joined by newlines."""
     return "\n".join(
-        p["text"] for p in parts if isinstance(p, dict) and p.get("kind") == "text" and isinstance(p.get("text"), str)
+        p["text"]
+        for p in parts
+        if isinstance(p, dict) and p.get("kind") == "text" and isinstance(p.get("text"), str)
     )
 
 
@@ -152,9 +156,15 @@ def encode(value: Json) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def message(role: str, parts: list[Json], *, message_id: str | None = None,
-            task_id: str | None = None, context_id: str | None = None,
-            metadata: Mapping[str, Json] | None = None) -> dict[str, Json]:
+def message(
+    role: str,
+    parts: list[Json],
+    *,
+    message_id: str | None = None,
+    task_id: str | None = None,
+    context_id: str | None = None,
+    metadata: Mapping[str, Json] | None = None,
+) -> dict[str, Json]:
     """An A2A Message."""
     m: dict[str, Json] = {
         "kind": "message",
@@ -171,7 +181,9 @@ def message(role: str, parts: list[Json], *, message_id: str | None = None,
     return m
 
 
-def send_request(id: str, msg: Mapping[str, Json], metadata: Mapping[str, Json] | None = None) -> dict[str, Json]:
+def send_request(
+    id: str, msg: Mapping[str, Json], metadata: Mapping[str, Json] | None = None
+) -> dict[str, Json]:
     """A ``message/send`` request."""
     params: dict[str, Json] = {"message": dict(msg)}
     if metadata:
@@ -217,7 +229,7 @@ class InputUnsupported:
     why: str
 
 
-InputSource = Union[InputInline, InputArtifact, InputUnsupported]
+InputSource = InputInline | InputArtifact | InputUnsupported
 
 
 @dataclass
@@ -294,7 +306,7 @@ class Reject:
     response: dict[str, Json] = field(default_factory=dict)
 
 
-Decoded = Union[Call, Cancel, Get, Reject]
+Decoded = Call | Cancel | Get | Reject
 
 
 def _valid_id(v: Json) -> bool:
@@ -344,19 +356,25 @@ def decode(payload: bytes, headers: Mapping[str, str], reply: str | None) -> Dec
         return Reject(reply_to, error_response(None, INVALID_REQUEST, "a request is a JSON object"))
     rid = value.get("id")
     if not _valid_id(rid):
-        return Reject(reply_to, error_response(None, INVALID_REQUEST, "id must be a string or an integer"))
+        return Reject(
+            reply_to, error_response(None, INVALID_REQUEST, "id must be a string or an integer")
+        )
     if value.get("jsonrpc") != JSONRPC:
         return Reject(reply_to, error_response(rid, INVALID_REQUEST, 'jsonrpc must be "2.0"'))
     method = value.get("method")
     params = value.get("params")
     if method not in ("message/send", "tasks/cancel", "tasks/get"):
-        return Reject(reply_to, error_response(rid, METHOD_NOT_FOUND, f"method not found: {method}"))
+        return Reject(
+            reply_to, error_response(rid, METHOD_NOT_FOUND, f"method not found: {method}")
+        )
     if not isinstance(params, dict):
         return Reject(reply_to, error_response(rid, INVALID_PARAMS, "params must be an object"))
     if method != "message/send":
         task_id = params.get("id")
         if not isinstance(task_id, str):
-            return Reject(reply_to, error_response(rid, INVALID_PARAMS, "params.id must be a string"))
+            return Reject(
+                reply_to, error_response(rid, INVALID_PARAMS, "params.id must be a string")
+            )
         return (Cancel if method == "tasks/cancel" else Get)(rid, task_id, reply_to)
     token = headers.get(proof.CALL_TOKEN)
     if token is not None:
@@ -366,32 +384,47 @@ def decode(payload: bytes, headers: Mapping[str, str], reply: str | None) -> Dec
             return Reject(reply_to, error_response(rid, INVALID_PARAMS, str(e)))
     msg = params.get("message")
     if not isinstance(msg, dict) or not isinstance(msg.get("parts"), list):
-        return Reject(reply_to, error_response(rid, INVALID_PARAMS, "params.message with parts is required"))
+        return Reject(
+            reply_to, error_response(rid, INVALID_PARAMS, "params.message with parts is required")
+        )
     parts: list[Json] = [p for p in msg["parts"] if isinstance(p, dict)]
     if not isinstance(msg.get("messageId"), str):
-        return Reject(reply_to, error_response(rid, INVALID_PARAMS, "params.message.messageId is required"))
+        return Reject(
+            reply_to, error_response(rid, INVALID_PARAMS, "params.message.messageId is required")
+        )
     node_request = None
     reference = False
     for p in parts:
         t = part_type(p)
         if is_node_request(t):
             data = p["data"]
-            if not isinstance(data.get("workflow_name"), str) or not isinstance(data.get("node_id"), str):
+            if not isinstance(data.get("workflow_name"), str) or not isinstance(
+                data.get("node_id"), str
+            ):
                 return Reject(
                     reply_to,
-                    error_response(rid, INVALID_PARAMS, f"malformed {NODE_REQUEST}: workflow_name and node_id are required"),
+                    error_response(
+                        rid,
+                        INVALID_PARAMS,
+                        f"malformed {NODE_REQUEST}: workflow_name and node_id are required",
+                    ),
                 )
             node_request = data
             reference = t == REFERENCE_NODE_REQUEST
             break
-    meta = params.get("metadata") if isinstance(params.get("metadata"), dict) else {}
+    meta: dict[str, Json] = params["metadata"] if isinstance(params.get("metadata"), dict) else {}
 
     def s(v: Json) -> str | None:
         return v if isinstance(v, str) else None
 
     own = id_text(rid)
     if node_request is not None:
-        task_id = s(node_request.get("sub_task_id")) or s(meta.get("sub_task_id")) or s(msg.get("taskId")) or own
+        task_id = (
+            s(node_request.get("sub_task_id"))
+            or s(meta.get("sub_task_id"))
+            or s(msg.get("taskId"))
+            or own
+        )
     else:
         task_id = s(msg.get("taskId")) or own
     workflow = None
@@ -403,11 +436,18 @@ def decode(payload: bytes, headers: Mapping[str, str], reply: str | None) -> Dec
         workflow = WorkflowCall(
             workflow_name=node_request["workflow_name"],
             node_id=node_request["node_id"],
-            execution_id=s(node_request.get("execution_id")) or s(meta.get("execution_id")) or s(msg.get("contextId")) or "",
+            execution_id=s(node_request.get("execution_id"))
+            or s(meta.get("execution_id"))
+            or s(msg.get("contextId"))
+            or "",
             sub_task_id=task_id,
             attempt=attempt,
-            map_index=node_request.get("map_index") if isinstance(node_request.get("map_index"), int) else None,
-            loop_iteration=node_request.get("loop_iteration") if isinstance(node_request.get("loop_iteration"), int) else None,
+            map_index=node_request.get("map_index")
+            if isinstance(node_request.get("map_index"), int)
+            else None,
+            loop_iteration=node_request.get("loop_iteration")
+            if isinstance(node_request.get("loop_iteration"), int)
+            else None,
         )
     context_id = s(msg.get("contextId")) or (workflow.execution_id if workflow else None) or task_id
     text = texts(parts)
@@ -440,7 +480,11 @@ def decode(payload: bytes, headers: Mapping[str, str], reply: str | None) -> Dec
 def find_input(parts: list[Json]) -> InputSource | None:
     """The first DataPart that is not the node request, else the first FilePart."""
     for p in parts:
-        if p.get("kind") == "data" and isinstance(p.get("data"), dict) and not is_node_request(part_type(p)):
+        if (
+            p.get("kind") == "data"
+            and isinstance(p.get("data"), dict)
+            and not is_node_request(part_type(p))
+        ):
             return InputInline(unwrap(p))
     for p in parts:
         if p.get("kind") == "file":
@@ -480,7 +524,7 @@ class Canceled:
     """Cancelled by a ``tasks/cancel``."""
 
 
-Outcome = Union[Success, Failure, Canceled]
+Outcome = Success | Failure | Canceled
 
 
 def _rewrite(data: dict[str, Json], reference: bool) -> dict[str, Json]:
@@ -517,7 +561,12 @@ def outcome_parts(call: Call | None, outcome: Outcome) -> tuple[str, list[Json]]
             text = outcome.message
         else:
             state = "canceled"
-            result = {"type": NODE_RESULT, "status": "failure", "error_message": "canceled", "error_kind": KIND_CANCELED}
+            result = {
+                "type": NODE_RESULT,
+                "status": "failure",
+                "error_message": "canceled",
+                "error_kind": KIND_CANCELED,
+            }
             text = "canceled"
         result["retry_count"] = retry
         parts: list[Json] = [data_part(_rewrite(result, call.reference_dialect))]
@@ -549,7 +598,13 @@ def task(task_id: str, context_id: str, state: str, msg: Json = None) -> dict[st
 def reply(call: Call, outcome: Outcome) -> dict[str, Json]:
     """The JSON-RPC response answering ``call`` with ``outcome``."""
     state, parts = outcome_parts(call, outcome)
-    msg = message("agent", parts, message_id=f"{call.task_id}-reply", task_id=call.task_id, context_id=call.context_id)
+    msg = message(
+        "agent",
+        parts,
+        message_id=f"{call.task_id}-reply",
+        task_id=call.task_id,
+        context_id=call.context_id,
+    )
     return response(call.id, task(call.task_id, call.context_id, state, msg))
 
 
@@ -558,17 +613,28 @@ def status_update(call: Call, state: str, parts: list[Json] | None = None) -> di
     status: dict[str, Json] = {"state": state}
     if parts is not None:
         status["message"] = message(
-            "agent", parts, message_id=f"{call.task_id}-status-{uuid.uuid4().hex}",
-            task_id=call.task_id, context_id=call.context_id,
+            "agent",
+            parts,
+            message_id=f"{call.task_id}-status-{uuid.uuid4().hex}",
+            task_id=call.task_id,
+            context_id=call.context_id,
         )
-    event = {"kind": "status-update", "taskId": call.task_id, "contextId": call.context_id, "status": status, "final": False}
+    event = {
+        "kind": "status-update",
+        "taskId": call.task_id,
+        "contextId": call.context_id,
+        "status": status,
+        "final": False,
+    }
     return response(call.id, event)
 
 
 def get_answer(id: Json, task_id: str, known: Running | Outcome | None) -> dict[str, Json]:
     """The answer to a ``tasks/get``: what this agent knows of the task, else -32001."""
     if known is None:
-        return error_response(id, TASK_NOT_FOUND, f"task {task_id} is neither running here nor recently ended")
+        return error_response(
+            id, TASK_NOT_FOUND, f"task {task_id} is neither running here nor recently ended"
+        )
     if isinstance(known, Running):
         return response(id, task(task_id, task_id, "working" if known.started else "submitted"))
     state, parts = outcome_parts(None, known)

@@ -89,7 +89,12 @@ def read_task(task: dict[str, Any]) -> Output | Failed | None:
         if protocol.is_node_result(protocol.part_type(p)):
             r = p["data"]
             if r.get("status") != "success":
-                return Failed(state, r.get("error_message"), r.get("error_kind"), list(r.get("validation_errors") or []))
+                return Failed(
+                    state,
+                    r.get("error_message"),
+                    r.get("error_kind"),
+                    list(r.get("validation_errors") or []),
+                )
             if "output" in r:
                 return Output(r["output"])
             if r.get("artifact_name"):
@@ -101,14 +106,21 @@ def read_task(task: dict[str, Any]) -> Output | Failed | None:
             return Output(None)
     if state == "completed":
         for p in parts:
-            if p.get("kind") == "data" and isinstance(p.get("data"), dict) and not _protocol_data(p):
+            if (
+                p.get("kind") == "data"
+                and isinstance(p.get("data"), dict)
+                and not _protocol_data(p)
+            ):
                 return Output(protocol.unwrap(p))
         for p in parts:
             f = p.get("file")
             if p.get("kind") == "file" and isinstance(f, dict) and isinstance(f.get("uri"), str):
                 return Output(uri=f["uri"])
         return Output({"text": protocol.texts(parts)})
-    data = next((p["data"] for p in parts if p.get("kind") == "data" and isinstance(p.get("data"), dict)), {})
+    data: dict[str, Any] = next(
+        (p["data"] for p in parts if p.get("kind") == "data" and isinstance(p.get("data"), dict)),
+        {},
+    )
     text = protocol.texts(parts) or None
     msg = data.get("error_message") if isinstance(data.get("error_message"), str) else text
     kind = data.get("error_kind") if isinstance(data.get("error_kind"), str) else None
@@ -117,6 +129,4 @@ def read_task(task: dict[str, Any]) -> Output | Failed | None:
 
 def _protocol_data(part: dict[str, Any]) -> bool:
     t = protocol.part_type(part)
-    return t is not None and (
-        t.startswith("workflow_") or t.startswith("structured_invocation_")
-    )
+    return t is not None and (t.startswith("workflow_") or t.startswith("structured_invocation_"))

@@ -17,7 +17,7 @@ class Schema:
             raise ValueError("a JSON Schema is an object or a boolean")
         cls = jsonschema.validators.validator_for(source, default=jsonschema.Draft202012Validator)
         try:
-            cls.check_schema(source)
+            cls.check_schema(source)  # type: ignore[arg-type]  # booleans are schemas too
         except SchemaError as e:
             raise ValueError(f"invalid JSON Schema: {e.message}") from e
         self.source = source
@@ -30,7 +30,9 @@ class Schema:
     def violations(self, what: str, value: Any) -> list[str]:
         """Each violation as ``{what}{path}: {message}`` (at most 300 characters), at most
         ten, then a line saying there were more."""
-        errors = sorted(self._validator.iter_errors(value), key=lambda e: list(map(str, e.absolute_path)))
+        errors = sorted(
+            self._validator.iter_errors(value), key=lambda e: list(map(str, e.absolute_path))
+        )
         out = []
         for e in errors[:MAX_VIOLATIONS]:
             path = "".join(f"/{p}" for p in e.absolute_path)

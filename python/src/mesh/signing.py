@@ -48,7 +48,7 @@ class Signer:
             raise SignatureError("an NKey user seed starts with SU")
         try:
             self._keys: Any = nkeys.from_seed(seed.encode())
-            self._public = self._keys.public_key.decode()
+            self._public: str = self._keys.public_key.decode()
         except Exception as e:  # nkeys raises its own classes and binascii's
             raise SignatureError(f"not a valid NKey user seed: {e}") from e
         self._seed = seed
@@ -135,7 +135,9 @@ def card_text(name: str, signed_at: str, payload: bytes) -> str:
     return f"mesh-card-v1\n{name}\n{signed_at}\n{hashlib.sha256(payload).hexdigest()}"
 
 
-def sign_card(signer: Signer, name: str, payload: bytes, now_ms: int | None = None) -> dict[str, str]:
+def sign_card(
+    signer: Signer, name: str, payload: bytes, now_ms: int | None = None
+) -> dict[str, str]:
     """The headers of a card message whose payload is ``payload`` (the card's JSON)."""
     signed_at = str(now_ms if now_ms is not None else int(time.time() * 1000))
     signature = signer.sign(card_text(name, signed_at, payload).encode())

@@ -65,6 +65,4 @@ def check_reply(ns: str, subject: str) -> str | None:
             if len(rest.split(".")) >= 2:
                 return None
             return "a mesh response or status subject names a caller and a task"
-    return (
-        "only inboxes (_INBOX…) and the mesh's response and status subjects may be answered on"
-    )
+    return "only inboxes (_INBOX…) and the mesh's response and status subjects may be answered on"

@@ -12,8 +12,18 @@ from .errors import InvalidArguments
 from .schema import Schema, counted
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_GEMINI_DROPS = {"$schema", "$id", "additionalProperties", "$defs", "definitions", "default",
-                 "examples", "const", "patternProperties", "unevaluatedProperties"}
+_GEMINI_DROPS = {
+    "$schema",
+    "$id",
+    "additionalProperties",
+    "$defs",
+    "definitions",
+    "default",
+    "examples",
+    "const",
+    "patternProperties",
+    "unevaluatedProperties",
+}
 OPEN_OBJECT: dict[str, Any] = {"type": "object", "properties": {}}
 
 
@@ -39,8 +49,14 @@ class Tool:
 
     def openai(self) -> dict[str, Any]:
         """The OpenAI (chat completions) declaration."""
-        return {"type": "function", "function": {"name": self.name, "description": self.description,
-                                                 "parameters": self.parameters}}
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
 
     def anthropic(self) -> dict[str, Any]:
         """The Anthropic (messages API) declaration."""
@@ -48,15 +64,21 @@ class Tool:
 
     def gemini(self) -> dict[str, Any]:
         """The Gemini function declaration (its OpenAPI subset of JSON Schema)."""
-        return {"name": self.name, "description": self.description, "parameters": _gemini(self.parameters)}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "parameters": _gemini(self.parameters),
+        }
 
     def check(self, arguments: Any) -> None:
         """Raises :class:`InvalidArguments` when ``arguments`` break the declared input."""
         violations = Schema(self.parameters).violations("arguments", arguments)
         if violations:
             raise InvalidArguments(
-                f"the arguments for {self.name} do not match its input schema ({counted(violations)})",
-                violations)
+                f"the arguments for {self.name} do not match its input schema "
+                f"({counted(violations)})",
+                violations,
+            )
 
 
 def _gemini(schema: Any) -> Any:

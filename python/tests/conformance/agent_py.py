@@ -35,12 +35,18 @@ INPUT_SCHEMA = {
 class Conformance(Agent):
     """The agent: one behaviour per ``op``."""
 
-    def __init__(self, nc: Any, name: str, heartbeat: float, signer: Signer | None, namespace: str) -> None:
+    def __init__(
+        self, nc: Any, name: str, heartbeat: float, signer: Signer | None, namespace: str
+    ) -> None:
         super().__init__(
-            name, description="The SDK conformance suite's agent (Python SDK)",
+            name,
+            description="The SDK conformance suite's agent (Python SDK)",
             skills=[skill("conformance", "Conformance", "what the suite drives")],
-            input_schema=INPUT_SCHEMA, output_schema={"type": "object"},
-            heartbeat_interval=heartbeat, signer=signer, namespace=namespace,
+            input_schema=INPUT_SCHEMA,
+            output_schema={"type": "object"},
+            heartbeat_interval=heartbeat,
+            signer=signer,
+            namespace=namespace,
         )
         self.nc = nc
         self.runs: Counter[str] = Counter()

@@ -59,7 +59,9 @@ class Inbox:
         await self.sub.unsubscribe()
 
 
-def send_body(input: Any, *, task_id: str | None = None, node_request: dict[str, Any] | None = None) -> tuple[str, bytes]:
+def send_body(
+    input: Any, *, task_id: str | None = None, node_request: dict[str, Any] | None = None
+) -> tuple[str, bytes]:
     """A ``message/send`` body (plain, or a workflow's when ``node_request`` is given)."""
     tid = task_id or uuid.uuid4().hex
     parts: list[Any] = []

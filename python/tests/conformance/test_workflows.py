@@ -21,8 +21,10 @@ async def test_a_rust_then_python_workflow_ends_right_when_a_replica_is_killed(
 ) -> None:
     """Its own namespace: two replicas and both agents, one replica killed mid-run."""
     ns = "killed"
-    agents = [start_agent("rust", nats_url, "ConfRust", keys.seed_file(workdir, "rust"), ns),
-              start_agent("python", nats_url, "ConfPy", keys.seed_file(workdir, "python"), ns)]
+    agents = [
+        start_agent("rust", nats_url, "ConfRust", keys.seed_file(workdir, "rust"), ns),
+        start_agent("python", nats_url, "ConfPy", keys.seed_file(workdir, "python"), ns),
+    ]
     replicas = [start_node(nats_url, keys, ns), start_node(nats_url, keys, ns)]
     try:
         mesh = Mesh(nc, namespace=ns, caller="kill-test")
@@ -68,10 +70,10 @@ async def test_a_signed_approval_lets_a_run_go_on_and_an_unsigned_one_is_refused
         if p.kind == "approval_requested":
             break
     assert execution is not None
-    with pytest.raises(Exception, match="(?i)sign"):
+    with pytest.raises(Exception, match=r"(?i)sign"):
         await caller.approve("Gated", execution, "gate")
     stranger = Mesh(nc, signer=keys.rust)  # a key, but not the approver's
-    with pytest.raises(Exception, match="(?i)approver"):
+    with pytest.raises(Exception, match=r"(?i)approver"):
         await stranger.approve("Gated", execution, "gate")
     approver = Mesh(nc, signer=keys.approver)
     await approver.approve("Gated", execution, "gate", comment="fine")
