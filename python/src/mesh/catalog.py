@@ -97,6 +97,15 @@ class Catalog:
                 await asyncio.wait_for(self._changed.wait_for(lambda: name in self._cards), timeout)
             return self._cards.get(name)
 
+    async def changed(self, timeout: float) -> bool:
+        """Waits up to ``timeout`` seconds for a card to come or change; whether one did."""
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait(), max(timeout, 0))
+            except asyncio.TimeoutError:
+                return False
+            return True
+
     def tool(self, name: str) -> Tool | None:
         """The card of ``name`` as a tool to declare to an LLM."""
         card = self._cards.get(name)
