@@ -15,7 +15,6 @@ import asyncio
 from typing import Any
 
 import nats
-
 from mesh import Context, HandlerError, agent, run, skill
 
 
