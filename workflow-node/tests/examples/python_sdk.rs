@@ -29,7 +29,14 @@ fn python(script: &str) -> tokio::process::Command {
 
 async fn call(url: &str, arguments: &str) -> Output {
     let run = python("call_workflow_sdk.py")
-        .args(["--nats-url", url, "--tag", "words", "--arguments", arguments])
+        .args([
+            "--nats-url",
+            url,
+            "--tag",
+            "words",
+            "--arguments",
+            arguments,
+        ])
         .output();
     tokio::time::timeout(Duration::from_secs(90), run)
         .await
@@ -71,7 +78,11 @@ async fn a_python_agent_serves_a_workflow_that_a_python_caller_calls_as_a_tool()
     let tool: serde_json::Value = serde_json::from_str(tool).expect("JSON declaration");
     assert_eq!(tool["function"]["name"], "WordCount");
     assert_eq!(tool["function"]["parameters"]["required"][0], "text");
-    for step in ["progress: run_started", "progress: node_started count", "progress: run_finished"] {
+    for step in [
+        "progress: run_started",
+        "progress: node_started count",
+        "progress: run_finished",
+    ] {
         assert!(stdout.contains(step), "{step} missing from {stdout}");
     }
     let output = stdout
