@@ -10,8 +10,8 @@
 //! `conformance.release.{text}`, says `gate {text} open` as a status update (so a test
 //! knows the handler runs and listens), waits for a message there and answers `{runs: N,
 //! value}` (N: runs of that key so far, so a test sees whether a copy ran the handler
-//! again). Its schemas refuse anything else. Prints `ready` on stdout once serving; SIGTERM
-//! drains.
+//! again). Its schemas refuse anything else. Prints `ready` on stdout once serving, and
+//! `draining` when SIGTERM comes (it then finishes its running calls).
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -149,6 +149,7 @@ async fn run(args: Args) -> Result<(), String> {
     agent_sdk::health::signalled()
         .await
         .map_err(|e| e.to_string())?;
+    println!("draining");
     handle.stop().await;
     Ok(())
 }

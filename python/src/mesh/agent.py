@@ -550,10 +550,15 @@ def _conform(what: str, own: Schema | None, requested: Schema | None, value: Any
 
 
 async def run(
-    agents: list[Agent], nc: Client, *, on_ready: Callable[[], None] | None = None
+    agents: list[Agent],
+    nc: Client,
+    *,
+    on_ready: Callable[[], None] | None = None,
+    on_stop: Callable[[], None] | None = None,
 ) -> None:
     """Serves ``agents`` on ``nc`` until SIGINT or SIGTERM, then drains: stops taking
-    requests and lets running calls answer."""
+    requests and lets running calls answer. ``on_ready`` is called once every agent
+    serves, ``on_stop`` when the signal comes."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -563,6 +568,8 @@ async def run(
         on_ready()
     try:
         await stop.wait()
+        if on_stop is not None:
+            on_stop()
     finally:
         await asyncio.gather(*(s.stop() for s in servings))
         for sig in (signal.SIGINT, signal.SIGTERM):

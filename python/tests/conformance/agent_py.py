@@ -4,7 +4,7 @@ agent-sdk's ``conformance-agent`` binary (see that file's opening): ``double``,
 
     python agent_py.py --nats-url URL --name NAME [--heartbeat-ms MS] [--nkey-seed-file F]
 
-Prints ``ready`` once serving; SIGTERM drains.
+Prints ``ready`` once serving and ``draining`` on SIGTERM (running calls then finish).
 """
 
 from __future__ import annotations
@@ -94,7 +94,12 @@ async def main() -> None:
     nc = await nats.connect(a.nats_url)
     signer = Signer.from_seed_file(a.nkey_seed_file) if a.nkey_seed_file else None
     agent = Conformance(nc, a.name, a.heartbeat_ms / 1000, signer, a.namespace)
-    await run([agent], nc, on_ready=lambda: print("ready", flush=True))
+    await run(
+        [agent],
+        nc,
+        on_ready=lambda: print("ready", flush=True),
+        on_stop=lambda: print("draining", flush=True),
+    )
     await nc.drain()
 
 
