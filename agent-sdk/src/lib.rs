@@ -82,6 +82,7 @@ pub mod card_trust;
 pub mod cards;
 pub mod catalog;
 pub mod connect;
+pub mod crypto;
 pub mod declare;
 mod dedup;
 pub mod error;

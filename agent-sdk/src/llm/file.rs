@@ -39,6 +39,7 @@ const LIMIT_FIELDS: &[&str] = &["key", "max_concurrency"];
 
 const MODEL_FIELDS: &[&str] = &[
     "base_url",
+    "ca_file",
     "name",
     "api_key_env",
     "api_key_file",
@@ -224,18 +225,17 @@ fn model(p: &mut Problems, at: String, v: &Value) -> Option<ModelConfig> {
             &f.at("base_url"),
             "missing: the API's base URL, such as http://127.0.0.1:8080/v1",
         );
-    } else if base_url.starts_with("https://") {
-        // reqwest's rustls would need a process-wide crypto provider installed before any
-        // client (the OTLP exporter's among them) is built; until then, plain HTTP only.
+    } else if !base_url.starts_with("http://") && !base_url.starts_with("https://") {
         p.add(
             &f.at("base_url"),
-            "https:// endpoints are not supported yet (this build has no TLS client): \
-             reach a hosted API through a local proxy over http:// (LiteLLM, ...)",
+            format!("expected an http:// or https:// URL, found {base_url:?}"),
         );
-    } else if !base_url.starts_with("http://") {
+    }
+    let ca_file = f.string(p, "ca_file").map(std::path::PathBuf::from);
+    if ca_file.is_some() && !base_url.starts_with("https://") {
         p.add(
-            &f.at("base_url"),
-            format!("expected an http:// URL, found {base_url:?}"),
+            &f.at("ca_file"),
+            "a CA file is for an https:// base_url; this one is not",
         );
     }
     let model = f.string(p, "name").unwrap_or_default();
@@ -302,6 +302,7 @@ fn model(p: &mut Problems, at: String, v: &Value) -> Option<ModelConfig> {
     };
     (p.count() == before).then_some(ModelConfig {
         base_url,
+        ca_file,
         model,
         api_key,
         temperature,
@@ -377,7 +378,7 @@ agents:
     tools: [3]
     max_tool_rounds: 0
   - name: H
-    model: {base_url: "https://api.example.com/v1", name: m}
+    model: {base_url: "http://api.example.com/v1", name: m, ca_file: ca.pem}
   - name: C
     kind: robot
     output: 1
@@ -386,8 +387,8 @@ agents:
         let has = |needle: &str| errors.iter().any(|e| e.contains(needle));
         for needle in [
             "a.yaml: agents[0].model: missing",
-            "a.yaml: agents[1].model.base_url: expected an http",
-            "a.yaml: agents[2].model.base_url: https:// endpoints are not supported yet",
+            "a.yaml: agents[1].model.base_url: expected an http:// or https:// URL",
+            "a.yaml: agents[2].model.ca_file: a CA file is for an https:// base_url",
             "a.yaml: agents[1].model.name: missing",
             "a.yaml: agents[1].model.api_key_file: give either",
             "a.yaml: agents[1].model.temperature: ",

@@ -1,13 +1,14 @@
 //! LLM agents declared in the agents file, answered by any OpenAI-compatible
 //! chat-completions endpoint (OpenAI, vLLM, Ollama's `/v1`, llama.cpp's server, LiteLLM)
-//! over plain HTTP (a hosted API through a local proxy: the client has no TLS yet).
+//! over HTTP or HTTPS.
 //!
 //! ```yaml
 //! agents:
 //!   - name: Summarizer
 //!     description: Summarises a text in one sentence
 //!     model:                        # (or `kind: llm`) makes it an LLM agent
-//!       base_url: http://127.0.0.1:11434/v1
+//!       base_url: http://127.0.0.1:11434/v1   # or https://api.openai.com/v1
+//!       ca_file: /etc/llm/ca.pem    # optional, https only: trust this CA, not the system's
 //!       name: llama3.2              # the `model` of each request
 //!       api_key_env: OPENAI_API_KEY # or api_key_file: /run/secrets/llm-key; or neither
 //!       temperature: 0.2
@@ -110,8 +111,11 @@ pub struct Limit {
 /// Where an LLM agent's model is and how it is asked.
 #[derive(Debug, Clone)]
 pub struct ModelConfig {
-    /// The API's base URL, up to and including `/v1`.
+    /// The API's base URL, up to and including `/v1` (`http://` or `https://`).
     pub base_url: String,
+    /// For an `https://` endpoint, a PEM file of the CA certificates its certificate must
+    /// chain to, instead of the system's roots (a private CA).
+    pub ca_file: Option<PathBuf>,
     /// The model name sent in each request.
     pub model: String,
     /// Where the API key comes from.
@@ -196,7 +200,13 @@ impl LlmHandler {
             ),
             None => None,
         };
-        let client = ChatClient::new(&agent.model.base_url, key, agent.model.timeout);
+        let client = ChatClient::new(
+            &agent.model.base_url,
+            key,
+            agent.model.timeout,
+            agent.model.ca_file.as_deref(),
+        )
+        .map_err(|e| format!("agent {}: model: {e}", agent.name))?;
         Ok(LlmHandler {
             agent,
             client,

@@ -126,6 +126,8 @@ impl Metrics {
     /// Builds the provider with the readers `config` asks for; nothing when it asks none.
     /// Must run inside the tokio runtime (a gRPC exporter's channel lives on it).
     pub(in crate::shell) fn new(config: &MetricsConfig) -> Result<Metrics> {
+        // The HTTP exporter builds a reqwest client, which needs the TLS provider.
+        agent_sdk::crypto::install();
         let exporter = match &config.otlp {
             Otlp::FromEnv if Otlp::wanted_by_env() => {
                 Some(opentelemetry_otlp::MetricExporter::builder().build())
