@@ -1,7 +1,9 @@
-//! A concurrency limit on model calls shared by two `mesh-agents` processes: with
-//! `max_concurrency: 1` on one key, a call in the second process waits (and says so to its
-//! caller) while the first process's call holds the slot, and goes on when it is given
-//! back.
+//! Limits on model calls shared by two `mesh-agents` processes on one key: with
+//! `max_concurrency: 1`, a call in the second process waits (and says so to its caller)
+//! while the first process's call holds the slot, and goes on when it is given back; with
+//! `tokens_per_minute`, a call waits while the first one's reservation fills the minute,
+//! and goes on when the first answer's usage gives the unused tokens back; with
+//! `requests_per_minute: 1`, the second call of the minute waits and is not sent.
 
 mod common;
 
@@ -34,6 +36,126 @@ async fn start(url: &str, file: &std::path::Path, name: &str) -> tokio::process:
     }
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     child
+}
+
+/// An agents file `{name}.yaml` in `dir` with one streamed LLM agent on `provider` and
+/// `limits` on the key `shared-account`.
+fn agents_file(
+    dir: &std::path::Path,
+    provider: &Provider,
+    name: &str,
+    limits: &str,
+) -> std::path::PathBuf {
+    let path = dir.join(format!("{name}.yaml"));
+    let yaml = format!(
+        r#"
+agents:
+  - name: {name}
+    model: {{base_url: "{}", name: test-model, stream: true, max_tokens: 900}}
+    limits: {{key: shared-account, {limits}}}
+"#,
+        provider.base_url()
+    );
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+/// The first status update of `call` that contains `needle`.
+async fn status_with(call: &mut agent_sdk::Call, needle: &str) -> String {
+    let mut progress = call.progress();
+    tokio::time::timeout(WAIT, async {
+        while let Some(p) = progress.next().await {
+            if let Progress::Status { text, .. } = p {
+                if text.contains(needle) {
+                    return text;
+                }
+            }
+        }
+        panic!("the call ended without a status saying {needle:?}");
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no status saying {needle:?}"))
+}
+
+/// A streamed answer held at `gate` after its first piece.
+fn gated(gate: &Gate, text: &str) -> Reply {
+    let mut pieces = vec![
+        Piece::Event(chunk(json!({"content": text}), None)),
+        Piece::Wait(gate.clone()),
+    ];
+    pieces.extend(stream_end("stop"));
+    Reply::Stream(pieces)
+}
+
+#[tokio::test]
+async fn two_processes_share_a_tokens_per_minute_quota() {
+    let server = test_harness::nats();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let provider = Provider::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    // Each call reserves its request's bytes / 4 plus max_tokens (900): over 9/10 of
+    // 1000 tokens a minute, so the second would wait most of a minute (far past WAIT)
+    // without the first's correction.
+    let limits = "tokens_per_minute: 1000";
+    let _a = start(
+        &server.url(),
+        &agents_file(dir.path(), &provider, "TokensA", limits),
+        "TokensA",
+    )
+    .await;
+    let _b = start(
+        &server.url(),
+        &agents_file(dir.path(), &provider, "TokensB", limits),
+        "TokensB",
+    )
+    .await;
+    let gate = Gate::new();
+    provider.push(gated(&gate, "one"));
+    provider.push(Reply::streamed(&["two"]));
+
+    let mesh = Mesh::new(client.clone());
+    let a = mesh.agent("TokensA").timeout(WAIT).call(json!({}));
+    provider.wait_requests(1).await;
+    let mut b = mesh.agent("TokensB").timeout(WAIT).call(json!({}));
+    let said = status_with(&mut b, "waiting for the model's tokens quota").await;
+    assert!(said.contains("shared-account: 1000 per minute"), "{said}");
+    assert_eq!(provider.requests().len(), 1);
+    // A's answer used 15 tokens (the scripted usage): the rest goes back, and B goes on.
+    gate.open();
+    assert_eq!(a.await.unwrap(), json!({"text": "one"}));
+    assert_eq!(b.await.unwrap(), json!({"text": "two"}));
+    assert_eq!(provider.wait_requests(2).await.len(), 2);
+}
+
+#[tokio::test]
+async fn two_processes_share_a_requests_per_minute_quota() {
+    let server = test_harness::nats();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let provider = Provider::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let limits = "requests_per_minute: 1";
+    let _a = start(
+        &server.url(),
+        &agents_file(dir.path(), &provider, "RequestsA", limits),
+        "RequestsA",
+    )
+    .await;
+    let _b = start(
+        &server.url(),
+        &agents_file(dir.path(), &provider, "RequestsB", limits),
+        "RequestsB",
+    )
+    .await;
+    provider.push(Reply::streamed(&["one"]));
+
+    let mesh = Mesh::new(client.clone());
+    let a = mesh.agent("RequestsA").timeout(WAIT).call(json!({}));
+    assert_eq!(a.await.unwrap(), json!({"text": "one"}));
+    let mut b = mesh.agent("RequestsB").timeout(WAIT).call(json!({}));
+    let said = status_with(&mut b, "waiting for the model's requests quota").await;
+    assert!(said.contains("shared-account: 1 per minute"), "{said}");
+    // The minute's one request is spent: B's is not sent.
+    assert_eq!(provider.requests().len(), 1);
 }
 
 #[tokio::test]

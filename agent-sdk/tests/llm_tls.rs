@@ -55,11 +55,8 @@ async fn an_https_endpoint_is_called_with_its_ca_and_refused_with_another() {
     let dirs = tempfile::tempdir().unwrap();
     let ours = local_ca(&dirs.path().join("ours"));
     let other = local_ca(&dirs.path().join("other"));
-    let provider = Provider::start_tls(
-        &ours.join("server-cert.pem"),
-        &ours.join("server-key.pem"),
-    )
-    .await;
+    let provider =
+        Provider::start_tls(&ours.join("server-cert.pem"), &ours.join("server-key.pem")).await;
     assert!(provider.base_url().starts_with("https://127.0.0.1:"));
     let key = dirs.path().join("key");
     std::fs::write(&key, KEY).unwrap();

@@ -200,16 +200,17 @@ impl ChatClient {
         let mut builder = reqwest::Client::builder();
         if let Some(path) = ca_file {
             let pem = std::fs::read(path).map_err(|e| {
-                format!("the CA file {} cannot be read: {}", path.display(), e.kind())
+                format!(
+                    "the CA file {} cannot be read: {}",
+                    path.display(),
+                    e.kind()
+                )
             })?;
             let certs = reqwest::Certificate::from_pem_bundle(&pem)
                 .ok()
                 .filter(|c| !c.is_empty())
                 .ok_or_else(|| {
-                    format!(
-                        "the CA file {} holds no PEM certificate",
-                        path.display()
-                    )
+                    format!("the CA file {} holds no PEM certificate", path.display())
                 })?;
             builder = builder.tls_certs_only(certs);
         }
@@ -249,17 +250,14 @@ impl ChatClient {
             if let Some(key) = &self.key {
                 request = request.bearer_auth(&key.0);
             }
-            let response = request
-                .send()
-                .await
-                .map_err(|e| {
-                    let text = self.redact(&chain(&e));
-                    if refused_certificate(&e) {
-                        ProviderError::Certificate(text)
-                    } else {
-                        ProviderError::Transport(text)
-                    }
-                })?;
+            let response = request.send().await.map_err(|e| {
+                let text = self.redact(&chain(&e));
+                if refused_certificate(&e) {
+                    ProviderError::Certificate(text)
+                } else {
+                    ProviderError::Transport(text)
+                }
+            })?;
             let status = response.status().as_u16();
             if !(200..300).contains(&status) {
                 let retry_after = response

@@ -35,7 +35,12 @@ const AGENT_FIELDS: &[&str] = &[
     "limits",
 ];
 
-const LIMIT_FIELDS: &[&str] = &["key", "max_concurrency"];
+const LIMIT_FIELDS: &[&str] = &[
+    "key",
+    "max_concurrency",
+    "requests_per_minute",
+    "tokens_per_minute",
+];
 
 const MODEL_FIELDS: &[&str] = &[
     "base_url",
@@ -136,25 +141,40 @@ pub(crate) fn agent(p: &mut Problems, at: String, v: &Value) -> Option<LlmAgent>
         if let Err(e) = messages::subjects::validate_token(&key) {
             p.add(&l.at("key"), e);
         }
-        let max = match l.get("max_concurrency") {
-            Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
-                Some(n) if n > 0 => n,
+        let mut count = |field: &str| {
+            l.get(field).and_then(|v| match v.as_u64() {
+                Some(n) if n > 0 && n <= u64::from(u32::MAX) => Some(n),
                 _ => {
                     p.add(
-                        &l.at("max_concurrency"),
-                        format!("expected a whole number ≥ 1, found {v}"),
+                        &l.at(field),
+                        format!("expected a whole number from 1 to {}, found {v}", u32::MAX),
                     );
-                    return None;
+                    None
                 }
-            },
-            None => {
-                p.add(&l.at("max_concurrency"), "missing: model calls at once");
-                return None;
-            }
+            })
         };
+        let max_concurrency = count("max_concurrency").map(|n| n as u32);
+        let requests_per_minute = count("requests_per_minute");
+        let tokens_per_minute = count("tokens_per_minute");
+        if [
+            "max_concurrency",
+            "requests_per_minute",
+            "tokens_per_minute",
+        ]
+        .iter()
+        .all(|k| l.get(k).is_none())
+        {
+            p.add(
+                &l.at("max_concurrency"),
+                "missing: limits need max_concurrency, requests_per_minute or tokens_per_minute",
+            );
+            return None;
+        }
         Some(super::Limit {
             key,
-            max_concurrency: max,
+            max_concurrency,
+            requests_per_minute,
+            tokens_per_minute,
         })
     });
     let model = match f.get("model") {
@@ -338,7 +358,7 @@ agents:
     tools: [WriteUp, "tag:research"]
     max_tool_rounds: 3
     tool_timeout: 10s
-    limits: {key: openai-org, max_concurrency: 2}
+    limits: {key: openai-org, max_concurrency: 2, requests_per_minute: 500}
 "#;
         let file = StubFile::parse(text, "a.yaml").unwrap();
         assert_eq!(file.agents.len(), 1);
@@ -361,7 +381,9 @@ agents:
             a.limit,
             Some(super::super::Limit {
                 key: "openai-org".into(),
-                max_concurrency: 2
+                max_concurrency: Some(2),
+                requests_per_minute: Some(500),
+                tokens_per_minute: None,
             })
         );
     }
@@ -377,6 +399,7 @@ agents:
     instruction: "{{call}}"
     tools: [3]
     max_tool_rounds: 0
+    limits: {tokens_per_minute: 0}
   - name: H
     model: {base_url: "http://api.example.com/v1", name: m, ca_file: ca.pem}
   - name: C
@@ -400,6 +423,7 @@ agents:
             "a.yaml: agents[1].instruction: unknown name `call`",
             "a.yaml: agents[1].tools[0]: expected",
             "a.yaml: agents[1].max_tool_rounds: ",
+            "a.yaml: agents[1].limits.tokens_per_minute: expected a whole number",
             "a.yaml: agents[3].kind: unknown kind",
         ] {
             assert!(has(needle), "{needle} not in {errors:#?}");

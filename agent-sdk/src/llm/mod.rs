@@ -99,13 +99,17 @@ pub struct LlmAgent {
     pub limit: Option<Limit>,
 }
 
-/// A concurrency limit shared across processes ([`limits`]).
+/// Limits on model calls shared across processes ([`limits`]); at least one is set.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Limit {
     /// What the limit is of (a provider account, say); agents naming the same key share it.
     pub key: String,
     /// Model calls at once, across the mesh.
-    pub max_concurrency: u32,
+    pub max_concurrency: Option<u32>,
+    /// Model requests per minute, across the mesh.
+    pub requests_per_minute: Option<u64>,
+    /// Tokens (prompt and answer) per minute, across the mesh.
+    pub tokens_per_minute: Option<u64>,
 }
 
 /// Where an LLM agent's model is and how it is asked.
@@ -183,6 +187,7 @@ pub struct LlmHandler {
     output: Option<Schema>,
     catalog: Option<Catalog>,
     limit: Option<limits::SharedLimit>,
+    rates: Vec<limits::SharedRate>,
 }
 
 impl LlmHandler {
@@ -213,6 +218,7 @@ impl LlmHandler {
             output,
             catalog: None,
             limit: None,
+            rates: Vec::new(),
         })
     }
 
@@ -220,6 +226,84 @@ impl LlmHandler {
     pub fn with_limit(mut self, limit: limits::SharedLimit) -> Self {
         self.limit = Some(limit);
         self
+    }
+
+    /// Bounds model calls by a per-minute `rate` as well (see [`limits`]).
+    pub fn with_rate(mut self, rate: limits::SharedRate) -> Self {
+        self.rates.push(rate);
+        self
+    }
+
+    /// Opens the shared limits the agent's `limits` declares, in namespace `ns`.
+    pub async fn with_declared_limits(
+        mut self,
+        client: &async_nats::Client,
+        ns: &str,
+    ) -> Result<Self, String> {
+        let Some(limit) = self.agent.limit.clone() else {
+            return Ok(self);
+        };
+        if let Some(max) = limit.max_concurrency {
+            let lease = self.agent.max_time * 2;
+            let l = limits::SharedLimit::open(client.clone(), ns, &limit.key, max, lease).await?;
+            self = self.with_limit(l);
+        }
+        for (unit, per_minute) in [
+            (limits::Unit::Requests, limit.requests_per_minute),
+            (limits::Unit::Tokens, limit.tokens_per_minute),
+        ] {
+            if let Some(n) = per_minute {
+                let r = limits::SharedRate::open(client.clone(), ns, &limit.key, unit, n).await?;
+                self = self.with_rate(r);
+            }
+        }
+        Ok(self)
+    }
+
+    /// Takes what the shared limits ask before a model call of `body`: the per-minute
+    /// rates (tokens reserved: the request's bytes / 4 plus `max_tokens`), then a slot.
+    /// Returns the slot, the tokens reserved and the time spent waiting.
+    async fn take_limits(
+        &self,
+        req: &NodeRequest,
+        body: &Map<String, Value>,
+    ) -> Result<(Option<limits::Slot>, u64, Duration), AgentError> {
+        let failed = |e: String| AgentError::with_kind(e, client::KIND_TRANSIENT);
+        let started = std::time::Instant::now();
+        let tokens = serde_json::to_vec(body)
+            .map(|b| b.len() as u64 / 4)
+            .unwrap_or(0)
+            + self.agent.model.max_tokens.unwrap_or(0);
+        for rate in &self.rates {
+            let cost = match rate.unit() {
+                limits::Unit::Requests => 1,
+                limits::Unit::Tokens => tokens,
+            };
+            rate.reserve(cost, req).await.map_err(failed)?;
+        }
+        let slot = match &self.limit {
+            Some(l) => Some(l.acquire(req).await.map_err(failed)?),
+            None => None,
+        };
+        Ok((slot, tokens, started.elapsed()))
+    }
+
+    /// Corrects the tokens reserved by what the answer used (all given back when the
+    /// provider reported no usage: a failed call).
+    async fn settle_tokens(&self, reserved: u64, answer: Option<&Completion>) {
+        let used = answer
+            .and_then(|c| Some(c.input_tokens? + c.output_tokens?))
+            .unwrap_or(0);
+        for rate in self
+            .rates
+            .iter()
+            .filter(|r| r.unit() == limits::Unit::Tokens)
+        {
+            let delta = used as i64 - reserved.min(i64::MAX as u64) as i64;
+            if let Err(e) = rate.adjust(delta).await {
+                tracing::warn!("correcting the tokens reserved: {e}");
+            }
+        }
     }
 
     /// Offers the agent's `tools` from `catalog` (without one, none are offered).
@@ -299,15 +383,8 @@ impl LlmHandler {
         offered: &[crate::tools::Tool],
     ) -> Result<Completion, AgentError> {
         let body = self.body(messages, offered);
-        // Held until the answer is read (dropped: given back, on a cancel too).
-        let _slot = match &self.limit {
-            Some(l) => Some(
-                l.acquire(req)
-                    .await
-                    .map_err(|e| AgentError::with_kind(e, client::KIND_TRANSIENT))?,
-            ),
-            None => None,
-        };
+        // The slot is held until the answer is read (dropped: given back, on a cancel too).
+        let (_slot, reserved, _waited) = self.take_limits(req, &body).await?;
         let span = chat_span(&self.agent.model.model);
         let work = async {
             if !self.agent.model.stream {
@@ -318,6 +395,7 @@ impl LlmHandler {
             result
         };
         let result = tracing::Instrument::instrument(work, span.clone()).await;
+        self.settle_tokens(reserved, result.as_ref().ok()).await;
         match &result {
             Ok(c) => {
                 if let Some(n) = c.input_tokens {
