@@ -91,6 +91,7 @@ pub mod handler;
 pub mod health;
 pub mod llm;
 pub mod mesh;
+pub mod metrics;
 pub mod pings;
 mod protocol;
 mod roundtrip;

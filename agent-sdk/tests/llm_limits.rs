@@ -14,28 +14,46 @@ use serde_json::json;
 use test_harness::openai::{chunk, stream_end, Gate, Piece, Provider, Reply};
 use tokio::io::AsyncBufReadExt;
 
-/// Starts `mesh-agents` on `file` and waits until it serves `name`.
-async fn start(url: &str, file: &std::path::Path, name: &str) -> tokio::process::Child {
+/// Starts `mesh-agents` on `file` and waits until it serves `name`; returns it and the
+/// address of its health probes and metrics.
+async fn start(
+    url: &str,
+    file: &std::path::Path,
+    name: &str,
+) -> (tokio::process::Child, std::net::SocketAddr) {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh-agents"))
         .arg(file)
-        .args(["--nats-url", url])
+        .args(["--nats-url", url, "--health-addr", "127.0.0.1:0"])
         .kill_on_drop(true)
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut health = None;
     loop {
         let line = tokio::time::timeout(WAIT, lines.next_line())
             .await
             .expect("mesh-agents says something")
             .unwrap()
             .expect("mesh-agents starts serving");
+        if let Some(rest) = line.split("health at http://").nth(1) {
+            health = rest.split('/').next().and_then(|a| a.parse().ok());
+        }
         if line.contains(&format!("serving {name}")) {
             break;
         }
     }
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    child
+    (
+        child,
+        health.expect("mesh-agents prints its health address"),
+    )
+}
+
+/// The value of the sample `line` (`name{labels}`) in a Prometheus text, if present.
+fn sample(text: &str, line: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(line)?.strip_prefix(' ')?.parse().ok())
 }
 
 /// An agents file `{name}.yaml` in `dir` with one streamed LLM agent on `provider` and
@@ -97,13 +115,13 @@ async fn two_processes_share_a_tokens_per_minute_quota() {
     // 1000 tokens a minute, so the second would wait most of a minute (far past WAIT)
     // without the first's correction.
     let limits = "tokens_per_minute: 1000";
-    let _a = start(
+    let (_a, _) = start(
         &server.url(),
         &agents_file(dir.path(), &provider, "TokensA", limits),
         "TokensA",
     )
     .await;
-    let _b = start(
+    let (_b, _) = start(
         &server.url(),
         &agents_file(dir.path(), &provider, "TokensB", limits),
         "TokensB",
@@ -134,13 +152,13 @@ async fn two_processes_share_a_requests_per_minute_quota() {
     let provider = Provider::start().await;
     let dir = tempfile::tempdir().unwrap();
     let limits = "requests_per_minute: 1";
-    let _a = start(
+    let (_a, _) = start(
         &server.url(),
         &agents_file(dir.path(), &provider, "RequestsA", limits),
         "RequestsA",
     )
     .await;
-    let _b = start(
+    let (_b, _) = start(
         &server.url(),
         &agents_file(dir.path(), &provider, "RequestsB", limits),
         "RequestsB",
@@ -179,7 +197,7 @@ agents:
         path
     };
     let _a = start(&server.url(), &file("WriterA"), "WriterA").await;
-    let _b = start(&server.url(), &file("WriterB"), "WriterB").await;
+    let (_b, b_metrics) = start(&server.url(), &file("WriterB"), "WriterB").await;
 
     let gate = Gate::new();
     let mut first = vec![
@@ -215,4 +233,44 @@ agents:
     assert_eq!(a.await.unwrap(), json!({"text": "one"}));
     assert_eq!(b.await.unwrap(), json!({"text": "two"}));
     assert_eq!(provider.wait_requests(2).await.len(), 2);
+
+    // B's metrics: its call, the tokens the provider reported, the wait; then a 429.
+    provider.push(Reply::rate_limited(7));
+    let refused = mesh.agent("WriterB").timeout(WAIT).call(json!({})).await;
+    assert!(refused.is_err(), "{refused:?}");
+    let scraped = test_harness::http::get(b_metrics, "/metrics").await;
+    assert_eq!(scraped.status, 200, "{}", scraped.body);
+    assert!(scraped
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/plain"));
+    let text = scraped.body;
+    let calls = r#"mesh_llm_calls_total{agent="WriterB",model="test-model",outcome="#;
+    assert_eq!(
+        sample(&text, &format!(r#"{calls}"ok"}}"#)),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, &format!(r#"{calls}"429"}}"#)),
+        Some(1.0),
+        "{text}"
+    );
+    let tokens = r#"mesh_llm_tokens_total{agent="WriterB",model="test-model",outcome="ok",type="#;
+    assert_eq!(
+        sample(&text, &format!(r#"{tokens}"input"}}"#)),
+        Some(10.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, &format!(r#"{tokens}"output"}}"#)),
+        Some(5.0),
+        "{text}"
+    );
+    let wait = r#"mesh_llm_limit_wait_seconds_count{agent="WriterB",limit="concurrency"}"#;
+    assert_eq!(sample(&text, wait), Some(2.0), "{text}");
+    let waited = r#"mesh_llm_limit_wait_seconds_sum{agent="WriterB",limit="concurrency"}"#;
+    assert!(sample(&text, waited).is_some_and(|s| s > 0.0), "{text}");
+    // WriterA is another process: none of its calls here.
+    assert!(!text.contains(r#"agent="WriterA""#), "{text}");
 }

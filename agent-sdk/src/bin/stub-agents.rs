@@ -38,7 +38,8 @@ struct Args {
     namespace: String,
     /// Serve liveness (`/livez`) and readiness (`/readyz`) probes at `http://ADDR/` (port 0
     /// picks a free one, printed at start): ready once every agent is subscribed and its
-    /// card out, not while draining or cut off from NATS.
+    /// card out, not while draining or cut off from NATS. `/metrics` there has the LLM
+    /// agents' calls, tokens and waits in the Prometheus text format.
     #[arg(long, value_name = "ADDR", env = "MESH_HEALTH_ADDR")]
     health_addr: Option<SocketAddr>,
     /// On SIGINT/SIGTERM, how long to stay unready but serving before draining (`5s`), so
@@ -129,10 +130,10 @@ async fn serve(url: &str, args: &Args, stubs: agent_sdk::StubFile) -> Result<()>
     let probes = Probes::new(client.clone());
     if let Some(addr) = args.health_addr {
         let bound = probes
-            .serve(addr)
+            .serve_with_metrics(addr)
             .await
             .with_context(|| format!("serving the health probes at {addr}"))?;
-        eprintln!("stub-agents: health at http://{bound}/livez and /readyz");
+        eprintln!("stub-agents: health at http://{bound}/livez and /readyz, metrics at /metrics");
     }
     let names: Vec<String> = (stubs.agents.iter().map(|a| a.name.clone()))
         .chain(stubs.llm.iter().map(|a| a.name.clone()))

@@ -34,6 +34,7 @@
 pub mod client;
 pub(crate) mod file;
 pub mod limits;
+mod metrics;
 pub mod tools;
 
 use std::path::PathBuf;
@@ -261,31 +262,36 @@ impl LlmHandler {
     }
 
     /// Takes what the shared limits ask before a model call of `body`: the per-minute
-    /// rates (tokens reserved: the request's bytes / 4 plus `max_tokens`), then a slot.
-    /// Returns the slot, the tokens reserved and the time spent waiting.
+    /// rates (tokens reserved: the request's bytes / 4 plus `max_tokens`), then a slot,
+    /// each wait recorded ([`metrics`]). Returns the slot and the tokens reserved.
     async fn take_limits(
         &self,
         req: &NodeRequest,
         body: &Map<String, Value>,
-    ) -> Result<(Option<limits::Slot>, u64, Duration), AgentError> {
+    ) -> Result<(Option<limits::Slot>, u64), AgentError> {
         let failed = |e: String| AgentError::with_kind(e, client::KIND_TRANSIENT);
-        let started = std::time::Instant::now();
         let tokens = serde_json::to_vec(body)
             .map(|b| b.len() as u64 / 4)
             .unwrap_or(0)
             + self.agent.model.max_tokens.unwrap_or(0);
         for rate in &self.rates {
-            let cost = match rate.unit() {
-                limits::Unit::Requests => 1,
-                limits::Unit::Tokens => tokens,
+            let (cost, name) = match rate.unit() {
+                limits::Unit::Requests => (1, "requests"),
+                limits::Unit::Tokens => (tokens, "tokens"),
             };
-            rate.reserve(cost, req).await.map_err(failed)?;
+            let waited = rate.reserve(cost, req).await.map_err(failed)?;
+            metrics::waited(&self.agent.name, name, waited);
         }
         let slot = match &self.limit {
-            Some(l) => Some(l.acquire(req).await.map_err(failed)?),
+            Some(l) => {
+                let started = std::time::Instant::now();
+                let slot = l.acquire(req).await.map_err(failed)?;
+                metrics::waited(&self.agent.name, "concurrency", started.elapsed());
+                Some(slot)
+            }
             None => None,
         };
-        Ok((slot, tokens, started.elapsed()))
+        Ok((slot, tokens))
     }
 
     /// Corrects the tokens reserved by what the answer used (all given back when the
@@ -384,7 +390,7 @@ impl LlmHandler {
     ) -> Result<Completion, AgentError> {
         let body = self.body(messages, offered);
         // The slot is held until the answer is read (dropped: given back, on a cancel too).
-        let (_slot, reserved, _waited) = self.take_limits(req, &body).await?;
+        let (_slot, reserved) = self.take_limits(req, &body).await?;
         let span = chat_span(&self.agent.model.model);
         let work = async {
             if !self.agent.model.stream {
@@ -396,6 +402,11 @@ impl LlmHandler {
         };
         let result = tracing::Instrument::instrument(work, span.clone()).await;
         self.settle_tokens(reserved, result.as_ref().ok()).await;
+        let (agent, model) = (&self.agent.name, &self.agent.model.model);
+        match &result {
+            Ok(c) => metrics::call(agent, model, "ok", c.input_tokens, c.output_tokens),
+            Err(e) => metrics::call(agent, model, &e.kind(), None, None),
+        }
         match &result {
             Ok(c) => {
                 if let Some(n) = c.input_tokens {
