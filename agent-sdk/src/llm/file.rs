@@ -33,6 +33,7 @@ const AGENT_FIELDS: &[&str] = &[
     "tool_timeout",
     "max_time",
     "limits",
+    "record_content",
 ];
 
 const LIMIT_FIELDS: &[&str] = &[
@@ -133,6 +134,17 @@ pub(crate) fn agent(p: &mut Problems, at: String, v: &Value) -> Option<LlmAgent>
             }
         },
     };
+    let record_content = match f.get("record_content") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            p.add(
+                &f.at("record_content"),
+                format!("expected true or false, found {}", kind(other)),
+            );
+            false
+        }
+    };
     let tool_timeout = duration_field(p, &f, "tool_timeout", DEFAULT_TOOL_TIMEOUT);
     let max_time = duration_field(p, &f, "max_time", DEFAULT_MAX_TIME);
     let limit = f.get("limits").and_then(|v| {
@@ -201,6 +213,7 @@ pub(crate) fn agent(p: &mut Problems, at: String, v: &Value) -> Option<LlmAgent>
             tool_timeout,
             max_time,
             limit,
+            record_content,
         }),
         _ => None,
     }
@@ -357,6 +370,7 @@ agents:
     output_schema: {type: object}
     tools: [WriteUp, "tag:research"]
     max_tool_rounds: 3
+    record_content: true
     tool_timeout: 10s
     limits: {key: openai-org, max_concurrency: 2, requests_per_minute: 500}
 "#;
@@ -375,6 +389,7 @@ agents:
             ]
         );
         assert_eq!(a.max_tool_rounds, 3);
+        assert!(a.record_content);
         assert_eq!(a.tool_timeout, std::time::Duration::from_secs(10));
         assert_eq!(a.max_time, super::DEFAULT_MAX_TIME);
         assert_eq!(

@@ -32,6 +32,7 @@
 //! the `transient` kind), and a cancelled call drops the HTTP request.
 
 pub mod client;
+mod content;
 pub(crate) mod file;
 pub mod limits;
 mod metrics;
@@ -98,6 +99,24 @@ pub struct LlmAgent {
     /// A bound on model calls at once, shared by every process serving an agent with the
     /// same limit key.
     pub limit: Option<Limit>,
+    /// Whether model calls' spans carry the prompts and completions (`record_content:
+    /// true`; or, for every agent, [`CAPTURE_CONTENT_ENV`]).
+    pub record_content: bool,
+}
+
+/// The variable that turns on recording prompts and completions in spans for every LLM
+/// agent of the process, as OpenTelemetry's GenAI instrumentations name it: `true`,
+/// `span_only` or `span_and_event` turn it on (events are not emitted: spans carry them).
+pub const CAPTURE_CONTENT_ENV: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
+
+/// Whether [`CAPTURE_CONTENT_ENV`] asks for content.
+fn capture_content_from_env() -> bool {
+    std::env::var(CAPTURE_CONTENT_ENV).is_ok_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "true" | "span_only" | "span_and_event"
+        )
+    })
 }
 
 /// Limits on model calls shared across processes ([`limits`]); at least one is set.
@@ -189,11 +208,13 @@ pub struct LlmHandler {
     catalog: Option<Catalog>,
     limit: Option<limits::SharedLimit>,
     rates: Vec<limits::SharedRate>,
+    record_content: bool,
 }
 
 impl LlmHandler {
     /// A handler for `agent`, its key read now; the error names what is missing.
     pub fn new(agent: LlmAgent) -> Result<LlmHandler, String> {
+        let record_content = agent.record_content || capture_content_from_env();
         let key = agent
             .model
             .api_key
@@ -220,6 +241,7 @@ impl LlmHandler {
             catalog: None,
             limit: None,
             rates: Vec::new(),
+            record_content,
         })
     }
 
@@ -392,6 +414,12 @@ impl LlmHandler {
         // The slot is held until the answer is read (dropped: given back, on a cancel too).
         let (_slot, reserved) = self.take_limits(req, &body).await?;
         let span = chat_span(&self.agent.model.model);
+        if self.record_content {
+            span.record(
+                "gen_ai.input.messages",
+                content::input_messages(messages).as_str(),
+            );
+        }
         let work = async {
             if !self.agent.model.stream {
                 return self.client.complete(body, None).await;
@@ -418,6 +446,12 @@ impl LlmHandler {
                 if !c.finish_reason.is_empty() {
                     span.record("gen_ai.response.finish_reasons", c.finish_reason.as_str());
                 }
+                if self.record_content {
+                    span.record(
+                        "gen_ai.output.messages",
+                        content::output_messages(c).as_str(),
+                    );
+                }
             }
             Err(e) => {
                 span.record("otel.status_code", "ERROR");
@@ -430,7 +464,9 @@ impl LlmHandler {
 
 /// The span of one model call, after OpenTelemetry's GenAI conventions: `chat {model}`,
 /// a client span under the handler's `agent.handle`; usage recorded when the answer
-/// comes. Prompts and completions are not recorded. Disabled when no traces are exported.
+/// comes. Prompts and completions only when the agent records content
+/// (`gen_ai.input.messages`, `gen_ai.output.messages`: [`content`]). Disabled when no
+/// traces are exported.
 fn chat_span(model: &str) -> tracing::Span {
     if !crate::telemetry::active() {
         return tracing::Span::none();
@@ -446,6 +482,8 @@ fn chat_span(model: &str) -> tracing::Span {
         gen_ai.response.finish_reasons = tracing::field::Empty,
         gen_ai.usage.input_tokens = tracing::field::Empty,
         gen_ai.usage.output_tokens = tracing::field::Empty,
+        gen_ai.input.messages = tracing::field::Empty,
+        gen_ai.output.messages = tracing::field::Empty,
         error.type = tracing::field::Empty,
     )
 }
