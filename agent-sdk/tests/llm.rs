@@ -608,8 +608,8 @@ async fn with_content_capture_on_model_spans_carry_prompts_and_completions() {
     }
 }
 
-/// Against a real endpoint when `OPENAI_BASE_URL` (plain `http://`, such as a local
-/// llama.cpp server or LiteLLM proxy) is set, with `OPENAI_API_KEY` if it needs one and
+/// Against a real endpoint when `OPENAI_BASE_URL` (a hosted API over `https://`, or a
+/// local llama.cpp server or LiteLLM proxy) is set, with `OPENAI_API_KEY` if it needs one and
 /// `OPENAI_MODEL` (default `gpt-4o-mini`); otherwise it says it was skipped.
 #[tokio::test]
 async fn a_real_endpoint_answers_when_one_is_configured() {
