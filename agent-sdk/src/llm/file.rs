@@ -325,10 +325,11 @@ fn model(p: &mut Problems, at: String, v: &Value) -> Option<ModelConfig> {
     let structured_output = match f.string(p, "structured_output").as_deref() {
         None | Some("json_schema") => StructuredOutput::JsonSchema,
         Some("instructions") => StructuredOutput::Instructions,
+        Some("json_object") => StructuredOutput::JsonObject,
         Some(other) => {
             p.add(
                 &f.at("structured_output"),
-                format!("expected json_schema or instructions, found {other:?}"),
+                format!("expected json_schema, json_object or instructions, found {other:?}"),
             );
             StructuredOutput::JsonSchema
         }

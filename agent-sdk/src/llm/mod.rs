@@ -15,7 +15,7 @@
 //!       max_tokens: 512
 //!       timeout: 60s                # per model call (default 120s)
 //!       stream: true                # stream tokens to the caller as status updates
-//!       structured_output: json_schema   # or `instructions`, for servers without it
+//!       structured_output: json_schema   # or `json_object` (llama.cpp), `instructions`
 //!     system: You are terse.        # optional system message (plain text)
 //!     instruction: "Summarise: {{input.text}}"   # the user message, a template over input
 //!     input_schema: {type: object, required: [text]}
@@ -197,6 +197,11 @@ pub enum StructuredOutput {
     JsonSchema,
     /// Only the schema in the system message, for servers that reject `response_format`.
     Instructions,
+    /// `response_format: {type: json_object, schema}` (and the schema in the system
+    /// message): JSON mode with the schema beside it, what llama.cpp's servers (its
+    /// `llama-server`, `llama-cpp-python`'s) turn into a grammar; the latter refuses
+    /// `json_schema`.
+    JsonObject,
 }
 
 /// The [`Handler`] of one LLM agent.
@@ -391,14 +396,21 @@ impl LlmHandler {
             let tools: Vec<Value> = offered.iter().map(|t| t.openai()).collect();
             body.insert("tools".into(), Value::from(tools));
         }
-        if let (Some(schema), StructuredOutput::JsonSchema) =
-            (&self.agent.output_schema, m.structured_output)
-        {
-            body.insert(
-                "response_format".into(),
-                json!({"type": "json_schema",
-                       "json_schema": {"name": "output", "schema": schema, "strict": false}}),
-            );
+        match (&self.agent.output_schema, m.structured_output) {
+            (Some(schema), StructuredOutput::JsonSchema) => {
+                body.insert(
+                    "response_format".into(),
+                    json!({"type": "json_schema",
+                           "json_schema": {"name": "output", "schema": schema, "strict": false}}),
+                );
+            }
+            (Some(schema), StructuredOutput::JsonObject) => {
+                body.insert(
+                    "response_format".into(),
+                    json!({"type": "json_object", "schema": schema}),
+                );
+            }
+            _ => {}
         }
         body
     }
