@@ -183,21 +183,14 @@ pub async fn serve_stubs_signed(
                             reason: format!("agent {name}: its tools: {reason}"),
                         }),
                 };
-                let handler = match (handler, &agent.limit) {
-                    (Ok(h), Some(limit)) => crate::llm::limits::SharedLimit::open(
-                        client.clone(),
-                        ns,
-                        &limit.key,
-                        limit.max_concurrency,
-                        agent.max_time * 2,
-                    )
-                    .await
-                    .map(|l| h.with_limit(l))
-                    .map_err(|reason| ServeError::Llm {
-                        agent: name.clone(),
-                        reason: format!("agent {name}: its limits: {reason}"),
+                let handler = match handler {
+                    Ok(h) => h.with_declared_limits(&client, ns).await.map_err(|reason| {
+                        ServeError::Llm {
+                            agent: name.clone(),
+                            reason: format!("agent {name}: its limits: {reason}"),
+                        }
                     }),
-                    (other, _) => other,
+                    Err(e) => Err(e),
                 };
                 let handler = match handler {
                     Ok(h) => h,
