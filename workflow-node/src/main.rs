@@ -28,6 +28,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => cli::demo::run(args),
         Command::Keygen(args) => cli::identity::keygen(args),
         Command::Ui(args) => cli::ui::run(args),
+        Command::Mcp(args) => cli::mcp::run(args),
         Command::Health(args) => cli::health::run(args),
     };
     // Every command's runtime has ended: the last spans go out before the exit.

@@ -7,6 +7,7 @@ pub mod definitions;
 pub mod demo;
 pub mod health;
 pub mod identity;
+pub mod mcp;
 pub mod mermaid;
 pub mod plan;
 pub mod run;
@@ -69,6 +70,8 @@ pub enum Command {
     Test(suite::Args),
     /// Run the demo: a local server, stub agents, the node, one run of an example.
     Demo(demo::Args),
+    /// Serve the mesh's workflows and agents as MCP tools on stdin/stdout.
+    Mcp(mcp::Args),
     /// Serve the web view of a mesh: its cards, runs and approvals (pages and JSON API).
     Ui(ui::Args),
     /// Ask a running `serve` or `stub-agents` whether it is ready (or live): exit 0 if so.
