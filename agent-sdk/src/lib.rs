@@ -92,6 +92,7 @@ pub mod llm;
 pub mod mesh;
 pub mod pings;
 mod protocol;
+pub mod remote;
 mod roundtrip;
 pub mod schema;
 mod server;

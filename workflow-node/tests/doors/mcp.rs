@@ -1,11 +1,8 @@
-//! The MCP door, driven by the official MCP Python SDK (`client.py` beside this file, run
+//! The MCP door, driven by the official MCP Python SDK (`mcp_client.py` beside this file, run
 //! in the project's virtual environment) against a real nats-server, a real workflow node
 //! and real agents: over stdio (`workflow-node mcp` as the client's subprocess) and over
 //! Streamable HTTP (`/mcp` of the web view, behind its operator token), each in both eras
 //! (the `initialize` handshake, and 2026-07-28's per-request metadata).
-
-#[path = "../support/mod.rs"]
-mod support;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -127,7 +124,7 @@ impl Mesh {
     /// it is listening for list changes, agent `Late` starts.
     async fn python(&self, args: &[&str]) -> Value {
         use tokio::io::AsyncBufReadExt as _;
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/client.py");
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/doors/mcp_client.py");
         let mut child = tokio::process::Command::new(test_harness::python())
             .arg(script)
             .args(args)
