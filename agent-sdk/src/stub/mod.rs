@@ -17,6 +17,8 @@
 //! ```
 //!
 //! [`load_stub_file`] reads and checks a file; [`serve_stubs`] serves every agent of it.
+//! The same file declares LLM agents (a `model:` block, [`crate::llm`]) and remote A2A
+//! agents (a `remote:` block, [`crate::remote`]).
 
 pub(crate) mod file;
 
