@@ -223,6 +223,13 @@ async fn a_remote_agent_is_checked_before_it_is_served() {
     ))
     .await;
     assert!(e.contains("MESH_TEST_UNSET_TOKEN is not set"), "{e}");
+    // No TLS in the agents' client yet: https is refused, saying so.
+    let e = serve(format!(
+        "agents:\n  - name: Shouter\n    remote: {{url: \"https://127.0.0.1:{}/\", allow_private: true}}\n",
+        remote.port
+    ))
+    .await;
+    assert!(e.contains("https is not served yet"), "{e}");
     // Credentials in the URL are refused.
     let e = serve(format!(
         "agents:\n  - name: Shouter\n    remote: {{url: \"http://u:p@127.0.0.1:{}/\", allow_private: true}}\n",

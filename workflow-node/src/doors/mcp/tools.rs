@@ -212,6 +212,30 @@ mod tests {
     }
 
     #[test]
+    fn a_filter_keeps_tools_named_or_tagged() {
+        let card = |name: &str, tag: &str| {
+            let skill: messages::card::AgentSkill = serde_json::from_value(
+                json!({"id": "s", "name": "s", "description": "s", "tags": [tag]}),
+            )
+            .expect("a skill");
+            agent_sdk::AgentBuilder::new(name).skill(skill).card()
+        };
+        let (a, b) = (card("Alpha", "Loud"), card("Beta", "quiet"));
+        let (ta, tb) = (Tool::from_card(&a), Tool::from_card(&b));
+        assert!(ToolFilter::default().keeps(&ta, &a));
+        let named = ToolFilter {
+            names: vec!["Alpha".into()],
+            tags: vec![],
+        };
+        assert!(named.keeps(&ta, &a) && !named.keeps(&tb, &b));
+        let tagged = ToolFilter {
+            names: vec![],
+            tags: vec!["loud".into()],
+        };
+        assert!(tagged.keeps(&ta, &a) && !tagged.keeps(&tb, &b));
+    }
+
+    #[test]
     fn a_schema_shape_follows_its_root() {
         assert_eq!(Shape::of(Some(&json!({"type": "object"}))), Shape::Object);
         assert_eq!(Shape::of(Some(&json!({"type": "array"}))), Shape::Wrapped);
