@@ -140,7 +140,29 @@ impl Client {
                 "metadata": {"mesh_task_id": mesh_task},
             }
         });
-        let first = timed(deadline, self.rpc(&send, traceparent)).await?;
+        // The send runs on its own: a call dropped while it is under way still learns the
+        // task id it made, and cancels that task.
+        let tp = traceparent.map(str::to_owned);
+        let sending = tokio::spawn({
+            let client = self.clone();
+            let tp = tp.clone();
+            async move { client.rpc(&send, tp.as_deref()).await }
+        });
+        let mut pending = PendingSend {
+            sending: Some(sending),
+            client: self.clone(),
+            traceparent: tp,
+        };
+        let sending = pending.sending.as_mut().expect("the send was just started");
+        let first = match tokio::time::timeout_at(deadline, sending).await {
+            Err(_) => return TimedOut.into(),
+            Ok(joined) => {
+                pending.sending = None;
+                joined.map_err(|e| {
+                    AgentError::with_kind(format!("sending the call: {e}"), kinds::TRANSIENT)
+                })??
+            }
+        };
         let mut task = match reply(first)? {
             AgentReply::Message(m) => return output(&m.parts),
             AgentReply::Task(t) => t,
@@ -211,6 +233,39 @@ impl Drop for CancelOnDrop {
                               "params": {"id": task}});
             if let Err(e) = client.rpc(&body, tp.as_deref()).await {
                 tracing::warn!("cancelling the remote task {task}: {}", e.message);
+            }
+        });
+    }
+}
+
+/// A `message/send` under way when the call was dropped: its task, once known, is
+/// cancelled.
+struct PendingSend {
+    sending: Option<tokio::task::JoinHandle<Result<Response, AgentError>>>,
+    client: Client,
+    traceparent: Option<String>,
+}
+
+impl Drop for PendingSend {
+    fn drop(&mut self) {
+        let (Some(sending), Ok(rt)) = (self.sending.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let client = self.client.clone();
+        let tp = self.traceparent.take();
+        rt.spawn(async move {
+            let Ok(Ok(response)) = sending.await else {
+                return;
+            };
+            if let Ok(AgentReply::Task(task)) = reply(response) {
+                if !task.status.state.is_terminal() {
+                    drop(CancelOnDrop {
+                        client: Some(client),
+                        task: task.id,
+                        traceparent: tp,
+                    });
+                }
             }
         });
     }

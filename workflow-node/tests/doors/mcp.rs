@@ -5,6 +5,7 @@
 //! (the `initialize` handshake, and 2026-07-28's per-request metadata).
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_sdk::{handler_fn, AgentBuilder};
@@ -82,6 +83,8 @@ struct Mesh {
     client: async_nats::Client,
     _stubs: Vec<agent_sdk::AgentHandle>,
     _big: agent_sdk::AgentHandle,
+    /// The `traceparent` of each call agent `Big` received.
+    traceparents: Arc<Mutex<Vec<String>>>,
     _node: WorkflowNode,
 }
 
@@ -93,13 +96,20 @@ impl Mesh {
         let stubs = agent_sdk::serve_stubs(client.clone(), "mesh", stubs)
             .await
             .expect("stubs");
+        let traceparents = Arc::new(Mutex::new(Vec::new()));
+        let seen_by_big = traceparents.clone();
         let big = AgentBuilder::new("Big")
             .description("answers with a blob as large as asked")
             .input_schema(json!({"type": "object", "properties": {"size": {"type": "integer"}}}))
             .output_schema(json!({"type": "object", "properties": {"blob": {"type": "string"}}}))
-            .handler(handler_fn(|req| async move {
-                let size = req.input["size"].as_u64().unwrap_or(1) as usize;
-                Ok(json!({"blob": "b".repeat(size)}))
+            .handler(handler_fn(move |req| {
+                let seen = seen_by_big.clone();
+                async move {
+                    let tp = req.headers.get("traceparent").map(|v| v.to_string());
+                    seen.lock().expect("not poisoned").extend(tp);
+                    let size = req.input["size"].as_u64().unwrap_or(1) as usize;
+                    Ok(json!({"blob": "b".repeat(size)}))
+                }
             }))
             .serve(client.clone())
             .await
@@ -116,6 +126,7 @@ impl Mesh {
             client,
             _stubs: stubs,
             _big: big,
+            traceparents,
             _node: node,
         }
     }
@@ -171,6 +182,16 @@ impl Mesh {
             .expect("Late serves")
     }
 
+    /// Asserts that agent `Big` was called in the trace the MCP client gave.
+    fn big_saw_the_clients_trace(&self) {
+        let seen = self.traceparents.lock().expect("not poisoned").clone();
+        assert!(
+            seen.iter()
+                .any(|tp| tp.contains("4bf92f3577b34da6a3ce929d0e0e4736")),
+            "Big was called in the client's trace: {seen:?}"
+        );
+    }
+
     /// Waits until the run `summary` says was cancelled has ended, and returns its status.
     async fn slow_run_status(&self, summary: &Value) -> String {
         // "run {execution id} started"
@@ -212,6 +233,7 @@ async fn stdio(mode: &str) {
         }
     );
     assert_eq!(mesh.slow_run_status(&summary).await, "cancelled");
+    mesh.big_saw_the_clients_trace();
 }
 
 #[tokio::test]
@@ -246,6 +268,7 @@ async fn http(mode: &str) {
         .python(&["--mode", mode, "--url", &url, "--token", TOKEN])
         .await;
     assert_eq!(mesh.slow_run_status(&summary).await, "cancelled");
+    mesh.big_saw_the_clients_trace();
 }
 
 #[tokio::test]

@@ -30,6 +30,8 @@ def text_of(result):
 
 
 WANTED = ("Doubling", "Gate", "Slow", "Big")
+# The trace context the Big call carries; the Rust side checks agent Big received it.
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 async def tools_when_listed(client, changes):
@@ -97,7 +99,7 @@ async def scenario(client, summary, changes):
     summary["gate_execution"] = approval["execution_id"]
 
     # A large output: linked as a resource, readable, and the structured content too.
-    big = await client.call_tool("Big", {"size": 300000})
+    big = await client.call_tool("Big", {"size": 300000}, meta={"traceparent": TRACEPARENT})
     check(not big.is_error, text_of(big))
     links = [c for c in big.content if getattr(c, "type", "") == "resource_link"]
     check(len(links) == 1, f"one resource link: {big.content}")

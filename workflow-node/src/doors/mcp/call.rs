@@ -3,6 +3,8 @@
 //! [`ToolCall`](agent_sdk::ToolCall) before anything is sent (a violation is a tool error
 //! the model can read and correct), then the call followed to its end:
 //!
+//! - the client's `_meta.traceparent` (W3C's grammar, else dropped) is the call's trace
+//!   context, as a NATS caller's header is;
 //! - each progress event of the run goes to the client as `notifications/progress`, only
 //!   when it sent a `progressToken` (echoed), with a count that only grows;
 //! - the request's cancellation (`notifications/cancelled`, or a modern HTTP client
@@ -44,11 +46,18 @@ pub(super) async fn call(
              store a large input as an artifact and call the workflow with input_artifact"
         )));
     }
-    let started = door
+    let mut tool_call = door
         .catalog
         .call_tool(&tool.name, arguments)
-        .timeout(door.args.timeout)
-        .start();
+        .timeout(door.args.timeout);
+    // The client's trace context (`_meta.traceparent`), when it is W3C's, is the run's.
+    let traceparent = context.meta.get_traceparent();
+    if let Some(tp) = traceparent.and_then(messages::inbound::traceparent) {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(messages::headers::TRACEPARENT, tp);
+        tool_call = tool_call.headers(headers);
+    }
+    let started = tool_call.start();
     let call = match started {
         Ok(call) => call,
         Err(e) => return Ok(tools::failed_result(e.to_string())),
