@@ -16,7 +16,7 @@ fn main() -> ExitCode {
         Command::Plan(args) => cli::plan::run(args),
         Command::Mermaid(args) => cli::mermaid::run(args),
         Command::Card(args) => cli::card::run(args),
-        Command::Serve(args) => cli::serve::run(args),
+        Command::Serve(args) => cli::serve::run(*args),
         Command::Run(args) => cli::run::run(args),
         Command::Status(args) => cli::status::run(args),
         Command::Runs(args) => cli::runs::run(args),

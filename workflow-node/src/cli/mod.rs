@@ -51,7 +51,7 @@ pub enum Command {
     /// Print the agent card JSON of a workflow.
     Card(card::Args),
     /// Host workflows on the mesh.
-    Serve(serve::Args),
+    Serve(Box<serve::Args>),
     /// Invoke a workflow as another agent would and print its output.
     Run(run::Args),
     /// Show where a run is (its state, nodes, and output or error) by task id.
@@ -72,7 +72,10 @@ pub enum Command {
     Demo(demo::Args),
     /// Serve the mesh's workflows and agents as MCP tools on stdin/stdout.
     Mcp(mcp::Args),
-    /// Serve the web view of a mesh: its cards, runs and approvals (pages and JSON API).
+    /// Serve the web view of a mesh (its cards, runs and approvals: pages and JSON API) and
+    /// its doors (every workflow and agent over A2A): the mesh's gateway, hosting no
+    /// workflow. Also named `gateway`.
+    #[command(alias = "gateway")]
     Ui(ui::Args),
     /// Ask a running `serve` or `stub-agents` whether it is ready (or live): exit 0 if so.
     Health(health::Args),
