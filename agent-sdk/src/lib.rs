@@ -94,6 +94,7 @@ pub mod mesh;
 pub mod metrics;
 pub mod pings;
 mod protocol;
+pub mod remote;
 mod roundtrip;
 pub mod schema;
 mod server;

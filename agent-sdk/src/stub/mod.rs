@@ -17,6 +17,8 @@
 //! ```
 //!
 //! [`load_stub_file`] reads and checks a file; [`serve_stubs`] serves every agent of it.
+//! The same file declares LLM agents (a `model:` block, [`crate::llm`]) and remote A2A
+//! agents (a `remote:` block, [`crate::remote`]).
 
 pub(crate) mod file;
 
@@ -46,6 +48,9 @@ pub struct StubFile {
     pub agents: Vec<StubAgent>,
     /// The LLM agents (`kind: llm` or a `model:` block), in file order.
     pub llm: Vec<crate::llm::LlmAgent>,
+    /// The remote agents (a `remote:` block: an A2A agent outside NATS, served here by a
+    /// proxy), in file order.
+    pub remote: Vec<crate::remote::RemoteAgent>,
 }
 
 /// One stub agent.
@@ -215,6 +220,21 @@ pub async fn serve_stubs_signed(
                 }
                 builder.handler(handler).serve(client.clone()).await
             }
+        };
+        match started {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                for h in handles {
+                    h.stop().await;
+                }
+                return Err(e);
+            }
+        }
+    }
+    for agent in stubs.remote {
+        let started = match agent.connect().await {
+            Ok(connected) => connected.serve(client.clone(), ns, signer.clone()).await,
+            Err(e) => Err(e.into()),
         };
         match started {
             Ok(h) => handles.push(h),
