@@ -21,6 +21,7 @@ mod policy;
 mod problem;
 mod refs;
 mod schedules;
+mod triggers;
 
 pub use model::*;
 pub use pause::PauseSettings;
@@ -28,6 +29,7 @@ pub use problem::{Problem, SyntaxError};
 pub use schedules::{
     parse_schedule, slot_time, Due, Overlap, Schedule, When, DEFAULT_CATCHUP_WINDOW, MAX_SCHEDULES,
 };
+pub use triggers::{Trigger, DEFAULT_MAX_DELIVERIES, MAX_TRIGGERS};
 
 use std::path::{Path, PathBuf};
 

@@ -63,6 +63,8 @@ pub struct Workflow {
     pub pause: super::PauseSettings,
     /// `workflow.schedules`: the runs it starts on a clock (see [`super::Schedule`]).
     pub schedules: Vec<super::Schedule>,
+    /// `workflow.triggers`: the runs it starts from messages (see [`super::Trigger`]).
+    pub triggers: Vec<super::Trigger>,
     /// The `workflow` block exactly as written (snake_case or camelCase), for the agent
     /// card's `workflow_config`.
     pub source: Value,

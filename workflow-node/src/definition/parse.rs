@@ -148,6 +148,7 @@ fn parse_block(block: &Value, top: TopLevel, sink: &mut Sink) -> Option<Draft> {
         .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
     let pause = super::pause::parse_pause(&mut w, sink);
     let schedules = super::schedules::parse_schedules(&mut w, sink);
+    let triggers = super::triggers::parse_triggers(&mut w, sink);
     w.finish(sink, "the workflow block", &[]);
 
     let workflow = Workflow {
@@ -171,6 +172,7 @@ fn parse_block(block: &Value, top: TopLevel, sink: &mut Sink) -> Option<Draft> {
         concurrency,
         pause,
         schedules,
+        triggers,
         source: block.clone(),
         document: Value::Null,
         hash: String::new(),

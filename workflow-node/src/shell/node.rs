@@ -215,6 +215,20 @@ impl WorkflowNode {
             shared.clone(),
             served.clone(),
         )));
+        if served.iter().any(|w| !w.triggers.is_empty()) {
+            patiently(|| triggers::events::dead_letters(&shared)).await?;
+        }
+        for workflow in &served {
+            for trigger in &workflow.triggers {
+                let consumer = triggers::events::consumer(&shared, workflow, trigger).await?;
+                background.push(tokio::spawn(triggers::events::run(
+                    shared.clone(),
+                    workflow.clone(),
+                    trigger.clone(),
+                    consumer,
+                )));
+            }
+        }
         // Requests are taken once the server knows the subscriptions (a flush only
         // writes them out).
         agent_sdk::Mesh::new(shared.client.clone())

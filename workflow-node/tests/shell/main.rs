@@ -26,6 +26,7 @@ mod retention;
 mod retry_versions;
 mod schedules;
 mod tools;
+mod triggers;
 mod trust;
 mod versions;
 mod wakes;

@@ -57,6 +57,28 @@ pub fn schedule_key(workflow: &str, schedule: &str) -> String {
     format!("{workflow}.{schedule}")
 }
 
+/// The stream a node makes to capture a trigger's `subject` when the trigger names no
+/// stream of its own.
+pub fn trigger_stream(ns: &str, workflow: &str, trigger: &str) -> String {
+    format!("{}_TRIG_{workflow}_{trigger}", ns_token(ns))
+}
+
+/// The durable consumer through which a workflow's replicas take a trigger's messages.
+pub fn trigger_consumer(workflow: &str, trigger: &str) -> String {
+    format!("wf_{workflow}_{trigger}")
+}
+
+/// The stream of dead letters: triggers' messages that started no run and were parked.
+pub fn dead_letter_stream(ns: &str) -> String {
+    format!("{}_wf_dead_letters", ns_token(ns))
+}
+
+/// The subject a trigger's dead letters are parked on: `{ns}.dead.wf.{workflow}.{trigger}`
+/// (not under `{ns}.wf.`, whose `*.history.>` the history stream captures).
+pub fn dead_letter_subject(ns: &str, workflow: &str, trigger: &str) -> String {
+    format!("{ns}.dead.wf.{workflow}.{trigger}")
+}
+
 /// The event stream of one workflow.
 pub fn event_stream(ns: &str, workflow: &str) -> String {
     format!("{}_WF_{workflow}", ns_token(ns))

@@ -1,0 +1,191 @@
+//! `workflow.triggers`: runs started by messages. Each trigger reads messages on a NATS
+//! subject (captured for it in a stream the node makes) or from an existing JetStream
+//! stream (with a subject filter), through a durable consumer, so nothing is lost while
+//! no replica runs. A message is an *event* to the trigger's templates:
+//! `event.subject`, `event.payload` (the JSON payload, or its text when it is not JSON),
+//! `event.headers` (name → first value) and `event.sequence` (its stream sequence).
+
+use serde_json::{Map, Value};
+use workflow_expr::{Condition, Template};
+
+use super::fields::{type_name, Fields};
+use super::parse::is_token;
+use super::problem::Sink;
+
+/// The most triggers one workflow declares.
+pub const MAX_TRIGGERS: usize = 16;
+
+/// How many times a message is taken before it is parked as a dead letter, by default.
+pub const DEFAULT_MAX_DELIVERIES: u64 = 5;
+
+/// What a trigger's templates may name below `event.`.
+const EVENT_FIELDS: [&str; 4] = ["subject", "payload", "headers", "sequence"];
+
+/// One event trigger of a workflow.
+#[derive(Debug, Clone)]
+pub struct Trigger {
+    /// `name`: unique in the workflow, a NATS token (it names the consumer and the runs'
+    /// caller, `trigger:{name}`).
+    pub name: String,
+    /// `stream`: an existing stream to read; `None` for a stream the node makes for
+    /// `subject`.
+    pub stream: Option<String>,
+    /// `subject`: what to read (the filter, with `stream`); wildcards allowed.
+    pub subject: Option<String>,
+    /// `condition`: an event for which it is false starts nothing.
+    pub condition: Option<Condition>,
+    /// `input`: the run's input (default: the event's payload).
+    pub input: Option<Template>,
+    /// `dedup_key`: the run's task id; the same key starts no second run (default: the
+    /// stream and sequence of the message, so a redelivery starts none).
+    pub dedup_key: Option<Template>,
+    /// `max_deliveries` (default [`DEFAULT_MAX_DELIVERIES`]): takes before a message that
+    /// keeps failing is parked as a dead letter.
+    pub max_deliveries: u64,
+}
+
+impl Trigger {
+    /// The scope of an event, for the trigger's templates.
+    pub fn scope(
+        subject: &str,
+        payload: &[u8],
+        headers: Map<String, Value>,
+        sequence: u64,
+    ) -> Map<String, Value> {
+        let payload = serde_json::from_slice::<Value>(payload)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(payload).into_owned()));
+        let mut event = Map::new();
+        event.insert("subject".into(), Value::String(subject.to_string()));
+        event.insert("payload".into(), payload);
+        event.insert("headers".into(), Value::Object(headers));
+        event.insert("sequence".into(), Value::from(sequence));
+        let mut scope = Map::new();
+        scope.insert("event".into(), Value::Object(event));
+        scope
+    }
+}
+
+/// Reads `triggers` from the workflow block: absent is none.
+pub(super) fn parse_triggers(w: &mut Fields<'_>, sink: &mut Sink) -> Vec<Trigger> {
+    let Some(v) = w.get(sink, "triggers", &[]) else {
+        return Vec::new();
+    };
+    let Some(items) = v.as_array() else {
+        w.wrong(sink, "triggers", "a list of triggers", v);
+        return Vec::new();
+    };
+    if items.len() > MAX_TRIGGERS {
+        let n = items.len();
+        w.problem(
+            sink,
+            "triggers",
+            format!("{n} triggers exceed the most a workflow declares ({MAX_TRIGGERS})"),
+        );
+        return Vec::new();
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut triggers = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let prefix = format!("triggers[{i}].");
+        let Some(t) = parse_one(item, &prefix, sink) else {
+            continue;
+        };
+        if !seen.insert(t.name.clone()) {
+            let name = &t.name;
+            sink.push(
+                None,
+                &format!("{prefix}name"),
+                format!("trigger '{name}' is declared twice"),
+            );
+            continue;
+        }
+        triggers.push(t);
+    }
+    triggers
+}
+
+fn parse_one(item: &Value, prefix: &str, sink: &mut Sink) -> Option<Trigger> {
+    let Some(obj) = item.as_object() else {
+        let field = prefix.trim_end_matches('.');
+        let found = type_name(item);
+        sink.push(
+            None,
+            field,
+            format!("expected a mapping with 'name' and 'subject' or 'stream', found {found}"),
+        );
+        return None;
+    };
+    let mut f = Fields::new(obj, None, prefix);
+    let name = f.req_string(sink, "name", &[]);
+    if let Some(n) = name.as_deref().filter(|n| !is_token(n) || n.len() > 64) {
+        f.problem(
+            sink,
+            "name",
+            format!("'{n}' is not a trigger name: up to 64 letters, digits, '_' and '-'"),
+        );
+    }
+    let stream = f.string(sink, "stream", &[]);
+    if let Some(s) = stream.as_deref().filter(|s| !is_token(s)) {
+        f.problem(sink, "stream", format!("'{s}' is not a stream name"));
+    }
+    let subject = f.string(sink, "subject", &[]);
+    if let Some(s) = subject.as_deref().filter(|s| !valid_subject(s)) {
+        f.problem(sink, "subject", format!("'{s}' is not a NATS subject (tokens split by '.', '*' and a last '>' as wildcards)"));
+    }
+    if stream.is_none() && subject.is_none() {
+        f.problem(
+            sink,
+            "subject",
+            "missing field: a trigger needs 'subject', 'stream' or both",
+        );
+    }
+    let condition = f.condition(sink, "condition", &[]);
+    let input = f.template(sink, "input");
+    let dedup_key = f.template(sink, "dedup_key");
+    let paths = condition.iter().flat_map(|c| c.paths());
+    let paths = paths.chain(input.iter().flat_map(|t| t.paths()));
+    let paths: Vec<_> = paths
+        .chain(dedup_key.iter().flat_map(|t| t.paths()))
+        .collect();
+    for path in paths {
+        let field = match path.rest.first() {
+            Some(workflow_expr::Segment::Key(k)) => Some(k.as_str()),
+            _ => None,
+        };
+        if path.root != "event" || !field.is_some_and(|k| EVENT_FIELDS.contains(&k)) {
+            let fields = EVENT_FIELDS.join(", event.");
+            f.problem(
+                sink,
+                "input",
+                format!("a trigger's templates name only event.{fields}; found '{path}'"),
+            );
+        }
+    }
+    let max_deliveries = f
+        .int(sink, "max_deliveries", 1)
+        .unwrap_or(DEFAULT_MAX_DELIVERIES);
+    f.finish(sink, "a trigger", &[]);
+    let name = name.filter(|n| is_token(n) && n.len() <= 64)?;
+    Some(Trigger {
+        name,
+        stream,
+        subject,
+        condition,
+        input,
+        dedup_key,
+        max_deliveries: max_deliveries.min(100),
+    })
+}
+
+/// A subject a consumer may filter on.
+fn valid_subject(s: &str) -> bool {
+    let tokens: Vec<&str> = s.split('.').collect();
+    s.len() <= 256
+        && tokens.iter().enumerate().all(|(i, t)| {
+            !t.is_empty()
+                && (*t == "*"
+                    || (*t == ">" && i == tokens.len() - 1)
+                    || t.chars()
+                        .all(|c| c.is_ascii_graphic() && c != '*' && c != '>'))
+        })
+}
