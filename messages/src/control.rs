@@ -133,6 +133,20 @@ impl DataPartType for WorkflowScheduleControl {
     const TYPE: &'static str = "workflow_schedule_control";
 }
 
+/// `workflow_trigger_replay` (ours): publish a trigger's dead letter again on the subject
+/// it was first published on (so the trigger takes it again), and remove it from the
+/// dead letters. Answered at once with a completed task, or a failed one saying why not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "workflow_trigger_replay")]
+pub struct WorkflowTriggerReplay {
+    /// The dead letter's sequence in the dead-letter stream.
+    pub sequence: u64,
+}
+
+impl DataPartType for WorkflowTriggerReplay {
+    const TYPE: &'static str = "workflow_trigger_replay";
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,6 +21,7 @@ fn main() -> ExitCode {
         Command::Status(args) => cli::status::run(args),
         Command::Runs(args) => cli::runs::run(args),
         Command::Schedules(args) => cli::schedules::run(args),
+        Command::Triggers(args) => cli::triggers::run(args),
         Command::Definitions(args) => cli::definitions::run(args),
         Command::Approvals(args) => cli::approvals::list(args),
         Command::Approve(args) => cli::approvals::decide(args, true),

@@ -20,6 +20,7 @@ pub mod steer;
 pub mod stubs;
 pub mod suite;
 pub mod table;
+pub mod triggers;
 pub mod ui;
 pub mod validate;
 
@@ -61,6 +62,8 @@ pub enum Command {
     Runs(runs::Args),
     /// List, add, pause, resume, delete and trigger the schedules that start runs.
     Schedules(schedules::Args),
+    /// List the dead letters of event triggers, and replay one.
+    Triggers(triggers::Args),
     /// List the stored workflow definitions and the runs using each; delete one.
     Definitions(definitions::Args),
     /// List the approval gates waiting for a decision.

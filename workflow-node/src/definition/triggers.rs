@@ -189,3 +189,48 @@ fn valid_subject(s: &str) -> bool {
                         .all(|c| c.is_ascii_graphic() && c != '*' && c != '>'))
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::definition::parse_str;
+
+    fn problems(triggers: &str) -> String {
+        let text = format!(
+            "name: T\nworkflow:\n  description: d\n  triggers:\n{triggers}  nodes:\n    - {{id: a, type: agent, agent_name: A}}\n  output_mapping: {{a: \"{{{{a.output}}}}\"}}\n"
+        );
+        let p = parse_str(&text, "t.yaml").unwrap_err();
+        p.iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn every_trigger_problem_is_reported_at_once() {
+        let text = problems(
+            "    - {name: a}\n    - {name: b, subject: 'a..b', stream: 'x y'}\n    - {name: c, subject: x, input: '{{input.x}}', condition: '{{event.payload.n >'}\n    - {name: c, subject: y}\n    - {name: d, subject: 'a.>.b', max_deliveries: 0, colour: red}\n",
+        );
+        for expected in [
+            "triggers[0].subject: missing field",
+            "triggers[1].subject: 'a..b' is not a NATS subject",
+            "triggers[1].stream: 'x y' is not a stream name",
+            "triggers[2].input: a trigger's templates name only event.",
+            "triggers[2].condition",
+            "triggers[3].name: trigger 'c' is declared twice",
+            "triggers[4].subject",
+            "triggers[4].max_deliveries",
+            "triggers[4].colour",
+        ] {
+            assert!(text.contains(expected), "{expected} not in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn an_event_is_read_as_json_or_text() {
+        let scope = super::Trigger::scope("s.x", b"{\"n\": 1}", serde_json::Map::new(), 7);
+        assert_eq!(scope["event"]["payload"]["n"], 1);
+        assert_eq!(scope["event"]["sequence"], 7);
+        let scope = super::Trigger::scope("s.x", b"plain", serde_json::Map::new(), 7);
+        assert_eq!(scope["event"]["payload"], "plain");
+    }
+}

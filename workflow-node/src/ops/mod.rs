@@ -11,6 +11,7 @@
 //! - [`follow`]: one stream of a run's changes.
 //! - [`schedules`]: the schedules and their next fire times, and changing one.
 //! - [`steer`]: cancel, pause, resume, retry.
+//! - [`triggers`]: the dead letters of event triggers, and replaying one.
 //! - [`approvals`]: the gates waiting, and a decision on one.
 //! - [`definitions`]: the stored definitions, and deleting one.
 //! - [`ask`]: one request to a workflow's nodes, its answer as an outcome.
@@ -27,5 +28,6 @@ pub mod refusal;
 pub mod runs;
 pub mod schedules;
 pub mod steer;
+pub mod triggers;
 pub mod view;
 pub mod words;

@@ -5,6 +5,7 @@
 //! - `requests`: takes requests to each workflow, any replica.
 //! - `start`: the one way a run starts (its input checked, its start published).
 //! - `schedules`: schedules changed by operators, and a slot's work carried out.
+//! - `dead_letters`: replaying a trigger's dead letter.
 //! - `cancels`: cancels of runs, also from a calling workflow on the cancel subject.
 //! - `steer`: pausing, resuming and retrying a run that exists.
 //! - `statuses`: agents' status updates on a run's calls, forwarded to its callers.
@@ -13,6 +14,7 @@
 //! - `nonces`: each signed request accepted once (its nonce remembered).
 
 pub(in crate::shell) mod cancels;
+pub(in crate::shell) mod dead_letters;
 pub(in crate::shell) mod early;
 pub(in crate::shell) mod identity;
 pub(in crate::shell) mod nonces;

@@ -25,7 +25,9 @@ use std::time::SystemTime;
 use async_nats::HeaderMap;
 use futures::StreamExt;
 use messages::a2a::{Message, Part, TaskState};
-use messages::control::{WorkflowRetry, WorkflowRunControl, WorkflowScheduleControl};
+use messages::control::{
+    WorkflowRetry, WorkflowRunControl, WorkflowScheduleControl, WorkflowTriggerReplay,
+};
 use messages::jsonrpc::{codes, ErrorObject, Method, Request};
 use messages::workflow::{Decision, WorkflowApprovalDecision, WorkflowNodeRequest, PIN_VERSION};
 use messages::{call_proof, headers, inbound, msg_id, subjects};
@@ -35,6 +37,7 @@ use tokio::sync::Semaphore;
 use crate::core::{Event, ExecutionId, NodeStatus};
 use crate::definition::{NodeKind, Workflow};
 use crate::shell::callers::cancels;
+use crate::shell::callers::dead_letters;
 use crate::shell::callers::identity::{self, caller_name};
 use crate::shell::callers::nonces;
 use crate::shell::callers::schedules;
@@ -226,6 +229,16 @@ async fn handle(
                 let text = match control {
                     Ok(c) => steer::control(shared, workflow, msg, &message.message_id, c).await,
                     Err(e) => Err(format!("malformed workflow_run_control: {e}")),
+                };
+                return match text {
+                    Ok(t) => answer(TaskState::Completed, &message.message_id, t),
+                    Err(t) => answer(TaskState::Failed, &message.message_id, t),
+                };
+            }
+            if let Some(r) = message.find_data::<WorkflowTriggerReplay>() {
+                let text = match r {
+                    Ok(r) => dead_letters::replay(shared, workflow, msg, r).await,
+                    Err(e) => Err(format!("malformed workflow_trigger_replay: {e}")),
                 };
                 return match text {
                     Ok(t) => answer(TaskState::Completed, &message.message_id, t),

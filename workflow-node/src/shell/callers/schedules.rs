@@ -65,17 +65,8 @@ pub(in crate::shell) async fn control(
     c: WorkflowScheduleControl,
     now: u64,
 ) -> std::result::Result<String, String> {
-    let signer = identity::signer(shared, msg)
-        .await
-        .map_err(|e| format!("the request's signature is refused: {e}"))?;
-    let operators = &shared.config.operators;
-    if !operators.is_empty() && !signer.as_ref().is_some_and(|k| operators.contains(k)) {
-        return Err(format!(
-            "schedules of {} are changed only by a request signed by an operator's key \
-             (--nkey-seed-file)",
-            workflow.name
-        ));
-    }
+    let what = format!("schedules of {} are changed", workflow.name);
+    let signer = identity::operator_only(shared, msg, &what).await?;
     let key = names::schedule_key(&workflow.name, &c.schedule);
     for _ in 0..CAS_TRIES {
         let entry = entries::read(&shared.schedules, &key)

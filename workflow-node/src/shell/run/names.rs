@@ -79,6 +79,16 @@ pub fn dead_letter_subject(ns: &str, workflow: &str, trigger: &str) -> String {
     format!("{ns}.dead.wf.{workflow}.{trigger}")
 }
 
+/// Headers a dead letter carries beside the original ones.
+pub mod dead {
+    /// The subject the message was published on.
+    pub const SUBJECT: &str = "Mesh-Dead-Subject";
+    /// Why it started no run.
+    pub const REASON: &str = "Mesh-Dead-Reason";
+    /// The workflow and trigger that took it: `{workflow}.{trigger}`.
+    pub const TRIGGER: &str = "Mesh-Dead-Trigger";
+}
+
 /// The event stream of one workflow.
 pub fn event_stream(ns: &str, workflow: &str) -> String {
     format!("{}_WF_{workflow}", ns_token(ns))

@@ -26,17 +26,7 @@ use crate::shell::context::Shared;
 use crate::shell::error::{Context, Result};
 use crate::shell::mesh::setup as mesh_setup;
 use crate::shell::run::envelope::Caller;
-use crate::shell::run::names;
-
-/// Headers a dead letter carries beside the original ones.
-pub(in crate::shell) mod dead {
-    /// The subject the message was published on.
-    pub(in crate::shell) const SUBJECT: &str = "Mesh-Dead-Subject";
-    /// Why it started no run.
-    pub(in crate::shell) const REASON: &str = "Mesh-Dead-Reason";
-    /// The workflow and trigger that took it: `{workflow}.{trigger}`.
-    pub(in crate::shell) const TRIGGER: &str = "Mesh-Dead-Trigger";
-}
+use crate::shell::run::names::{self, dead};
 
 /// The longest de-duplication key (it becomes a task id).
 const MAX_KEY: usize = 256;
