@@ -19,4 +19,5 @@ mod skew;
 mod soak;
 mod store_full;
 mod timeouts;
+mod triggers;
 mod upgrade_processes;
