@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::definition::{
     ApprovalNode, CallTarget, ForkBranch, JoinStrategy, LoopNode, MapItems, MapNode, NodeKind,
-    NodeRole, OnExhausted, OnTimeout, RetryPolicy, Schedule, SwitchCase, When, Workflow,
+    NodeRole, OnExhausted, OnTimeout, RetryPolicy, Schedule, SwitchCase, Trigger, When, Workflow,
 };
 
 /// What a workflow will do, section by section.
@@ -40,6 +40,8 @@ pub struct Plan {
     pub calls: Vec<(String, String)>,
     /// Schedules: `(name, when, overlap, catch-up window, jitter, paused)` in words.
     pub schedules: Vec<(String, String)>,
+    /// Event triggers: `(name, what it reads, condition, key)` in words.
+    pub triggers: Vec<(String, String)>,
 }
 
 /// The plan of `wf`.
@@ -56,6 +58,7 @@ pub fn plan(wf: &Workflow) -> Plan {
         exit_handlers: exit_handlers(wf),
         calls: Vec::new(),
         schedules: wf.schedules.iter().map(schedule_text).collect(),
+        triggers: wf.triggers.iter().map(trigger_text).collect(),
     };
     for node in &wf.nodes {
         let id = node.id.clone();
@@ -119,6 +122,24 @@ fn schedule_text(s: &Schedule) -> (String, String) {
         words.push("paused".into());
     }
     (s.name.clone(), words.join("; "))
+}
+
+/// A trigger in words: `stream ORDERS, subject orders.created; if …; one run per …`.
+fn trigger_text(t: &Trigger) -> (String, String) {
+    let mut words = vec![match (&t.stream, &t.subject) {
+        (Some(stream), Some(subject)) => format!("stream {stream}, subject {subject}"),
+        (Some(stream), None) => format!("stream {stream}"),
+        (None, subject) => format!("subject {}", subject.as_deref().unwrap_or("?")),
+    }];
+    if let Some(c) = &t.condition {
+        words.push(format!("if {}", c.source()));
+    }
+    words.push(match &t.dedup_key {
+        Some(k) => format!("one run per {}", workflow_expr::to_text(k.source())),
+        None => "one run per message".into(),
+    });
+    words.push(format!("parked after {} deliveries", t.max_deliveries));
+    (t.name.clone(), words.join("; "))
 }
 
 /// The main nodes by batch: batch k holds the nodes whose longest dependency chain has
@@ -380,7 +401,12 @@ impl fmt::Display for Plan {
             }
         }
         section(f, "Calls (attempts, retries, timeout)", &self.calls)?;
-        section(f, "Schedules (runs started on a clock)", &self.schedules)
+        section(f, "Schedules (runs started on a clock)", &self.schedules)?;
+        section(
+            f,
+            "Event triggers (runs started by messages)",
+            &self.triggers,
+        )
     }
 }
 

@@ -44,6 +44,7 @@ pub(super) fn router(ctx: Ctx) -> Router {
         .route("/api/runs/{id}/reject", post(super::steer::reject))
         .route("/api/workflows/{name}/runs", post(start))
         .route("/api/schedules", get(list_schedules))
+        .route("/api/dead-letters", get(list_dead_letters))
         .merge(super::pages::router())
         .merge(super::a2a::router())
         .fallback(|| async { ApiError::not_found("no such page or API route") })
@@ -165,6 +166,16 @@ async fn list_schedules(State(ctx): State<Ctx>, RawQuery(query): RawQuery) -> Ap
     let workflow = q.get("workflow").map(String::as_str);
     let found =
         crate::ops::schedules::list(runs.client(), runs.namespace(), workflow, now().0).await?;
+    Ok(json_response(StatusCode::OK, &json!(found)))
+}
+
+/// The dead letters of event triggers (of `?workflow=`, when given): what `workflow-node
+/// triggers dead-letters --json` prints.
+async fn list_dead_letters(State(ctx): State<Ctx>, RawQuery(query): RawQuery) -> ApiResult {
+    let q = params(query.as_deref(), &["workflow"])?;
+    let runs = ctx.runs().await?;
+    let workflow = q.get("workflow").map(String::as_str);
+    let found = crate::ops::triggers::list(runs.client(), runs.namespace(), workflow).await?;
     Ok(json_response(StatusCode::OK, &json!(found)))
 }
 
