@@ -287,3 +287,61 @@ async fn park(
     tracing::warn!(trigger = %trigger.name, "a message was parked as a dead letter: {why}");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{decide, Taken};
+    use serde_json::{json, Map};
+
+    fn trigger(fields: &str) -> crate::definition::Trigger {
+        let text = format!(
+            "name: T\nworkflow:\n  description: d\n  triggers:\n    - {{name: t, subject: s.>, {fields}}}\n  nodes:\n    - {{id: a, type: agent, agent_name: A}}\n  output_mapping: {{a: \"{{{{a.output}}}}\"}}\n"
+        );
+        let wf = crate::definition::parse_str(&text, "t.yaml").unwrap();
+        wf.triggers[0].clone()
+    }
+
+    fn event(payload: &str) -> Map<String, serde_json::Value> {
+        let mut h = Map::new();
+        h.insert("X-User".into(), json!("ann"));
+        crate::definition::Trigger::scope("s.x", payload.as_bytes(), h, 9)
+    }
+
+    #[test]
+    fn a_message_starts_is_ignored_or_is_poison() {
+        let t = trigger("condition: '{{event.payload.n}} > 1', input: {n: '{{event.payload.n}}', by: '{{event.headers.X-User}}'}, dedup_key: '{{event.payload.id}}'");
+        let start = decide(&t, &event(r#"{"n": 2, "id": "k"}"#), "S", 9);
+        let input = json!({"n": 2, "by": "ann"});
+        assert_eq!(
+            start,
+            Taken::Start {
+                task: "k".into(),
+                input
+            }
+        );
+        assert_eq!(
+            decide(&t, &event(r#"{"n": 1, "id": "k"}"#), "S", 9),
+            Taken::Ignored
+        );
+        let null_key = decide(&t, &event(r#"{"n": 2}"#), "S", 9);
+        assert!(
+            matches!(null_key, Taken::Poison(ref why) if why.contains("null")),
+            "{null_key:?}"
+        );
+        let long = format!(r#"{{"n": 2, "id": "{}"}}"#, "x".repeat(300));
+        assert!(matches!(
+            decide(&t, &event(&long), "S", 9),
+            Taken::Poison(_)
+        ));
+        // Without a key, the message itself is the key; without an input, its payload.
+        let plain = trigger("max_deliveries: 2");
+        let start = decide(&plain, &event("text"), "S", 9);
+        assert_eq!(
+            start,
+            Taken::Start {
+                task: "S-9".into(),
+                input: json!("text")
+            }
+        );
+    }
+}
