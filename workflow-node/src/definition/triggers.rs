@@ -227,10 +227,8 @@ mod tests {
 
     #[test]
     fn the_plan_shows_each_trigger_in_words() {
-        let text = format!(
-            "name: T\nworkflow:\n  description: d\n  triggers:\n    - {{name: big, stream: ORDERS, subject: orders.created, condition: '{{{{event.payload.n}}}} > 1', dedup_key: '{{{{event.payload.id}}}}'}}\n  nodes:\n    - {{id: a, type: agent, agent_name: A}}\n  output_mapping: {{a: \"{{{{a.output}}}}\"}}\n"
-        );
-        let wf = parse_str(&text, "t.yaml").unwrap();
+        let text = "name: T\nworkflow:\n  description: d\n  triggers:\n    - {name: big, stream: ORDERS, subject: orders.created, condition: '{{event.payload.n}} > 1', dedup_key: '{{event.payload.id}}'}\n  nodes:\n    - {id: a, type: agent, agent_name: A}\n  output_mapping: {a: \"{{a.output}}\"}\n";
+        let wf = parse_str(text, "t.yaml").unwrap();
         let plan = crate::visual::plan(&wf).to_string();
         let line = "big: stream ORDERS, subject orders.created; if {{event.payload.n}} > 1; one run per {{event.payload.id}}; parked after 5 deliveries";
         assert!(plan.contains(line), "{plan}");

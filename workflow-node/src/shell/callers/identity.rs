@@ -308,6 +308,26 @@ pub(in crate::shell) fn caller_name(msg: &async_nats::Message) -> Option<String>
         .filter(|c| !c.is_empty())
 }
 
+/// The key that signed `msg`, if the node takes it for an operator's change (`what`, for
+/// the refusal): when the node has operator keys, only a request signed by one of them;
+/// a node without any (a local mesh with no identities) takes any.
+pub(in crate::shell) async fn operator_only(
+    shared: &Shared,
+    msg: &async_nats::Message,
+    what: &str,
+) -> std::result::Result<Option<String>, String> {
+    let signer = signer(shared, msg)
+        .await
+        .map_err(|e| format!("the request's signature is refused: {e}"))?;
+    let operators = &shared.config.operators;
+    if !operators.is_empty() && !signer.as_ref().is_some_and(|k| operators.contains(k)) {
+        return Err(format!(
+            "{what} only by a request signed by an operator's key (--nkey-seed-file)"
+        ));
+    }
+    Ok(signer)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -462,24 +482,4 @@ mod tests {
             .to_string()
             .contains("approver bob"));
     }
-}
-
-/// The key that signed `msg`, if the node takes it for an operator's change (`what`, for
-/// the refusal): when the node has operator keys, only a request signed by one of them;
-/// a node without any (a local mesh with no identities) takes any.
-pub(in crate::shell) async fn operator_only(
-    shared: &Shared,
-    msg: &async_nats::Message,
-    what: &str,
-) -> std::result::Result<Option<String>, String> {
-    let signer = signer(shared, msg)
-        .await
-        .map_err(|e| format!("the request's signature is refused: {e}"))?;
-    let operators = &shared.config.operators;
-    if !operators.is_empty() && !signer.as_ref().is_some_and(|k| operators.contains(k)) {
-        return Err(format!(
-            "{what} only by a request signed by an operator's key (--nkey-seed-file)"
-        ));
-    }
-    Ok(signer)
 }
