@@ -11,6 +11,7 @@ mod cluster;
 mod faults;
 mod kill;
 mod lost_calls;
+mod partitions;
 mod sigterm;
 mod skew;
 mod soak;

@@ -39,14 +39,14 @@ use crate::shell::callers::identity::{self, caller_name};
 use crate::shell::callers::nonces;
 use crate::shell::callers::steer;
 use crate::shell::context::Shared;
-use crate::shell::error::{Context, Result};
+use crate::shell::error::{Context, Error, Result};
 use crate::shell::run::envelope::Caller;
 use crate::shell::run::envelope::Envelope;
 use crate::shell::run::names;
 use crate::shell::run::record::RunRecord;
 use crate::shell::run::reply;
 use crate::shell::run::wire::{self, InputSource};
-use crate::shell::store::events::publish_event;
+use crate::shell::store::events::{publish_event, store_unreachable};
 use crate::shell::store::runs;
 use crate::shell::worker::effects;
 use crate::shell::worker::final_claim::{Claimant, Markers};
@@ -455,7 +455,7 @@ async fn start(
         Some(_) => None,
         None => match publish_start(shared, workflow, &execution, &caller, input.clone()).await {
             Ok(published) => Some(published),
-            Err(e) => return refuse(format!("could not start the run: {e}")),
+            Err(e) => return unanswered_or_refused(&execution, e, refuse),
         },
     };
     let found = read_run(shared, workflow, &execution).await;
@@ -509,7 +509,25 @@ async fn start(
             }
         }
     };
-    outcome.unwrap_or_else(|e| refuse(format!("could not start the run: {e}")))
+    outcome.unwrap_or_else(|e| unanswered_or_refused(&execution, e, refuse))
+}
+
+/// What a start that could not be stored answers. A store out of reach (no quorum on this
+/// side of a partition, an election outlasting the retries) answers nothing: the event
+/// may yet be stored (a publish "in process" on a leader that lost its quorum), so a
+/// `failed` could contradict the run's real end, and the protocol has callers resend a
+/// request that gets no answer, which joins the run or starts it once the store is back.
+/// Any other cause (a full store, a limit) is told at once.
+fn unanswered_or_refused(
+    execution: &ExecutionId,
+    error: Error,
+    refuse: impl FnOnce(String) -> Option<Vec<u8>>,
+) -> Option<Vec<u8>> {
+    if store_unreachable(&error) {
+        tracing::warn!("run {execution} not started yet, left to the caller's resend: {error}");
+        return None;
+    }
+    refuse(format!("could not start the run: {error}"))
 }
 
 /// The workflow input of a start request, checked against the input schema; the error
