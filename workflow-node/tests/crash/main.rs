@@ -14,6 +14,7 @@ mod lost_calls;
 mod partitions;
 mod sigterm;
 mod skew;
+mod skew_minutes;
 mod soak;
 mod store_full;
 mod timeouts;

@@ -20,7 +20,6 @@
 //! `tasks/get` and `tasks/cancel` name its task id with the same header.
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use async_nats::HeaderMap;
 use futures::StreamExt;
@@ -707,7 +706,7 @@ async fn answer_ended(
         names::final_marker(&workflow.name, execution, &attached)
     };
     let markers = Markers::of(shared);
-    let now = SystemTime::now();
+    let now = crate::shell::clock::system_now();
     let sent = match markers.claim(&marker, Claimant::Answerer, now).await? {
         Some(claim) => {
             let ending = ended_run(shared, execution, record).await?;

@@ -299,7 +299,10 @@ async fn approve_all(
             let message = Message::new(id.clone(), Role::User, vec![Part::data_part(&decision)]);
             let body =
                 serde_json::to_vec(&Request::message_send(id.as_str(), message)).expect("encode");
-            for _ in 0..50 {
+            // Tried again until recorded, for as long as a run may take: a store without
+            // quorum (a partition) refuses decisions at once, for as long as it lasts.
+            let patience = Instant::now() + super::RUN_DEADLINE;
+            while Instant::now() < patience {
                 decisions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let subject = subjects::agent_request(&ns, &workflow);
                 let alice = super::alice();
