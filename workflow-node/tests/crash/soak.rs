@@ -92,7 +92,7 @@ impl Targets {
                 let url = proxy.url();
                 self.next_id += 1;
                 // Ahead and behind in turn.
-                let skew = if self.next_id % 2 == 0 { "+5m" } else { "-5m" };
+                let skew = if self.next_id.is_multiple_of(2) { "+5m" } else { "-5m" };
                 let env: &[(&str, &str)] = match kind {
                     "kill" => &[],
                     _ => &[
@@ -167,7 +167,10 @@ impl Targets {
                     return;
                 };
                 cluster = tokio::task::spawn_blocking(move || {
-                    cluster.cluster_mut().kill_node(node).expect("killing a server");
+                    cluster
+                        .cluster_mut()
+                        .kill_node(node)
+                        .expect("killing a server");
                     cluster
                 })
                 .await
