@@ -31,8 +31,31 @@ const WINDOW: Duration = Duration::from_secs(30);
 /// The servers' clock less this process's, in milliseconds, as last estimated.
 static OFFSET_MS: AtomicI64 = AtomicI64::new(0);
 
-/// The samples of the last [`WINDOW`]: when each was taken and its offset.
-static SAMPLES: Mutex<VecDeque<(Instant, i64)>> = Mutex::new(VecDeque::new());
+/// The samples of the last [`WINDOW`].
+static SAMPLES: Mutex<Samples> = Mutex::new(Samples(VecDeque::new()));
+
+/// Recent samples, each with when it was taken, falling: only those larger than every
+/// later one are kept, since the others can never be the largest.
+struct Samples(VecDeque<(Instant, i64)>);
+
+impl Samples {
+    /// Adds `sample`, taken at `at`; the largest of the last [`WINDOW`] (`sample` itself
+    /// when it is the only one).
+    fn add(&mut self, at: Instant, sample: i64) -> i64 {
+        while self.0.back().is_some_and(|&(_, s)| s <= sample) {
+            self.0.pop_back();
+        }
+        self.0.push_back((at, sample));
+        while self
+            .0
+            .front()
+            .is_some_and(|&(t, _)| at.duration_since(t) > WINDOW)
+        {
+            self.0.pop_front();
+        }
+        self.0.front().map_or(sample, |&(_, s)| s)
+    }
+}
 
 /// This process's own wall clock, in milliseconds since the epoch.
 fn local_ms() -> i64 {
@@ -62,20 +85,8 @@ pub(crate) fn observe(stored_ns: i128) {
         return;
     };
     let sample = stored_ms.saturating_sub(local_ms());
-    let at = Instant::now();
     let mut samples = SAMPLES.lock().unwrap_or_else(|e| e.into_inner());
-    // Only the largest recent samples matter: one not above a later one never will be.
-    while samples.back().is_some_and(|&(_, s)| s <= sample) {
-        samples.pop_back();
-    }
-    samples.push_back((at, sample));
-    while samples
-        .front()
-        .is_some_and(|&(t, _)| at.duration_since(t) > WINDOW)
-    {
-        samples.pop_front();
-    }
-    let offset = samples.front().map_or(sample, |&(_, s)| s);
+    let offset = samples.add(Instant::now(), sample);
     OFFSET_MS.store(offset, Ordering::Relaxed);
 }
 
@@ -83,20 +94,21 @@ pub(crate) fn observe(stored_ns: i128) {
 mod tests {
     use super::*;
 
+    // The estimate's rule, on samples of its own: the process-wide one is every test's
+    // clock, and is left alone.
     #[test]
-    fn reads_the_servers_clock_from_what_they_stored() {
-        // Servers five minutes ahead: a message stored a moment ago by their clock.
-        let ms = 1_000_000i128;
-        let ahead = i128::from(local_ms()) * ms + 300_000 * ms;
-        observe(ahead - 20 * ms);
-        let estimate = now().0 as i64;
-        let local = local_ms();
-        assert!(
-            (estimate - local - 300_000).abs() < 5_000,
-            "estimate {estimate}, local {local}"
-        );
+    fn the_offset_is_the_largest_recent_sample() {
+        let mut samples = Samples(VecDeque::new());
+        let t0 = Instant::now();
+        // Servers five minutes ahead, a message stored 20 ms before it arrived.
+        assert_eq!(samples.add(t0, 300_000 - 20), 299_980);
         // An old message redelivered says less, and changes nothing.
-        observe(ahead - 600_000 * ms);
-        assert!((now().0 as i64 - local_ms() - 300_000).abs() < 5_000);
+        assert_eq!(samples.add(t0, -300_000), 299_980);
+        // A fresher, faster delivery says more.
+        assert_eq!(samples.add(t0, 299_999), 299_999);
+        // Once the larger ones are older than the window, the newest counts: the local
+        // clock was stepped forward by a minute.
+        let later = t0 + WINDOW + Duration::from_secs(1);
+        assert_eq!(samples.add(later, 240_000), 240_000);
     }
 }

@@ -92,7 +92,11 @@ impl Targets {
                 let url = proxy.url();
                 self.next_id += 1;
                 // Ahead and behind in turn.
-                let skew = if self.next_id.is_multiple_of(2) { "+5m" } else { "-5m" };
+                let skew = if self.next_id.is_multiple_of(2) {
+                    "+5m"
+                } else {
+                    "-5m"
+                };
                 let env: &[(&str, &str)] = match kind {
                     "kill" => &[],
                     _ => &[
