@@ -123,6 +123,37 @@ pub async fn invoke(
     invoke_as(client, ns, workflow, input, timing, &task_id, progress).await
 }
 
+/// Sends `request` (a `message/send` built by the caller: any parts, any task id) to the
+/// workflow or agent `name`, signed by `signer` if given, through the same exchange as
+/// [`invoke_as`] (resent while the callee is silent), calling `on_status` with each status
+/// update; returns the final reply (a Task, or a bare Message). What the HTTP doors use to
+/// carry a client's message onto the mesh unchanged.
+pub async fn relay(
+    client: &async_nats::Client,
+    ns: &str,
+    name: &str,
+    request: &Request,
+    signer: Option<Signer>,
+    timing: Timing,
+    on_status: impl FnMut(&TaskStatusUpdateEvent),
+) -> Result<AgentReply, InvokeError> {
+    let body = serde_json::to_vec(request).map_err(|e| InvokeError::Refused {
+        workflow: name.to_owned(),
+        code: codes::INVALID_PARAMS,
+        message: format!("the request cannot be written as JSON: {e}"),
+    })?;
+    let outgoing = Outgoing {
+        subject: subjects::agent_request(ns, name),
+        id: request.id.clone(),
+        headers: async_nats::HeaderMap::new(),
+        body: body.into(),
+        signer,
+    };
+    send_until_answered(client, outgoing, timing, on_status)
+        .await
+        .map_err(|e| invoke_error(name, ns, timing.timeout, e))
+}
+
 /// A fresh task id for a run (`run-` and a random UUID).
 pub fn new_task_id() -> String {
     format!("run-{}", uuid::Uuid::new_v4().simple())

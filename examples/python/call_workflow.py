@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """Calls a workflow on the mesh from Python, with nothing but nats-py and JSON.
 
+This is the no-dependency example, kept to show the wire protocol by hand; with the Python
+SDK (``pip install ./python``, see python/README.md) the same takes a few lines:
+``examples/python/call_workflow_sdk.py``.
+
 It finds the workflow by its agent card (a discovery ping on
 `{ns}.a2a.v1.discovery.ping` makes every agent and workflow republish its card on
 `{ns}.a2a.v1.discovery.agentcards`), then sends a plain JSON-RPC `message/send` on the

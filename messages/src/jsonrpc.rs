@@ -17,6 +17,13 @@ pub const JSONRPC_VERSION: &str = "2.0";
 
 /// The method name of [`Method::MessageSend`].
 pub const METHOD_MESSAGE_SEND: &str = "message/send";
+/// `message/stream`: on NATS the same request as `message/send` (read as
+/// [`Method::MessageSend`]); the stream is the status updates sent to `Mesh-Status-To`,
+/// ended by the final reply on the reply subject (`docs/protocol.md`, "A2A over NATS").
+pub const METHOD_MESSAGE_STREAM: &str = "message/stream";
+/// `tasks/resubscribe`: not served on NATS, where a stream is rejoined by resending its
+/// request; answered with [`codes::UNSUPPORTED_OPERATION`] saying so.
+pub const METHOD_TASKS_RESUBSCRIBE: &str = "tasks/resubscribe";
 /// The method name of [`Method::TasksCancel`].
 pub const METHOD_TASKS_CANCEL: &str = "tasks/cancel";
 /// The method name of [`Method::TasksGet`].
@@ -213,7 +220,18 @@ impl Request {
             ));
         }
         let method = match raw.method.as_str() {
-            METHOD_MESSAGE_SEND => serde_json::from_value(raw.params).map(Method::MessageSend),
+            METHOD_MESSAGE_SEND | METHOD_MESSAGE_STREAM => {
+                serde_json::from_value(raw.params).map(Method::MessageSend)
+            }
+            METHOD_TASKS_RESUBSCRIBE => {
+                return Err(error_response(
+                    Some(raw.id),
+                    codes::UNSUPPORTED_OPERATION,
+                    "tasks/resubscribe is not served on NATS: rejoin a task's stream by \
+                     resending its request (same task id, a new Mesh-Status-To)"
+                        .into(),
+                ))
+            }
             METHOD_TASKS_CANCEL => serde_json::from_value(raw.params).map(Method::TasksCancel),
             METHOD_TASKS_GET => serde_json::from_value(raw.params).map(Method::TasksGet),
             other => {

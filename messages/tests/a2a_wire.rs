@@ -222,8 +222,13 @@ fn bad_requests_map_to_error_codes() {
         codes::INVALID_REQUEST
     );
     assert_eq!(
-        code(br#"{"jsonrpc":"2.0","id":1,"method":"tasks/resubscribe","params":{}}"#),
+        code(br#"{"jsonrpc":"2.0","id":1,"method":"tasks/list","params":{}}"#),
         codes::METHOD_NOT_FOUND
+    );
+    // Not served on NATS, and said so: a stream is rejoined by resending its request.
+    assert_eq!(
+        code(br#"{"jsonrpc":"2.0","id":1,"method":"tasks/resubscribe","params":{}}"#),
+        codes::UNSUPPORTED_OPERATION
     );
     assert_eq!(
         code(br#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{}}"#),

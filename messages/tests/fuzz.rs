@@ -21,11 +21,12 @@ fn config(default: u32) -> ProptestConfig {
     ProptestConfig::with_cases(cases)
 }
 
-const CODES: [i64; 4] = [
+const CODES: [i64; 5] = [
     codes::PARSE_ERROR,
     codes::INVALID_REQUEST,
     codes::METHOD_NOT_FOUND,
     codes::INVALID_PARAMS,
+    codes::UNSUPPORTED_OPERATION,
 ];
 
 /// Reads `bytes` as a request; a refusal must be a JSON-RPC error with a known code and a
@@ -149,6 +150,7 @@ fn message() -> impl Strategy<Value = Value> {
 fn request() -> impl Strategy<Value = Value> {
     let method = prop::sample::select(vec![
         "message/send",
+        "message/stream",
         "tasks/get",
         "tasks/cancel",
         "tasks/resubscribe",

@@ -69,7 +69,10 @@ pub enum Command {
     Test(suite::Args),
     /// Run the demo: a local server, stub agents, the node, one run of an example.
     Demo(demo::Args),
-    /// Serve the web view of a mesh: its cards, runs and approvals (pages and JSON API).
+    /// Serve the web view of a mesh (its cards, runs and approvals: pages and JSON API) and
+    /// its doors (every workflow and agent over A2A): the mesh's gateway, hosting no
+    /// workflow. Also named `gateway`.
+    #[command(alias = "gateway")]
     Ui(ui::Args),
     /// Ask a running `serve` or `stub-agents` whether it is ready (or live): exit 0 if so.
     Health(health::Args),

@@ -1,5 +1,7 @@
-//! `workflow-node ui`: serves the web view ([`crate::web`]) of a mesh on its own, until
-//! SIGINT or SIGTERM. The arguments are parsed here; the view itself knows nothing of the
+//! `workflow-node ui` (or `gateway`): serves the web view ([`crate::web`]) of a mesh on its
+//! own, with its doors (A2A over HTTP for every workflow and agent of the catalog), until
+//! SIGINT or SIGTERM. One command, not two: the doors and the view share the server, its
+//! tokens, its host checks and its signing key, and neither hosts a workflow. The arguments are parsed here; the view itself knows nothing of the
 //! CLI.
 
 use std::net::SocketAddr;
@@ -45,6 +47,7 @@ pub fn run(args: Args) -> ExitCode {
         let web =
             Web::start_trusting(conn.client.clone(), ns, signer, access, args.http, trust).await?;
         eprintln!("web view at http://{}/", web.addr());
+        eprintln!("A2A at http://{}/a2a/{{name}}", web.addr());
         agent_sdk::health::signalled().await?;
         drop(web);
         conn.close().await;

@@ -13,10 +13,12 @@
 //! - [`approvals`]: the gates waiting, and a decision on one.
 //! - [`definitions`]: the stored definitions, and deleting one.
 //! - [`ask`]: one request to a workflow's nodes, its answer as an outcome.
+//! - [`call`]: a workflow or agent of the catalog called by name, for the doors.
 //! - [`words`]: an agent's status text, shown as that agent's quoted words.
 
 pub mod approvals;
 pub mod ask;
+pub mod call;
 pub mod definition;
 pub mod definitions;
 pub mod follow;

@@ -52,13 +52,26 @@ pub struct AccessArgs {
         value_delimiter = ','
     )]
     pub public_hosts: Vec<String>,
+    /// Let the A2A door send push notifications to loopback and private addresses (for
+    /// tests and closed networks; by default only public addresses are sent to).
+    #[arg(long = "push-allow-private", env = "MESH_HTTP_PUSH_ALLOW_PRIVATE")]
+    pub push_allow_private: bool,
 }
 
 /// What a request may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Role {
+pub(super) enum Role {
+    /// Read cards and runs, follow a run.
     Read,
+    /// Also start, cancel and decide.
     Operate,
+}
+
+impl Role {
+    /// Whether it may start, cancel and decide.
+    pub(super) fn may_operate(self) -> bool {
+        self == Role::Operate
+    }
 }
 
 /// The tokens the API accepts (their SHA-256, compared digest to digest).
@@ -66,6 +79,7 @@ enum Role {
 pub struct Access {
     tokens: Vec<([u8; 32], Role)>,
     public_hosts: Vec<String>,
+    push_allow_private: bool,
 }
 
 fn digest(token: &str) -> [u8; 32] {
@@ -94,12 +108,18 @@ impl Access {
         Ok(Access {
             tokens,
             public_hosts: args.public_hosts.clone(),
+            push_allow_private: args.push_allow_private,
         })
     }
 
     /// The names given with `--public-host`.
     pub(super) fn public_hosts(&self) -> &[String] {
         &self.public_hosts
+    }
+
+    /// Whether push notifications may go to loopback and private addresses.
+    pub(super) fn push_allows_private(&self) -> bool {
+        self.push_allow_private
     }
 
     /// Whether any token is required.
@@ -117,6 +137,12 @@ impl Access {
             );
         }
         Ok(())
+    }
+
+    /// The role of the token in `headers`' `Authorization: Bearer`, if it is known.
+    pub(super) fn role_of_headers(&self, headers: &axum::http::HeaderMap) -> Option<Role> {
+        let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+        self.role_of(v.strip_prefix("Bearer ")?.trim())
     }
 
     fn role_of(&self, token: &str) -> Option<Role> {

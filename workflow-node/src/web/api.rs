@@ -44,6 +44,7 @@ pub(super) fn router(ctx: Ctx) -> Router {
         .route("/api/runs/{id}/reject", post(super::steer::reject))
         .route("/api/workflows/{name}/runs", post(start))
         .merge(super::pages::router())
+        .merge(super::a2a::router())
         .fallback(|| async { ApiError::not_found("no such page or API route") })
         .with_state(ctx)
 }

@@ -10,7 +10,7 @@
 //!   when the browser says they come from another origin: `Sec-Fetch-Site` other than
 //!   `same-origin` or `none`, or an `Origin` other than this view's. Another port on the
 //!   same host is another origin (and the "same site"), so it is refused too.
-//! - **API POSTs** need `Content-Type: application/json` (415): a form or a `text/plain`
+//! - **API and A2A POSTs** need `Content-Type: application/json` (415): a form or a `text/plain`
 //!   fetch is a "simple" request a browser sends cross-origin without asking, a JSON one
 //!   is not.
 //!
@@ -103,7 +103,8 @@ impl Boundary {
                 format!("a request from another web page may not change anything: {why}"),
             ));
         }
-        if request.uri().path().starts_with("/api/") && !is_json(headers) {
+        let path = request.uri().path();
+        if (path.starts_with("/api/") || path.starts_with("/a2a/")) && !is_json(headers) {
             return Some(ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "this API takes JSON: send Content-Type: application/json",

@@ -2,8 +2,9 @@
 //! progress (`docs/http.md`), served by `workflow-node serve --http ADDR` or on its own by
 //! `workflow-node ui`. A face beside the CLI: both call [`crate::ops`], and the view maps
 //! an operation's refusal to an HTTP status by its kind. What it sends is signed by the key
-//! it is started with.
+//! it is started with. The A2A door ([`a2a`]) is served beside it, on the same server.
 
+mod a2a;
 mod access;
 mod api;
 mod boundary;
@@ -33,6 +34,9 @@ struct Ctx {
     ns: String,
     signer: Option<agent_sdk::Signer>,
     cards: Arc<cards::Cards>,
+    access: Access,
+    /// The A2A streams that may be open at once (see `a2a::MAX_STREAMS`).
+    streams: Arc<tokio::sync::Semaphore>,
 }
 
 impl Ctx {
@@ -47,6 +51,7 @@ impl Ctx {
 pub struct Web {
     addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
+    pusher: tokio::task::JoinHandle<()>,
     _cards: Arc<cards::Cards>,
 }
 
@@ -82,11 +87,14 @@ impl Web {
         let addr = listener.local_addr()?;
         let cards = Arc::new(cards::follow(client.clone(), ns, cards).await?);
         let watch = cards.clone();
+        let pusher = tokio::spawn(a2a::pusher(&client, ns, &signer, &access).run());
         let ctx = Ctx {
             client,
             ns: ns.to_owned(),
             signer,
             cards,
+            access: access.clone(),
+            streams: Arc::new(tokio::sync::Semaphore::new(a2a::MAX_STREAMS)),
         };
         // The boundary is the outer layer: a request from another page is refused before
         // its token is looked at.
@@ -105,6 +113,7 @@ impl Web {
         Ok(Web {
             addr,
             task,
+            pusher,
             _cards: watch,
         })
     }
@@ -118,6 +127,7 @@ impl Web {
 impl Drop for Web {
     fn drop(&mut self) {
         self.task.abort();
+        self.pusher.abort();
     }
 }
 

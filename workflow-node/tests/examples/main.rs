@@ -7,4 +7,5 @@ mod support;
 mod artifact_call;
 mod peer_scripts;
 mod python;
+mod python_sdk;
 mod tool_agent;
