@@ -5,8 +5,8 @@
 //! would be a large C build for nothing. reqwest then panics when a client is built
 //! before a process-wide provider is installed: the LLM client's and the OTLP exporters'
 //! alike, since Cargo unifies features. So every place of this workspace that builds one
-//! calls [`install`] first (the LLM client, the trace exporter of [`crate::telemetry`],
-//! and workflow-node's metric exporter), and no binary can forget it.
+//! calls [`install`] first (the LLM client, the remote agents' client, the trace exporter of [`crate::telemetry`],
+//! workflow-node's metric exporter and the A2A door's push notifications), and no binary can forget it.
 
 /// Installs ring as the process's rustls provider, unless one is installed already.
 /// Cheap and idempotent: call it before building any `reqwest::Client`.

@@ -102,6 +102,7 @@ impl RemoteAgent {
         let url = reqwest::Url::parse(&self.url).map_err(|e| self.error(format!("url: {e}")))?;
         let addr = self.checked_address(&url).await?;
         let token = self.read_token()?;
+        crate::crypto::install();
         let mut http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(CONNECT_TIMEOUT)

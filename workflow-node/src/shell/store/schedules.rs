@@ -38,6 +38,7 @@ pub(in crate::shell) async fn read(bucket: &kv::Store, key: &str) -> Result<Entr
         }
         Err(e) => return Err(e).context(|| format!("reading schedule {key}")),
     };
+    crate::shell::clock::observe(message.time.unix_timestamp_nanos());
     let removed = message
         .headers
         .get("KV-Operation")

@@ -1,10 +1,10 @@
-//! The clock schedules fire by. One seam, so that fire times can be read against the
-//! servers' clock (an estimate from JetStream's message times) where a replica's own may
-//! be skewed; for now it is the replica's wall clock. A replica whose clock runs ahead
-//! starts a slot early, never twice: the slot's run id is derived from the slot, not
-//! from the clock.
+//! The clock schedules fire by: the servers' wall clock as this replica estimates it
+//! (`shell::clock`), not its own, so that a replica whose clock is skewed fires slots when
+//! the others would. Every schedule entry read is a sample of it (see
+//! `store::schedules::read`). A replica whose estimate runs ahead starts a slot early,
+//! never twice: the slot's run id is derived from the slot, not from the clock.
 
 /// Now, in Unix milliseconds.
 pub(in crate::shell) fn now_ms() -> u64 {
-    crate::shell::now().0
+    crate::shell::clock::now().0
 }
