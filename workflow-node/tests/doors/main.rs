@@ -7,3 +7,4 @@ mod support;
 
 mod a2a;
 mod nats_binding;
+mod push_lease;
