@@ -50,7 +50,8 @@ impl Default for Limits {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreLimits {
     /// The runs bucket (`{ns}_wf_runs`): records, large inputs and outputs, claims. Full:
-    /// new runs and their writes are refused until ended runs expire.
+    /// runs wait, their writes tried again every few seconds, until ended runs expire or
+    /// the limit is raised; none is abandoned for it (`docs/faults.md`).
     pub runs: u64,
     /// The wakes bucket (`{ns}_wf_timers`). Full: new timers are refused.
     pub wakes: u64,

@@ -93,6 +93,50 @@ impl Error {
     }
 }
 
+impl Error {
+    /// Whether JetStream refused a write because its store is full: the server's file or
+    /// memory store (`max_file_store`, the disk), the account's share, or a stream's
+    /// `max_bytes`. It passes once space is made (see `docs/faults.md`), so an event that
+    /// met it is tried again for as long as it lasts, never abandoned for it.
+    pub fn is_store_full(&self) -> bool {
+        use async_nats::jetstream::ErrorCode;
+        let full = [
+            ErrorCode::INSUFFICIENT_RESOURCES,
+            ErrorCode::STORAGE_RESOURCES_EXCEEDED,
+            ErrorCode::MEMORY_RESOURCES_EXCEEDED,
+            ErrorCode::ACCOUNT_RESOURCES_EXCEEDED,
+        ];
+        let mut cause = std::error::Error::source(self);
+        while let Some(e) = cause {
+            if let Some(js) = e.downcast_ref::<async_nats::jetstream::Error>() {
+                let code = js.error_code();
+                let bytes = code == ErrorCode::STREAM_STORE_FAILED
+                    && js.to_string().contains("maximum bytes exceeded");
+                return full.contains(&code) || bytes;
+            }
+            cause = e.source();
+        }
+        false
+    }
+
+    /// A commit refused by a full store, as the client reports a KV write's refusal.
+    #[cfg(test)]
+    pub(in crate::shell) fn store_full_for_tests() -> Error {
+        let api: async_nats::jetstream::Error = serde_json::from_value(serde_json::json!({
+            "code": 503, "err_code": 10077, "description": "maximum bytes exceeded"
+        }))
+        .expect("an API error");
+        let publish = async_nats::jetstream::context::PublishError::with_source(
+            async_nats::jetstream::context::PublishErrorKind::Other,
+            api,
+        );
+        Error::Connection {
+            context: "writing".into(),
+            source: publish.into(),
+        }
+    }
+}
+
 /// The shell's result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

@@ -7,8 +7,10 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod agents_twice;
 mod cluster;
 mod faults;
+mod history_loss;
 mod kill;
 mod lost_calls;
 mod sigterm;

@@ -455,7 +455,12 @@ async fn start(
         Some(_) => None,
         None => match publish_start(shared, workflow, &execution, &caller, input.clone()).await {
             Ok(published) => Some(published),
-            Err(e) => return refuse(format!("could not start the run: {e}")),
+            // A request sent again for a run whose start is stored joins it below, whatever
+            // refused this copy (a full store): only a run that does not exist is refused.
+            Err(e) => match read_run(shared, workflow, &execution).await {
+                Some(record) if record.state.started => None,
+                _ => return refuse(start_refused(&e)),
+            },
         },
     };
     let found = read_run(shared, workflow, &execution).await;
@@ -510,6 +515,16 @@ async fn start(
         }
     };
     outcome.unwrap_or_else(|e| refuse(format!("could not start the run: {e}")))
+}
+
+/// What a caller whose start could not be stored is told: a full store is named as such
+/// (the deployment must make space; see `docs/faults.md`).
+fn start_refused(e: &crate::shell::error::Error) -> String {
+    if e.is_store_full() {
+        format!("could not start the run: the mesh's JetStream store is full ({e})")
+    } else {
+        format!("could not start the run: {e}")
+    }
 }
 
 /// The workflow input of a start request, checked against the input schema; the error

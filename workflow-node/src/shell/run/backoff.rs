@@ -1,7 +1,9 @@
 //! What a worker does with an event whose processing failed: try it again after a delay
 //! that doubles with each failure (0.5 s up to 5 s), or, after `max_deliver` failures seen
 //! by this worker, or at once when the failure cannot pass, give up on it and abandon its
-//! run. Failures are counted, not deliveries: an event delivered again because the replica
+//! run. A full store is not given up on: abandoning the run needs a write too, which it
+//! refuses as well, so the run's caller would hear nothing; the event is tried again
+//! every 5 s until space is made, and the run then goes on. Failures are counted, not deliveries: an event delivered again because the replica
 //! holding it died has not failed.
 
 use std::collections::HashMap;
@@ -43,7 +45,9 @@ impl Failures {
                 "an event of the run could not be processed: {error}"
             ));
         }
-        if *n >= max.max(1) {
+        // A full store passes only when space is made: the run waits for it (see
+        // `Error::is_store_full`), its event coming back every few seconds.
+        if *n >= max.max(1) && !error.is_store_full() {
             return Next::Abandon(format!(
                 "an event of the run could not be processed in {n} tries: {error}"
             ));
@@ -88,6 +92,23 @@ mod tests {
             Next::Abandon(reason) => assert!(reason.contains("in 6 tries"), "{reason}"),
             other => panic!("expected the run abandoned, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_full_store_is_waited_for_never_abandoned() {
+        assert!(Error::store_full_for_tests().is_store_full());
+        assert!(!lost().is_store_full());
+        let mut f = Failures::default();
+        for _ in 0..20 {
+            assert!(matches!(
+                f.failed(3, &Error::store_full_for_tests(), 6),
+                Next::Retry(_)
+            ));
+        }
+        assert_eq!(
+            f.failed(3, &Error::store_full_for_tests(), 6),
+            Next::Retry(LONGEST)
+        );
     }
 
     #[test]

@@ -577,8 +577,9 @@ fn apply(
         });
     }
     let observed = observe(workflow, &before, &record.state, event, now);
-    // An entry stays until its event is acked, whoever committed it.
-    record.outbox.retain(|e| !settled.contains(&e.seq));
+    // An entry stays until its event is acked, whoever committed it; the history entries
+    // of one dropped now are published again with this commit (see [`drop_settled`]).
+    let left = drop_settled(&mut record.outbox, settled);
     let results = apart::item_results(workflow, &record, &envelope.event);
     let after = apart::result_writes(run_key, &results)?;
     note(&mut record, &commands, now);
@@ -596,11 +597,12 @@ fn apply(
             false => format!("wake: {}", keys.join(", ")),
         });
     }
-    let published = history::hold(
+    let mut published = left;
+    published.extend(history::hold(
         &mut record.history_held,
         record.state.status.is_terminal(),
         entry,
-    );
+    ));
     record.outbox.push(OutboxEntry {
         seq: delivery.seq,
         at: now,
@@ -658,6 +660,29 @@ fn apply(
         observed,
         spans,
     })))
+}
+
+/// Drops the outbox entries whose events are `settled` (gone from the work queue); the
+/// history entries they were to publish, for the commit dropping them to publish again.
+///
+/// An event is acked once its entry is carried out, but it can also go without that: a
+/// frozen replica's late ack, or its stale first delivery applied as a no-op and acked, acts
+/// on the event by its stream sequence while the replica that committed the entry is still
+/// carrying it out, or failing to (its history publish refused, the replica killed). The
+/// entry's history entries would then be in neither the record nor the stream. Published
+/// again, they are stored once: the message id of a batch is that of its first and last
+/// entries, which the stream keeps one copy of, and readers drop a number seen twice.
+fn drop_settled(outbox: &mut Vec<OutboxEntry>, settled: &BTreeSet<u64>) -> Vec<HistoryEntry> {
+    let mut left = Vec::new();
+    outbox.retain_mut(|e| {
+        if !settled.contains(&e.seq) {
+            return true;
+        }
+        left.extend(e.history.take());
+        left.append(&mut e.more_history);
+        false
+    });
+    left
 }
 
 /// What [`apply_events`] did.

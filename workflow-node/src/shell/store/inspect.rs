@@ -180,9 +180,10 @@ impl Inspector {
             }
             Err(e) => return Err(e).context(|| format!("opening stream {name}")),
         };
-        let filter = subjects::run_history(&self.ns, workflow, &execution.0);
-        let messages = scan(&self.client, &stream, filter, DeliverPolicy::All).await?;
-        for m in messages {
+        let subject = subjects::run_history(&self.ns, workflow, &execution.0);
+        let mut seq = 0;
+        while let Some(m) = next_of(&stream, &subject, seq + 1).await? {
+            seq = m.sequence;
             match history::parse(&m.payload) {
                 Ok(e) => entries.extend(e),
                 Err(e) => tracing::warn!("skipping an unreadable history message: {e}"),
@@ -289,6 +290,39 @@ fn decode<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> {
 
 /// Every message of `stream` on `filter` as `policy` delivers them, in one pass of an
 /// ordered consumer (none when nothing matches).
+/// The first message on `subject` in `stream` at or after sequence `from`, asked of the
+/// stream's leader; `None` when there is none.
+///
+/// A run's history is read this way, a message at a time (a run has one per 16 entries),
+/// rather than with an ordered consumer: an ordered consumer is a replica of one server,
+/// which may be a follower still catching up after a restart, holding the entries written
+/// since it came back and not yet those written while it was down. The leader has every
+/// entry the stream acknowledged.
+async fn next_of(
+    stream: &stream::Stream,
+    subject: &str,
+    from: u64,
+) -> Result<Option<jetstream::message::StreamMessage>> {
+    use jetstream::stream::RawMessageErrorKind as Kind;
+    let got = stream
+        .raw_message_builder()
+        .sequence(from)
+        .next_by_subject(subject)
+        .send()
+        .await;
+    match got {
+        Ok(m) => Ok(Some(m)),
+        Err(e) if e.kind() == Kind::NoMessageFound => Ok(None),
+        Err(e)
+            if matches!(e.kind(), Kind::JetStream(j)
+                if j.error_code() == jetstream::ErrorCode::NO_MESSAGE_FOUND) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(e).context(|| format!("reading {subject}")),
+    }
+}
+
 async fn scan(
     client: &async_nats::Client,
     stream: &stream::Stream,

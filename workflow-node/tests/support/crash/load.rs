@@ -295,30 +295,10 @@ async fn approve_all(
             decisions.clone(),
         );
         tokio::spawn(async move {
-            let id = format!("decision-{}", decision.execution_id);
-            let message = Message::new(id.clone(), Role::User, vec![Part::data_part(&decision)]);
-            let body =
-                serde_json::to_vec(&Request::message_send(id.as_str(), message)).expect("encode");
             for _ in 0..50 {
                 decisions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let subject = subjects::agent_request(&ns, &workflow);
-                let alice = super::alice();
-                let h = async_nats::HeaderMap::new();
-                let asked = agent_sdk::signing::request(
-                    &client,
-                    subject,
-                    h,
-                    body.clone().into(),
-                    Some(alice),
-                );
-                let answer = tokio::time::timeout(Duration::from_secs(3), asked).await;
-                if let Ok(Ok(reply)) = answer {
-                    let v: Value = serde_json::from_slice(&reply.payload).unwrap_or(Value::Null);
-                    let state = v["result"]["status"]["state"].as_str().unwrap_or("");
-                    // "not waiting": an earlier decision of ours was recorded and applied.
-                    if state == "completed" || v.to_string().contains("not waiting") {
-                        return;
-                    }
+                if approve(&client, &ns, &workflow, &decision).await {
+                    return;
                 }
                 // No replica answered (all being replaced) or it could not record it: again.
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -329,6 +309,28 @@ async fn approve_all(
             );
         });
     }
+}
+
+/// Sends `decision` once, signed by `alice`; whether a replica recorded it (or one of ours
+/// before it: the approval is "not waiting" any more).
+pub(crate) async fn approve(
+    client: &async_nats::Client,
+    ns: &str,
+    workflow: &str,
+    decision: &WorkflowApprovalDecision,
+) -> bool {
+    let id = format!("decision-{}", decision.execution_id);
+    let message = Message::new(id.clone(), Role::User, vec![Part::data_part(decision)]);
+    let body = serde_json::to_vec(&Request::message_send(id.as_str(), message)).expect("encode");
+    let subject = subjects::agent_request(ns, workflow);
+    let h = async_nats::HeaderMap::new();
+    let asked = agent_sdk::signing::request(client, subject, h, body.into(), Some(super::alice()));
+    let Ok(Ok(reply)) = tokio::time::timeout(Duration::from_secs(3), asked).await else {
+        return false;
+    };
+    let v: Value = serde_json::from_slice(&reply.payload).unwrap_or(Value::Null);
+    let state = v["result"]["status"]["state"].as_str().unwrap_or("");
+    state == "completed" || v.to_string().contains("not waiting")
 }
 
 /// `p`-th percentile (0..=100) of `values`.

@@ -215,6 +215,11 @@ impl Rng {
         Rng(seed)
     }
 
+    /// Seeded with `seed` (its draws repeat those of a run that printed it).
+    pub(crate) fn seeded(seed: u64) -> Rng {
+        Rng(seed | 1)
+    }
+
     /// The seed it starts from.
     pub(crate) fn seed(&self) -> u64 {
         self.0

@@ -341,6 +341,44 @@ fn settled_entries_are_dropped_at_the_next_commit_and_others_stay() {
 }
 
 #[test]
+fn a_settled_entry_leaves_its_history_entries_to_the_commit_that_drops_it() {
+    let wf = workflow();
+    let (mut record, d) = started(&wf);
+    // The entry of an event acked without being carried out (a frozen replica's late ack
+    // while its history publish failed): its entries are in neither the record nor the
+    // stream.
+    let batch: Vec<HistoryEntry> = record.history_held.drain(..).collect();
+    assert_eq!(batch.len(), 1, "the start's entry");
+    record.outbox[0].more_history = batch.clone();
+    let loaded = Loaded {
+        settled: BTreeSet::from([1]),
+        ..fresh(1, record)
+    };
+    let s = steps(
+        plan(
+            &wf,
+            "k",
+            &execution(),
+            loaded,
+            &succeeded(d.task),
+            first(9),
+            stamp(10),
+        )
+        .unwrap(),
+    );
+    assert_eq!(s.history, batch, "published again with this commit");
+    let stored = decode(&s.commit.expect("a commit").bytes);
+    assert_eq!(stored.outbox.len(), 1);
+    assert_eq!(stored.outbox[0].seq, 9);
+    assert_eq!(
+        stored.outbox[0].more_history, batch,
+        "kept in this commit's entry until it is carried out"
+    );
+    let held: Vec<u64> = stored.history_held.iter().map(|h| h.n).collect();
+    assert_eq!(held, [2], "this event's own entry is held as before");
+}
+
+#[test]
 fn a_run_that_ends_is_not_cached() {
     let wf = workflow();
     let (record, a) = started(&wf);
