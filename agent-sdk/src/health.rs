@@ -135,9 +135,6 @@ impl Probes {
     }
 }
 
-<<<<<<< HEAD
-/// Waits for SIGINT or SIGTERM (listening from the first poll: see [`Signals`]).
-=======
 async fn scrape() -> axum::response::Response {
     use axum::response::IntoResponse as _;
     match crate::metrics::scrape() {
@@ -153,8 +150,7 @@ async fn scrape() -> axum::response::Response {
     }
 }
 
-/// Waits for SIGINT or SIGTERM.
->>>>>>> main
+/// Waits for SIGINT or SIGTERM (listening from the first poll: see [`Signals`]).
 pub async fn signalled() -> std::io::Result<()> {
     Signals::listen()?.recv().await;
     Ok(())
