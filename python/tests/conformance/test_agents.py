@@ -99,6 +99,10 @@ async def test_malformed_requests_get_a_json_rpc_error_and_the_agent_keeps_servi
         (b"not json", protocol.PARSE_ERROR),
         (
             b'{"jsonrpc":"2.0","id":"m1","method":"tasks/resubscribe","params":{}}',
+            protocol.UNSUPPORTED_OPERATION,
+        ),
+        (
+            b'{"jsonrpc":"2.0","id":"m3","method":"tasks/sendSubscribe","params":{}}',
             protocol.METHOD_NOT_FOUND,
         ),
         (
@@ -111,6 +115,20 @@ async def test_malformed_requests_get_a_json_rpc_error_and_the_agent_keeps_servi
         await nc.publish(REQ.format(sdk.name), body, reply=inbox.subject)
         await inbox.wait(lambda v, m, c=code: (v.get("error") or {}).get("code") == c)
     assert await mesh.call(sdk.name, {"op": "double", "value": 1}) == {"value": 2.0}
+
+
+async def test_message_stream_is_message_send_with_its_updates_as_the_stream(
+    nc: Any, sdk: Any
+) -> None:
+    """The NATS binding's message/stream (docs/protocol.md, "A2A over NATS")."""
+    inbox = await Inbox.open(nc)
+    _, body = send_body({"op": "double", "value": 4})
+    streamed = json.loads(body)
+    streamed["method"] = "message/stream"
+    await nc.publish(REQ.format(sdk.name), json.dumps(streamed).encode(), reply=inbox.subject)
+    reply, _ = await inbox.wait(is_final)
+    assert "error" not in reply, reply
+    assert reply["result"]["status"]["state"] == "completed", reply
 
 
 async def test_reply_subjects_outside_inboxes_and_the_mesh_are_refused(nc: Any, sdk: Any) -> None:
