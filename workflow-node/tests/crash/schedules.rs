@@ -51,7 +51,7 @@ async fn each_slot_starts_one_run_while_replicas_are_killed_at_fire_times() {
     ));
     let js = async_nats::jetstream::new(client.clone());
     let runs = js.get_key_value(names::runs_bucket("mesh")).await.unwrap();
-    let mut watch = runs.watch("Tick.*").await.expect("watch");
+    let mut watch = runs.watch_with_history("Tick.*").await.expect("watch");
     // Slot (Unix seconds) → the runs started for it, by execution id.
     let mut slots: BTreeMap<u64, BTreeMap<String, RunRecord>> = BTreeMap::new();
     let mut stopped_at: Option<u64> = None;

@@ -67,7 +67,7 @@ async fn three_replicas_start_one_run_per_slot_named_by_the_slot() {
     }
     let js = async_nats::jetstream::new(m.client.clone());
     let runs = js.get_key_value(names::runs_bucket("mesh")).await.unwrap();
-    let mut watch = runs.watch("Tick.*").await.expect("watch");
+    let mut watch = runs.watch_with_history("Tick.*").await.expect("watch");
     // Every run of the schedule, by execution id, until four have succeeded.
     let mut seen: BTreeMap<String, RunRecord> = BTreeMap::new();
     let watching = async {
@@ -168,7 +168,7 @@ async fn operators_pause_trigger_add_and_delete_schedules() {
     let js = async_nats::jetstream::new(c.clone());
     let bucket = js.get_key_value(names::runs_bucket("mesh")).await.unwrap();
     let mut watch = bucket
-        .watch(format!("Daily.{execution}"))
+        .watch_with_history(format!("Daily.{execution}"))
         .await
         .expect("watch");
     let ended = async {
