@@ -38,7 +38,7 @@ pub(in crate::shell) async fn load(shared: &Shared, key: &str) -> Result<Loaded>
             settled: Default::default(),
         });
     };
-    load_apart(shared, key, &mut record).await?;
+    load_apart(shared, key, &mut record, true).await?;
     for (id, r) in record.maps.clone() {
         let mut items = Vec::with_capacity(r.total as usize);
         for c in 0..r.starts.len() {
@@ -75,16 +75,18 @@ pub(in crate::shell) async fn read_record(
     Ok(Some((revision, record)))
 }
 
-/// Reads back the input and outputs `record` keeps apart.
+/// Reads back the input and outputs `record` keeps apart; the run's output, when it is
+/// the run's artifact, only if `artifact_output` (an answer names that object instead).
 pub(in crate::shell) async fn load_apart(
     shared: &Shared,
     key: &str,
     record: &mut RunRecord,
+    artifact_output: bool,
 ) -> Result<()> {
     if record.input_apart {
         record.state.input = get(shared, &input_key(key), &mut record.held_bytes).await?;
     }
-    if record.output_apart {
+    if record.output_apart && (artifact_output || !record.output_artifact) {
         let output = get(shared, &run_output_key(key), &mut record.held_bytes).await?;
         record.state.output = Some(output);
     }
@@ -409,6 +411,16 @@ pub(in crate::shell) async fn end(shared: &Shared, ending: Ending) -> Result<()>
     Ok(())
 }
 
+/// A run's output artifact, `(name, uri)`: version 1 of `{execution}.{tag}.output.json`
+/// in the artifact bucket, where the commit ending the run stores an output over the
+/// inline limit (see [`apart`]), and the one object every answer names.
+pub(in crate::shell) fn output_artifact(shared: &Shared, execution: &str) -> (String, String) {
+    let name = shared.seal.object_name(execution, ".output.json");
+    let bucket = messages::subjects::artifact_bucket(&shared.ns);
+    let uri = messages::payload::object_uri(&bucket, &messages::payload::version_key(&name, 1));
+    (name, uri)
+}
+
 /// Writes in flight: started together, awaited together.
 pub(in crate::shell) struct Pending(Vec<(String, PublishAckFuture)>);
 
@@ -427,8 +439,23 @@ pub(in crate::shell) async fn start_puts(
         .max_payload
         .saturating_sub(8 * 1024);
     let mut acks = Vec::with_capacity(writes.len());
-    for Write { key, mut bytes } in writes {
-        if bytes.len() > kv_limit {
+    for Write {
+        key,
+        mut bytes,
+        output_of,
+    } in writes
+    {
+        if let Some(execution) = output_of {
+            let (name, _) = output_artifact(shared, &execution);
+            let uri = shared
+                .artifacts
+                .put_run(&name, &execution, bytes)
+                .await
+                .context(|| format!("storing the output of run {execution}"))?;
+            bytes = serde_json::to_vec(&Moved {
+                mesh_moved_to_object: uri,
+            })?;
+        } else if bytes.len() > kv_limit {
             let name = shared.seal.object_name(&format!("runs/{key}"), ".json");
             shared.artifacts.put(&name, bytes).await?;
             bytes = serde_json::to_vec(&Moved {
