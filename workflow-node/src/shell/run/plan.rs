@@ -769,8 +769,13 @@ fn ending(record: &RunRecord, run_key: &str) -> Result<Ending, serde_json::Error
     })
 }
 
-/// How long what is written beside a run's entry is needed at least: until its deadline.
+/// How long what is written beside a run's entry is needed at least: until its deadline,
+/// or, once it has ended, no longer than its entry (what the commit ending it writes, such
+/// as its output's key, is not written again when it ends).
 fn apart_for(state: &Execution, now: Millis) -> Millis {
+    if state.status.is_terminal() {
+        return Millis(0);
+    }
     Millis(state.deadline.0.saturating_sub(now.0))
 }
 
