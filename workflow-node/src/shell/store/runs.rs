@@ -426,7 +426,8 @@ pub(in crate::shell) struct Pending(Vec<(String, PublishAckFuture)>);
 
 /// Starts writing `writes` beside a run's entry, to expire after `ttl`; [`Pending::stored`]
 /// waits for them. A value too large for one KV message goes to the object store first
-/// (under its key's name), and its key holds a small stand-in naming it.
+/// (under its key's name), and its key holds a small stand-in naming it; a run's output
+/// over the inline limit goes to the run's output artifact ([`output_artifact`]) instead.
 pub(in crate::shell) async fn start_puts(
     shared: &Shared,
     writes: Vec<Write>,
