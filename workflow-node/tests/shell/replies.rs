@@ -289,13 +289,10 @@ async fn resent_requests_to_an_ended_run_from_two_replicas_name_its_output_store
     };
     let m = support::mesh::mesh(STUBS, &[ECHO, SLOW], config.clone()).await;
     let other = async_nats::connect(m.server.url()).await.expect("connect");
-    let _second = workflow_node::shell::WorkflowNode::start(
-        other,
-        support::mesh::workflows(&[ECHO]),
-        config,
-    )
-    .await
-    .expect("a second replica");
+    let _second =
+        workflow_node::shell::WorkflowNode::start(other, support::mesh::workflows(&[ECHO]), config)
+            .await
+            .expect("a second replica");
     // Every object written to the artifact bucket writes its metadata message: heard here.
     let mut metadata = m
         .client

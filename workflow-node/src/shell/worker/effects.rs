@@ -401,7 +401,6 @@ impl RunContext<'_> {
         Ok(())
     }
 
-
     /// Sends `caller` the final reply, unless another replica has the right to
     /// ([`crate::shell::worker::final_claim`]): no caller gets two final replies for one request, and one whose
     /// reply was lost with a dying replica resends its request (same task id) and is
