@@ -70,6 +70,9 @@ pub enum ServeError {
         /// The schema compiler's complaint.
         reason: String,
     },
+    /// A remote agent's URL, token or card did not pass its checks.
+    #[error(transparent)]
+    Remote(#[from] crate::remote::RemoteError),
     /// An LLM agent cannot start (its API key is missing, ...); the reason never holds
     /// the key.
     #[error("{reason}")]

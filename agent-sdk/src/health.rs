@@ -86,12 +86,32 @@ impl Probes {
     /// Serves the probes on `addr` (port 0 picks one) until the process ends; returns the
     /// address bound.
     pub async fn serve(self: &Arc<Probes>, addr: SocketAddr) -> std::io::Result<SocketAddr> {
+        self.serve_router(addr, false).await
+    }
+
+    /// As [`Probes::serve`], and `GET /metrics` too: the process's own metrics
+    /// ([`crate::metrics`]) in the Prometheus text format.
+    pub async fn serve_with_metrics(
+        self: &Arc<Probes>,
+        addr: SocketAddr,
+    ) -> std::io::Result<SocketAddr> {
+        self.serve_router(addr, true).await
+    }
+
+    async fn serve_router(
+        self: &Arc<Probes>,
+        addr: SocketAddr,
+        metrics: bool,
+    ) -> std::io::Result<SocketAddr> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let bound = listener.local_addr()?;
-        let app = Router::new()
+        let mut app = Router::new()
             .route("/livez", get(|| async { "ok\n" }))
-            .route("/readyz", get(ready))
-            .with_state(self.clone());
+            .route("/readyz", get(ready));
+        if metrics {
+            app = app.route("/metrics", get(scrape));
+        }
+        let app = app.with_state(self.clone());
         tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
                 tracing::warn!("the health listener stopped: {e}");
@@ -112,6 +132,21 @@ impl Probes {
             _ = tokio::time::sleep(delay) => Ok(()),
             signal = signalled() => signal,
         }
+    }
+}
+
+async fn scrape() -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    match crate::metrics::scrape() {
+        Ok(text) => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                crate::metrics::prometheus::CONTENT_TYPE,
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
     }
 }
 

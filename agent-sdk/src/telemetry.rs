@@ -295,6 +295,8 @@ fn build_provider(
     };
     let exporter = {
         let _entered = runtime.as_ref().map(|rt| rt.enter());
+        // The HTTP exporter builds a reqwest client, which needs the TLS provider.
+        crate::crypto::install();
         opentelemetry_otlp::SpanExporter::builder()
             .build()
             .map_err(|e| e.to_string())?

@@ -450,8 +450,10 @@ async fn the_model_calls_mesh_agents_as_tools_in_parallel_and_sees_their_errors(
     assert_eq!(provider.wait_requests(5).await.len(), 5);
 }
 
-#[tokio::test]
-async fn model_and_tool_calls_are_spans_after_the_genai_conventions_without_prompts() {
+/// An LLM agent `Writer` served by `mesh-agents` (with `capture` as the content-capture
+/// variable's value, when given) calls its tool `Doubler` once and answers "four" to the
+/// topic "secret-topic"; the spans exported when it stops.
+async fn traced_tool_call(capture: Option<&str>) -> Vec<test_harness::otlp::Span> {
     let server = test_harness::nats();
     let client = async_nats::connect(server.url()).await.unwrap();
     let provider = Provider::start().await;
@@ -476,8 +478,12 @@ async fn model_and_tool_calls_are_spans_after_the_genai_conventions_without_prom
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
         .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
         .env("OTEL_BSP_SCHEDULE_DELAY", "600000")
+        .env_remove(agent_sdk::llm::CAPTURE_CONTENT_ENV)
         .kill_on_drop(true)
         .stderr(std::process::Stdio::piped());
+    if let Some(value) = capture {
+        child.env(agent_sdk::llm::CAPTURE_CONTENT_ENV, value);
+    }
     let mut child = child.spawn().unwrap();
     let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
     loop {
@@ -508,7 +514,7 @@ async fn model_and_tool_calls_are_spans_after_the_genai_conventions_without_prom
         .expect("mesh-agents stops on SIGTERM")
         .unwrap();
 
-    let spans = receiver
+    receiver
         .wait_for_spans(WAIT, |spans| {
             let chats = spans.iter().filter(|s| s.name == "chat test-model").count();
             let doubler = spans
@@ -517,7 +523,12 @@ async fn model_and_tool_calls_are_spans_after_the_genai_conventions_without_prom
             (chats == 2 && doubler).then(|| spans.to_vec())
         })
         .await
-        .unwrap_or_else(|spans| panic!("no model and tool spans: {spans:#?}"));
+        .unwrap_or_else(|spans| panic!("no model and tool spans: {spans:#?}"))
+}
+
+#[tokio::test]
+async fn model_and_tool_calls_are_spans_after_the_genai_conventions_without_prompts() {
+    let spans = traced_tool_call(None).await;
     let handle = spans
         .iter()
         .find(|s| s.name == "agent.handle" && s.attr("agent.name") == Some("Writer"))
@@ -557,8 +568,48 @@ async fn model_and_tool_calls_are_spans_after_the_genai_conventions_without_prom
     }
 }
 
-/// Against a real endpoint when `OPENAI_BASE_URL` (plain `http://`, such as a local
-/// llama.cpp server or LiteLLM proxy) is set, with `OPENAI_API_KEY` if it needs one and
+#[tokio::test]
+async fn with_content_capture_on_model_spans_carry_prompts_and_completions() {
+    let spans = traced_tool_call(Some("span_only")).await;
+    let chats: Vec<_> = spans
+        .iter()
+        .filter(|s| s.name == "chat test-model")
+        .collect();
+    let input = |s: &test_harness::otlp::Span| -> Value {
+        serde_json::from_str(s.attr("gen_ai.input.messages").expect("input messages")).unwrap()
+    };
+    let output = |s: &test_harness::otlp::Span| -> Value {
+        serde_json::from_str(s.attr("gen_ai.output.messages").expect("output messages")).unwrap()
+    };
+    let first = chats
+        .iter()
+        .find(|s| input(s).as_array().unwrap().len() == 2)
+        .expect("the first model call: system and user messages");
+    assert_eq!(
+        input(first)[1],
+        json!({"role": "user", "parts": [{"type": "text", "content": "Write about secret-topic"}]})
+    );
+    assert_eq!(
+        output(first)[0]["parts"][0],
+        json!({"type": "tool_call", "id": "c1", "name": "Doubler", "arguments": {"value": 2}})
+    );
+    let second = chats
+        .iter()
+        .find(|s| input(s).as_array().unwrap().len() == 4)
+        .expect("the second model call: with the tool's answer");
+    assert_eq!(input(second)[3]["role"], "tool");
+    assert_eq!(
+        output(second),
+        json!([{"role": "assistant", "parts": [{"type": "text", "content": "four"}], "finish_reason": "stop"}])
+    );
+    // The key is in no span, recorded content or not.
+    for s in &spans {
+        assert!(!format!("{:?}", s.attributes).contains(KEY), "{s:#?}");
+    }
+}
+
+/// Against a real endpoint when `OPENAI_BASE_URL` (a hosted API over `https://`, or a
+/// local llama.cpp server or LiteLLM proxy) is set, with `OPENAI_API_KEY` if it needs one and
 /// `OPENAI_MODEL` (default `gpt-4o-mini`); otherwise it says it was skipped.
 #[tokio::test]
 async fn a_real_endpoint_answers_when_one_is_configured() {

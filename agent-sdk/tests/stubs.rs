@@ -329,3 +329,28 @@ fn the_binary_exits_2_at_once_when_no_server_listens() -> Result<()> {
     );
     Ok(())
 }
+
+#[test]
+fn mesh_agents_names_itself_and_stub_agents_says_it_is_the_old_name() {
+    let help = |bin: &str| {
+        let out = std::process::Command::new(bin)
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{bin} --help: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let new = help(env!("CARGO_BIN_EXE_mesh-agents"));
+    assert!(new.contains("Usage: mesh-agents "), "{new}");
+    assert!(
+        new.contains("stub agents") && new.contains("LLM agents"),
+        "{new}"
+    );
+    assert!(!new.contains("stub-agents"), "{new}");
+    let old = help(env!("CARGO_BIN_EXE_stub-agents"));
+    assert!(old.contains("Usage: stub-agents "), "{old}");
+    assert!(
+        old.starts_with("stub-agents is the old name of mesh-agents"),
+        "{old}"
+    );
+}

@@ -235,26 +235,35 @@ impl Recorded {
     }
 }
 
-#[derive(Default)]
 struct Shared {
     script: Mutex<VecDeque<Reply>>,
     requests: Mutex<Vec<Recorded>>,
     aborted: Mutex<u64>,
     /// Bumped on every request and every abort.
-    changed: Option<watch::Sender<u64>>,
+    changed: watch::Sender<u64>,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Shared {
+            script: Mutex::default(),
+            requests: Mutex::default(),
+            aborted: Mutex::default(),
+            changed: watch::channel(0).0,
+        }
+    }
 }
 
 impl Shared {
     fn bump(&self) {
-        if let Some(tx) = &self.changed {
-            tx.send_modify(|n| *n += 1);
-        }
+        self.changed.send_modify(|n| *n += 1);
     }
 }
 
 /// A running scripted provider; stops when dropped.
 pub struct Provider {
     addr: SocketAddr,
+    scheme: &'static str,
     shared: Arc<Shared>,
     changed: watch::Receiver<u64>,
     task: tokio::task::JoinHandle<()>,
@@ -267,23 +276,78 @@ impl Drop for Provider {
 }
 
 impl Provider {
-    /// Starts a provider on a free loopback port.
+    /// Starts a provider on a free loopback port, over plain HTTP.
     pub async fn start() -> Provider {
-        let (tx, changed) = watch::channel(0);
-        let shared = Arc::new(Shared {
-            changed: Some(tx),
-            ..Shared::default()
-        });
-        let app = Router::new().fallback(answer).with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("binding a loopback port");
+        let (listener, shared, app) = Provider::parts().await;
         let addr = listener.local_addr().expect("the bound address");
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
+        Provider::with(addr, "http", shared, task)
+    }
+
+    /// Starts a provider over HTTPS with a certificate and its key (PEM files; the
+    /// certificate should name `127.0.0.1`), as hosted APIs are served. A client that
+    /// refuses the certificate is not recorded as a request.
+    pub async fn start_tls(cert: &std::path::Path, key: &std::path::Path) -> Provider {
+        use rustls::pki_types::pem::PemObject as _;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certs = CertificateDer::pem_file_iter(cert)
+            .and_then(|c| c.collect::<Result<Vec<_>, _>>())
+            .unwrap_or_else(|e| panic!("reading {}: {e}", cert.display()));
+        let key = PrivateKeyDer::from_pem_file(key)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", key.display()));
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .expect("a certificate and its key");
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let (listener, shared, app) = Provider::parts().await;
+        let addr = listener.local_addr().expect("the bound address");
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (acceptor, app) = (acceptor.clone(), app.clone());
+                tokio::spawn(async move {
+                    // A handshake the client refused ends here: nothing to serve.
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service = hyper_util::service::TowerToHyperService::new(app);
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        Provider::with(addr, "https", shared, task)
+    }
+
+    async fn parts() -> (tokio::net::TcpListener, Arc<Shared>, Router) {
+        let shared = Arc::new(Shared::default());
+        let app = Router::new().fallback(answer).with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binding a loopback port");
+        (listener, shared, app)
+    }
+
+    fn with(
+        addr: SocketAddr,
+        scheme: &'static str,
+        shared: Arc<Shared>,
+        task: tokio::task::JoinHandle<()>,
+    ) -> Provider {
+        let changed = shared.changed.subscribe();
         Provider {
             addr,
+            scheme,
             shared,
             changed,
             task,
@@ -295,9 +359,10 @@ impl Provider {
         self.addr
     }
 
-    /// The `base_url` to configure a client with: `http://127.0.0.1:PORT/v1`.
+    /// The `base_url` to configure a client with: `http://127.0.0.1:PORT/v1` (`https://`
+    /// when started with [`Provider::start_tls`]).
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        format!("{}://{}/v1", self.scheme, self.addr)
     }
 
     /// Adds an answer at the end of the script.

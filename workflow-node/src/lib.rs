@@ -11,6 +11,7 @@
 pub mod cli;
 pub mod core;
 pub mod definition;
+pub mod doors;
 pub mod limits;
 pub mod ops;
 pub mod shell;

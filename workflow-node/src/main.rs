@@ -16,7 +16,7 @@ fn main() -> ExitCode {
         Command::Plan(args) => cli::plan::run(args),
         Command::Mermaid(args) => cli::mermaid::run(args),
         Command::Card(args) => cli::card::run(args),
-        Command::Serve(args) => cli::serve::run(args),
+        Command::Serve(args) => cli::serve::run(*args),
         Command::Run(args) => cli::run::run(args),
         Command::Status(args) => cli::status::run(args),
         Command::Runs(args) => cli::runs::run(args),
@@ -28,6 +28,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => cli::demo::run(args),
         Command::Keygen(args) => cli::identity::keygen(args),
         Command::Ui(args) => cli::ui::run(args),
+        Command::Mcp(args) => cli::mcp::run(args),
         Command::Health(args) => cli::health::run(args),
     };
     // Every command's runtime has ended: the last spans go out before the exit.

@@ -6,5 +6,5 @@
 mod program;
 
 fn main() -> std::process::ExitCode {
-    program::main()
+    program::main_as("mesh-agents")
 }

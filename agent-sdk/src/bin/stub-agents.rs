@@ -1,6 +1,8 @@
-//! `stub-agents FILE [--nats-url URL] [--namespace NS] [connection options]`: serves the
-//! stub agents (and LLM agents, `agent_sdk::llm`) a YAML file describes, until ctrl-c or
-//! SIGTERM; also built as `mesh-agents`. User, NKey, credentials,
+//! `mesh-agents FILE [--nats-url URL] [--namespace NS] [connection options]`: serves the
+//! stub agents and LLM agents (`agent_sdk::llm`) a YAML file describes, until ctrl-c or
+//! SIGTERM. Also built as `stub-agents`, its old name (it served only stubs then), kept
+//! for existing scripts: the program names itself by the name it was built as, and says
+//! so in `--help`. User, NKey, credentials,
 //! TLS and inbox prefix: flags or `NATS_*` variables (`agent_sdk::ConnectConfig`). Without a URL (flag or `NATS_URL`) it starts a local
 //! nats-server with JetStream in a data directory of its own, and stops it on exit.
 //!
@@ -24,11 +26,20 @@ use agent_sdk::{load_stub_file, serve_stubs_signed, DEFAULT_NAMESPACE};
 use anyhow::{Context, Result};
 use clap::Parser;
 
-/// Serve stub agents described in YAML, for testing workflows without any LLM.
+/// What `--help` says the program does.
+const ABOUT: &str = "Serve the agents an agents file declares: stub agents (fixed rules, \
+for testing workflows without any LLM) and LLM agents (a model block: any \
+OpenAI-compatible chat-completions endpoint, with the mesh as tools).";
+
+/// The old name's note, before [`ABOUT`].
+const OLD_NAME: &str = "stub-agents is the old name of mesh-agents (it served only stub \
+agents then), kept for existing scripts; use mesh-agents.";
+
 #[derive(Debug, Parser)]
-#[command(name = "stub-agents", version)]
+#[command(version)]
 struct Args {
-    /// The stub file (`agents: [{name, rules: [{when, output | fail}], ...}]`).
+    /// The agents file (`agents: [{name, rules: [{when, output | fail}]} | {name, model:
+    /// {base_url, name}, instruction, tools}, ...]`).
     file: PathBuf,
     /// NATS server URL; without it (and without NATS_URL) a local server is started.
     #[arg(long, env = "NATS_URL")]
@@ -38,7 +49,8 @@ struct Args {
     namespace: String,
     /// Serve liveness (`/livez`) and readiness (`/readyz`) probes at `http://ADDR/` (port 0
     /// picks a free one, printed at start): ready once every agent is subscribed and its
-    /// card out, not while draining or cut off from NATS.
+    /// card out, not while draining or cut off from NATS. `/metrics` there has the LLM
+    /// agents' calls, tokens and waits in the Prometheus text format.
     #[arg(long, value_name = "ADDR", env = "MESH_HEALTH_ADDR")]
     health_addr: Option<SocketAddr>,
     /// On SIGINT/SIGTERM, how long to stay unready but serving before draining (`5s`), so
@@ -54,14 +66,41 @@ struct Args {
     connect: agent_sdk::ConnectConfig,
 }
 
+/// The name the program runs as, for its messages.
+static PROGRAM: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+fn program() -> &'static str {
+    PROGRAM.get().copied().unwrap_or("mesh-agents")
+}
+
 fn delay(text: &str) -> Result<Duration, String> {
     workflow_expr::duration::parse(text).map_err(|e| e.to_string())
 }
 
+/// The `stub-agents` binary (the old name).
+#[allow(dead_code)] // mesh-agents, which includes this file, enters by `main_as`.
 pub(crate) fn main() -> ExitCode {
-    let args = Args::parse();
+    main_as("stub-agents")
+}
+
+/// Runs the program as `name` (`mesh-agents`, or the old `stub-agents`): its `--help`,
+/// its messages' prefix and its service name in traces.
+pub(crate) fn main_as(name: &'static str) -> ExitCode {
+    use clap::{CommandFactory as _, FromArgMatches as _};
+    let about = match name {
+        "stub-agents" => format!("{OLD_NAME}\n\n{ABOUT}"),
+        _ => ABOUT.to_owned(),
+    };
+    let matches = Args::command()
+        .long_about(about.clone())
+        .name(name)
+        .bin_name(name)
+        .about(about)
+        .get_matches();
+    let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    PROGRAM.set(name).ok();
     // Logs on stderr (RUST_LOG, default warn); traces when OTEL_EXPORTER_OTLP_ENDPOINT is set.
-    let telemetry = agent_sdk::telemetry::Telemetry::builder("stub-agents")
+    let telemetry = agent_sdk::telemetry::Telemetry::builder(name)
         .log_default(Some("warn"))
         .init();
     let stubs = match load_stub_file(&args.file) {
@@ -76,14 +115,14 @@ pub(crate) fn main() -> ExitCode {
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("stub-agents: cannot start the runtime: {e}");
+            eprintln!("{}: cannot start the runtime: {e}", program());
             return ExitCode::from(1);
         }
     };
     let code = match runtime.block_on(run(args, stubs)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("stub-agents: {e:#}");
+            eprintln!("{}: {e:#}", program());
             ExitCode::from(2)
         }
     };
@@ -97,14 +136,16 @@ async fn run(args: Args, stubs: agent_sdk::StubFile) -> Result<()> {
     let url = match args.nats_url.clone() {
         Some(url) => url,
         None => {
-            let dir = std::env::temp_dir().join(format!("stub-agents-nats-{}", std::process::id()));
+            let dir =
+                std::env::temp_dir().join(format!("{}-nats-{}", program(), std::process::id()));
             let server = nats_process::NatsServer::start(nats_process::Options {
                 data_dir: Some(dir.clone()),
                 ..Default::default()
             })
             .context("starting a local nats-server (give --nats-url to use another)")?;
             eprintln!(
-                "stub-agents: no --nats-url or NATS_URL; started a local nats-server at {} (data in {})",
+                "{}: no --nats-url or NATS_URL; started a local nats-server at {} (data in {})",
+                program(),
                 server.url(),
                 dir.display()
             );
@@ -116,7 +157,7 @@ async fn run(args: Args, stubs: agent_sdk::StubFile) -> Result<()> {
     let result = serve(&url, &args, stubs).await;
     if let Some((mut server, dir)) = embedded {
         if let Err(e) = server.stop() {
-            eprintln!("stub-agents: stopping the local nats-server: {e}");
+            eprintln!("{}: stopping the local nats-server: {e}", program());
         }
         let _ = std::fs::remove_dir_all(dir);
     }
@@ -129,10 +170,11 @@ async fn serve(url: &str, args: &Args, stubs: agent_sdk::StubFile) -> Result<()>
     let probes = Probes::new(client.clone());
     if let Some(addr) = args.health_addr {
         let bound = probes
-            .serve(addr)
+            .serve_with_metrics(addr)
             .await
             .with_context(|| format!("serving the health probes at {addr}"))?;
-        eprintln!("stub-agents: health at http://{bound}/livez and /readyz");
+        eprintln!("{}: health at http://{bound}/livez and /readyz", program());
+        eprintln!("{}: metrics at http://{bound}/metrics", program());
     }
     let names: Vec<String> = (stubs.agents.iter().map(|a| a.name.clone()))
         .chain(stubs.llm.iter().map(|a| a.name.clone()))
@@ -145,19 +187,21 @@ async fn serve(url: &str, args: &Args, stubs: agent_sdk::StubFile) -> Result<()>
         None => None,
     };
     if let Some(signer) = &signer {
-        eprintln!("stub-agents: cards signed by key {}", signer.public_key());
+        eprintln!("{}: cards signed by key {}", program(), signer.public_key());
     }
     let handles = serve_stubs_signed(client, ns, stubs, signer).await?;
     probes.started();
     eprintln!(
-        "stub-agents: serving {} in namespace {ns} on {url}; ctrl-c to stop",
+        "{}: serving {} in namespace {ns} on {url}; ctrl-c to stop",
+        program(),
         names.join(", ")
     );
     signalled().await.context("waiting for SIGINT or SIGTERM")?;
     probes.draining();
     if !args.shutdown_delay.is_zero() {
         eprintln!(
-            "stub-agents: unready; stopping in {} s (or at a second signal)",
+            "{}: unready; stopping in {} s (or at a second signal)",
+            program(),
             args.shutdown_delay.as_secs_f64()
         );
     }
@@ -165,7 +209,7 @@ async fn serve(url: &str, args: &Args, stubs: agent_sdk::StubFile) -> Result<()>
         .hold_unready(args.shutdown_delay)
         .await
         .context("waiting for a second signal")?;
-    eprintln!("stub-agents: stopping");
+    eprintln!("{}: stopping", program());
     for h in handles {
         h.stop().await;
     }

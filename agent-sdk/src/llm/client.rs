@@ -1,6 +1,8 @@
 //! A hand-written client of OpenAI-compatible chat completions (`POST
 //! {base_url}/chat/completions`), JSON or streamed as server-sent events, on `reqwest`
-//! (already in the build through the OTLP exporter) with a small SSE reader: no SDK, so
+//! (already in the build through the OTLP exporter) with a small SSE reader, over `http://`
+//! or `https://` (rustls; the system's roots, or only those of the endpoint's `ca_file`
+//! when it names one, for a private CA): no SDK, so
 //! retries stay the workflow's (this client never retries) and a dropped future drops the
 //! HTTP request, which is how a cancelled call cancels it.
 //!
@@ -10,6 +12,7 @@
 //! ([`ProviderError::into_agent_error`]); the API key never appears in one: the provider's
 //! own message is redacted before it is kept.
 
+use std::path::Path;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -73,6 +76,9 @@ pub enum ProviderError {
     Timeout(Duration),
     /// The connection could not be made or broke.
     Transport(String),
+    /// The endpoint's TLS certificate was refused (not from a trusted CA, another name,
+    /// expired): retrying cannot help until the configuration changes.
+    Certificate(String),
     /// The answer is not the chat-completions format.
     Malformed(String),
 }
@@ -85,6 +91,7 @@ impl ProviderError {
             ProviderError::Status { status, .. } => status.to_string(),
             ProviderError::Timeout(_) => "timeout".into(),
             ProviderError::Transport(_) => "transport".into(),
+            ProviderError::Certificate(_) => "certificate".into(),
             ProviderError::Malformed(_) => "malformed".into(),
         }
     }
@@ -127,6 +134,13 @@ impl ProviderError {
             ProviderError::Transport(e) => AgentError::with_kind(
                 format!("cannot reach the model provider: {e}"),
                 KIND_TRANSIENT,
+            ),
+            ProviderError::Certificate(e) => AgentError::with_kind(
+                format!(
+                    "the model provider's TLS certificate was refused (check model.ca_file, \
+                     or the system's roots without one): {e}"
+                ),
+                KIND_PERMANENT,
             ),
             ProviderError::Malformed(e) => AgentError::with_kind(
                 format!("the model provider's answer is not a chat completion: {e}"),
@@ -173,14 +187,42 @@ pub struct ChatClient {
 
 impl ChatClient {
     /// A client of `{base_url}/chat/completions`, sending `key` as a bearer token; a call
-    /// that has not finished after `timeout` fails with [`ProviderError::Timeout`].
-    pub fn new(base_url: &str, key: Option<ApiKey>, timeout: Duration) -> ChatClient {
-        ChatClient {
-            http: reqwest::Client::new(),
+    /// that has not finished after `timeout` fails with [`ProviderError::Timeout`]. An
+    /// `https://` endpoint's certificate must chain to the system's roots, or, with
+    /// `ca_file` (PEM, one or more certificates), to one of those instead.
+    pub fn new(
+        base_url: &str,
+        key: Option<ApiKey>,
+        timeout: Duration,
+        ca_file: Option<&Path>,
+    ) -> Result<ChatClient, String> {
+        crate::crypto::install();
+        let mut builder = reqwest::Client::builder();
+        if let Some(path) = ca_file {
+            let pem = std::fs::read(path).map_err(|e| {
+                format!(
+                    "the CA file {} cannot be read: {}",
+                    path.display(),
+                    e.kind()
+                )
+            })?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                .ok()
+                .filter(|c| !c.is_empty())
+                .ok_or_else(|| {
+                    format!("the CA file {} holds no PEM certificate", path.display())
+                })?;
+            builder = builder.tls_certs_only(certs);
+        }
+        let http = builder
+            .build()
+            .map_err(|e| format!("building the HTTP client: {}", chain(&e)))?;
+        Ok(ChatClient {
+            http,
             url: format!("{}/chat/completions", base_url.trim_end_matches('/')),
             key,
             timeout,
-        }
+        })
     }
 
     fn redact(&self, text: &str) -> String {
@@ -208,10 +250,14 @@ impl ChatClient {
             if let Some(key) = &self.key {
                 request = request.bearer_auth(&key.0);
             }
-            let response = request
-                .send()
-                .await
-                .map_err(|e| ProviderError::Transport(self.redact(&e.to_string())))?;
+            let response = request.send().await.map_err(|e| {
+                let text = self.redact(&chain(&e));
+                if refused_certificate(&e) {
+                    ProviderError::Certificate(text)
+                } else {
+                    ProviderError::Transport(text)
+                }
+            })?;
             let status = response.status().as_u16();
             if !(200..300).contains(&status) {
                 let retry_after = response
@@ -263,6 +309,48 @@ impl ChatClient {
             other => other,
         })
     }
+}
+
+/// An error with its causes (`error sending request: ...: invalid peer certificate:
+/// UnknownIssuer`): reqwest's own text names none, and a refused certificate is only
+/// in the causes.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
+}
+
+/// Whether a request failed because rustls refused the server's certificate (the rustls
+/// error sits in the causes, possibly inside an I/O error, or only in their text).
+fn refused_certificate(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        let tls = c.downcast_ref::<rustls::Error>().or_else(|| {
+            c.downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        });
+        if matches!(
+            tls,
+            Some(rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented)
+        ) {
+            return true;
+        }
+        // Some layers box the I/O error away from `source()`; rustls's own words remain.
+        if c.to_string().contains("invalid peer certificate") {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// The first 200 characters of a body, for an error message.

@@ -33,12 +33,19 @@ const AGENT_FIELDS: &[&str] = &[
     "tool_timeout",
     "max_time",
     "limits",
+    "record_content",
 ];
 
-const LIMIT_FIELDS: &[&str] = &["key", "max_concurrency"];
+const LIMIT_FIELDS: &[&str] = &[
+    "key",
+    "max_concurrency",
+    "requests_per_minute",
+    "tokens_per_minute",
+];
 
 const MODEL_FIELDS: &[&str] = &[
     "base_url",
+    "ca_file",
     "name",
     "api_key_env",
     "api_key_file",
@@ -127,6 +134,17 @@ pub(crate) fn agent(p: &mut Problems, at: String, v: &Value) -> Option<LlmAgent>
             }
         },
     };
+    let record_content = match f.get("record_content") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            p.add(
+                &f.at("record_content"),
+                format!("expected true or false, found {}", kind(other)),
+            );
+            false
+        }
+    };
     let tool_timeout = duration_field(p, &f, "tool_timeout", DEFAULT_TOOL_TIMEOUT);
     let max_time = duration_field(p, &f, "max_time", DEFAULT_MAX_TIME);
     let limit = f.get("limits").and_then(|v| {
@@ -135,25 +153,40 @@ pub(crate) fn agent(p: &mut Problems, at: String, v: &Value) -> Option<LlmAgent>
         if let Err(e) = messages::subjects::validate_token(&key) {
             p.add(&l.at("key"), e);
         }
-        let max = match l.get("max_concurrency") {
-            Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
-                Some(n) if n > 0 => n,
+        let mut count = |field: &str| {
+            l.get(field).and_then(|v| match v.as_u64() {
+                Some(n) if n > 0 && n <= u64::from(u32::MAX) => Some(n),
                 _ => {
                     p.add(
-                        &l.at("max_concurrency"),
-                        format!("expected a whole number ≥ 1, found {v}"),
+                        &l.at(field),
+                        format!("expected a whole number from 1 to {}, found {v}", u32::MAX),
                     );
-                    return None;
+                    None
                 }
-            },
-            None => {
-                p.add(&l.at("max_concurrency"), "missing: model calls at once");
-                return None;
-            }
+            })
         };
+        let max_concurrency = count("max_concurrency").map(|n| n as u32);
+        let requests_per_minute = count("requests_per_minute");
+        let tokens_per_minute = count("tokens_per_minute");
+        if [
+            "max_concurrency",
+            "requests_per_minute",
+            "tokens_per_minute",
+        ]
+        .iter()
+        .all(|k| l.get(k).is_none())
+        {
+            p.add(
+                &l.at("max_concurrency"),
+                "missing: limits need max_concurrency, requests_per_minute or tokens_per_minute",
+            );
+            return None;
+        }
         Some(super::Limit {
             key,
-            max_concurrency: max,
+            max_concurrency,
+            requests_per_minute,
+            tokens_per_minute,
         })
     });
     let model = match f.get("model") {
@@ -180,6 +213,7 @@ pub(crate) fn agent(p: &mut Problems, at: String, v: &Value) -> Option<LlmAgent>
             tool_timeout,
             max_time,
             limit,
+            record_content,
         }),
         _ => None,
     }
@@ -224,18 +258,17 @@ fn model(p: &mut Problems, at: String, v: &Value) -> Option<ModelConfig> {
             &f.at("base_url"),
             "missing: the API's base URL, such as http://127.0.0.1:8080/v1",
         );
-    } else if base_url.starts_with("https://") {
-        // reqwest's rustls would need a process-wide crypto provider installed before any
-        // client (the OTLP exporter's among them) is built; until then, plain HTTP only.
+    } else if !base_url.starts_with("http://") && !base_url.starts_with("https://") {
         p.add(
             &f.at("base_url"),
-            "https:// endpoints are not supported yet (this build has no TLS client): \
-             reach a hosted API through a local proxy over http:// (LiteLLM, ...)",
+            format!("expected an http:// or https:// URL, found {base_url:?}"),
         );
-    } else if !base_url.starts_with("http://") {
+    }
+    let ca_file = f.string(p, "ca_file").map(std::path::PathBuf::from);
+    if ca_file.is_some() && !base_url.starts_with("https://") {
         p.add(
-            &f.at("base_url"),
-            format!("expected an http:// URL, found {base_url:?}"),
+            &f.at("ca_file"),
+            "a CA file is for an https:// base_url; this one is not",
         );
     }
     let model = f.string(p, "name").unwrap_or_default();
@@ -292,16 +325,18 @@ fn model(p: &mut Problems, at: String, v: &Value) -> Option<ModelConfig> {
     let structured_output = match f.string(p, "structured_output").as_deref() {
         None | Some("json_schema") => StructuredOutput::JsonSchema,
         Some("instructions") => StructuredOutput::Instructions,
+        Some("json_object") => StructuredOutput::JsonObject,
         Some(other) => {
             p.add(
                 &f.at("structured_output"),
-                format!("expected json_schema or instructions, found {other:?}"),
+                format!("expected json_schema, json_object or instructions, found {other:?}"),
             );
             StructuredOutput::JsonSchema
         }
     };
     (p.count() == before).then_some(ModelConfig {
         base_url,
+        ca_file,
         model,
         api_key,
         temperature,
@@ -336,8 +371,9 @@ agents:
     output_schema: {type: object}
     tools: [WriteUp, "tag:research"]
     max_tool_rounds: 3
+    record_content: true
     tool_timeout: 10s
-    limits: {key: openai-org, max_concurrency: 2}
+    limits: {key: openai-org, max_concurrency: 2, requests_per_minute: 500}
 "#;
         let file = StubFile::parse(text, "a.yaml").unwrap();
         assert_eq!(file.agents.len(), 1);
@@ -354,13 +390,16 @@ agents:
             ]
         );
         assert_eq!(a.max_tool_rounds, 3);
+        assert!(a.record_content);
         assert_eq!(a.tool_timeout, std::time::Duration::from_secs(10));
         assert_eq!(a.max_time, super::DEFAULT_MAX_TIME);
         assert_eq!(
             a.limit,
             Some(super::super::Limit {
                 key: "openai-org".into(),
-                max_concurrency: 2
+                max_concurrency: Some(2),
+                requests_per_minute: Some(500),
+                tokens_per_minute: None,
             })
         );
     }
@@ -376,8 +415,9 @@ agents:
     instruction: "{{call}}"
     tools: [3]
     max_tool_rounds: 0
+    limits: {tokens_per_minute: 0}
   - name: H
-    model: {base_url: "https://api.example.com/v1", name: m}
+    model: {base_url: "http://api.example.com/v1", name: m, ca_file: ca.pem}
   - name: C
     kind: robot
     output: 1
@@ -386,8 +426,8 @@ agents:
         let has = |needle: &str| errors.iter().any(|e| e.contains(needle));
         for needle in [
             "a.yaml: agents[0].model: missing",
-            "a.yaml: agents[1].model.base_url: expected an http",
-            "a.yaml: agents[2].model.base_url: https:// endpoints are not supported yet",
+            "a.yaml: agents[1].model.base_url: expected an http:// or https:// URL",
+            "a.yaml: agents[2].model.ca_file: a CA file is for an https:// base_url",
             "a.yaml: agents[1].model.name: missing",
             "a.yaml: agents[1].model.api_key_file: give either",
             "a.yaml: agents[1].model.temperature: ",
@@ -399,6 +439,7 @@ agents:
             "a.yaml: agents[1].instruction: unknown name `call`",
             "a.yaml: agents[1].tools[0]: expected",
             "a.yaml: agents[1].max_tool_rounds: ",
+            "a.yaml: agents[1].limits.tokens_per_minute: expected a whole number",
             "a.yaml: agents[3].kind: unknown kind",
         ] {
             assert!(has(needle), "{needle} not in {errors:#?}");

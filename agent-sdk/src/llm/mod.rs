@@ -1,20 +1,21 @@
 //! LLM agents declared in the agents file, answered by any OpenAI-compatible
 //! chat-completions endpoint (OpenAI, vLLM, Ollama's `/v1`, llama.cpp's server, LiteLLM)
-//! over plain HTTP (a hosted API through a local proxy: the client has no TLS yet).
+//! over HTTP or HTTPS.
 //!
 //! ```yaml
 //! agents:
 //!   - name: Summarizer
 //!     description: Summarises a text in one sentence
 //!     model:                        # (or `kind: llm`) makes it an LLM agent
-//!       base_url: http://127.0.0.1:11434/v1
+//!       base_url: http://127.0.0.1:11434/v1   # or https://api.openai.com/v1
+//!       ca_file: /etc/llm/ca.pem    # optional, https only: trust this CA, not the system's
 //!       name: llama3.2              # the `model` of each request
 //!       api_key_env: OPENAI_API_KEY # or api_key_file: /run/secrets/llm-key; or neither
 //!       temperature: 0.2
 //!       max_tokens: 512
 //!       timeout: 60s                # per model call (default 120s)
 //!       stream: true                # stream tokens to the caller as status updates
-//!       structured_output: json_schema   # or `instructions`, for servers without it
+//!       structured_output: json_schema   # or `json_object` (llama.cpp), `instructions`
 //!     system: You are terse.        # optional system message (plain text)
 //!     instruction: "Summarise: {{input.text}}"   # the user message, a template over input
 //!     input_schema: {type: object, required: [text]}
@@ -31,8 +32,10 @@
 //! the `transient` kind), and a cancelled call drops the HTTP request.
 
 pub mod client;
+mod content;
 pub(crate) mod file;
 pub mod limits;
+mod metrics;
 pub mod tools;
 
 use std::path::PathBuf;
@@ -96,22 +99,47 @@ pub struct LlmAgent {
     /// A bound on model calls at once, shared by every process serving an agent with the
     /// same limit key.
     pub limit: Option<Limit>,
+    /// Whether model calls' spans carry the prompts and completions (`record_content:
+    /// true`; or, for every agent, [`CAPTURE_CONTENT_ENV`]).
+    pub record_content: bool,
 }
 
-/// A concurrency limit shared across processes ([`limits`]).
+/// The variable that turns on recording prompts and completions in spans for every LLM
+/// agent of the process, as OpenTelemetry's GenAI instrumentations name it: `true`,
+/// `span_only` or `span_and_event` turn it on (events are not emitted: spans carry them).
+pub const CAPTURE_CONTENT_ENV: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
+
+/// Whether [`CAPTURE_CONTENT_ENV`] asks for content.
+fn capture_content_from_env() -> bool {
+    std::env::var(CAPTURE_CONTENT_ENV).is_ok_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "true" | "span_only" | "span_and_event"
+        )
+    })
+}
+
+/// Limits on model calls shared across processes ([`limits`]); at least one is set.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Limit {
     /// What the limit is of (a provider account, say); agents naming the same key share it.
     pub key: String,
     /// Model calls at once, across the mesh.
-    pub max_concurrency: u32,
+    pub max_concurrency: Option<u32>,
+    /// Model requests per minute, across the mesh.
+    pub requests_per_minute: Option<u64>,
+    /// Tokens (prompt and answer) per minute, across the mesh.
+    pub tokens_per_minute: Option<u64>,
 }
 
 /// Where an LLM agent's model is and how it is asked.
 #[derive(Debug, Clone)]
 pub struct ModelConfig {
-    /// The API's base URL, up to and including `/v1`.
+    /// The API's base URL, up to and including `/v1` (`http://` or `https://`).
     pub base_url: String,
+    /// For an `https://` endpoint, a PEM file of the CA certificates its certificate must
+    /// chain to, instead of the system's roots (a private CA).
+    pub ca_file: Option<PathBuf>,
     /// The model name sent in each request.
     pub model: String,
     /// Where the API key comes from.
@@ -169,6 +197,11 @@ pub enum StructuredOutput {
     JsonSchema,
     /// Only the schema in the system message, for servers that reject `response_format`.
     Instructions,
+    /// `response_format: {type: json_object, schema}` (and the schema in the system
+    /// message): JSON mode with the schema beside it, what llama.cpp's servers (its
+    /// `llama-server`, `llama-cpp-python`'s) turn into a grammar; the latter refuses
+    /// `json_schema`.
+    JsonObject,
 }
 
 /// The [`Handler`] of one LLM agent.
@@ -179,11 +212,14 @@ pub struct LlmHandler {
     output: Option<Schema>,
     catalog: Option<Catalog>,
     limit: Option<limits::SharedLimit>,
+    rates: Vec<limits::SharedRate>,
+    record_content: bool,
 }
 
 impl LlmHandler {
     /// A handler for `agent`, its key read now; the error names what is missing.
     pub fn new(agent: LlmAgent) -> Result<LlmHandler, String> {
+        let record_content = agent.record_content || capture_content_from_env();
         let key = agent
             .model
             .api_key
@@ -196,13 +232,21 @@ impl LlmHandler {
             ),
             None => None,
         };
-        let client = ChatClient::new(&agent.model.base_url, key, agent.model.timeout);
+        let client = ChatClient::new(
+            &agent.model.base_url,
+            key,
+            agent.model.timeout,
+            agent.model.ca_file.as_deref(),
+        )
+        .map_err(|e| format!("agent {}: model: {e}", agent.name))?;
         Ok(LlmHandler {
             agent,
             client,
             output,
             catalog: None,
             limit: None,
+            rates: Vec::new(),
+            record_content,
         })
     }
 
@@ -210,6 +254,89 @@ impl LlmHandler {
     pub fn with_limit(mut self, limit: limits::SharedLimit) -> Self {
         self.limit = Some(limit);
         self
+    }
+
+    /// Bounds model calls by a per-minute `rate` as well (see [`limits`]).
+    pub fn with_rate(mut self, rate: limits::SharedRate) -> Self {
+        self.rates.push(rate);
+        self
+    }
+
+    /// Opens the shared limits the agent's `limits` declares, in namespace `ns`.
+    pub async fn with_declared_limits(
+        mut self,
+        client: &async_nats::Client,
+        ns: &str,
+    ) -> Result<Self, String> {
+        let Some(limit) = self.agent.limit.clone() else {
+            return Ok(self);
+        };
+        if let Some(max) = limit.max_concurrency {
+            let lease = self.agent.max_time * 2;
+            let l = limits::SharedLimit::open(client.clone(), ns, &limit.key, max, lease).await?;
+            self = self.with_limit(l);
+        }
+        for (unit, per_minute) in [
+            (limits::Unit::Requests, limit.requests_per_minute),
+            (limits::Unit::Tokens, limit.tokens_per_minute),
+        ] {
+            if let Some(n) = per_minute {
+                let r = limits::SharedRate::open(client.clone(), ns, &limit.key, unit, n).await?;
+                self = self.with_rate(r);
+            }
+        }
+        Ok(self)
+    }
+
+    /// Takes what the shared limits ask before a model call of `body`: the per-minute
+    /// rates (tokens reserved: the request's bytes / 4 plus `max_tokens`), then a slot,
+    /// each wait recorded ([`metrics`]). Returns the slot and the tokens reserved.
+    async fn take_limits(
+        &self,
+        req: &NodeRequest,
+        body: &Map<String, Value>,
+    ) -> Result<(Option<limits::Slot>, u64), AgentError> {
+        let failed = |e: String| AgentError::with_kind(e, client::KIND_TRANSIENT);
+        let tokens = serde_json::to_vec(body)
+            .map(|b| b.len() as u64 / 4)
+            .unwrap_or(0)
+            + self.agent.model.max_tokens.unwrap_or(0);
+        for rate in &self.rates {
+            let (cost, name) = match rate.unit() {
+                limits::Unit::Requests => (1, "requests"),
+                limits::Unit::Tokens => (tokens, "tokens"),
+            };
+            let waited = rate.reserve(cost, req).await.map_err(failed)?;
+            metrics::waited(&self.agent.name, name, waited);
+        }
+        let slot = match &self.limit {
+            Some(l) => {
+                let started = std::time::Instant::now();
+                let slot = l.acquire(req).await.map_err(failed)?;
+                metrics::waited(&self.agent.name, "concurrency", started.elapsed());
+                Some(slot)
+            }
+            None => None,
+        };
+        Ok((slot, tokens))
+    }
+
+    /// Corrects the tokens reserved by what the answer used (all given back when the
+    /// provider reported no usage: a failed call).
+    async fn settle_tokens(&self, reserved: u64, answer: Option<&Completion>) {
+        let used = answer
+            .and_then(|c| Some(c.input_tokens? + c.output_tokens?))
+            .unwrap_or(0);
+        for rate in self
+            .rates
+            .iter()
+            .filter(|r| r.unit() == limits::Unit::Tokens)
+        {
+            let delta = used as i64 - reserved.min(i64::MAX as u64) as i64;
+            if let Err(e) = rate.adjust(delta).await {
+                tracing::warn!("correcting the tokens reserved: {e}");
+            }
+        }
     }
 
     /// Offers the agent's `tools` from `catalog` (without one, none are offered).
@@ -269,14 +396,21 @@ impl LlmHandler {
             let tools: Vec<Value> = offered.iter().map(|t| t.openai()).collect();
             body.insert("tools".into(), Value::from(tools));
         }
-        if let (Some(schema), StructuredOutput::JsonSchema) =
-            (&self.agent.output_schema, m.structured_output)
-        {
-            body.insert(
-                "response_format".into(),
-                json!({"type": "json_schema",
-                       "json_schema": {"name": "output", "schema": schema, "strict": false}}),
-            );
+        match (&self.agent.output_schema, m.structured_output) {
+            (Some(schema), StructuredOutput::JsonSchema) => {
+                body.insert(
+                    "response_format".into(),
+                    json!({"type": "json_schema",
+                           "json_schema": {"name": "output", "schema": schema, "strict": false}}),
+                );
+            }
+            (Some(schema), StructuredOutput::JsonObject) => {
+                body.insert(
+                    "response_format".into(),
+                    json!({"type": "json_object", "schema": schema}),
+                );
+            }
+            _ => {}
         }
         body
     }
@@ -289,16 +423,15 @@ impl LlmHandler {
         offered: &[crate::tools::Tool],
     ) -> Result<Completion, AgentError> {
         let body = self.body(messages, offered);
-        // Held until the answer is read (dropped: given back, on a cancel too).
-        let _slot = match &self.limit {
-            Some(l) => Some(
-                l.acquire(req)
-                    .await
-                    .map_err(|e| AgentError::with_kind(e, client::KIND_TRANSIENT))?,
-            ),
-            None => None,
-        };
+        // The slot is held until the answer is read (dropped: given back, on a cancel too).
+        let (_slot, reserved) = self.take_limits(req, &body).await?;
         let span = chat_span(&self.agent.model.model);
+        if self.record_content {
+            span.record(
+                "gen_ai.input.messages",
+                content::input_messages(messages).as_str(),
+            );
+        }
         let work = async {
             if !self.agent.model.stream {
                 return self.client.complete(body, None).await;
@@ -308,6 +441,12 @@ impl LlmHandler {
             result
         };
         let result = tracing::Instrument::instrument(work, span.clone()).await;
+        self.settle_tokens(reserved, result.as_ref().ok()).await;
+        let (agent, model) = (&self.agent.name, &self.agent.model.model);
+        match &result {
+            Ok(c) => metrics::call(agent, model, "ok", c.input_tokens, c.output_tokens),
+            Err(e) => metrics::call(agent, model, &e.kind(), None, None),
+        }
         match &result {
             Ok(c) => {
                 if let Some(n) = c.input_tokens {
@@ -318,6 +457,12 @@ impl LlmHandler {
                 }
                 if !c.finish_reason.is_empty() {
                     span.record("gen_ai.response.finish_reasons", c.finish_reason.as_str());
+                }
+                if self.record_content {
+                    span.record(
+                        "gen_ai.output.messages",
+                        content::output_messages(c).as_str(),
+                    );
                 }
             }
             Err(e) => {
@@ -331,7 +476,9 @@ impl LlmHandler {
 
 /// The span of one model call, after OpenTelemetry's GenAI conventions: `chat {model}`,
 /// a client span under the handler's `agent.handle`; usage recorded when the answer
-/// comes. Prompts and completions are not recorded. Disabled when no traces are exported.
+/// comes. Prompts and completions only when the agent records content
+/// (`gen_ai.input.messages`, `gen_ai.output.messages`: [`content`]). Disabled when no
+/// traces are exported.
 fn chat_span(model: &str) -> tracing::Span {
     if !crate::telemetry::active() {
         return tracing::Span::none();
@@ -347,6 +494,8 @@ fn chat_span(model: &str) -> tracing::Span {
         gen_ai.response.finish_reasons = tracing::field::Empty,
         gen_ai.usage.input_tokens = tracing::field::Empty,
         gen_ai.usage.output_tokens = tracing::field::Empty,
+        gen_ai.input.messages = tracing::field::Empty,
+        gen_ai.output.messages = tracing::field::Empty,
         error.type = tracing::field::Empty,
     )
 }

@@ -143,6 +143,7 @@ pub(super) fn from_value(doc: &Value, origin: &str) -> Result<StubFile, Vec<Stri
     };
     let mut agents = Vec::new();
     let mut llm = Vec::new();
+    let mut remote = Vec::new();
     match list {
         Some(Value::Array(items)) => {
             let mut names = BTreeSet::new();
@@ -156,7 +157,9 @@ pub(super) fn from_value(doc: &Value, origin: &str) -> Result<StubFile, Vec<Stri
                         );
                     }
                 }
-                if crate::llm::file::is_llm(item) {
+                if crate::remote::file::is_remote(item) {
+                    remote.extend(crate::remote::file::agent(&mut p, at, item));
+                } else if crate::llm::file::is_llm(item) {
                     llm.extend(crate::llm::file::agent(&mut p, at, item));
                 } else {
                     agents.extend(agent(&mut p, at, item));
@@ -170,7 +173,11 @@ pub(super) fn from_value(doc: &Value, origin: &str) -> Result<StubFile, Vec<Stri
         None => {}
     }
     if p.list.is_empty() {
-        Ok(StubFile { agents, llm })
+        Ok(StubFile {
+            agents,
+            llm,
+            remote,
+        })
     } else {
         Err(p.list)
     }

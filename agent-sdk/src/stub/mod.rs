@@ -17,6 +17,8 @@
 //! ```
 //!
 //! [`load_stub_file`] reads and checks a file; [`serve_stubs`] serves every agent of it.
+//! The same file declares LLM agents (a `model:` block, [`crate::llm`]) and remote A2A
+//! agents (a `remote:` block, [`crate::remote`]).
 
 pub(crate) mod file;
 
@@ -46,6 +48,9 @@ pub struct StubFile {
     pub agents: Vec<StubAgent>,
     /// The LLM agents (`kind: llm` or a `model:` block), in file order.
     pub llm: Vec<crate::llm::LlmAgent>,
+    /// The remote agents (a `remote:` block: an A2A agent outside NATS, served here by a
+    /// proxy), in file order.
+    pub remote: Vec<crate::remote::RemoteAgent>,
 }
 
 /// One stub agent.
@@ -183,21 +188,14 @@ pub async fn serve_stubs_signed(
                             reason: format!("agent {name}: its tools: {reason}"),
                         }),
                 };
-                let handler = match (handler, &agent.limit) {
-                    (Ok(h), Some(limit)) => crate::llm::limits::SharedLimit::open(
-                        client.clone(),
-                        ns,
-                        &limit.key,
-                        limit.max_concurrency,
-                        agent.max_time * 2,
-                    )
-                    .await
-                    .map(|l| h.with_limit(l))
-                    .map_err(|reason| ServeError::Llm {
-                        agent: name.clone(),
-                        reason: format!("agent {name}: its limits: {reason}"),
+                let handler = match handler {
+                    Ok(h) => h.with_declared_limits(&client, ns).await.map_err(|reason| {
+                        ServeError::Llm {
+                            agent: name.clone(),
+                            reason: format!("agent {name}: its limits: {reason}"),
+                        }
                     }),
-                    (other, _) => other,
+                    Err(e) => Err(e),
                 };
                 let handler = match handler {
                     Ok(h) => h,
@@ -222,6 +220,21 @@ pub async fn serve_stubs_signed(
                 }
                 builder.handler(handler).serve(client.clone()).await
             }
+        };
+        match started {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                for h in handles {
+                    h.stop().await;
+                }
+                return Err(e);
+            }
+        }
+    }
+    for agent in stubs.remote {
+        let started = match agent.connect().await {
+            Ok(connected) => connected.serve(client.clone(), ns, signer.clone()).await,
+            Err(e) => Err(e.into()),
         };
         match started {
             Ok(h) => handles.push(h),

@@ -7,6 +7,7 @@ pub mod definitions;
 pub mod demo;
 pub mod health;
 pub mod identity;
+pub mod mcp;
 pub mod mermaid;
 pub mod plan;
 pub mod run;
@@ -50,7 +51,7 @@ pub enum Command {
     /// Print the agent card JSON of a workflow.
     Card(card::Args),
     /// Host workflows on the mesh.
-    Serve(serve::Args),
+    Serve(Box<serve::Args>),
     /// Invoke a workflow as another agent would and print its output.
     Run(run::Args),
     /// Show where a run is (its state, nodes, and output or error) by task id.
@@ -69,6 +70,8 @@ pub enum Command {
     Test(suite::Args),
     /// Run the demo: a local server, stub agents, the node, one run of an example.
     Demo(demo::Args),
+    /// Serve the mesh's workflows and agents as MCP tools on stdin/stdout.
+    Mcp(mcp::Args),
     /// Serve the web view of a mesh (its cards, runs and approvals: pages and JSON API) and
     /// its doors (every workflow and agent over A2A): the mesh's gateway, hosting no
     /// workflow. Also named `gateway`.

@@ -99,6 +99,9 @@ pub struct Args {
     /// Who may use the web view's API.
     #[command(flatten)]
     pub access: crate::web::AccessArgs,
+    /// What the MCP door at `/mcp` serves (with `--http`).
+    #[command(flatten)]
+    pub mcp: crate::doors::mcp::McpArgs,
     /// Approver names and operator keys the node trusts.
     #[command(flatten)]
     pub trust: super::identity::TrustArgs,
@@ -233,7 +236,8 @@ async fn start_web(
     let signer = args.sign.signer()?;
     let ns = &args.nats.namespace;
     let client = conn.client.clone();
-    let web = crate::web::Web::start(client, ns, signer, access, addr).await?;
+    let (trust, mcp) = (agent_sdk::CardTrust::default(), args.mcp.clone());
+    let web = crate::web::Web::start_with_mcp(client, ns, signer, access, addr, trust, mcp).await?;
     eprintln!("web view at http://{}/", web.addr());
     Ok(Some(web))
 }

@@ -26,6 +26,9 @@ pub struct Args {
     /// Who may use the API.
     #[command(flatten)]
     pub access: AccessArgs,
+    /// What the MCP door at `/mcp` serves.
+    #[command(flatten)]
+    pub mcp: crate::doors::mcp::McpArgs,
 }
 
 /// Runs `ui`: serves the web view until SIGINT/SIGTERM.
@@ -44,8 +47,9 @@ pub fn run(args: Args) -> ExitCode {
         let conn = connect(&args.nats).await?;
         let ns = &args.nats.namespace;
         let trust = args.nats.cards.clone();
-        let web =
-            Web::start_trusting(conn.client.clone(), ns, signer, access, args.http, trust).await?;
+        let client = conn.client.clone();
+        let mcp = args.mcp.clone();
+        let web = Web::start_with_mcp(client, ns, signer, access, args.http, trust, mcp).await?;
         eprintln!("web view at http://{}/", web.addr());
         eprintln!("A2A at http://{}/a2a/{{name}}", web.addr());
         agent_sdk::health::signalled().await?;

@@ -170,10 +170,14 @@ fn token(request: &Request) -> Option<String> {
 /// Lets a request through to the API if its token's role allows it: 401 without a known
 /// token, 403 for a read token that tries to change something.
 pub(super) async fn check(State(access): State<Access>, request: Request, next: Next) -> Response {
-    if !access.enabled() || !request.uri().path().starts_with("/api/") {
+    let path = request.uri().path();
+    let mcp = path == "/mcp" || path.starts_with("/mcp/");
+    if !access.enabled() || !(mcp || path.starts_with("/api/")) {
         return next.run(request).await;
     }
-    let needs = if request.method() == Method::GET || request.method() == Method::HEAD {
+    // Every MCP request may lead to a tool call (a run started): an operator's act.
+    let reads = request.method() == Method::GET || request.method() == Method::HEAD;
+    let needs = if reads && !mcp {
         Role::Read
     } else {
         Role::Operate

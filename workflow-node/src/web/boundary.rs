@@ -94,7 +94,11 @@ impl Boundary {
             ));
         };
         let method = request.method();
-        if method == Method::GET || method == Method::HEAD || method == Method::OPTIONS {
+        let path = request.uri().path();
+        // MCP asks for `Origin` to be checked on every request (its GET stream carries
+        // a session's notifications).
+        let mcp = path == "/mcp" || path.starts_with("/mcp/");
+        if !mcp && (method == Method::GET || method == Method::HEAD || method == Method::OPTIONS) {
             return None;
         }
         if let Some(why) = cross_origin(headers, host) {

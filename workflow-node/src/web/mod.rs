@@ -24,6 +24,7 @@ use tokio::net::TcpListener;
 
 pub use access::{Access, AccessArgs};
 
+use crate::doors::mcp::McpArgs;
 use crate::ops::refusal::{Refusal, RefusalKind};
 use crate::ops::runs::Runs;
 
@@ -80,7 +81,22 @@ impl Web {
         addr: SocketAddr,
         cards: agent_sdk::CardTrust,
     ) -> Result<Web> {
+        let mcp = McpArgs::default();
+        Web::start_with_mcp(client, ns, signer, access, addr, cards, mcp).await
+    }
+
+    /// [`Web::start_trusting`] whose MCP door (`/mcp`) serves the tools `mcp` says.
+    pub async fn start_with_mcp(
+        client: async_nats::Client,
+        ns: &str,
+        signer: Option<agent_sdk::Signer>,
+        access: Access,
+        addr: SocketAddr,
+        cards: agent_sdk::CardTrust,
+        mcp: McpArgs,
+    ) -> Result<Web> {
         access.check_bind(addr)?;
+        let door = mcp_door(&client, ns, signer.clone(), cards.clone(), mcp).await?;
         let listener = TcpListener::bind(addr)
             .await
             .with_context(|| format!("binding the web view at {addr}"))?;
@@ -100,6 +116,7 @@ impl Web {
         // its token is looked at.
         let boundary = boundary::Boundary::new(addr, access.public_hosts());
         let app = api::router(ctx)
+            .nest_service("/mcp", crate::doors::mcp::http_service(door))
             .layer(axum::middleware::from_fn_with_state(access, access::check))
             .layer(axum::middleware::from_fn_with_state(
                 boundary,
@@ -122,6 +139,23 @@ impl Web {
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
+}
+
+/// The MCP door of a view: calls signed by the view's key, cards trusted as its own.
+async fn mcp_door(
+    client: &async_nats::Client,
+    ns: &str,
+    signer: Option<agent_sdk::Signer>,
+    cards: agent_sdk::CardTrust,
+    args: McpArgs,
+) -> Result<crate::doors::mcp::Door> {
+    let mut mesh = agent_sdk::Mesh::new(client.clone())
+        .namespace(ns)?
+        .card_trust(cards);
+    if let Some(signer) = signer {
+        mesh = mesh.signer(signer);
+    }
+    crate::doors::mcp::Door::open(mesh, args).await
 }
 
 impl Drop for Web {

@@ -29,6 +29,7 @@ const GENERATED: &[&str] = &[
     ".nats",
     ".venv",
     ".venv-deploy",
+    ".venv-llm",
     "fuzz/target",
     "fuzz/corpus",
     "fuzz/artifacts",

@@ -1,9 +1,12 @@
-//! The doors to the mesh over HTTP, driven by clients nobody here wrote: A2A's official
-//! Python SDK (`a2a-sdk`, from the project's `.venv`) against a real nats-server, a
-//! workflow node, agents and the web view's server.
+//! The doors to the mesh from outside NATS, driven by clients nobody here wrote, against a
+//! real nats-server, a workflow node, agents and the web view's server: A2A's official
+//! Python SDK (`a2a`, `nats_binding`), MCP's (`mcp`), and agents outside NATS served by
+//! A2A's SDK and called by workflows (`remote`).
 
 #[path = "../support/mod.rs"]
 mod support;
 
 mod a2a;
+mod mcp;
 mod nats_binding;
+mod remote;

@@ -8,6 +8,7 @@ mod artifacts;
 mod bounds;
 mod cards;
 mod deploy;
+mod llm;
 mod permissions;
 mod results;
 mod steering;

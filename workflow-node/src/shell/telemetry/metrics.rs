@@ -13,7 +13,6 @@
 //! another adds to each one's counters, so sum over replicas (`sum by (workflow)`). The
 //! pending counts are the stream's, read by every replica alike (take the max).
 
-pub(in crate::shell) mod prometheus;
 pub(in crate::shell) mod scrape;
 
 use std::collections::BTreeMap;
@@ -22,15 +21,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use agent_sdk::metrics::SharedReader;
 use async_nats::jetstream::{self, consumer::PullConsumer};
 use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider as _, UpDownCounter};
 use opentelemetry::KeyValue;
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::metrics::data::ResourceMetrics;
-use opentelemetry_sdk::metrics::reader::MetricReader;
-use opentelemetry_sdk::metrics::{
-    InstrumentKind, ManualReader, Pipeline, SdkMeterProvider, Temporality,
-};
+use opentelemetry_sdk::metrics::{ManualReader, SdkMeterProvider};
 use opentelemetry_sdk::Resource;
 
 use crate::shell::error::{Error, Result};
@@ -126,6 +121,8 @@ impl Metrics {
     /// Builds the provider with the readers `config` asks for; nothing when it asks none.
     /// Must run inside the tokio runtime (a gRPC exporter's channel lives on it).
     pub(in crate::shell) fn new(config: &MetricsConfig) -> Result<Metrics> {
+        // The HTTP exporter builds a reqwest client, which needs the TLS provider.
+        agent_sdk::crypto::install();
         let exporter = match &config.otlp {
             Otlp::FromEnv if Otlp::wanted_by_env() => {
                 Some(opentelemetry_otlp::MetricExporter::builder().build())
@@ -396,32 +393,6 @@ fn resource() -> Resource {
         builder.build()
     } else {
         builder.with_service_name("workflow-node").build()
-    }
-}
-
-/// A reader the provider owns and `/metrics` shares: the manual reader behind an `Arc`.
-#[derive(Debug)]
-pub(in crate::shell) struct SharedReader(pub(in crate::shell) Arc<ManualReader>);
-
-impl MetricReader for SharedReader {
-    fn register_pipeline(&self, pipeline: Weak<Pipeline>) {
-        self.0.register_pipeline(pipeline)
-    }
-
-    fn collect(&self, rm: &mut ResourceMetrics) -> OTelSdkResult {
-        self.0.collect(rm)
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        self.0.force_flush()
-    }
-
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.0.shutdown_with_timeout(timeout)
-    }
-
-    fn temporality(&self, kind: InstrumentKind) -> Temporality {
-        self.0.temporality(kind)
     }
 }
 

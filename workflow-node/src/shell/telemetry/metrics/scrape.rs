@@ -16,7 +16,7 @@ use opentelemetry_sdk::metrics::ManualReader;
 use tokio::net::TcpListener;
 
 use crate::shell::error::{Error, Result};
-use crate::shell::telemetry::metrics::prometheus;
+use agent_sdk::metrics::prometheus;
 
 /// Binds the metrics address (port 0 picks a free one; the listener tells which).
 pub(in crate::shell) async fn bind(addr: SocketAddr) -> Result<TcpListener> {

@@ -180,6 +180,7 @@ impl Pusher {
         let url = guard::parse(&c.url)?;
         let addr = guard::resolve(&url, self.allow_private).await?;
         let host = url.host_str().unwrap_or_default().to_owned();
+        agent_sdk::crypto::install();
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(POST_TIMEOUT)

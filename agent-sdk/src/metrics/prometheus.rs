@@ -1,5 +1,5 @@
 //! The Prometheus text exposition format (version 0.0.4) of what the OpenTelemetry SDK
-//! collected: what `/metrics` answers. The names follow the OpenTelemetry-to-Prometheus
+//! collected: what `/metrics` answers (workflow-node's and the agents process's). The names follow the OpenTelemetry-to-Prometheus
 //! compatibility rules: characters outside `[a-zA-Z0-9_:]` become `_`, the unit is a
 //! suffix (`s` gives `_seconds`; annotations such as `{run}` give none), and a monotonic
 //! sum is a counter ending in `_total`. A non-monotonic sum (an up-down counter) is a
@@ -13,7 +13,7 @@ use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, Metric, MetricData, ResourceMetrics};
 
 /// The media type of [`render`]'s text.
-pub(in crate::shell) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// One metric family: its help, type, and the sample lines of each series.
 struct Family {
@@ -25,7 +25,7 @@ struct Family {
 }
 
 /// Renders every metric of `metrics`: families sorted by name, series by their labels.
-pub(in crate::shell) fn render(metrics: &ResourceMetrics) -> String {
+pub fn render(metrics: &ResourceMetrics) -> String {
     let mut families: BTreeMap<String, Family> = BTreeMap::new();
     for scope in metrics.scope_metrics() {
         for metric in scope.metrics() {
@@ -272,9 +272,7 @@ mod tests {
     fn rendered(record: impl FnOnce(&Meter)) -> String {
         let reader = Arc::new(ManualReader::builder().build());
         let provider = SdkMeterProvider::builder()
-            .with_reader(crate::shell::telemetry::metrics::SharedReader(
-                reader.clone(),
-            ))
+            .with_reader(crate::metrics::SharedReader(reader.clone()))
             .build();
         record(&provider.meter("test"));
         let mut rm = ResourceMetrics::default();
