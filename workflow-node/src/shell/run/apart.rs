@@ -452,3 +452,55 @@ pub(in crate::shell) fn result_writes(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{Execution, ExecutionId, RunStatus};
+    use crate::shell::run::envelope::Caller;
+
+    /// A run that just ended with an output of `len` bytes (as JSON).
+    fn ended(len: usize) -> RunRecord {
+        let mut state = Execution::new(ExecutionId("e1".into()), "W");
+        state.started = true;
+        state.status = RunStatus::Success;
+        state.output = Some(Value::String("x".repeat(len - 2)));
+        RunRecord::new(state, Caller::default())
+    }
+
+    #[test]
+    fn an_output_over_the_inline_limit_is_stored_once_as_the_runs_artifact() {
+        let mut record = ended(300 * 1024);
+        let writes = set_apart(&mut record, "W.e1", 256 * 1024).expect("encodes");
+        let output: Vec<&Write> = writes.iter().filter(|w| w.key == "W.e1.output").collect();
+        assert_eq!(output.len(), 1, "{writes:?}");
+        assert_eq!(output[0].output_of.as_deref(), Some("e1"));
+        assert!(record.output_apart && record.output_artifact);
+        // Neither a later commit nor the run's end writes it again.
+        assert!(set_apart(&mut record, "W.e1", 256 * 1024)
+            .expect("encodes")
+            .is_empty());
+        let expire = kept_apart(&record, "W.e1").expect("encodes");
+        assert!(expire.iter().all(|w| w.key != "W.e1.output"), "{expire:?}");
+    }
+
+    #[test]
+    fn an_output_under_the_inline_limit_is_kept_in_kv_and_expires_with_the_run() {
+        let mut record = ended(40 * 1024);
+        let writes = set_apart(&mut record, "W.e1", 256 * 1024).expect("encodes");
+        assert_eq!(writes.len(), 1, "{writes:?}");
+        assert_eq!(writes[0].output_of, None);
+        assert!(record.output_apart && !record.output_artifact);
+        let expire = kept_apart(&record, "W.e1").expect("encodes");
+        assert!(expire.iter().any(|w| w.key == "W.e1.output"), "{expire:?}");
+    }
+
+    #[test]
+    fn a_small_inline_limit_makes_a_small_output_the_runs_artifact() {
+        let mut record = ended(1024);
+        let writes = set_apart(&mut record, "W.e1", 64).expect("encodes");
+        assert_eq!(writes.len(), 1, "{writes:?}");
+        assert_eq!(writes[0].output_of.as_deref(), Some("e1"));
+        assert!(record.output_artifact);
+    }
+}
