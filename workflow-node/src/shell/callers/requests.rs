@@ -803,9 +803,9 @@ async fn run_state(
 }
 
 /// The record of run `execution`, if it has one that can be read: its entry, and for an
-/// ended run the outputs it keeps apart (what answering it needs), but for an output
-/// stored as the run's artifact, which an answer names without reading. A running run's large
-/// maps and outputs are not read: a request needs its status and callers only.
+/// ended run its output when kept apart, but not as its artifact (see
+/// [`runs::load_answer`]). What else it keeps apart (its input, large maps and node
+/// outputs) is not read: a request needs the run's status, callers and ending only.
 async fn read_run(
     shared: &Shared,
     workflow: &Workflow,
@@ -818,7 +818,7 @@ async fn read_run(
             return Ok(None);
         };
         if record.state.status.is_terminal() {
-            crate::shell::store::runs::load_apart(shared, &key, &mut record, false).await?;
+            runs::load_answer(shared, &key, &mut record).await?;
         }
         Ok::<_, crate::shell::Error>(Some(record))
     };

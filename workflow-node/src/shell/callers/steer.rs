@@ -128,7 +128,7 @@ pub(in crate::shell) async fn retry_source(
         });
     }
     let key = names::run_key(&served.name, &execution);
-    runs::load_apart(shared, &key, &mut record, true)
+    runs::load_apart(shared, &key, &mut record)
         .await
         .map_err(|e| format!("reading run {execution}: {e}"))?;
     let workflow = shared

@@ -38,7 +38,7 @@ pub(in crate::shell) async fn load(shared: &Shared, key: &str) -> Result<Loaded>
             settled: Default::default(),
         });
     };
-    load_apart(shared, key, &mut record, true).await?;
+    load_apart(shared, key, &mut record).await?;
     for (id, r) in record.maps.clone() {
         let mut items = Vec::with_capacity(r.total as usize);
         for c in 0..r.starts.len() {
@@ -75,18 +75,16 @@ pub(in crate::shell) async fn read_record(
     Ok(Some((revision, record)))
 }
 
-/// Reads back the input and outputs `record` keeps apart; the run's output, when it is
-/// the run's artifact, only if `artifact_output` (an answer names that object instead).
+/// Reads back the input and outputs `record` keeps apart.
 pub(in crate::shell) async fn load_apart(
     shared: &Shared,
     key: &str,
     record: &mut RunRecord,
-    artifact_output: bool,
 ) -> Result<()> {
     if record.input_apart {
         record.state.input = get(shared, &input_key(key), &mut record.held_bytes).await?;
     }
-    if record.output_apart && (artifact_output || !record.output_artifact) {
+    if record.output_apart {
         let output = get(shared, &run_output_key(key), &mut record.held_bytes).await?;
         record.state.output = Some(output);
     }
@@ -95,6 +93,20 @@ pub(in crate::shell) async fn load_apart(
         if let Some(n) = record.state.nodes.get_mut(&node) {
             n.output = Some(output);
         }
+    }
+    Ok(())
+}
+
+/// Reads back what answering an ended run needs of what `record` keeps apart: its
+/// output, unless that is the run's artifact, which an answer names without reading it.
+pub(in crate::shell) async fn load_answer(
+    shared: &Shared,
+    key: &str,
+    record: &mut RunRecord,
+) -> Result<()> {
+    if record.output_apart && !record.output_artifact {
+        let output = get(shared, &run_output_key(key), &mut record.held_bytes).await?;
+        record.state.output = Some(output);
     }
     Ok(())
 }
