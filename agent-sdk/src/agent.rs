@@ -259,8 +259,9 @@ impl AgentHandle {
         &self.name
     }
 
-    /// Stops taking requests (unsubscribes), then waits until every running call has
-    /// answered.
+    /// Stops taking requests (drains the subscription: requests the server delivered
+    /// before the unsubscribe are still handled), then waits until every call it took has
+    /// answered and the server has the answers, so the process may exit next.
     pub async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());

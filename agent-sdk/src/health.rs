@@ -150,12 +150,36 @@ async fn scrape() -> axum::response::Response {
     }
 }
 
-/// Waits for SIGINT or SIGTERM.
+/// Waits for SIGINT or SIGTERM (listening from the first poll: see [`Signals`]).
 pub async fn signalled() -> std::io::Result<()> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r,
-        _ = term.recv() => Ok(()),
+    Signals::listen()?.recv().await;
+    Ok(())
+}
+
+/// SIGINT and SIGTERM, caught from the moment [`Signals::listen`] returns: a process that
+/// says it is ready only after listening cannot be killed by a signal sent in between
+/// (the default action would end it without draining).
+pub struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Starts catching both signals (needs a Tokio runtime).
+    pub fn listen() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// Waits for the next SIGINT or SIGTERM (one caught since [`Signals::listen`] counts).
+    pub async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
     }
 }
 

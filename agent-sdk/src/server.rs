@@ -250,11 +250,53 @@ impl Serving {
                 }
             }
         }
-        // Unsubscribe first so queue-group peers take new requests, then let running
-        // calls answer.
-        drop((requests, cancels, pings));
-        while calls.join_next().await.is_some() {}
+        self.drain(requests, cancels, pings, calls).await;
         tracing::info!(agent = %self.shared.name, "agent stopped");
+    }
+
+    /// Stops taking requests and answers every one it took: the requests subscription is
+    /// drained (the server sends no more once it has the unsubscribe, so queue-group peers
+    /// take new requests), and the requests it had already delivered, some still waiting
+    /// in the subscription's buffer, are handled like any other. Running calls then
+    /// answer (cancels still reach them), and the answers are made sure to be at the
+    /// server before this returns: a process that exits next loses none.
+    async fn drain(
+        &self,
+        mut requests: async_nats::Subscriber,
+        mut cancels: async_nats::Subscriber,
+        pings: async_nats::Subscriber,
+        mut calls: JoinSet<()>,
+    ) {
+        drop(pings);
+        let mut taking = match requests.drain().await {
+            Ok(()) => true,
+            Err(e) => {
+                // The connection is gone: nothing more can come in.
+                tracing::warn!(agent = %self.shared.name, "cannot drain the requests subscription: {e}");
+                false
+            }
+        };
+        while taking || !calls.is_empty() {
+            tokio::select! {
+                biased;
+                msg = requests.next(), if taking => match msg {
+                    Some(msg) => self.on_request(msg, &mut calls).await,
+                    None => taking = false,
+                },
+                Some(msg) = cancels.next() => self.on_cancel(msg).await,
+                Some(done) = calls.join_next(), if !calls.is_empty() => {
+                    if let Err(e) = done {
+                        tracing::error!(agent = %self.shared.name, "call task failed: {e}");
+                    }
+                }
+            }
+        }
+        drop((requests, cancels));
+        // Publishing only hands a message to the connection's task; a round trip proves
+        // the server has every answer sent before it.
+        if let Err(e) = crate::roundtrip::roundtrip(&self.shared.client).await {
+            tracing::warn!(agent = %self.shared.name, "answers may not have reached the server: {e}");
+        }
     }
 
     /// Publishes the card in answer to pings, telling `gate` (pings within its gap wait for

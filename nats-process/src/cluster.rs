@@ -4,6 +4,11 @@
 //! release it); a start that loses a port to someone else is retried with fresh ports.
 //! Ready means every running node reports, on its `/jsz` monitoring endpoint, the same
 //! JetStream meta leader, and that leader is one of the running nodes.
+//!
+//! A cluster can also be started *routed* ([`Cluster::start_routed`]): each node dials the
+//! route ports the caller gives it (proxies in front of its peers' route listeners, which a
+//! test can cut to partition one server from the others) and advertises a route address
+//! nobody listens on, so that no peer learns a way around those proxies by gossip.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -30,9 +35,23 @@ impl Cluster {
     /// Starts `size` nodes (3 for a useful cluster) and waits until they agree on a
     /// JetStream meta leader.
     pub fn start(size: usize) -> Result<Cluster, Error> {
+        Self::start_with(size, None)
+    }
+
+    /// Starts `size` nodes whose routes go where `dial` says: given every node's own route
+    /// port, it returns for each node `i` the ports node `i` dials to reach its peers (one
+    /// per peer; proxies in front of the peers' route ports). Every node advertises an
+    /// address nobody listens on (`127.0.0.1:1`, a privileged port), so routes exist only
+    /// where `dial` put them. `dial` is called again, with fresh ports, when a start is
+    /// retried.
+    pub fn start_routed(size: usize, dial: &mut Dial<'_>) -> Result<Cluster, Error> {
+        Self::start_with(size, Some(dial))
+    }
+
+    fn start_with(size: usize, mut dial: Option<&mut Dial<'_>>) -> Result<Cluster, Error> {
         let mut last = None;
         for _ in 0..START_ATTEMPTS {
-            match Self::try_start(size) {
+            match Self::try_start(size, dial.as_deref_mut()) {
                 Ok(cluster) => return Ok(cluster),
                 Err(e) => last = Some(e),
             }
@@ -40,9 +59,22 @@ impl Cluster {
         Err(last.unwrap_or_else(|| Error::Cluster("no attempt made".into())))
     }
 
-    fn try_start(size: usize) -> Result<Cluster, Error> {
+    fn try_start(size: usize, dial: Option<&mut Dial<'_>>) -> Result<Cluster, Error> {
         let ports = free_ports(2 * size)?;
         let (route_ports, http_ports) = ports.split_at(size);
+        let (routes, advertise) = match dial {
+            Some(dial) => {
+                let routes = dial(route_ports)?;
+                if routes.len() != size {
+                    return Err(Error::Cluster(format!(
+                        "routes given for {} nodes, not {size}",
+                        routes.len()
+                    )));
+                }
+                (routes, Some(NOWHERE.to_owned()))
+            }
+            None => (vec![route_ports.to_vec(); size], None),
+        };
         let mut nodes = Vec::with_capacity(size);
         for i in 0..size {
             nodes.push(NatsServer::start(Options {
@@ -51,7 +83,8 @@ impl Cluster {
                 cluster: Some(ClusterConfig {
                     name: "mesh".into(),
                     port: route_ports[i],
-                    routes: route_ports.to_vec(),
+                    routes: routes[i].clone(),
+                    advertise: advertise.clone(),
                 }),
                 ..Options::default()
             })?);
@@ -109,8 +142,15 @@ impl Cluster {
     /// Waits until every running node reports the same meta leader, one of the running
     /// nodes.
     pub fn wait_ready(&self) -> Result<(), Error> {
-        let deadline = Instant::now() + LEADER_TIMEOUT;
         let running: Vec<usize> = (0..self.nodes.len()).filter(|&i| self.running[i]).collect();
+        self.wait_leader_among(&running)
+    }
+
+    /// Waits until the nodes `among` all report the same meta leader, one of them: after a
+    /// partition, the majority side has elected its own.
+    pub fn wait_leader_among(&self, among: &[usize]) -> Result<(), Error> {
+        let deadline = Instant::now() + LEADER_TIMEOUT;
+        let running = among;
         let names: Vec<String> = running.iter().map(|i| format!("n{i}")).collect();
         loop {
             let leaders: Vec<Result<String, String>> =
@@ -145,6 +185,13 @@ impl Cluster {
         }
     }
 }
+
+/// Where a routed cluster's nodes say they can be reached: port 1 of loopback, which only
+/// root could listen on, so a peer that learns of it and dials it is refused.
+const NOWHERE: &str = "127.0.0.1:1";
+
+/// Given every node's route port, the ports each node dials ([`Cluster::start_routed`]).
+pub type Dial<'a> = dyn FnMut(&[u16]) -> Result<Vec<Vec<u16>>, Error> + 'a;
 
 /// `n` distinct ports that were free a moment ago (all bound at once, then released).
 fn free_ports(n: usize) -> Result<Vec<u16>, Error> {

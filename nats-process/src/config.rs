@@ -12,6 +12,11 @@ pub struct ClusterConfig {
     pub port: u16,
     /// Route ports of all nodes on 127.0.0.1 (our own is harmless and skipped by the server).
     pub routes: Vec<u16>,
+    /// The route address this node tells its peers (`cluster.advertise`), which they may
+    /// dial when they learn of it from another peer; `None`: its listen address. Routes
+    /// through proxies advertise an address nobody listens on, so that no peer reaches a
+    /// node except through the proxy its routes name.
+    pub advertise: Option<String>,
 }
 
 /// Everything that varies between the config files we write.
@@ -72,8 +77,12 @@ impl Rendered<'_> {
                 // Writing to a String cannot fail.
                 let _ = write!(routes, "\n    \"nats://127.0.0.1:{port}\"");
             }
+            let advertise = cluster
+                .advertise
+                .as_ref()
+                .map_or(String::new(), |a| format!("\n  advertise: {}", quote(a)));
             line(format!(
-                "cluster {{\n  name: {}\n  listen: \"127.0.0.1:{}\"\n  routes: [{routes}\n  ]\n}}",
+                "cluster {{\n  name: {}\n  listen: \"127.0.0.1:{}\"{advertise}\n  routes: [{routes}\n  ]\n}}",
                 quote(&cluster.name),
                 cluster.port
             ));
@@ -109,6 +118,7 @@ mod tests {
             name: "mesh".into(),
             port: 6222,
             routes: vec![6222, 6223],
+            advertise: Some("127.0.0.1:1".into()),
         };
         let text = Rendered {
             include: None,
@@ -128,6 +138,7 @@ mod tests {
         assert!(text.contains("max_payload: 8388608"));
         assert!(text.contains("max_file_store: 4194304"));
         assert!(text.contains("\"nats://127.0.0.1:6223\""));
+        assert!(text.contains("advertise: \"127.0.0.1:1\""));
         assert_eq!(quote(r#"a"b\c"#), r#""a\"b\\c""#);
     }
 }

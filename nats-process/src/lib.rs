@@ -21,7 +21,7 @@ mod error;
 pub mod server;
 
 pub use binary::{find_binary, Version, MIN_VERSION};
-pub use cluster::Cluster;
+pub use cluster::{Cluster, Dial};
 pub use config::ClusterConfig;
 pub use error::Error;
 pub use server::{NatsServer, Options};

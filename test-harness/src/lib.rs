@@ -2,7 +2,8 @@
 //! receiver ([`otlp`]) for tests of exported traces and metrics, plain HTTP requests
 //! ([`http`]) for tests of probes, a scripted OpenAI-compatible provider ([`openai`]) for
 //! tests of LLM agents, and faults: a TCP proxy ([`proxy`]) that delays, swallows, resets
-//! or refuses a connection.
+//! or refuses a connection, and a cluster whose routes run through such proxies
+//! ([`partition`]) to cut one server from the others.
 //!
 //! Every test gets its own server on an ephemeral loopback port, with JetStream and a
 //! store directory of its own; the server is killed and its directory removed when the
@@ -19,6 +20,7 @@ pub use nats_process::{Cluster, Error, NatsServer, Options};
 pub mod http;
 pub mod openai;
 pub mod otlp;
+pub mod partition;
 pub mod proxy;
 pub mod python;
 

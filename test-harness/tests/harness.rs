@@ -224,6 +224,78 @@ async fn cluster_keeps_an_r3_bucket_writable_when_a_node_stops() -> Result<()> {
     Ok(())
 }
 
+/// The number of routes server `node` has, from its `/routez`.
+fn routes_of(cluster: &test_harness::Cluster, node: usize) -> Result<u64> {
+    let body = cluster.node(node).monitor("/routez")?;
+    let json: serde_json::Value = serde_json::from_str(&body)?;
+    json["num_routes"].as_u64().context("no num_routes")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_cut_from_the_others_has_no_quorum_and_catches_up_once_healed() -> Result<()> {
+    let cluster = test_harness::partition::Partitionable::start(3).await?;
+    let urls = cluster.urls();
+    let timeout = |url: String| async move {
+        async_nats::ConnectOptions::new()
+            .request_timeout(Some(Duration::from_secs(1)))
+            .connect(url)
+            .await
+    };
+    let js0 = jetstream::new(timeout(urls[0].clone()).await?);
+    let js2 = jetstream::new(timeout(urls[2].clone()).await?);
+    let kv0 = retry(20, Duration::from_millis(200), || async {
+        Ok(js0
+            .create_key_value(kv::Config {
+                bucket: "runs".into(),
+                num_replicas: 3,
+                ..Default::default()
+            })
+            .await?)
+    })
+    .await?;
+    kv0.put("before", "1".into()).await?;
+    assert!(
+        routes_of(cluster.cluster(), 2)? > 0,
+        "routes before the cut"
+    );
+
+    cluster.isolate(2);
+    // Every route of server 2 went through the proxies: none is left.
+    retry(50, Duration::from_millis(100), || async {
+        match routes_of(cluster.cluster(), 2)? {
+            0 => Ok(()),
+            n => bail!("server 2 still has {n} routes"),
+        }
+    })
+    .await?;
+    cluster.wait_leader_among(&[0, 1]).await?;
+    // The majority side goes on; the minority's client cannot write.
+    retry(30, Duration::from_millis(200), || async {
+        Ok(kv0.put("during", "2".into()).await?)
+    })
+    .await?;
+    let kv2 = js2.get_key_value("runs").await;
+    let written = match kv2 {
+        Ok(kv2) => kv2
+            .put("stranded", "3".into())
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    assert!(written.is_err(), "a write on the cut server was accepted");
+
+    cluster.heal();
+    cluster.wait_leader_among(&[0, 1, 2]).await?;
+    let value = retry(50, Duration::from_millis(200), || async {
+        let kv2 = js2.get_key_value("runs").await?;
+        kv2.get("during").await?.context("not there yet")
+    })
+    .await?;
+    assert_eq!(value.as_ref(), b"2");
+    Ok(())
+}
+
 #[test]
 fn a_server_that_cannot_start_reports_why() {
     let err = test_harness::NatsServer::start(Options {

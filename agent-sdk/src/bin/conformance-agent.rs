@@ -145,10 +145,10 @@ async fn run(args: Args) -> Result<(), String> {
         builder = builder.signer(Signer::from_seed_file(path).map_err(|e| e.to_string())?);
     }
     let handle = builder.serve(client).await.map_err(|e| e.to_string())?;
+    // Listening before saying ready: a SIGTERM right after `ready` is a drain, not death.
+    let mut signals = agent_sdk::health::Signals::listen().map_err(|e| e.to_string())?;
     println!("ready");
-    agent_sdk::health::signalled()
-        .await
-        .map_err(|e| e.to_string())?;
+    signals.recv().await;
     println!("draining");
     handle.stop().await;
     Ok(())

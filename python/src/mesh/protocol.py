@@ -24,6 +24,7 @@ METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 TASK_NOT_FOUND = -32001
+UNSUPPORTED_OPERATION = -32004
 NOT_PERMITTED = -32010
 
 MESH_WRAPPED = "mesh_wrapped"
@@ -363,6 +364,20 @@ def decode(payload: bytes, headers: Mapping[str, str], reply: str | None) -> Dec
         return Reject(reply_to, error_response(rid, INVALID_REQUEST, 'jsonrpc must be "2.0"'))
     method = value.get("method")
     params = value.get("params")
+    if method == "tasks/resubscribe":
+        return Reject(
+            reply_to,
+            error_response(
+                rid,
+                UNSUPPORTED_OPERATION,
+                "tasks/resubscribe is not served on NATS: rejoin a task's stream by "
+                "resending its request (same task id, a new Mesh-Status-To)",
+            ),
+        )
+    # message/stream is message/send on NATS: the stream is the status updates sent to
+    # Mesh-Status-To (docs/protocol.md, "A2A over NATS").
+    if method == "message/stream":
+        method = "message/send"
     if method not in ("message/send", "tasks/cancel", "tasks/get"):
         return Reject(
             reply_to, error_response(rid, METHOD_NOT_FOUND, f"method not found: {method}")

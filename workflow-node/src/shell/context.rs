@@ -5,12 +5,10 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream::{self, kv};
 use messages::card::AgentCard;
 
-use crate::core::Millis;
 use crate::shell::config::Config;
 use crate::shell::error::{Context, Result};
 use crate::shell::mesh::artifacts::Artifacts;
@@ -57,14 +55,8 @@ pub(crate) struct Shared {
     pub(in crate::shell) early_cancels: kv::Store,
 }
 
-/// The wall clock, in the core's unit.
-pub fn now() -> Millis {
-    let ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
-    Millis(u64::try_from(ms).unwrap_or(u64::MAX))
-}
+/// The wall clock, in the core's unit: the servers', as estimated (see `shell::clock`).
+pub use crate::shell::clock::now;
 
 impl Shared {
     /// Subscribes to `subject` in the queue group of `workflow`'s replicas: one of them

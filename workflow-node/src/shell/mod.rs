@@ -12,13 +12,14 @@
 //!   out, ack; group commit, final reply claim, wakes.
 //! - `callers`: requests, cancels, steering, agents' status updates, identity checks.
 //!
-//! Beside them: `config` (the node's settings), `context` (the handles every I/O room
+//! Beside them: `clock` (the servers' clock as a replica estimates it), `config` (the node's settings), `context` (the handles every I/O room
 //! shares), `node` (starting a node and wiring the rooms), `error`.
 //!
 //! Nothing about a run lives only in one process: its state is in KV, its events in a
 //! stream, its wakes in KV. Any replica carries on any run.
 
 pub mod callers;
+mod clock;
 mod config;
 mod context;
 mod error;

@@ -56,7 +56,21 @@ pub struct AccessArgs {
     /// tests and closed networks; by default only public addresses are sent to).
     #[arg(long = "push-allow-private", env = "MESH_HTTP_PUSH_ALLOW_PRIVATE")]
     pub push_allow_private: bool,
+    /// How long a door replica's claim on a push notification holds without renewal
+    /// (milliseconds; 30000 by default): another replica sends the notification once the
+    /// claimant has been silent that long (it died or lost NATS).
+    #[arg(
+        long = "push-lease-ms",
+        value_name = "MS",
+        env = "MESH_HTTP_PUSH_LEASE_MS",
+        value_parser = clap::value_parser!(u64).range(100..=600_000)
+    )]
+    pub push_lease_ms: Option<u64>,
 }
+
+/// A push notification's claim holds this long without renewal unless `--push-lease-ms`
+/// says otherwise.
+const DEFAULT_PUSH_LEASE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// What a request may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -80,6 +94,7 @@ pub struct Access {
     tokens: Vec<([u8; 32], Role)>,
     public_hosts: Vec<String>,
     push_allow_private: bool,
+    push_lease: std::time::Duration,
 }
 
 fn digest(token: &str) -> [u8; 32] {
@@ -109,6 +124,9 @@ impl Access {
             tokens,
             public_hosts: args.public_hosts.clone(),
             push_allow_private: args.push_allow_private,
+            push_lease: args
+                .push_lease_ms
+                .map_or(DEFAULT_PUSH_LEASE, std::time::Duration::from_millis),
         })
     }
 
@@ -120,6 +138,15 @@ impl Access {
     /// Whether push notifications may go to loopback and private addresses.
     pub(super) fn push_allows_private(&self) -> bool {
         self.push_allow_private
+    }
+
+    /// How long a claim on a push notification holds without renewal.
+    pub(super) fn push_lease(&self) -> std::time::Duration {
+        if self.push_lease.is_zero() {
+            DEFAULT_PUSH_LEASE
+        } else {
+            self.push_lease
+        }
     }
 
     /// Whether any token is required.

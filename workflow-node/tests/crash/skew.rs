@@ -4,8 +4,9 @@
 //! a replica with the right clock, started once the delay is armed, fires it by its own:
 //! 50 s early. The node's promise is a timer no earlier than its deadline by more than the
 //! skew it allows between replicas (`TIMER_EARLY_TOLERANCE_MS`, 60 s), and never lost:
-//! the run must end, and no sooner than the delay less that allowance. A skew beyond the
-//! allowance is outside the promise (timers by one clock, the servers', would lift it).
+//! the run must end, and no sooner than the delay less that allowance. Timers now go by
+//! the servers' clock (`shell::clock`), so the skew does not show at all; a skew of
+//! minutes is `skew_minutes.rs`.
 //! Needs Debian's `faketime` (`.ci/run` installs it).
 
 use std::time::{Duration, Instant};

@@ -3,8 +3,11 @@
 //! with three replicas, while faults drawn at random every few seconds hit it: a replica
 //! killed (`kill -9`) and started again, frozen past the ack wait, its connection reset,
 //! swallowed, slowed or refused; a JetStream leader stepped down; the agents killed
-//! mid-call; a NATS server stopped and started again. No node has a timeout: only the
-//! node's liveness check recovers a lost call.
+//! mid-call; a NATS server stopped and started again, or cut from the other two (its
+//! routes run through proxies: `test_harness::partition`) and healed; a replica replaced by
+//! one whose clock is five minutes ahead or behind (libfaketime), which stays so until it
+//! is next replaced. No node has a timeout: only the node's liveness check recovers a lost
+//! call.
 //!
 //! It drives rounds of runs until `SOAK_MINUTES` (default 2) have passed, and checks every
 //! round from outside as the crash tests do (one right reply per run, terminal records,
@@ -18,6 +21,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use test_harness::partition::Partitionable;
 use test_harness::proxy::{Fault, Proxy};
 use workflow_node::shell::run::names;
 
@@ -37,8 +41,11 @@ const HOLD: Duration = Duration::from_secs(3);
 /// minutes see about twenty faults: every kind at least once.
 const BETWEEN_MS: (u64, u64) = (2_000, 6_000);
 
+/// libfaketime as Debian installs it (`.ci/run` installs it).
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
 /// The fault kinds drawn.
-const KINDS: [&str; 10] = [
+const KINDS: [&str; 12] = [
     "kill",
     "pause",
     "cut",
@@ -49,11 +56,13 @@ const KINDS: [&str; 10] = [
     "step-down-buckets",
     "agents-die",
     "server-restart",
+    "server-partition",
+    "skewed-replica",
 ];
 
 /// The processes faults are injected into.
 struct Targets {
-    cluster: Option<test_harness::Cluster>,
+    cluster: Option<Partitionable>,
     replicas: Vec<Replica>,
     proxies: Vec<Proxy>,
     spawner: Spawner,
@@ -79,13 +88,42 @@ impl Targets {
     async fn apply(&mut self, kind: &str, victim: usize, urls: &[String]) {
         let proxy = &self.proxies[victim];
         match kind {
-            "kill" => {
+            "kill" | "skewed-replica" => {
                 self.replicas[victim].kill();
                 let url = proxy.url();
                 self.next_id += 1;
+                // Ahead and behind in turn.
+                let skew = if self.next_id.is_multiple_of(2) {
+                    "+5m"
+                } else {
+                    "-5m"
+                };
+                let env: &[(&str, &str)] = match kind {
+                    "kill" => &[],
+                    _ => &[
+                        ("LD_PRELOAD", LIBFAKETIME),
+                        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+                        ("FAKETIME", skew),
+                    ],
+                };
                 self.replicas[victim] =
                     self.spawner
-                        .spawn_with(self.next_id, &url, &["--call-check", "2"]);
+                        .spawn_full(self.next_id, &url, &["--call-check", "2"], env);
+            }
+            "server-partition" => {
+                // Never server 0: the callers and the checks use it.
+                let node = 1 + victim % 2;
+                let Some(cluster) = &self.cluster else { return };
+                cluster.isolate(node);
+                let others: Vec<usize> = (0..3).filter(|&i| i != node).collect();
+                if let Err(e) = cluster.wait_leader_among(&others).await {
+                    eprintln!("after cutting server {node}: {e}");
+                }
+                tokio::time::sleep(HOLD).await;
+                cluster.heal();
+                if let Err(e) = cluster.wait_leader_among(&[0, 1, 2]).await {
+                    eprintln!("after healing server {node}: {e}");
+                }
             }
             "pause" => {
                 self.replicas[victim].pause();
@@ -134,14 +172,20 @@ impl Targets {
                     return;
                 };
                 cluster = tokio::task::spawn_blocking(move || {
-                    cluster.kill_node(node).expect("killing a server");
+                    cluster
+                        .cluster_mut()
+                        .kill_node(node)
+                        .expect("killing a server");
                     cluster
                 })
                 .await
                 .expect("kill task");
                 tokio::time::sleep(HOLD * 2).await;
                 cluster = tokio::task::spawn_blocking(move || {
-                    cluster.start_node(node).expect("starting the server again");
+                    cluster
+                        .cluster_mut()
+                        .start_node(node)
+                        .expect("starting the server again");
                     cluster
                 })
                 .await
@@ -160,6 +204,7 @@ impl Targets {
             parts.push(format!("r{} {mib}", r.id));
         }
         if let Some(cluster) = &self.cluster {
+            let cluster = cluster.cluster();
             for i in 0..cluster.len() {
                 let mib = cluster
                     .node(i)
@@ -180,9 +225,11 @@ async fn the_soak_ends_every_run_right_under_random_faults() {
         .and_then(|m| m.parse().ok())
         .unwrap_or(2.0);
     let _machine = support::process::alone().await;
-    let cluster = tokio::task::spawn_blocking(test_harness::cluster)
-        .await
-        .expect("cluster");
+    assert!(
+        std::path::Path::new(LIBFAKETIME).exists(),
+        "{LIBFAKETIME} is missing: apt-get install faketime"
+    );
+    let cluster = Partitionable::start(3).await.expect("cluster");
     let urls = cluster.urls();
     let dir = tempfile::tempdir().expect("tempdir");
     let client = async_nats::connect(urls[0].as_str())
@@ -231,7 +278,7 @@ async fn the_soak_ends_every_run_right_under_random_faults() {
                 "fault seed: {0} (SOAK_SEED={0} draws the same faults)",
                 rng.seed()
             );
-            // Kinds are dealt from a shuffled deck: each comes once in every ten faults.
+            // Kinds are dealt from a shuffled deck: each comes once in every twelve faults.
             let mut deck: Vec<&str> = Vec::new();
             loop {
                 let wait = Duration::from_millis(rng.range(BETWEEN_MS.0, BETWEEN_MS.1));

@@ -75,7 +75,7 @@ async fn talker(
 }
 
 /// Waits until the door serves `name`'s card (the catalog heard it).
-async fn card_seen(addr: SocketAddr, name: &str) {
+pub(crate) async fn card_seen(addr: SocketAddr, name: &str) {
     let path = format!("/a2a/{name}/.well-known/agent-card.json");
     let give_up = tokio::time::Instant::now() + test_harness::http::TIMEOUT;
     while test_harness::http::get(addr, &path).await.status != 200 {

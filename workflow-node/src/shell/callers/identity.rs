@@ -19,7 +19,6 @@
 //!   stream holds first: see [`crate::shell::run::identity::kept_cancel_holds`].
 
 use std::collections::BTreeMap;
-use std::time::SystemTime;
 
 use agent_sdk::signing::{self, Allowed, SignatureError};
 use async_nats::HeaderMap;
@@ -132,7 +131,7 @@ pub(in crate::shell) fn approver(
         subject,
         reply,
         payload,
-        SystemTime::now(),
+        crate::shell::clock::system_now(),
         Allowed::Only(&keys),
     )
     .map_err(|e| match e {
@@ -219,7 +218,7 @@ pub(in crate::shell) fn signer_of(
         subject,
         reply,
         payload,
-        SystemTime::now(),
+        crate::shell::clock::system_now(),
         Allowed::AnyUser,
     )
     .map(Some)
@@ -344,7 +343,14 @@ mod tests {
         by: Option<&Signer>,
         claimed: Option<&str>,
     ) -> std::result::Result<String, String> {
-        let h = by.map(|s| s.sign(SUBJECT, Some("_INBOX.r"), b"d", SystemTime::now()));
+        let h = by.map(|s| {
+            s.sign(
+                SUBJECT,
+                Some("_INBOX.r"),
+                b"d",
+                std::time::SystemTime::now(),
+            )
+        });
         let signed = (h.as_ref(), SUBJECT, Some("_INBOX.r"), &b"d"[..]);
         approver(c, "gate", def, signed, claimed)
     }

@@ -20,7 +20,6 @@
 //! `tasks/get` and `tasks/cancel` name its task id with the same header.
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use async_nats::HeaderMap;
 use futures::StreamExt;
@@ -39,14 +38,14 @@ use crate::shell::callers::identity::{self, caller_name};
 use crate::shell::callers::nonces;
 use crate::shell::callers::steer;
 use crate::shell::context::Shared;
-use crate::shell::error::{Context, Result};
+use crate::shell::error::{Context, Error, Result};
 use crate::shell::run::envelope::Caller;
 use crate::shell::run::envelope::Envelope;
 use crate::shell::run::names;
 use crate::shell::run::record::RunRecord;
 use crate::shell::run::reply;
 use crate::shell::run::wire::{self, InputSource};
-use crate::shell::store::events::publish_event;
+use crate::shell::store::events::{publish_event, store_unreachable};
 use crate::shell::store::runs;
 use crate::shell::worker::effects;
 use crate::shell::worker::final_claim::{Claimant, Markers};
@@ -459,7 +458,7 @@ async fn start(
             // refused this copy (a full store): only a run that does not exist is refused.
             Err(e) => match read_run(shared, workflow, &execution).await {
                 Some(record) if record.state.started => None,
-                _ => return refuse(start_refused(&e)),
+                _ => return unanswered_or_refused(&execution, e, refuse),
             },
         },
     };
@@ -514,7 +513,25 @@ async fn start(
             }
         }
     };
-    outcome.unwrap_or_else(|e| refuse(format!("could not start the run: {e}")))
+    outcome.unwrap_or_else(|e| unanswered_or_refused(&execution, e, refuse))
+}
+
+/// What a start that could not be stored answers. A store out of reach (no quorum on this
+/// side of a partition, an election outlasting the retries) answers nothing: the event
+/// may yet be stored (a publish "in process" on a leader that lost its quorum), so a
+/// `failed` could contradict the run's real end, and the protocol has callers resend a
+/// request that gets no answer, which joins the run or starts it once the store is back.
+/// Any other cause (a full store, a limit) is told at once.
+fn unanswered_or_refused(
+    execution: &ExecutionId,
+    error: Error,
+    refuse: impl FnOnce(String) -> Option<Vec<u8>>,
+) -> Option<Vec<u8>> {
+    if store_unreachable(&error) {
+        tracing::warn!("run {execution} not started yet, left to the caller's resend: {error}");
+        return None;
+    }
+    refuse(start_refused(&error))
 }
 
 /// What a caller whose start could not be stored is told: a full store is named as such
@@ -704,7 +721,7 @@ async fn answer_ended(
         names::final_marker(&workflow.name, execution, &attached)
     };
     let markers = Markers::of(shared);
-    let now = SystemTime::now();
+    let now = crate::shell::clock::system_now();
     let sent = match markers.claim(&marker, Claimant::Answerer, now).await? {
         Some(claim) => {
             let ending = ended_run(shared, execution, record)?;

@@ -86,6 +86,19 @@ pub(crate) async fn publish_event(
     Ok(!ack.duplicate)
 }
 
+/// Whether `error` is an event's publish that failed in a way that passes ([`passes`]),
+/// still failing after the retries: the store could not be reached or had no quorum (a
+/// server cut off from the others, an election that outlasts the retries), which says
+/// nothing of the event; not a refusal of it (a full store, a limit).
+pub(crate) fn store_unreachable(error: &Error) -> bool {
+    match error {
+        Error::Connection { source, .. } => source
+            .downcast_ref::<async_nats::jetstream::context::PublishError>()
+            .is_some_and(passes),
+        _ => false,
+    }
+}
+
 /// Whether a failed publish may be tried again: the stream was electing a leader, the
 /// ack did not come, the connection broke, or another publish of the same message id is
 /// being stored right now (10158, "duplicate message id is in process": a copy of this

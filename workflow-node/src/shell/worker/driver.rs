@@ -141,6 +141,10 @@ async fn route(
                 continue;
             }
         };
+        // When the servers stored it: the node's clock follows theirs (`shell::clock`).
+        if let Ok(info) = msg.info() {
+            crate::shell::clock::observe(info.published.unix_timestamp_nanos());
+        }
         let Some(execution) = execution_of(&shared.ns, &workflow.name, &msg.subject) else {
             tracing::warn!("dropping an event on unexpected subject {}", msg.subject);
             let _ = msg.ack_with(AckKind::Term).await;

@@ -411,7 +411,8 @@ impl RunContext<'_> {
         };
         let marker = names::final_marker(&self.workflow.name, self.execution, caller);
         let markers = Markers::of(self.shared);
-        let now = std::time::SystemTime::now();
+        // The claim's age is judged by other replicas: by the servers' clock.
+        let now = crate::shell::clock::system_now();
         let claimed = markers.claim(&marker, Claimant::Finisher, now).await?;
         let Some(claim) = claimed else {
             return Ok(()); // another replica's to send, or sent

@@ -4,7 +4,8 @@
 //! timer comes due, replicas publish `TimerFired` into the run's event stream with a message
 //! id that makes the stream keep one copy, then purge the entry.
 //!
-//! A timer fires no earlier than its deadline by the firing replica's clock: a sleep may
+//! A timer fires no earlier than its deadline by the servers' clock as the firing replica
+//! estimates it from what they stored (`shell::clock`), not by its own: a sleep may
 //! end early (it runs on the monotonic clock, deadlines are wall-clock milliseconds), so
 //! what fires is decided by [`Armed::take_due`] against `now()` read after waking, and
 //! the rest stay armed. An entry that is not a timer is purged with a warning: left in
@@ -153,6 +154,7 @@ pub(in crate::shell) async fn run(shared: Arc<Shared>) {
 
 /// Arms, re-arms or disarms the timer of one watched entry; purges one that is not a timer.
 async fn on_entry(shared: &Shared, armed: &mut Armed, entry: Entry) {
+    crate::shell::clock::observe(entry.created.unix_timestamp_nanos());
     armed.disarm(&entry.key);
     if entry.operation != Operation::Put {
         return;

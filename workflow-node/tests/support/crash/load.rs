@@ -295,7 +295,10 @@ async fn approve_all(
             decisions.clone(),
         );
         tokio::spawn(async move {
-            for _ in 0..50 {
+            // Tried again until recorded, for as long as a run may take: a store without
+            // quorum (a partition) refuses decisions at once, for as long as it lasts.
+            let patience = Instant::now() + super::RUN_DEADLINE;
+            while Instant::now() < patience {
                 decisions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 if approve(&client, &ns, &workflow, &decision).await {
                     return;

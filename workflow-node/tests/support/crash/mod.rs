@@ -212,8 +212,9 @@ pub(crate) async fn check_records_of(
                         .or_default() += 1;
                     if !record.state.status.is_terminal() {
                         problems.push(format!(
-                            "run {i} ({execution}) is left {}",
-                            record.state.status.as_str()
+                            "run {i} ({execution}) is left {}: {}",
+                            record.state.status.as_str(),
+                            waiting_on(&record)
                         ));
                     }
                     // Entries go once their events are acked, whichever replica commits:
@@ -252,6 +253,28 @@ pub(crate) async fn check_records_of(
          {history_entries} history entries"
     );
     problems
+}
+
+/// What a run left behind waits on: its unfinished nodes with their status, its calls in
+/// flight and its queue, for the report of a run that never ended.
+fn waiting_on(record: &RunRecord) -> String {
+    let nodes = serde_json::to_value(&record.state.nodes).unwrap_or_default();
+    let unfinished: Vec<String> = nodes
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(id, n)| {
+            let status = n["status"].as_str().unwrap_or("?");
+            (!matches!(status, "success" | "skipped")).then(|| format!("{id} {status}"))
+        })
+        .collect();
+    let calls = serde_json::to_string(&record.state.calls).unwrap_or_default();
+    format!(
+        "nodes {unfinished:?}; calls {}; queue {:?}; {} events applied",
+        calls.chars().take(600).collect::<String>(),
+        record.state.queue,
+        record.applied
+    )
 }
 
 /// The most outbox entries a run's record may keep: its last event's, and those of events

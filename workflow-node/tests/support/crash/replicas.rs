@@ -72,7 +72,15 @@ impl Spawner {
         self.spawn_full(id, url, &[], env)
     }
 
-    fn spawn_full(&self, id: usize, url: &str, extra: &[&str], env: &[(&str, &str)]) -> Replica {
+    /// Starts replica `id` connected to `url`, with `extra` arguments to `serve` and `env`
+    /// set in its environment.
+    pub(crate) fn spawn_full(
+        &self,
+        id: usize,
+        url: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Replica {
         let mut child = Command::new(env!("CARGO_BIN_EXE_workflow-node"))
             .envs(env.iter().copied())
             .arg("serve")
