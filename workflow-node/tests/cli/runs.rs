@@ -349,7 +349,8 @@ fn runs_list_show_and_history_describe_runs() {
 #[test]
 fn runs_show_finds_a_run_by_its_task_id_and_reads_what_it_keeps_apart() {
     let m = mesh();
-    let text = "t".repeat(40_000);
+    // Over the inline limit (256 KiB): the run's output is kept as its output artifact.
+    let text = "t".repeat(300_000);
     let numbers: Vec<u32> = (0..300).collect();
     let task_id = new_task_id();
     let execution = names::execution_id("Big", &task_id).0;
@@ -386,14 +387,14 @@ fn runs_show_finds_a_run_by_its_task_id_and_reads_what_it_keeps_apart() {
     assert!(row("one").contains(" 300 "), "300 attempts: {table}");
     let shown = json_of(m.cli(&["runs", "show", &task_id, "--workflow", "Big", "--json"]));
     assert_eq!(shown["execution_id"], execution.as_str());
-    assert_eq!(shown["input"]["text"].as_str().unwrap().len(), 40_000);
+    assert_eq!(shown["input"]["text"].as_str().unwrap().len(), 300_000);
     // Ended: its output is kept apart.
     // The gate lists no approvers: an operator decides.
     let out = m.cli_as("operator", &["approve", &execution, "gate"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(m.rt.block_on(run).unwrap().unwrap().status, "success");
     let shown = json_of(m.cli(&["runs", "show", &execution, "--json"]));
-    assert_eq!(shown["output"]["text"].as_str().unwrap().len(), 40_000);
+    assert_eq!(shown["output"]["text"].as_str().unwrap().len(), 300_000);
 }
 
 #[test]

@@ -80,7 +80,19 @@ async fn caller(client: &async_nats::Client) -> Caller_ {
 impl Caller_ {
     /// Sends the request of task `task` to `workflow`.
     async fn send(&self, client: &async_nats::Client, workflow: &str, task: &str, n: i64) {
-        let message = Message::new(task, Role::User, vec![wrap(json!({"n": n}))]);
+        self.send_input(client, workflow, task, json!({"n": n}))
+            .await;
+    }
+
+    /// Sends the request of task `task` to `workflow`, with `input`.
+    async fn send_input(
+        &self,
+        client: &async_nats::Client,
+        workflow: &str,
+        task: &str,
+        input: Value,
+    ) {
+        let message = Message::new(task, Role::User, vec![wrap(input)]);
         let body = serde_json::to_vec(&Request::message_send(task, message)).expect("encode");
         let mut h = async_nats::HeaderMap::new();
         h.insert(headers::STATUS_TO, self.status_to.as_str());
@@ -110,6 +122,15 @@ impl Caller_ {
             .map(Value::Object)
             .unwrap_or(Value::Null);
         (task.status.state, output)
+    }
+
+    /// The next final reply, as it came.
+    async fn raw_reply(&mut self) -> Value {
+        let msg = tokio::time::timeout(WAIT, self.replies.next())
+            .await
+            .expect("a final reply in time")
+            .expect("subscription open");
+        serde_json::from_slice(&msg.payload).expect("JSON")
     }
 
     /// Final replies already received, without waiting.
@@ -247,4 +268,90 @@ async fn a_resend_from_the_same_address_after_the_reply_was_lost_is_answered_fro
     assert_eq!(first.reply().await, (TaskState::Completed, json!({"n": 4})));
     settled(&m.client, "Echo1").await;
     assert_eq!(first.pending_replies(), 0);
+}
+
+/// Every `nats-object://` URI in `v`.
+fn object_uris(v: &Value) -> Vec<String> {
+    match v {
+        Value::String(s) if s.starts_with("nats-object://") => vec![s.clone()],
+        Value::Array(a) => a.iter().flat_map(object_uris).collect(),
+        Value::Object(o) => o.values().flat_map(object_uris).collect(),
+        _ => Vec::new(),
+    }
+}
+
+#[tokio::test]
+async fn resent_requests_to_an_ended_run_from_two_replicas_name_its_output_stored_once() {
+    // No grace: every resend counts as one whose reply was lost, and is answered in full.
+    let config = Config {
+        reply_in_flight: std::time::Duration::ZERO,
+        ..Config::default()
+    };
+    let m = support::mesh::mesh(STUBS, &[ECHO, SLOW], config.clone()).await;
+    let other = async_nats::connect(m.server.url()).await.expect("connect");
+    let _second =
+        workflow_node::shell::WorkflowNode::start(other, support::mesh::workflows(&[ECHO]), config)
+            .await
+            .expect("a second replica");
+    // Every object written to the artifact bucket writes its metadata message: heard here.
+    let mut metadata = m
+        .client
+        .subscribe("$O.mesh_artifacts.M.>")
+        .await
+        .expect("subscribe");
+    m.client.flush().await.expect("flush");
+
+    // An output over the inline limit (256 KiB): the run's artifact.
+    let big = "o".repeat(300 * 1024);
+    let task = "large-output";
+    let mut first = caller(&m.client).await;
+    first
+        .send_input(&m.client, "Echo1", task, json!({"n": big}))
+        .await;
+    let uris = object_uris(&first.raw_reply().await);
+    assert_eq!(uris.len(), 1, "the output named by one artifact: {uris:?}");
+    let uri = &uris[0];
+    assert!(uri.contains(".output.json@v1"), "{uri}");
+    settled(&m.client, "Echo1").await;
+
+    // The caller asks again, from its address and from others, and for the task's state:
+    // each is answered, from either replica, naming the same object.
+    for k in 0..6 {
+        let mut again = caller(&m.client).await;
+        let resend = if k % 2 == 0 { &first } else { &again };
+        resend
+            .send_input(&m.client, "Echo1", task, json!({"n": big}))
+            .await;
+        let answer = if k % 2 == 0 {
+            first.raw_reply().await
+        } else {
+            again.raw_reply().await
+        };
+        assert_eq!(object_uris(&answer), uris, "resend {k}: {answer}");
+        let get = Request::tasks_get(format!("get-{k}"), task);
+        let body = serde_json::to_vec(&get).expect("encode");
+        let state = m
+            .client
+            .request(subjects::agent_request("mesh", "Echo1"), body.into())
+            .await
+            .expect("tasks/get answered");
+        let state: Value = serde_json::from_slice(&state.payload).expect("JSON");
+        assert_eq!(state["result"]["status"]["state"], "completed", "{state}");
+        assert!(object_uris(&state).contains(uri), "tasks/get {k}: {state}");
+    }
+    settled(&m.client, "Echo1").await;
+
+    // The output's object was written once, and so was the link to it.
+    let key = uri.rsplit_once('/').expect("a name").1;
+    let link = key.strip_suffix("@v1").expect("version 1");
+    m.client.flush().await.expect("flush");
+    let mut writes = std::collections::BTreeMap::<String, usize>::new();
+    while let Some(Some(msg)) = metadata.next().now_or_never() {
+        let info: Value = serde_json::from_slice(&msg.payload).expect("object metadata");
+        if let Some(name) = info["name"].as_str() {
+            *writes.entry(name.to_owned()).or_default() += 1;
+        }
+    }
+    assert_eq!(writes.get(key), Some(&1), "writes of {key}: {writes:?}");
+    assert_eq!(writes.get(link), Some(&1), "writes of {link}: {writes:?}");
 }

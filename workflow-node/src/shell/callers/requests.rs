@@ -703,7 +703,7 @@ async fn answer_ended(
     let now = crate::shell::clock::system_now();
     let sent = match markers.claim(&marker, Claimant::Answerer, now).await? {
         Some(claim) => {
-            let ending = ended_run(shared, execution, record).await?;
+            let ending = ended_run(shared, execution, record)?;
             let dialect = shared.config.dialect;
             let reply = reply::final_reply(workflow, execution, caller, &ending, dialect);
             let token = shared.seal.token_of(caller);
@@ -741,8 +741,9 @@ async fn answer_ended(
     Ok(None)
 }
 
-/// How the ended run of `record` ended, as its callers are told.
-async fn ended_run(
+/// How the ended run of `record` ended, as its callers are told: a large output is named
+/// by the artifact the commit ending the run stored, never stored again here.
+fn ended_run(
     shared: &Shared,
     execution: &ExecutionId,
     record: &RunRecord,
@@ -753,9 +754,9 @@ async fn ended_run(
         execution,
         state.status,
         state.output.as_ref(),
+        record.output_artifact,
         state.error.as_ref(),
     )
-    .await
 }
 
 /// The answer to `tasks/get` of run `execution`, asked for by `task_id` (see
@@ -770,7 +771,7 @@ async fn run_state(
 ) -> Vec<u8> {
     let state = &record.state;
     let ending = if state.status.is_terminal() {
-        let ending = ended_run(shared, execution, record).await;
+        let ending = ended_run(shared, execution, record);
         match ending {
             Ok(ending) => Some(ending),
             Err(e) => {
@@ -798,8 +799,9 @@ async fn run_state(
 }
 
 /// The record of run `execution`, if it has one that can be read: its entry, and for an
-/// ended run the outputs it keeps apart (what answering it needs). A running run's large
-/// maps and outputs are not read: a request needs its status and callers only.
+/// ended run its output when kept apart, but not as its artifact (see
+/// [`runs::load_answer`]). What else it keeps apart (its input, large maps and node
+/// outputs) is not read: a request needs the run's status, callers and ending only.
 async fn read_run(
     shared: &Shared,
     workflow: &Workflow,
@@ -812,7 +814,7 @@ async fn read_run(
             return Ok(None);
         };
         if record.state.status.is_terminal() {
-            crate::shell::store::runs::load_apart(shared, &key, &mut record).await?;
+            runs::load_answer(shared, &key, &mut record).await?;
         }
         Ok::<_, crate::shell::Error>(Some(record))
     };

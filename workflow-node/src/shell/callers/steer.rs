@@ -153,7 +153,7 @@ pub(in crate::shell) async fn seed(
     record.definition = Some(workflow.hash.clone());
     let key = names::run_key(&workflow.name, execution);
     let ttl = shared.config.retention;
-    let apart = apart::set_apart(&mut record, &key)?;
+    let apart = apart::set_apart(&mut record, &key, shared.config.inline_limit)?;
     runs::start_puts(shared, apart, ttl).await?.stored().await?;
     let bytes = apart::encode(&mut record)?;
     // Created only if absent, and expiring like a kept cancel if its start never comes.

@@ -18,6 +18,11 @@
 //!
 //! - a large workflow input (above [`INLINE_INPUT`] bytes) is kept under `{run key}.input`,
 //!   written before the commit that starts the run; the entry holds null in its place.
+//! - the run's output, set by the commit that ends the run, is kept under
+//!   `{run key}.output` when large; one over the inline limit (what callers get as an
+//!   artifact) is stored, before that commit, as the run's output artifact, and the key
+//!   names it. Every later answer (the final reply, a resent request's, `tasks/get`, from
+//!   any replica) names that one object: none stores it again.
 //!
 //! A replica that loads the run reads the item chunks at once, but the results only before
 //! an event that may end the map (they are only needed for its output), taking results
@@ -48,6 +53,21 @@ pub(in crate::shell) struct Write {
     pub(in crate::shell) key: String,
     /// The JSON-encoded value, put as is.
     pub(in crate::shell) bytes: Vec<u8>,
+    /// `Some(execution)`: the run's output over the inline limit, stored as that run's
+    /// output artifact (its key holds a stand-in naming the artifact).
+    pub(in crate::shell) output_of: Option<String>,
+}
+
+impl Write {
+    /// A value kept in the runs bucket (moved to the object store only when too large
+    /// for a KV message).
+    fn kv(key: String, bytes: Vec<u8>) -> Write {
+        Write {
+            key,
+            bytes,
+            output_of: None,
+        }
+    }
 }
 
 fn running_maps(record: &mut RunRecord) -> impl Iterator<Item = (&String, &mut MapState)> {
@@ -63,19 +83,18 @@ fn running_maps(record: &mut RunRecord) -> impl Iterator<Item = (&String, &mut M
 
 /// Externalises what just got large: returns the writes to make before the commit (a
 /// large input, the item chunks of a map that just started, outputs that are new or
-/// changed) and records where they are. Forgets maps that ended.
+/// changed) and records where they are. Forgets maps that ended. A run output over
+/// `inline_limit` (`Config::inline_limit`) is stored as the run's output artifact.
 pub(in crate::shell) fn set_apart(
     record: &mut RunRecord,
     run_key: &str,
+    inline_limit: usize,
 ) -> serde_json::Result<Vec<Write>> {
-    let mut writes = set_outputs_apart(record, run_key)?;
+    let mut writes = set_outputs_apart(record, run_key, inline_limit)?;
     if !record.input_apart && record.state.started {
         let input = serde_json::to_vec(&record.state.input)?;
         if input.len() > INLINE_INPUT {
-            writes.push(Write {
-                key: input_key(run_key),
-                bytes: input,
-            });
+            writes.push(Write::kv(input_key(run_key), input));
             record.input_apart = true;
         }
     }
@@ -98,10 +117,8 @@ pub(in crate::shell) fn set_apart(
          -> serde_json::Result<()> {
             let first = next - chunk.len();
             starts.push(first as u32);
-            writes.push(Write {
-                key: items_key(run_key, id, starts.len() - 1),
-                bytes: serde_json::to_vec(chunk)?,
-            });
+            let bytes = serde_json::to_vec(chunk)?;
+            writes.push(Write::kv(items_key(run_key, id, starts.len() - 1), bytes));
             chunk.clear();
             Ok(())
         };
@@ -134,8 +151,13 @@ pub(in crate::shell) fn set_apart(
 
 /// Writes the node outputs and the run output that are large and not yet apart (or
 /// changed since: an inner node's output changes each iteration); an output that became
-/// small again goes back inline.
-fn set_outputs_apart(record: &mut RunRecord, run_key: &str) -> serde_json::Result<Vec<Write>> {
+/// small again goes back inline. The run's output is kept apart above the smaller of
+/// [`INLINE_OUTPUT`] and `inline_limit`, and above `inline_limit` as its artifact.
+fn set_outputs_apart(
+    record: &mut RunRecord,
+    run_key: &str,
+    inline_limit: usize,
+) -> serde_json::Result<Vec<Write>> {
     let mut writes = Vec::new();
     for (id, node) in &record.state.nodes {
         let Some(output) = &node.output else {
@@ -151,24 +173,27 @@ fn set_outputs_apart(record: &mut RunRecord, run_key: &str) -> serde_json::Resul
         if bytes.len() <= INLINE_OUTPUT {
             record.outputs_apart.remove(id);
         } else if record.outputs_apart.get(id) != Some(&rev) {
-            writes.push(Write {
-                key: node_output_key(run_key, id),
-                bytes,
-            });
+            writes.push(Write::kv(node_output_key(run_key, id), bytes));
             record.outputs_apart.insert(id.clone(), rev);
         }
     }
     match &record.state.output {
-        None => record.output_apart = false,
+        None => {
+            record.output_apart = false;
+            record.output_artifact = false;
+        }
         Some(_) if record.output_apart => {}
         Some(output) => {
             let bytes = serde_json::to_vec(output)?;
-            if bytes.len() > INLINE_OUTPUT {
+            if bytes.len() > INLINE_OUTPUT.min(inline_limit) {
+                let artifact = bytes.len() > inline_limit;
                 writes.push(Write {
                     key: run_output_key(run_key),
                     bytes,
+                    output_of: artifact.then(|| record.state.id.0.clone()),
                 });
                 record.output_apart = true;
+                record.output_artifact = artifact;
             }
         }
     }
@@ -367,7 +392,9 @@ pub(in crate::shell) fn item_results(
     }
 }
 
-/// The values a run keeps apart (its input and outputs), as they are stored.
+/// The values a run keeps apart (its input and outputs), as they are stored: all but an
+/// output stored as the run's artifact, which the commit ending the run wrote (its key
+/// and object live the retention from then), and which is never stored twice.
 pub(in crate::shell) fn kept_apart(
     record: &RunRecord,
     run_key: &str,
@@ -375,23 +402,18 @@ pub(in crate::shell) fn kept_apart(
     let state = &record.state;
     let mut writes = Vec::new();
     if record.input_apart {
-        writes.push(Write {
-            key: input_key(run_key),
-            bytes: serde_json::to_vec(&state.input)?,
-        });
+        let bytes = serde_json::to_vec(&state.input)?;
+        writes.push(Write::kv(input_key(run_key), bytes));
     }
-    if let (true, Some(output)) = (record.output_apart, &state.output) {
-        writes.push(Write {
-            key: run_output_key(run_key),
-            bytes: serde_json::to_vec(output)?,
-        });
+    let output = state.output.as_ref();
+    if let (true, false, Some(output)) = (record.output_apart, record.output_artifact, output) {
+        let bytes = serde_json::to_vec(output)?;
+        writes.push(Write::kv(run_output_key(run_key), bytes));
     }
     for id in record.outputs_apart.keys() {
         if let Some(output) = state.nodes.get(id).and_then(|n| n.output.as_ref()) {
-            writes.push(Write {
-                key: node_output_key(run_key, id),
-                bytes: serde_json::to_vec(output)?,
-            });
+            let bytes = serde_json::to_vec(output)?;
+            writes.push(Write::kv(node_output_key(run_key, id), bytes));
         }
     }
     Ok(writes)
@@ -407,6 +429,7 @@ pub(in crate::shell) fn map_key_patterns(run_key: &str) -> Vec<String> {
 pub(in crate::shell) fn drop_outputs(record: &mut RunRecord) {
     record.state.output = None;
     record.output_apart = false;
+    record.output_artifact = false;
     record.outputs_apart.clear();
     for node in record.state.nodes.values_mut() {
         node.output = None;
@@ -424,10 +447,60 @@ pub(in crate::shell) fn result_writes(
     results
         .iter()
         .map(|r| {
-            Ok(Write {
-                key: result_key(run_key, &r.map, r.index),
-                bytes: serde_json::to_vec(&r.value)?,
-            })
+            let bytes = serde_json::to_vec(&r.value)?;
+            Ok(Write::kv(result_key(run_key, &r.map, r.index), bytes))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{Execution, ExecutionId, RunStatus};
+    use crate::shell::run::envelope::Caller;
+
+    /// A run that just ended with an output of `len` bytes (as JSON).
+    fn ended(len: usize) -> RunRecord {
+        let mut state = Execution::new(ExecutionId("e1".into()), "W");
+        state.started = true;
+        state.status = RunStatus::Success;
+        state.output = Some(Value::String("x".repeat(len - 2)));
+        RunRecord::new(state, Caller::default())
+    }
+
+    #[test]
+    fn an_output_over_the_inline_limit_is_stored_once_as_the_runs_artifact() {
+        let mut record = ended(300 * 1024);
+        let writes = set_apart(&mut record, "W.e1", 256 * 1024).expect("encodes");
+        let output: Vec<&Write> = writes.iter().filter(|w| w.key == "W.e1.output").collect();
+        assert_eq!(output.len(), 1, "{writes:?}");
+        assert_eq!(output[0].output_of.as_deref(), Some("e1"));
+        assert!(record.output_apart && record.output_artifact);
+        // Neither a later commit nor the run's end writes it again.
+        assert!(set_apart(&mut record, "W.e1", 256 * 1024)
+            .expect("encodes")
+            .is_empty());
+        let expire = kept_apart(&record, "W.e1").expect("encodes");
+        assert!(expire.iter().all(|w| w.key != "W.e1.output"), "{expire:?}");
+    }
+
+    #[test]
+    fn an_output_under_the_inline_limit_is_kept_in_kv_and_expires_with_the_run() {
+        let mut record = ended(40 * 1024);
+        let writes = set_apart(&mut record, "W.e1", 256 * 1024).expect("encodes");
+        assert_eq!(writes.len(), 1, "{writes:?}");
+        assert_eq!(writes[0].output_of, None);
+        assert!(record.output_apart && !record.output_artifact);
+        let expire = kept_apart(&record, "W.e1").expect("encodes");
+        assert!(expire.iter().any(|w| w.key == "W.e1.output"), "{expire:?}");
+    }
+
+    #[test]
+    fn a_small_inline_limit_makes_a_small_output_the_runs_artifact() {
+        let mut record = ended(1024);
+        let writes = set_apart(&mut record, "W.e1", 64).expect("encodes");
+        assert_eq!(writes.len(), 1, "{writes:?}");
+        assert_eq!(writes[0].output_of.as_deref(), Some("e1"));
+        assert!(record.output_artifact);
+    }
 }

@@ -76,6 +76,9 @@ pub(in crate::shell) struct Stamp<'a> {
     pub(in crate::shell) replica: &'a str,
     /// How the run's calls in flight are checked for signs of life (see `check`).
     pub(in crate::shell) liveness: Liveness<'a>,
+    /// Outputs larger than this reach callers as artifacts (`Config::inline_limit`): a
+    /// run's output over it is stored as its artifact with the commit ending the run.
+    pub(in crate::shell) inline_limit: usize,
 }
 
 /// One compare-and-swap write of the run's entry.
@@ -617,7 +620,7 @@ fn apply(
     });
     // What the commit refers to goes first: items of a map that just started, outputs
     // kept apart.
-    let before = apart::set_apart(&mut record, run_key)?;
+    let before = apart::set_apart(&mut record, run_key, stamp.inline_limit)?;
     // In a group, only the record after the last event is stored: `plan_group` encodes it.
     let bytes = if keep_entry {
         Vec::new()
@@ -766,8 +769,13 @@ fn ending(record: &RunRecord, run_key: &str) -> Result<Ending, serde_json::Error
     })
 }
 
-/// How long what is written beside a run's entry is needed at least: until its deadline.
+/// How long what is written beside a run's entry is needed at least: until its deadline,
+/// or, once it has ended, no longer than its entry (what the commit ending it writes, such
+/// as its output's key, is not written again when it ends).
 fn apart_for(state: &Execution, now: Millis) -> Millis {
+    if state.status.is_terminal() {
+        return Millis(0);
+    }
     Millis(state.deadline.0.saturating_sub(now.0))
 }
 

@@ -94,6 +94,10 @@ pub struct RunRecord {
     /// Whether the run's output is kept under a key of its own.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub output_apart: bool,
+    /// Whether the output kept apart is the run's output artifact (it was over the inline
+    /// limit), stored before the commit that ended the run: answers name that object.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub output_artifact: bool,
     /// History entries committed and not yet published: they go to the history stream
     /// together, in one message, once [`crate::shell::run::history::HELD_MAX`] of them are held or the
     /// run has ended (see `history`); readers take them from here meanwhile.
@@ -157,6 +161,7 @@ impl RunRecord {
             input_apart: false,
             outputs_apart: BTreeMap::new(),
             output_apart: false,
+            output_artifact: false,
             call_times: BTreeMap::new(),
             maps_apart: false,
             history_held: Vec::new(),

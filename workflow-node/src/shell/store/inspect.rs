@@ -271,8 +271,11 @@ impl Inspector {
         let Some(object) = moved_to(&bytes) else {
             return decode(&bytes, key).map(Some);
         };
-        let bucket = subjects::artifact_bucket(&self.ns);
-        let uri = messages::payload::object_uri(&bucket, &object);
+        // A run's output artifact is named by its URI; a value moved for its size, by name.
+        let uri = match messages::payload::parse_object_uri(&object) {
+            Some(_) => object,
+            None => messages::payload::object_uri(&subjects::artifact_bucket(&self.ns), &object),
+        };
         agent_sdk::ArtifactStore::new(self.client.clone(), &self.ns)
             .get_uri(&uri)
             .await

@@ -97,6 +97,20 @@ pub(in crate::shell) async fn load_apart(
     Ok(())
 }
 
+/// Reads back what answering an ended run needs of what `record` keeps apart: its
+/// output, unless that is the run's artifact, which an answer names without reading it.
+pub(in crate::shell) async fn load_answer(
+    shared: &Shared,
+    key: &str,
+    record: &mut RunRecord,
+) -> Result<()> {
+    if record.output_apart && !record.output_artifact {
+        let output = get(shared, &run_output_key(key), &mut record.held_bytes).await?;
+        record.state.output = Some(output);
+    }
+    Ok(())
+}
+
 /// The outbox entries of `record`, other than `current`'s, whose events can no longer come
 /// back: their messages are gone from the workflow's work-queue stream (acked, or removed
 /// by its limits). Asked of the stream's leader, all at once; an entry whose message is
@@ -409,12 +423,23 @@ pub(in crate::shell) async fn end(shared: &Shared, ending: Ending) -> Result<()>
     Ok(())
 }
 
+/// A run's output artifact, `(name, uri)`: version 1 of `{execution}.{tag}.output.json`
+/// in the artifact bucket, where the commit ending the run stores an output over the
+/// inline limit (see [`apart`]), and the one object every answer names.
+pub(in crate::shell) fn output_artifact(shared: &Shared, execution: &str) -> (String, String) {
+    let name = shared.seal.object_name(execution, ".output.json");
+    let bucket = messages::subjects::artifact_bucket(&shared.ns);
+    let uri = messages::payload::object_uri(&bucket, &messages::payload::version_key(&name, 1));
+    (name, uri)
+}
+
 /// Writes in flight: started together, awaited together.
 pub(in crate::shell) struct Pending(Vec<(String, PublishAckFuture)>);
 
 /// Starts writing `writes` beside a run's entry, to expire after `ttl`; [`Pending::stored`]
 /// waits for them. A value too large for one KV message goes to the object store first
-/// (under its key's name), and its key holds a small stand-in naming it.
+/// (under its key's name), and its key holds a small stand-in naming it; a run's output
+/// over the inline limit goes to the run's output artifact ([`output_artifact`]) instead.
 pub(in crate::shell) async fn start_puts(
     shared: &Shared,
     writes: Vec<Write>,
@@ -427,8 +452,23 @@ pub(in crate::shell) async fn start_puts(
         .max_payload
         .saturating_sub(8 * 1024);
     let mut acks = Vec::with_capacity(writes.len());
-    for Write { key, mut bytes } in writes {
-        if bytes.len() > kv_limit {
+    for Write {
+        key,
+        mut bytes,
+        output_of,
+    } in writes
+    {
+        if let Some(execution) = output_of {
+            let (name, _) = output_artifact(shared, &execution);
+            let uri = shared
+                .artifacts
+                .put_run(&name, &execution, bytes)
+                .await
+                .context(|| format!("storing the output of run {execution}"))?;
+            bytes = serde_json::to_vec(&Moved {
+                mesh_moved_to_object: uri,
+            })?;
+        } else if bytes.len() > kv_limit {
             let name = shared.seal.object_name(&format!("runs/{key}"), ".json");
             shared.artifacts.put(&name, bytes).await?;
             bytes = serde_json::to_vec(&Moved {

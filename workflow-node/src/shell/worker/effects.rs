@@ -28,6 +28,7 @@ use crate::shell::run::names;
 use crate::shell::run::reply::{self, Ending};
 use crate::shell::run::wake::WakeWrite;
 use crate::shell::store::events::publish_event;
+use crate::shell::store::runs;
 use crate::shell::telemetry::traces::RunTrace;
 use crate::shell::worker::final_claim::{Claimant, Markers};
 use crate::shell::worker::wakes::WakeEntry;
@@ -389,23 +390,15 @@ impl RunContext<'_> {
         output: Option<&Value>,
         error: Option<&RunError>,
     ) -> Result<()> {
-        let ending = self.ending(status, output, error).await?;
+        // The commit that ended the run stored an output over the inline limit as its
+        // artifact (see `apart`), by the limit this reply is made with.
+        let ending = ending(self.shared, self.execution, status, output, false, error)?;
         let result = reply::execution_result_part(self.workflow, self.execution, &ending);
         for caller in self.callers {
             self.tell(caller, vec![result.clone()]).await?;
             self.final_reply(caller, &ending).await?;
         }
         Ok(())
-    }
-
-    /// How the run ended, with a large output stored as an artifact.
-    async fn ending(
-        &self,
-        status: RunStatus,
-        output: Option<&Value>,
-        error: Option<&RunError>,
-    ) -> Result<Ending> {
-        ending(self.shared, self.execution, status, output, error).await
     }
 
     /// Sends `caller` the final reply, unless another replica has the right to
@@ -443,13 +436,15 @@ impl RunContext<'_> {
 }
 
 /// How run `execution` ended, as its callers are told: an output larger than the inline
-/// limit is stored as an artifact (under a name fixed by the run, so storing it again
-/// writes the same object).
-pub(in crate::shell) async fn ending(
+/// limit is named by the run's output artifact ([`runs::output_artifact`]), which the
+/// commit ending the run stored (`stored`: the record says so; its output is then not
+/// read). Nothing is stored here: every answer, from any replica, names that one object.
+pub(in crate::shell) fn ending(
     shared: &Shared,
     execution: &ExecutionId,
     status: RunStatus,
     output: Option<&Value>,
+    stored: bool,
     error: Option<&RunError>,
 ) -> Result<Ending> {
     let mut ending = Ending {
@@ -458,18 +453,14 @@ pub(in crate::shell) async fn ending(
         artifact: None,
         error: error.cloned(),
     };
-    if let Some(out) = output {
-        let bytes = serde_json::to_vec(out)?;
-        if bytes.len() > shared.config.inline_limit {
-            let name = shared.seal.object_name(&execution.0, ".output.json");
-            let uri = shared
-                .artifacts
-                .put_run(&name, &execution.0, bytes)
-                .await
-                .context(|| format!("storing the output of run {execution}"))?;
-            ending.output = None;
-            ending.artifact = Some((name, uri));
-        }
+    let large = match output {
+        _ if stored => true,
+        Some(out) => serde_json::to_vec(out)?.len() > shared.config.inline_limit,
+        None => false,
+    };
+    if large {
+        ending.output = None;
+        ending.artifact = Some(runs::output_artifact(shared, &execution.0));
     }
     Ok(ending)
 }

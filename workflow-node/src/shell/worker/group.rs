@@ -116,6 +116,7 @@ pub(in crate::shell) async fn process(
                 window: shared.config.call_check,
                 heard: &heard,
             },
+            inline_limit: shared.config.inline_limit,
         };
         let planned = plan::plan_group(wf, &key, loaded, &refs, stamp, traced)
             .context(|| format!("planning events of run {execution}"));

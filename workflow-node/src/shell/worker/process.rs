@@ -56,6 +56,7 @@ pub(in crate::shell) async fn process(
                 window: shared.config.call_check,
                 heard: &heard,
             },
+            inline_limit: shared.config.inline_limit,
         };
         let planned = plan::plan(
             workflow, &key, &execution, loaded, &envelope, delivery, stamp, traced,

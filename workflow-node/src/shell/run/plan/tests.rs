@@ -68,6 +68,7 @@ fn stamp(ms: u64) -> Stamp<'static> {
         now: Millis(ms),
         replica: "r1",
         liveness: Liveness::off(),
+        inline_limit: 256 * 1024,
     }
 }
 
