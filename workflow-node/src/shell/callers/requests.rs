@@ -51,6 +51,7 @@ use crate::shell::run::record::RunRecord;
 use crate::shell::run::reply;
 use crate::shell::run::wire::{self, InputSource};
 use crate::shell::store::events::{publish_event, store_unreachable};
+use crate::shell::store::runs;
 use crate::shell::worker::effects;
 use crate::shell::worker::final_claim::{Claimant, Markers};
 
