@@ -42,18 +42,23 @@ workflow:
 const CALLERS: usize = 4;
 /// The runs bucket's limit, filled after some ten runs.
 const SMALL: u64 = 1 << 20;
-/// Every other stream's and bucket's, small enough for the server's store.
-const OTHERS: &[&str] = &[
-    "wakes=1048576",
-    "versions=1048576",
-    "secrets=1048576",
-    "nonces=1048576",
-    "early_cancels=1048576",
-    "events=16777216",
-    "history=8388608",
-    "artifacts=16777216",
-    "cards=1048576",
-];
+/// Every other stream's and bucket's limit, small enough for the server's store: each
+/// store the node makes (`StoreLimits::NAMES`, so a store added later is limited too) gets
+/// 1 MiB, but for the streams a run writes most to.
+fn others() -> Vec<String> {
+    workflow_node::limits::StoreLimits::NAMES
+        .iter()
+        .filter(|name| **name != "runs")
+        .map(|name| {
+            let bytes: u64 = match *name {
+                "events" | "artifacts" => 16 << 20,
+                "history" => 8 << 20,
+                _ => 1 << 20,
+            };
+            format!("{name}={bytes}")
+        })
+        .collect()
+}
 
 /// What one caller saw: runs that ended right, starts refused for the full store, and
 /// anything else (a wrong answer, no answer).
@@ -144,8 +149,8 @@ async fn runs_in_flight_when_the_store_fills_wait_and_end_right_once_space_is_ma
         logs: logs.clone(),
     };
     let mut limits = vec!["--store-limit".to_string(), format!("runs={SMALL}")];
-    for other in OTHERS {
-        limits.extend(["--store-limit".to_string(), other.to_string()]);
+    for other in others() {
+        limits.extend(["--store-limit".to_string(), other]);
     }
     let limits: Vec<&str> = limits.iter().map(String::as_str).collect();
     let mut replica = spawner.spawn_with(1, &server.url(), &limits);
