@@ -429,6 +429,54 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// A list of named entries in the workflow block (`schedules`, `triggers`): absent is none;
+/// not a list, or longer than `max`, is one problem; each item is read by `parse_one` with
+/// its prefix (`{key}[{i}].`), and a name declared twice is a problem at its second place.
+/// `what` is the singular word the messages use.
+pub(super) fn named_list<T>(
+    w: &mut Fields<'_>,
+    sink: &mut Sink,
+    (key, what, max): (&str, &str, usize),
+    parse_one: impl Fn(&Value, &str, &mut Sink) -> Option<T>,
+    name: impl Fn(&T) -> &str,
+) -> Vec<T> {
+    let Some(v) = w.get(sink, key, &[]) else {
+        return Vec::new();
+    };
+    let Some(items) = v.as_array() else {
+        w.wrong(sink, key, &format!("a list of {key}"), v);
+        return Vec::new();
+    };
+    if items.len() > max {
+        let n = items.len();
+        w.problem(
+            sink,
+            key,
+            format!("{n} {key} exceed the most a workflow declares ({max})"),
+        );
+        return Vec::new();
+    }
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let prefix = format!("{key}[{i}].");
+        let Some(entry) = parse_one(item, &prefix, sink) else {
+            continue;
+        };
+        let named = name(&entry).to_owned();
+        if !seen.insert(named.clone()) {
+            sink.push(
+                None,
+                &format!("{prefix}name"),
+                format!("{what} '{named}' is declared twice"),
+            );
+            continue;
+        }
+        out.push(entry);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

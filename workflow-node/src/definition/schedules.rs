@@ -218,41 +218,13 @@ fn millis_to_utc(ms: u64) -> Option<DateTime<Utc>> {
 
 /// Reads `schedules` from the workflow block: absent is none.
 pub(super) fn parse_schedules(w: &mut Fields<'_>, sink: &mut Sink) -> Vec<Schedule> {
-    let Some(v) = w.get(sink, "schedules", &[]) else {
-        return Vec::new();
-    };
-    let Some(items) = v.as_array() else {
-        w.wrong(sink, "schedules", "a list of schedules", v);
-        return Vec::new();
-    };
-    if items.len() > MAX_SCHEDULES {
-        let n = items.len();
-        w.problem(
-            sink,
-            "schedules",
-            format!("{n} schedules exceed the most a workflow declares ({MAX_SCHEDULES})"),
-        );
-        return Vec::new();
-    }
-    let mut seen = std::collections::HashSet::new();
-    let mut schedules = Vec::new();
-    for (i, item) in items.iter().enumerate() {
-        let prefix = format!("schedules[{i}].");
-        let Some(s) = parse_one(item, &prefix, sink) else {
-            continue;
-        };
-        if !seen.insert(s.name.clone()) {
-            let name = &s.name;
-            sink.push(
-                None,
-                &format!("{prefix}name"),
-                format!("schedule '{name}' is declared twice"),
-            );
-            continue;
-        }
-        schedules.push(s);
-    }
-    schedules
+    super::fields::named_list(
+        w,
+        sink,
+        ("schedules", "schedule", MAX_SCHEDULES),
+        parse_one,
+        |e: &Schedule| e.name.as_str(),
+    )
 }
 
 /// Reads one schedule as `schedules add` sends it (the fields of one item of a file's

@@ -67,41 +67,13 @@ impl Trigger {
 
 /// Reads `triggers` from the workflow block: absent is none.
 pub(super) fn parse_triggers(w: &mut Fields<'_>, sink: &mut Sink) -> Vec<Trigger> {
-    let Some(v) = w.get(sink, "triggers", &[]) else {
-        return Vec::new();
-    };
-    let Some(items) = v.as_array() else {
-        w.wrong(sink, "triggers", "a list of triggers", v);
-        return Vec::new();
-    };
-    if items.len() > MAX_TRIGGERS {
-        let n = items.len();
-        w.problem(
-            sink,
-            "triggers",
-            format!("{n} triggers exceed the most a workflow declares ({MAX_TRIGGERS})"),
-        );
-        return Vec::new();
-    }
-    let mut seen = std::collections::HashSet::new();
-    let mut triggers = Vec::new();
-    for (i, item) in items.iter().enumerate() {
-        let prefix = format!("triggers[{i}].");
-        let Some(t) = parse_one(item, &prefix, sink) else {
-            continue;
-        };
-        if !seen.insert(t.name.clone()) {
-            let name = &t.name;
-            sink.push(
-                None,
-                &format!("{prefix}name"),
-                format!("trigger '{name}' is declared twice"),
-            );
-            continue;
-        }
-        triggers.push(t);
-    }
-    triggers
+    super::fields::named_list(
+        w,
+        sink,
+        ("triggers", "trigger", MAX_TRIGGERS),
+        parse_one,
+        |e: &Trigger| e.name.as_str(),
+    )
 }
 
 fn parse_one(item: &Value, prefix: &str, sink: &mut Sink) -> Option<Trigger> {
