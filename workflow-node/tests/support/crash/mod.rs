@@ -204,7 +204,19 @@ pub(crate) async fn check_records_of(
     for i in range {
         let execution = names::execution_id(NAME, &request_id(i));
         let key = names::run_key(NAME, &execution);
-        match kv.get(&key).await {
+        // A stream or bucket may still be electing its leader after the last fault (503,
+        // "temporarily unavailable"): the checker's reads ask again until it has one.
+        let mut tries = 0;
+        let (record, history) = loop {
+            let record = kv.get(&key).await;
+            let history = inspector.history(NAME, &execution).await;
+            if (record.is_ok() && history.is_ok()) || tries == READ_TRIES {
+                break (record, history);
+            }
+            tries += 1;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        match record {
             Ok(Some(bytes)) => match serde_json::from_slice::<RunRecord>(&bytes) {
                 Ok(record) => {
                     *statuses
@@ -222,7 +234,7 @@ pub(crate) async fn check_records_of(
                     largest_outbox = largest_outbox.max(record.outbox.len());
                     // Every event that changed the run is in its history, once, in order,
                     // whichever replica applied it and whatever was killed in between.
-                    match inspector.history(NAME, &execution).await {
+                    match &history {
                         Ok(history) => {
                             history_entries += history.len();
                             let ns: Vec<u64> = history.iter().map(|e| e.n).collect();
@@ -276,6 +288,10 @@ fn waiting_on(record: &RunRecord) -> String {
         record.applied
     )
 }
+
+/// How many times the checker reads a run again while its store elects a leader (half a
+/// second apart).
+const READ_TRIES: usize = 60;
 
 /// The most outbox entries a run's record may keep: its last event's, and those of events
 /// other replicas held when it was committed.
