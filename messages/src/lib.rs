@@ -11,6 +11,8 @@
 //! - [`reply`]: reading a final reply into an output or a failure.
 //! - [`sub_task`]: the sub-task id a workflow node gives each attempt of a call.
 //! - [`subjects`]: every NATS subject, built by functions (`$KV.` ones included).
+//! - [`hooks`]: webhook deliveries forwarded from an HTTP door to the node that
+//!   declares the hook.
 //! - [`headers`]: NATS header names; [`msg_id`]: the de-duplication ids they carry.
 //! - [`inbound`]: header values from outside, capped and checked (trace context to W3C's
 //!   grammar) before use.
@@ -22,6 +24,7 @@ pub mod call_proof;
 pub mod card;
 pub mod control;
 pub mod headers;
+pub mod hooks;
 pub mod inbound;
 pub mod jsonrpc;
 pub mod msg_id;

@@ -11,6 +11,7 @@ use workflow_expr::{Condition, Template};
 use super::fields::{type_name, Fields};
 use super::parse::is_token;
 use super::problem::Sink;
+use super::webhooks::{parse_webhook, Webhook};
 
 /// The most triggers one workflow declares.
 pub const MAX_TRIGGERS: usize = 16;
@@ -20,6 +21,10 @@ pub const DEFAULT_MAX_DELIVERIES: u64 = 5;
 
 /// What a trigger's templates may name below `event.`.
 const EVENT_FIELDS: [&str; 4] = ["subject", "payload", "headers", "sequence"];
+
+/// What a webhook's templates may name below `event.` (a delivery has no subject or
+/// sequence).
+const HOOK_FIELDS: [&str; 2] = ["payload", "headers"];
 
 /// One event trigger of a workflow.
 #[derive(Debug, Clone)]
@@ -42,6 +47,9 @@ pub struct Trigger {
     /// `max_deliveries` (default [`DEFAULT_MAX_DELIVERIES`]): takes before a message that
     /// keeps failing is parked as a dead letter.
     pub max_deliveries: u64,
+    /// `webhook` (with its secret): runs started by signed HTTP deliveries to
+    /// `/hooks/{name}` instead of messages; then `stream` and `subject` are `None`.
+    pub webhook: Option<Webhook>,
 }
 
 impl Trigger {
@@ -59,6 +67,19 @@ impl Trigger {
         event.insert("payload".into(), payload);
         event.insert("headers".into(), Value::Object(headers));
         event.insert("sequence".into(), Value::from(sequence));
+        let mut scope = Map::new();
+        scope.insert("event".into(), Value::Object(event));
+        scope
+    }
+}
+
+impl Trigger {
+    /// The scope of a webhook's delivery: `event.payload` (the JSON body) and
+    /// `event.headers` (lower-case name → value).
+    pub fn hook_scope(payload: Value, headers: Map<String, Value>) -> Map<String, Value> {
+        let mut event = Map::new();
+        event.insert("payload".into(), payload);
+        event.insert("headers".into(), Value::Object(headers));
         let mut scope = Map::new();
         scope.insert("event".into(), Value::Object(event));
         scope
@@ -104,7 +125,15 @@ fn parse_one(item: &Value, prefix: &str, sink: &mut Sink) -> Option<Trigger> {
     if let Some(s) = subject.as_deref().filter(|s| !valid_subject(s)) {
         f.problem(sink, "subject", format!("'{s}' is not a NATS subject (tokens split by '.', '*' and a last '>' as wildcards)"));
     }
-    if stream.is_none() && subject.is_none() {
+    let (is_hook, webhook) = parse_webhook(&mut f, sink);
+    if is_hook {
+        for (given, field) in [(stream.is_some(), "stream"), (subject.is_some(), "subject")] {
+            if given {
+                let message = "a webhook trigger reads HTTP deliveries, not a stream or subject";
+                f.problem(sink, field, message);
+            }
+        }
+    } else if stream.is_none() && subject.is_none() {
         f.problem(
             sink,
             "subject",
@@ -119,13 +148,14 @@ fn parse_one(item: &Value, prefix: &str, sink: &mut Sink) -> Option<Trigger> {
     let paths: Vec<_> = paths
         .chain(dedup_key.iter().flat_map(|t| t.paths()))
         .collect();
+    let allowed: &[&str] = if is_hook { &HOOK_FIELDS } else { &EVENT_FIELDS };
     for path in paths {
         let field = match path.rest.first() {
             Some(workflow_expr::Segment::Key(k)) => Some(k.as_str()),
             _ => None,
         };
-        if path.root != "event" || !field.is_some_and(|k| EVENT_FIELDS.contains(&k)) {
-            let fields = EVENT_FIELDS.join(", event.");
+        if path.root != "event" || !field.is_some_and(|k| allowed.contains(&k)) {
+            let fields = allowed.join(", event.");
             f.problem(
                 sink,
                 "input",
@@ -133,11 +163,17 @@ fn parse_one(item: &Value, prefix: &str, sink: &mut Sink) -> Option<Trigger> {
             );
         }
     }
-    let max_deliveries = f
-        .int(sink, "max_deliveries", 1)
-        .unwrap_or(DEFAULT_MAX_DELIVERIES);
+    let max_deliveries = f.int(sink, "max_deliveries", 1);
+    if is_hook && max_deliveries.is_some() {
+        let message = "a webhook's sender retries: it has no max_deliveries";
+        f.problem(sink, "max_deliveries", message);
+    }
+    let max_deliveries = max_deliveries.unwrap_or(DEFAULT_MAX_DELIVERIES);
     f.finish(sink, "a trigger", &[]);
     let name = name.filter(|n| is_token(n) && n.len() <= 64)?;
+    if is_hook && webhook.is_none() {
+        return None;
+    }
     Some(Trigger {
         name,
         stream,
@@ -146,6 +182,7 @@ fn parse_one(item: &Value, prefix: &str, sink: &mut Sink) -> Option<Trigger> {
         input,
         dedup_key,
         max_deliveries: max_deliveries.min(100),
+        webhook,
     })
 }
 
@@ -195,6 +232,40 @@ mod tests {
         ] {
             assert!(text.contains(expected), "{expected} not in:\n{text}");
         }
+    }
+
+    #[test]
+    fn every_webhook_problem_is_reported_at_once() {
+        let text = problems(
+            "    - {name: a, webhook: gitlab, secret_env: S}\n    - {name: b, webhook: github, secret: hunter2, subject: x}\n    - {name: c, webhook: github, secret_env: S, secret_file: /f, tolerance: 1m, max_deliveries: 2}\n    - {name: d, webhook: stripe, secret_env: '1X', input: '{{event.subject}}'}\n    - {name: e, subject: x, secret_env: S}\n",
+        );
+        for expected in [
+            "triggers[0].webhook: 'gitlab' is not a signature scheme",
+            "triggers[1].secret: a webhook's secret is never written in the file",
+            "triggers[1].subject: a webhook trigger reads HTTP deliveries",
+            "triggers[1].secret_env: missing field",
+            "triggers[2].secret_env: give secret_env or secret_file, not both",
+            "triggers[2].tolerance: a github signature has no timestamp",
+            "triggers[2].max_deliveries",
+            "triggers[3].secret_env: '1X' is not an environment variable's name",
+            "triggers[3].input: a trigger's templates name only event.payload, event.headers",
+            "triggers[4].secret_env: only a webhook trigger has a secret",
+        ] {
+            assert!(text.contains(expected), "{expected} not in:\n{text}");
+        }
+        assert!(!text.contains("hunter2"), "{text}");
+    }
+
+    #[test]
+    fn a_webhook_is_read_with_its_secret_source() {
+        let text = "name: T\nworkflow:\n  description: d\n  triggers:\n    - {name: pay, webhook: stripe, secret_file: /run/s, tolerance: 2m, dedup_key: '{{event.payload.id}}'}\n  nodes:\n    - {id: a, type: agent, agent_name: A}\n  output_mapping: {a: \"{{a.output}}\"}\n";
+        let wf = parse_str(text, "t.yaml").unwrap();
+        let hook = wf.triggers[0].webhook.as_ref().unwrap();
+        assert_eq!(hook.scheme, crate::definition::Scheme::Stripe);
+        assert_eq!(hook.tolerance.as_secs(), 120);
+        let plan = crate::visual::plan(&wf).to_string();
+        let line = "pay: webhook POST /hooks/pay (stripe signature, secret from file /run/s); one run per {{event.payload.id}}";
+        assert!(plan.contains(line), "{plan}");
     }
 
     #[test]

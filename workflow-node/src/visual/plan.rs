@@ -126,6 +126,22 @@ fn schedule_text(s: &Schedule) -> (String, String) {
 
 /// A trigger in words: `stream ORDERS, subject orders.created; if …; one run per …`.
 fn trigger_text(t: &Trigger) -> (String, String) {
+    if let Some(hook) = &t.webhook {
+        let mut words = vec![format!(
+            "webhook POST /hooks/{} ({} signature, secret from {})",
+            t.name,
+            hook.scheme.name(),
+            hook.secret
+        )];
+        if let Some(c) = &t.condition {
+            words.push(format!("if {}", c.source()));
+        }
+        words.push(match &t.dedup_key {
+            Some(k) => format!("one run per {}", workflow_expr::to_text(k.source())),
+            None => "one run per body".into(),
+        });
+        return (t.name.clone(), words.join("; "));
+    }
     let mut words = vec![match (&t.stream, &t.subject) {
         (Some(stream), Some(subject)) => format!("stream {stream}, subject {subject}"),
         (Some(stream), None) => format!("stream {stream}"),

@@ -46,6 +46,7 @@ pub(super) fn router(ctx: Ctx) -> Router {
         .route("/api/schedules", get(list_schedules))
         .route("/api/dead-letters", get(list_dead_letters))
         .merge(super::pages::router())
+        .merge(super::hooks::router())
         .merge(super::a2a::router())
         .fallback(|| async { ApiError::not_found("no such page or API route") })
         .with_state(ctx)

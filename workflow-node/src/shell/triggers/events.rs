@@ -20,6 +20,7 @@ use async_nats::jetstream::{self, consumer::pull, stream, AckKind};
 use futures::StreamExt;
 use serde_json::{Map, Value};
 
+use crate::core::ExecutionId;
 use crate::definition::{Trigger, Workflow};
 use crate::shell::callers::start::{check_input, publish_start};
 use crate::shell::context::Shared;
@@ -148,13 +149,13 @@ pub(in crate::shell) enum Taken {
     Poison(String),
 }
 
-/// The decision for one event (`scope`, see [`Trigger::scope`]) read from `stream` at
-/// `sequence`.
+/// The decision for one event (`scope`, see [`Trigger::scope`]); `default_key` is its
+/// de-duplication key when the trigger names none (a message's stream and sequence, a
+/// delivery's body digest).
 pub(in crate::shell) fn decide(
     trigger: &Trigger,
     scope: &Map<String, Value>,
-    stream: &str,
-    sequence: u64,
+    default_key: &str,
 ) -> Taken {
     if let Some(condition) = &trigger.condition {
         match condition.evaluate(scope) {
@@ -176,7 +177,7 @@ pub(in crate::shell) fn decide(
             Ok(v) => workflow_expr::to_text(&v).into_owned(),
             Err(e) => return Taken::Poison(format!("the dedup_key fails on it: {e}")),
         },
-        None => format!("{stream}-{sequence}"),
+        None => default_key.to_string(),
     };
     if task.is_empty() || task.len() > MAX_KEY {
         return Taken::Poison(format!(
@@ -206,13 +207,14 @@ async fn take(shared: &Shared, workflow: &Workflow, trigger: &Trigger, m: jetstr
         }
     }
     let scope = Trigger::scope(m.subject.as_str(), &m.payload, headers, sequence);
-    let outcome = match decide(trigger, &scope, &stream, sequence) {
+    let outcome = match decide(trigger, &scope, &format!("{stream}-{sequence}")) {
         Taken::Ignored => Ok(()),
         Taken::Poison(why) => Err((why, true)),
         Taken::Start { task, input } => match check_input(workflow, &input) {
             Err(why) => Err((why, true)),
             Ok(()) => start(shared, workflow, trigger, &task, input)
                 .await
+                .map(|_| ())
                 .map_err(|e| (format!("the run could not be started: {e}"), false)),
         },
     };
@@ -238,22 +240,34 @@ async fn take(shared: &Shared, workflow: &Workflow, trigger: &Trigger, m: jetstr
     }
 }
 
-async fn start(
+/// The run `trigger` starts for de-duplication key `task`: its execution id is derived
+/// from the workflow, the caller name `trigger:{name}` and the key.
+pub(in crate::shell) fn execution_of(
+    workflow: &Workflow,
+    trigger: &Trigger,
+    task: &str,
+) -> ExecutionId {
+    let caller_name = format!("trigger:{}", trigger.name);
+    names::caller_execution_id(&workflow.name, Some(&caller_name), task)
+}
+
+/// Starts the run of `trigger` for key `task` through the one start path: whether it was
+/// stored (not a duplicate), and its execution id.
+pub(in crate::shell) async fn start(
     shared: &Shared,
     workflow: &Workflow,
     trigger: &Trigger,
     task: &str,
     input: Value,
-) -> Result<()> {
-    let caller_name = format!("trigger:{}", trigger.name);
-    let execution = names::caller_execution_id(&workflow.name, Some(&caller_name), task);
+) -> Result<(bool, ExecutionId)> {
+    let execution = execution_of(workflow, trigger, task);
     let caller = Caller {
         request_id: Value::String(task.to_string()),
-        name: Some(caller_name),
+        name: Some(format!("trigger:{}", trigger.name)),
         ..Caller::default()
     };
-    publish_start(shared, workflow, &execution, &caller, input).await?;
-    Ok(())
+    let (stored, _) = publish_start(shared, workflow, &execution, &caller, input).await?;
+    Ok((stored, execution))
 }
 
 /// Parks `m` as a dead letter of `trigger`, with why.
@@ -310,7 +324,7 @@ mod tests {
     #[test]
     fn a_message_starts_is_ignored_or_is_poison() {
         let t = trigger("condition: '{{event.payload.n}} > 1', input: {n: '{{event.payload.n}}', by: '{{event.headers.X-User}}'}, dedup_key: '{{event.payload.id}}'");
-        let start = decide(&t, &event(r#"{"n": 2, "id": "k"}"#), "S", 9);
+        let start = decide(&t, &event(r#"{"n": 2, "id": "k"}"#), "S-9");
         let input = json!({"n": 2, "by": "ann"});
         assert_eq!(
             start,
@@ -320,22 +334,19 @@ mod tests {
             }
         );
         assert_eq!(
-            decide(&t, &event(r#"{"n": 1, "id": "k"}"#), "S", 9),
+            decide(&t, &event(r#"{"n": 1, "id": "k"}"#), "S-9"),
             Taken::Ignored
         );
-        let null_key = decide(&t, &event(r#"{"n": 2}"#), "S", 9);
+        let null_key = decide(&t, &event(r#"{"n": 2}"#), "S-9");
         assert!(
             matches!(null_key, Taken::Poison(ref why) if why.contains("null")),
             "{null_key:?}"
         );
         let long = format!(r#"{{"n": 2, "id": "{}"}}"#, "x".repeat(300));
-        assert!(matches!(
-            decide(&t, &event(&long), "S", 9),
-            Taken::Poison(_)
-        ));
+        assert!(matches!(decide(&t, &event(&long), "S-9"), Taken::Poison(_)));
         // Without a key, the message itself is the key; without an input, its payload.
         let plain = trigger("max_deliveries: 2");
-        let start = decide(&plain, &event("text"), "S", 9);
+        let start = decide(&plain, &event("text"), "S-9");
         assert_eq!(
             start,
             Taken::Start {
