@@ -12,4 +12,5 @@ mod llm;
 mod permissions;
 mod results;
 mod steering;
+mod triggers;
 mod web;

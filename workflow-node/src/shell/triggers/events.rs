@@ -187,6 +187,52 @@ pub(in crate::shell) fn decide(
     Taken::Start { task, input }
 }
 
+/// What taking one event came to.
+#[derive(Debug)]
+pub(in crate::shell) enum Outcome {
+    /// The condition is false: nothing started.
+    Ignored,
+    /// The run (its execution id) was started, or had been (`false`: a duplicate).
+    Started(ExecutionId, bool),
+    /// It can never start a run: why.
+    Poison(String),
+    /// The start failed for the store: why (it may be taken again).
+    Failed(String),
+}
+
+/// Takes one event (`scope`, see [`Trigger::scope`]) of `trigger`: decides, checks the
+/// input, starts the run. `default_key` as for [`decide`].
+pub(in crate::shell) async fn take_event(
+    shared: &Shared,
+    workflow: &Workflow,
+    trigger: &Trigger,
+    scope: &Map<String, Value>,
+    default_key: &str,
+) -> Outcome {
+    match decide(trigger, scope, default_key) {
+        Taken::Ignored => Outcome::Ignored,
+        Taken::Poison(why) => Outcome::Poison(why),
+        Taken::Start { task, input } => match check_input(workflow, &input) {
+            Err(why) => Outcome::Poison(why),
+            Ok(()) => match start(shared, workflow, trigger, &task, input).await {
+                Ok((stored, execution)) => Outcome::Started(execution, stored),
+                Err(e) => Outcome::Failed(format!("the run could not be started: {e}")),
+            },
+        },
+    }
+}
+
+/// A message's headers as an event shows them: name → first value.
+pub(in crate::shell) fn headers_of(h: &Option<async_nats::HeaderMap>) -> Map<String, Value> {
+    let mut headers = Map::new();
+    for (name, values) in h.iter().flat_map(|h| h.iter()) {
+        if let Some(v) = values.first() {
+            headers.insert(name.to_string(), Value::String(v.as_str().to_string()));
+        }
+    }
+    headers
+}
+
 /// Takes one message: start, ignore or park, then ack.
 async fn take(shared: &Shared, workflow: &Workflow, trigger: &Trigger, m: jetstream::Message) {
     let Ok(info) = m.info() else {
@@ -198,25 +244,24 @@ async fn take(shared: &Shared, workflow: &Workflow, trigger: &Trigger, m: jetstr
         info.stream_sequence,
         info.delivered,
     );
-    let mut headers = Map::new();
-    if let Some(h) = &m.headers {
-        for (name, values) in h.iter() {
-            if let Some(v) = values.first() {
-                headers.insert(name.to_string(), Value::String(v.as_str().to_string()));
-            }
-        }
-    }
-    let scope = Trigger::scope(m.subject.as_str(), &m.payload, headers, sequence);
-    let outcome = match decide(trigger, &scope, &format!("{stream}-{sequence}")) {
-        Taken::Ignored => Ok(()),
-        Taken::Poison(why) => Err((why, true)),
-        Taken::Start { task, input } => match check_input(workflow, &input) {
-            Err(why) => Err((why, true)),
-            Ok(()) => start(shared, workflow, trigger, &task, input)
-                .await
-                .map(|_| ())
-                .map_err(|e| (format!("the run could not be started: {e}"), false)),
-        },
+    let scope = Trigger::scope(
+        m.subject.as_str(),
+        &m.payload,
+        headers_of(&m.headers),
+        sequence,
+    );
+    let outcome = match take_event(
+        shared,
+        workflow,
+        trigger,
+        &scope,
+        &format!("{stream}-{sequence}"),
+    )
+    .await
+    {
+        Outcome::Ignored | Outcome::Started(..) => Ok(()),
+        Outcome::Poison(why) => Err((why, true)),
+        Outcome::Failed(why) => Err((why, false)),
     };
     match outcome {
         Ok(()) => {
@@ -291,6 +336,11 @@ async fn park(
         dead::TRIGGER,
         format!("{}.{}", workflow.name, trigger.name).as_str(),
     );
+    // Where it was taken from: a replay derives the same default key from it.
+    if let Ok(info) = m.info() {
+        h.insert(dead::STREAM, info.stream);
+        h.insert(dead::SEQUENCE, info.stream_sequence.to_string().as_str());
+    }
     let subject = names::dead_letter_subject(&shared.ns, &workflow.name, &trigger.name);
     let ack = shared
         .js
