@@ -17,6 +17,8 @@
 //! - [`ask`]: one request to a workflow's nodes, its answer as an outcome.
 //! - [`call`]: a workflow or agent of the catalog called by name, for the doors.
 //! - [`words`]: an agent's status text, shown as that agent's quoted words.
+//! - [`waits`]: what a run waits for (approvals, timers, slots, a resume).
+//! - [`trigger_view`]: the triggers of the served workflows, their lag and dead letters.
 
 pub mod approvals;
 pub mod ask;
@@ -28,6 +30,8 @@ pub mod refusal;
 pub mod runs;
 pub mod schedules;
 pub mod steer;
+pub mod trigger_view;
 pub mod triggers;
 pub mod view;
+pub mod waits;
 pub mod words;

@@ -167,6 +167,7 @@ pub fn view(run: &FoundRun, apart: &Apart, def: Option<&Workflow>, now: Millis) 
         .unwrap_or(Value::Null);
     v["error"] = serde_json::to_value(&s.error).unwrap_or(Value::Null);
     v["waiting"] = serde_json::to_value(&r.asks).unwrap_or(Value::Null);
+    v["waits_for"] = Value::Array(super::waits::of(run));
     v["maps"] = json!(r
         .maps
         .iter()

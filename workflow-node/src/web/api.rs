@@ -45,6 +45,7 @@ pub(super) fn router(ctx: Ctx) -> Router {
         .route("/api/workflows/{name}/runs", post(start))
         .route("/api/schedules", get(list_schedules))
         .route("/api/dead-letters", get(list_dead_letters))
+        .route("/api/triggers", get(list_triggers))
         .merge(super::pages::router())
         .merge(super::hooks::router())
         .merge(super::a2a::router())
@@ -157,6 +158,15 @@ async fn list_runs(State(ctx): State<Ctx>, RawQuery(query): RawQuery) -> ApiResu
         .map(|r| view::summary(r, listed.now))
         .collect();
     Ok(json_response(StatusCode::OK, &Value::Array(rows)))
+}
+
+/// The triggers (of `?workflow=`, when given) with their lag and dead letters.
+async fn list_triggers(State(ctx): State<Ctx>, RawQuery(query): RawQuery) -> ApiResult {
+    let q = params(query.as_deref(), &["workflow"])?;
+    let runs = ctx.runs().await?;
+    let found =
+        crate::ops::trigger_view::list(&runs, q.get("workflow").map(String::as_str)).await?;
+    Ok(json_response(StatusCode::OK, &json!(found)))
 }
 
 /// The schedules (of `?workflow=`, when given) with their next fire times: what

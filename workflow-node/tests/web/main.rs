@@ -8,3 +8,4 @@ mod api;
 mod browser;
 mod cli;
 mod hooks;
+mod schedules_page;
