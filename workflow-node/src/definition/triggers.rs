@@ -237,7 +237,7 @@ mod tests {
     #[test]
     fn every_webhook_problem_is_reported_at_once() {
         let text = problems(
-            "    - {name: a, webhook: gitlab, secret_env: S}\n    - {name: b, webhook: github, secret: hunter2, subject: x}\n    - {name: c, webhook: github, secret_env: S, secret_file: /f, tolerance: 1m, max_deliveries: 2}\n    - {name: d, webhook: stripe, secret_env: '1X', input: '{{event.subject}}'}\n    - {name: e, subject: x, secret_env: S}\n",
+            "    - {name: a, webhook: gitlab, secret_env: S}\n    - {name: b, webhook: github, secret: hunter2, subject: x}\n    - {name: c, webhook: github, secret_env: S, secret_file: /f, tolerance: 1m, max_deliveries: 2}\n    - {name: d, webhook: stripe, secret_env: '1X', input: '{{event.subject}}'}\n    - {name: e, subject: x, secret_env: S}\n    - {name: '<img src=x onerror=alert(1)>', webhook: github, secret_env: S}\n",
         );
         for expected in [
             "triggers[0].webhook: 'gitlab' is not a signature scheme",
@@ -250,6 +250,8 @@ mod tests {
             "triggers[3].secret_env: '1X' is not an environment variable's name",
             "triggers[3].input: a trigger's templates name only event.payload, event.headers",
             "triggers[4].secret_env: only a webhook trigger has a secret",
+            // Markup never becomes a name the pages or a hook's URL would carry.
+            "triggers[5].name: '<img src=x onerror=alert(1)>' is not a trigger name",
         ] {
             assert!(text.contains(expected), "{expected} not in:\n{text}");
         }

@@ -72,7 +72,7 @@ fn next_local(schedule: &crate::definition::Schedule, after: u64) -> Vec<String>
         };
         let Some(t) = i64::try_from(slot)
             .ok()
-            .and_then(|ms| chrono::DateTime::from_timestamp_millis(ms))
+            .and_then(chrono::DateTime::from_timestamp_millis)
         else {
             break;
         };

@@ -170,12 +170,21 @@ async fn a_github_delivery_starts_one_run_however_often_it_is_sent() {
     assert_ne!(other["run_id"], run.as_str());
 }
 
+/// A bad delivery: what it is, its headers and body, the status and a word of the reason.
+type Case = (
+    &'static str,
+    Vec<(&'static str, String)>,
+    Vec<u8>,
+    u16,
+    &'static str,
+);
+
 #[tokio::test]
 async fn each_bad_delivery_gets_its_status_and_reason() {
     let h = hooks().await;
     let addr = h.web.addr();
     let body = br#"{"ref": "refs/heads/main", "repository": {"full_name": "acme/app"}}"#;
-    let cases: Vec<(&str, Vec<(&str, String)>, Vec<u8>, u16, &str)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "wrong secret",
             github(body, "b-1", "guess"),
