@@ -1,6 +1,6 @@
 //! Replaying a trigger's dead letter (`workflow_trigger_replay`, operators only, as for
 //! schedules): the node that takes the request takes the parked message itself, as its
-//! trigger would (condition, input, de-duplication key, start: `events::take_event`),
+//! trigger would (condition, input, de-duplication key, start: `trigger_start::take_event`),
 //! with its original subject and headers and, when no `dedup_key` is declared, the key
 //! derived from where it was first taken, so a replayed event that had started a run
 //! starts no second one. It is not published again: its subject may be outside the
@@ -14,9 +14,9 @@ use messages::control::WorkflowTriggerReplay;
 
 use crate::definition::{Trigger, Workflow};
 use crate::shell::callers::identity;
+use crate::shell::callers::trigger_start::{headers_of, take_event, Outcome};
 use crate::shell::context::Shared;
 use crate::shell::run::names::{self, dead};
-use crate::shell::triggers::events::{headers_of, take_event, Outcome};
 
 /// Replays the dead letter `r` names; the answer's text, or why not.
 pub(in crate::shell) async fn replay(

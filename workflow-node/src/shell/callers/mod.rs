@@ -5,6 +5,8 @@
 //! - `requests`: takes requests to each workflow, any replica.
 //! - `start`: the one way a run starts (its input checked, its start published).
 //! - `schedules`: schedules changed by operators, and a slot's work carried out.
+//! - `trigger_start`: a trigger's event decided and its run started (messages, webhooks,
+//!   replays).
 //! - `dead_letters`: replaying a trigger's dead letter.
 //! - `cancels`: cancels of runs, also from a calling workflow on the cancel subject.
 //! - `steer`: pausing, resuming and retrying a run that exists.
@@ -23,3 +25,4 @@ pub(in crate::shell) mod schedules;
 pub(in crate::shell) mod start;
 pub mod statuses;
 pub(in crate::shell) mod steer;
+pub(in crate::shell) mod trigger_start;

@@ -7,10 +7,10 @@
 //! 1. the body's size (413), then the signature over the raw body (401), checked before
 //!    anything of the body is read, so an unsigned sender learns nothing else;
 //! 2. the body's type and JSON (415, 400);
-//! 3. the trigger's condition, input and de-duplication key (`events::decide`: 422 when
+//! 3. the trigger's condition, input and de-duplication key (`trigger_start::decide`: 422 when
 //!    one fails on the delivery, 200 when the condition is false), the input checked
 //!    against the schema (422);
-//! 4. the start, through the event triggers' start path (`events::start`): the run id is
+//! 4. the start, through the event triggers' start path (`trigger_start::start`): the run id is
 //!    derived from the key, so any replica, any retry of the sender, starts one run; a
 //!    delivery whose run exists is answered 200 with that run (a duplicate).
 //!
@@ -27,11 +27,11 @@ use sha2::{Digest, Sha256};
 
 use crate::definition::{HookSecret, Trigger, Webhook, Workflow};
 use crate::shell::callers::start::check_input;
+use crate::shell::callers::trigger_start::{decide, execution_of, start, Taken};
 use crate::shell::context::Shared;
 use crate::shell::error::{Context, Error, Result};
 use crate::shell::run::names;
 use crate::shell::store::runs;
-use crate::shell::triggers::events::{decide, execution_of, start, Taken};
 
 /// How many deliveries of one hook a replica handles at once.
 const AT_ONCE: usize = 16;
