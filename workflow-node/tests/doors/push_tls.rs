@@ -12,15 +12,18 @@ use workflow_node::web::AccessArgs;
 
 use super::push_lease::{door_with, hook_app, mesh, next_post, start_task};
 
-/// Waits until a notification's claim in the bucket reads `outcome`: its key.
+/// Waits until a notification's claim in the bucket reads `outcome`: its key. The
+/// harness's time bounds the whole wait, not each renewal of a claim held meanwhile: a
+/// notification retried through all its tries (five minutes) does not settle in it.
 async fn claim_settles(client: &async_nats::Client, outcome: &str) -> String {
     let bucket = async_nats::jetstream::new(client.clone())
         .get_key_value("mesh_a2a_push")
         .await
         .unwrap();
     let mut claims = bucket.watch_with_history("sent.>").await.unwrap();
+    let give_up = tokio::time::Instant::now() + test_harness::http::TIMEOUT;
     loop {
-        let entry = tokio::time::timeout(test_harness::http::TIMEOUT, claims.next())
+        let entry = tokio::time::timeout_at(give_up, claims.next())
             .await
             .unwrap_or_else(|_| panic!("no claim became {outcome} in time"))
             .unwrap()
