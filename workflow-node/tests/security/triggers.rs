@@ -118,7 +118,6 @@ async fn the_ui_door_as_ops_forwards_a_webhook_to_the_node() {
     let status = answer.status().as_u16();
     let text = answer.text().await.unwrap();
     assert_eq!(status, 202, "{text}");
-    // (The A2A door's push bucket is refused to ops apart: not what is under test.)
     let errors = ops.errors().await;
     assert!(!errors.iter().any(|e| e.contains("hook")), "{errors:?}");
     assert!(node_conn.errors().await.is_empty());
