@@ -22,6 +22,7 @@ mod problem;
 mod refs;
 mod schedules;
 mod triggers;
+mod wait;
 
 pub use model::*;
 pub use pause::PauseSettings;
@@ -30,6 +31,7 @@ pub use schedules::{
     parse_schedule, slot_time, Due, Overlap, Schedule, When, DEFAULT_CATCHUP_WINDOW, MAX_SCHEDULES,
 };
 pub use triggers::{Trigger, DEFAULT_MAX_DELIVERIES, MAX_TRIGGERS};
+pub use wait::{valid_signal_name, WaitNode, MAX_SIGNAL_NAME};
 
 use std::path::{Path, PathBuf};
 

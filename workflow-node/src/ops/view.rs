@@ -123,6 +123,7 @@ fn kind(kind: &NodeKind) -> &'static str {
         NodeKind::Join { .. } => "join",
         NodeKind::Loop(_) => "loop",
         NodeKind::Approval(_) => "approval",
+        NodeKind::Wait(_) => "wait",
     }
 }
 
