@@ -14,6 +14,7 @@ pub mod run;
 pub mod runs;
 pub(crate) mod runs_show;
 pub mod schedules;
+pub mod signal;
 pub mod serve;
 pub mod status;
 pub mod steer;
