@@ -62,7 +62,12 @@ pub(super) fn parse_wait(f: &mut Fields<'_>, sink: &mut Sink) -> WaitNode {
     let correlation = match f.get(sink, "correlation", &[]) {
         Some(v @ Value::String(_)) => f.compile_template(sink, "correlation", v),
         Some(v) => {
-            f.wrong(sink, "correlation", "a string (a template giving the key)", v);
+            f.wrong(
+                sink,
+                "correlation",
+                "a string (a template giving the key)",
+                v,
+            );
             None
         }
         None => None,

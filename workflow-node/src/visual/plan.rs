@@ -8,8 +8,9 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::definition::{
-    ApprovalNode, WaitNode, CallTarget, ForkBranch, JoinStrategy, LoopNode, MapItems, MapNode, NodeKind,
-    NodeRole, OnExhausted, OnTimeout, RetryPolicy, Schedule, SwitchCase, Trigger, When, Workflow,
+    ApprovalNode, CallTarget, ForkBranch, JoinStrategy, LoopNode, MapItems, MapNode, NodeKind,
+    NodeRole, OnExhausted, OnTimeout, RetryPolicy, Schedule, SwitchCase, Trigger, WaitNode, When,
+    Workflow,
 };
 
 /// What a workflow will do, section by section.

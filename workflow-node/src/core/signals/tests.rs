@@ -104,7 +104,10 @@ fn kept_signals_are_bounded() {
 
 #[test]
 fn signers_are_checked_and_a_pause_keeps_the_signal_until_resumed() {
-    let wf = with_nodes("", "    - {id: w, type: wait, signal: go, signers: [alice]}\n");
+    let wf = with_nodes(
+        "",
+        "    - {id: w, type: wait, signal: go, signers: [alice]}\n",
+    );
     let (mut run, _) = Run::start(&wf, json!({}));
     run.apply(signal("go", "s1", json!(1), Some("mallory")));
     assert_eq!(run.status("w"), NodeStatus::Waiting);
@@ -114,7 +117,10 @@ fn signers_are_checked_and_a_pause_keeps_the_signal_until_resumed() {
     assert_eq!(run.st.signals.kept.len(), 1);
     run.apply(Event::ResumeRequested);
     assert_eq!(run.status("w"), NodeStatus::Success);
-    assert_eq!(run.st.nodes["w"].output.as_ref().unwrap()["by"], json!("alice"));
+    assert_eq!(
+        run.st.nodes["w"].output.as_ref().unwrap()["by"],
+        json!("alice")
+    );
 }
 
 #[test]
@@ -125,7 +131,11 @@ fn a_wait_times_out_with_the_timeout_kind() {
     run.fire(TimerId::WaitTimeout { node: "w".into() });
     assert_eq!(run.status("w"), NodeStatus::TimedOut);
     assert_eq!(run.st.nodes["w"].error_kind.as_deref(), Some("timeout"));
-    assert!(run.error("w").contains("no signal 'paid'"), "{}", run.error("w"));
+    assert!(
+        run.error("w").contains("no signal 'paid'"),
+        "{}",
+        run.error("w")
+    );
     assert_eq!(run.st.status, RunStatus::Failure);
 }
 

@@ -53,7 +53,11 @@ pub(in crate::shell) async fn deliver(
         .versions
         .for_run(served, record.definition.as_deref())
         .await
-        .map_err(|e| internal(format!("the definition of run {execution} cannot be read: {e}")))?;
+        .map_err(|e| {
+            internal(format!(
+                "the definition of run {execution} cannot be read: {e}"
+            ))
+        })?;
     let (node, def) = target(&workflow, &record, &execution, &s.signal)?;
     if let Some(why) = core::refused_payload(def, &s.data) {
         return Err(invalid(why));
@@ -241,7 +245,11 @@ fn target<'w>(
     let found = nodes
         .iter()
         .find(|(id, _)| status(id) == NodeStatus::Waiting)
-        .or_else(|| nodes.iter().find(|(id, _)| status(id) == NodeStatus::Pending));
+        .or_else(|| {
+            nodes
+                .iter()
+                .find(|(id, _)| status(id) == NodeStatus::Pending)
+        });
     found.copied().ok_or_else(|| {
         let (id, _) = nodes[0];
         conflict(format!(
