@@ -4,6 +4,9 @@
 //! no replica runs. A message is an *event* to the trigger's templates:
 //! `event.subject`, `event.payload` (the JSON payload, or its text when it is not JSON),
 //! `event.headers` (name → first value) and `event.sequence` (its stream sequence).
+//!
+//! A trigger with `signal` and `key` starts nothing: its event is that signal for the run
+//! whose wait node waits under the key (see the `wait` node).
 
 use serde_json::{Map, Value};
 use workflow_expr::{Condition, Template};
@@ -42,6 +45,19 @@ pub struct Trigger {
     /// `max_deliveries` (default [`DEFAULT_MAX_DELIVERIES`]): takes before a message that
     /// keeps failing is parked as a dead letter.
     pub max_deliveries: u64,
+    /// `signal` and `key`: the event is this signal for the run whose wait node waits
+    /// under the key, instead of a run's start (`input` is its payload, `dedup_key` its
+    /// id).
+    pub signal: Option<RouteSignal>,
+}
+
+/// A trigger that routes its events to a waiting run as a signal.
+#[derive(Debug, Clone)]
+pub struct RouteSignal {
+    /// `signal`: the signal's name (a wait node's `signal`).
+    pub name: String,
+    /// `key`: the key the run's wait node waits under (its `correlation`, resolved).
+    pub key: Template,
 }
 
 impl Trigger {
@@ -114,7 +130,22 @@ fn parse_one(item: &Value, prefix: &str, sink: &mut Sink) -> Option<Trigger> {
     let condition = f.condition(sink, "condition", &[]);
     let input = f.template(sink, "input");
     let dedup_key = f.template(sink, "dedup_key");
+    let signal = f.string(sink, "signal", &[]);
+    if let Some(n) = signal.as_deref().filter(|n| !super::valid_signal_name(n)) {
+        f.problem(sink, "signal", format!("'{n}' is not a signal name"));
+    }
+    let key = f.template(sink, "key");
+    match (&signal, &key) {
+        (Some(_), None) => f.problem(
+            sink,
+            "key",
+            "missing field: a trigger with 'signal' needs 'key' (which run's wait takes it)",
+        ),
+        (None, Some(_)) => f.problem(sink, "key", "a 'key' needs 'signal'"),
+        _ => {}
+    }
     let paths = condition.iter().flat_map(|c| c.paths());
+    let paths = paths.chain(key.iter().flat_map(|t| t.paths()));
     let paths = paths.chain(input.iter().flat_map(|t| t.paths()));
     let paths: Vec<_> = paths
         .chain(dedup_key.iter().flat_map(|t| t.paths()))
@@ -146,6 +177,10 @@ fn parse_one(item: &Value, prefix: &str, sink: &mut Sink) -> Option<Trigger> {
         input,
         dedup_key,
         max_deliveries: max_deliveries.min(100),
+        signal: match (signal, key) {
+            (Some(name), Some(key)) => Some(RouteSignal { name, key }),
+            _ => None,
+        },
     })
 }
 

@@ -89,6 +89,27 @@ pub(super) fn parse_wait(f: &mut Fields<'_>, sink: &mut Sink) -> WaitNode {
     }
 }
 
+/// Reports a trigger that routes a signal no wait node of `wf` takes.
+pub(super) fn check_routes(wf: &super::Workflow, sink: &mut Sink) {
+    for (i, t) in wf.triggers.iter().enumerate() {
+        let Some(route) = &t.signal else { continue };
+        let taken = wf
+            .nodes
+            .iter()
+            .any(|n| matches!(&n.kind, super::NodeKind::Wait(w) if w.signal == route.name));
+        if !taken {
+            sink.push(
+                None,
+                &format!("triggers[{i}].signal"),
+                format!(
+                    "no wait node of the workflow waits for signal '{}'",
+                    route.name
+                ),
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::definition::{parse_str, NodeKind};
@@ -108,7 +129,7 @@ mod tests {
     #[test]
     fn a_wait_node_reads_every_field() {
         let wf = with(
-            "{id: w, type: wait, signal: paid, correlation: '{{input.order}}', \
+            "{id: w, type: wait, signal: paid, correlation: '{{workflow.input.order}}', \
              schema: {type: object, required: [amount]}, signers: [alice], timeout: 30s}",
         )
         .unwrap();
@@ -133,5 +154,21 @@ mod tests {
         }
         let e = with("{id: w, type: wait}").unwrap_err();
         assert!(e.contains("signal"), "{e}");
+    }
+
+    #[test]
+    fn a_trigger_routes_only_a_signal_a_wait_node_takes_and_needs_a_key() {
+        let yaml = "name: W\nworkflow:\n  description: d\n  triggers:\n    - {name: a, subject: x, signal: nobody, key: '{{event.payload.k}}'}\n    - {name: b, subject: y, signal: go}\n  nodes:\n    - {id: w, type: wait, signal: go}\n  output_mapping: {}\n";
+        let e: Vec<String> = crate::definition::parse_str(yaml, "")
+            .unwrap_err()
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        let e = e.join("\n");
+        assert!(
+            e.contains("triggers[0].signal") && e.contains("'nobody'"),
+            "{e}"
+        );
+        assert!(e.contains("triggers[1].key: missing field"), "{e}");
     }
 }

@@ -143,6 +143,13 @@ fn trigger_text(t: &Trigger) -> (String, String) {
         Some(k) => format!("one run per {}", workflow_expr::to_text(k.source())),
         None => "one run per message".into(),
     });
+    if let Some(route) = &t.signal {
+        let key = workflow_expr::to_text(route.key.source());
+        words.push(format!(
+            "signal '{}' to the run waiting under {key}",
+            route.name
+        ));
+    }
     words.push(format!("parked after {} deliveries", t.max_deliveries));
     (t.name.clone(), words.join("; "))
 }

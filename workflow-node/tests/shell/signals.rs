@@ -34,6 +34,19 @@ workflow:
   output_mapping: {amount: "{{echo.output.amount}}", signal_id: "{{paid.output.signal_id}}"}
 "#;
 
+/// A wait fed by an event trigger: a payment event goes to the run waiting under its
+/// order.
+const ROUTED: &str = r#"
+name: Routed
+workflow:
+  description: waits for a payment event
+  triggers:
+    - {name: pay, subject: payments.made, signal: payment, key: "{{event.payload.order}}", input: {amount: "{{event.payload.amount}}"}, dedup_key: "{{event.payload.id}}"}
+  nodes:
+    - {id: paid, type: wait, signal: payment, correlation: "{{workflow.input.order}}", timeout: 1h}
+  output_mapping: {amount: "{{paid.output.data.amount}}", signal_id: "{{paid.output.signal_id}}"}
+"#;
+
 /// An approval first (held by the test), then a wait only alice may signal.
 const LATER: &str = r#"
 name: Later
@@ -47,7 +60,12 @@ workflow:
 
 async fn mesh() -> Mesh {
     let config = support::mesh::trusting(Config::default());
-    support::mesh::mesh(support::fixtures::ECHO_STUBS, &[PAID, LATER], config).await
+    support::mesh::mesh(
+        support::fixtures::ECHO_STUBS,
+        &[PAID, LATER, ROUTED],
+        config,
+    )
+    .await
 }
 
 /// Starts a run of `workflow` with `input` in the background: its execution id, task id
@@ -316,4 +334,33 @@ async fn a_signal_sent_before_its_node_waits_is_kept_once_and_taken_from_its_sig
     let result = run.await.unwrap();
     assert_eq!(result.status, "success", "{result:?}");
     assert_eq!(result.output, Some(json!({"word": "first", "by": "alice"})));
+}
+
+#[tokio::test]
+async fn an_event_trigger_routes_its_event_to_the_run_waiting_under_its_key() {
+    let m = mesh().await;
+    let js = async_nats::jetstream::new(m.client.clone());
+    let (execution, _, run) = start(&m, "Routed", json!({"order": "o-5"}));
+    until(&m, "Routed", &execution, |r| {
+        status(r, "paid") == NodeStatus::Waiting
+    })
+    .await;
+    let publish = |body: Value| {
+        let js = js.clone();
+        async move {
+            let body = serde_json::to_vec(&body).unwrap();
+            js.publish("payments.made", body.into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+    };
+    publish(json!({"id": "p-1", "order": "o-5", "amount": 3})).await;
+    let result = run.await.unwrap();
+    assert_eq!(result.status, "success", "{result:?}");
+    assert_eq!(
+        result.output,
+        Some(json!({"amount": 3, "signal_id": "p-1"}))
+    );
 }

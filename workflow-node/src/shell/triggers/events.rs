@@ -12,6 +12,10 @@
 //! `{ns}.dead.wf.{workflow}.{trigger}` (stream `{ns}_wf_dead_letters`), with its original
 //! subject, headers and the reason, then acked; one that keeps failing for the store is
 //! taken again, and parked after `max_deliveries`. Nothing is retried for ever.
+//!
+//! A trigger with `signal` routes its event instead to the run whose wait node waits under
+//! the event's key (`callers::signals`), with the de-duplication key as the signal's id;
+//! a key no run waits under yet is tried again, as a failing store is.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,12 +25,14 @@ use futures::StreamExt;
 use serde_json::{Map, Value};
 
 use crate::definition::{Trigger, Workflow};
+use crate::shell::callers::signals::{self, Sender};
 use crate::shell::callers::start::{check_input, publish_start};
 use crate::shell::context::Shared;
 use crate::shell::error::{Context, Result};
 use crate::shell::mesh::setup as mesh_setup;
 use crate::shell::run::envelope::Caller;
 use crate::shell::run::names::{self, dead};
+use messages::jsonrpc::codes;
 
 /// The longest de-duplication key (it becomes a task id).
 const MAX_KEY: usize = 256;
@@ -144,6 +150,15 @@ pub(in crate::shell) enum Taken {
         /// The run's input.
         input: Value,
     },
+    /// Deliver it as a signal to the run waiting under `key`.
+    Signal {
+        /// The key the run's wait node waits under.
+        key: String,
+        /// The signal's id (from the de-duplication key).
+        id: String,
+        /// The payload.
+        data: Value,
+    },
     /// It can never start a run: park it.
     Poison(String),
 }
@@ -183,11 +198,29 @@ pub(in crate::shell) fn decide(
             "its dedup_key is empty or longer than {MAX_KEY} bytes"
         ));
     }
-    Taken::Start { task, input }
+    let Some(route) = &trigger.signal else {
+        return Taken::Start { task, input };
+    };
+    let key = match route.key.resolve(scope) {
+        Ok(Value::Null) => return Taken::Poison("its key is null".into()),
+        Ok(v) => workflow_expr::to_text(&v).into_owned(),
+        Err(e) => return Taken::Poison(format!("the key fails on it: {e}")),
+    };
+    let id = if messages::signal::valid_signal_id(&task) {
+        task
+    } else {
+        use sha2::Digest;
+        hex::encode(&sha2::Sha256::digest(task.as_bytes())[..16])
+    };
+    Taken::Signal {
+        key,
+        id,
+        data: input,
+    }
 }
 
 /// Takes one message: start, ignore or park, then ack.
-async fn take(shared: &Shared, workflow: &Workflow, trigger: &Trigger, m: jetstream::Message) {
+async fn take(shared: &Shared, workflow: &Arc<Workflow>, trigger: &Trigger, m: jetstream::Message) {
     let Ok(info) = m.info() else {
         let _ = m.ack().await;
         return;
@@ -215,6 +248,7 @@ async fn take(shared: &Shared, workflow: &Workflow, trigger: &Trigger, m: jetstr
                 .await
                 .map_err(|e| (format!("the run could not be started: {e}"), false)),
         },
+        Taken::Signal { key, id, data } => route(shared, workflow, trigger, key, id, data).await,
     };
     match outcome {
         Ok(()) => {
@@ -234,6 +268,42 @@ async fn take(shared: &Shared, workflow: &Workflow, trigger: &Trigger, m: jetstr
         Err((why, _)) => {
             tracing::warn!(trigger = %trigger.name, "taking a message again: {why}");
             let _ = m.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await;
+        }
+    }
+}
+
+/// Delivers an event as a signal. A run not (yet) waiting under its key, or a store that
+/// fails, is tried again (and parked after `max_deliveries`); a signal its run refuses
+/// (its payload, the run ended) is parked at once.
+async fn route(
+    shared: &Shared,
+    workflow: &Arc<Workflow>,
+    trigger: &Trigger,
+    key: String,
+    id: String,
+    data: Value,
+) -> std::result::Result<(), (String, bool)> {
+    let name = trigger
+        .signal
+        .as_ref()
+        .map(|s| s.name.clone())
+        .unwrap_or_default();
+    let signal = messages::signal::WorkflowSignal {
+        execution_id: None,
+        key: Some(key),
+        signal: name,
+        data,
+        signal_id: Some(id),
+        by: None,
+    };
+    match signals::deliver(shared, workflow, Sender::Node, signal).await {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let again = matches!(e.code, codes::TASK_NOT_FOUND | codes::INTERNAL_ERROR);
+            Err((
+                format!("the signal was not delivered: {}", e.message),
+                !again,
+            ))
         }
     }
 }
