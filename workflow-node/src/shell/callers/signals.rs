@@ -69,8 +69,8 @@ pub(in crate::shell) async fn deliver(
             .map_err(|why| ErrorObject::new(codes::NOT_PERMITTED, why))?,
     };
     let waiting = record.state.node_status(node) == NodeStatus::Waiting;
-    if !(waiting && !record.state.is_paused())
-        && record.state.signals.kept.len() >= core::MAX_KEPT_SIGNALS
+    let taken_now = waiting && !record.state.is_paused();
+    if !taken_now && record.state.signals.kept.len() >= core::MAX_KEPT_SIGNALS
     {
         return Err(conflict(format!(
             "run {execution} already keeps {} signals for nodes that do not wait yet: signal \
