@@ -95,7 +95,7 @@ pub(in crate::shell) fn approver(
     let act = Act {
         listed: &def.approvers,
         thing: "decision",
-        verb: "decide",
+        verb: "decide on",
         who: "approvers",
         hint: "workflow-node approve --nkey-seed-file",
     };
