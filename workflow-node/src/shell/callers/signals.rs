@@ -70,8 +70,7 @@ pub(in crate::shell) async fn deliver(
     };
     let waiting = record.state.node_status(node) == NodeStatus::Waiting;
     let taken_now = waiting && !record.state.is_paused();
-    if !taken_now && record.state.signals.kept.len() >= core::MAX_KEPT_SIGNALS
-    {
+    if !taken_now && record.state.signals.kept.len() >= core::MAX_KEPT_SIGNALS {
         return Err(conflict(format!(
             "run {execution} already keeps {} signals for nodes that do not wait yet: signal \
              '{}' is not kept (send it once node '{node}' waits)",
