@@ -35,7 +35,9 @@ pub use engine::apply;
 pub use kinds::TIMER_EARLY_TOLERANCE_MS;
 pub use pause::Paused;
 pub use retry::retry_state;
-pub use signals::{refused_payload, Signal, Signals, MAX_KEPT_SIGNALS};
+pub use signals::{
+    keepable, refused_payload, Signal, Signals, MAX_KEPT_SIGNALS, MAX_KEPT_SIGNAL_BYTES,
+};
 pub use state::{
     CallPhase, CallState, Detail, Execution, ForkState, MapState, NodeState, WaitState,
 };

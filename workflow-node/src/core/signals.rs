@@ -12,7 +12,8 @@
 //! twice, or sent twice with the same id, changes nothing the second time. The shell has
 //! already refused a payload that breaks the schema and a sender who may not send it; the
 //! core checks both again, since a stream's events are its only input, and drops what
-//! fails. At most [`MAX_KEPT_SIGNALS`] are kept; the shell tells the sender of one more.
+//! fails. At most [`MAX_KEPT_SIGNALS`] are kept, each at most [`MAX_KEPT_SIGNAL_BYTES`];
+//! the shell tells the sender of one more, or of one larger.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -24,6 +25,15 @@ use crate::definition::{NodeKind, WaitNode};
 
 /// How many signals a run keeps for wait nodes that do not wait yet.
 pub const MAX_KEPT_SIGNALS: usize = 16;
+
+/// The largest payload a run keeps for a wait node that does not wait yet (its JSON
+/// bytes): kept signals live in the run's record, which must stay small.
+pub const MAX_KEPT_SIGNAL_BYTES: usize = 64 * 1024;
+
+/// Whether a run may keep `data` for a node that does not wait yet.
+pub fn keepable(data: &Value) -> bool {
+    serde_json::to_vec(data).map_or(false, |b| b.len() <= MAX_KEPT_SIGNAL_BYTES)
+}
 
 /// A signal sent to a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -122,7 +132,7 @@ impl Cx<'_> {
             }
         }
         let kept = &self.st.signals.kept;
-        if kept.len() < MAX_KEPT_SIGNALS && self.may_wait_for(&signal) {
+        if kept.len() < MAX_KEPT_SIGNALS && keepable(&signal.data) && self.may_wait_for(&signal) {
             self.st.signals.taken.push(signal.id.clone());
             self.st.signals.kept.push(signal);
         }

@@ -100,6 +100,13 @@ fn kept_signals_are_bounded() {
     assert_eq!(run.st.signals.kept.len(), MAX_KEPT_SIGNALS);
     run.apply(signal("nobody-waits", "x", json!(0), None));
     assert_eq!(run.st.signals.kept.len(), MAX_KEPT_SIGNALS);
+    let (mut run, _) = Run::start(&wf, json!({}));
+    let big = json!("x".repeat(super::MAX_KEPT_SIGNAL_BYTES));
+    run.apply(signal("go", "big", big, None));
+    assert!(
+        run.st.signals.kept.is_empty(),
+        "a payload too large is not kept"
+    );
 }
 
 #[test]

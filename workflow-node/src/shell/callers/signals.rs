@@ -78,6 +78,14 @@ pub(in crate::shell) async fn deliver(
             s.signal
         )));
     }
+    if !taken_now && !core::keepable(&s.data) {
+        return Err(conflict(format!(
+            "node '{node}' of run {execution} does not wait yet, and a payload kept until it \
+             does is at most {} bytes: send signal '{}' once it waits",
+            core::MAX_KEPT_SIGNAL_BYTES,
+            s.signal
+        )));
+    }
     let id = s
         .signal_id
         .clone()
