@@ -32,7 +32,7 @@ pub const MAX_KEPT_SIGNAL_BYTES: usize = 64 * 1024;
 
 /// Whether a run may keep `data` for a node that does not wait yet.
 pub fn keepable(data: &Value) -> bool {
-    serde_json::to_vec(data).map_or(false, |b| b.len() <= MAX_KEPT_SIGNAL_BYTES)
+    serde_json::to_vec(data).is_ok_and(|b| b.len() <= MAX_KEPT_SIGNAL_BYTES)
 }
 
 /// A signal sent to a run.
