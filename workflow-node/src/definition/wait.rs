@@ -143,6 +143,26 @@ mod tests {
     }
 
     #[test]
+    fn the_plan_and_the_picture_show_a_wait() {
+        let wf = with(
+            "{id: w, type: wait, signal: paid, correlation: '{{workflow.input.order}}', \
+             signers: [alice], timeout: 30s}",
+        )
+        .unwrap();
+        let plan = crate::visual::plan(&wf).to_string();
+        assert!(plan.contains("Waits for signals"), "{plan}");
+        assert!(
+            plan.contains("w: signal 'paid'; found by key {{workflow.input.order}}; sent by alice; timeout 30s"),
+            "{plan}"
+        );
+        let picture = crate::visual::mermaid(&wf);
+        assert!(
+            picture.contains("<b>Wait</b>") && picture.contains("signal paid"),
+            "{picture}"
+        );
+    }
+
+    #[test]
     fn every_problem_of_a_wait_node_is_reported_at_once() {
         let e = with(
             "{id: w, type: wait, signal: 'no way', correlation: 3, schema: 4, \
