@@ -59,6 +59,7 @@ pub(super) fn pusher(
         ns: ns.to_owned(),
         signer: signer.clone(),
         allow_private: access.push_allows_private(),
+        ca: access.push_ca().cloned(),
         lease: access.push_lease(),
         holder: uuid::Uuid::new_v4().simple().to_string(),
     }
