@@ -7,6 +7,7 @@
 //! - [`card`]: the [`AgentCard`] and its extensions (agent type, schemas, visualization).
 //! - [`workflow`]: the workflow DataParts (`workflow_node_request`, ...).
 //! - [`control`]: pausing, resuming and retrying a run (`workflow_run_control`, `workflow_retry`).
+//! - [`signal`]: data sent into a running run for its `wait` nodes (`workflow_signal`).
 //! - [`payload`]: how values travel in parts (wrapping, `nats-object://` references).
 //! - [`reply`]: reading a final reply into an output or a failure.
 //! - [`sub_task`]: the sub-task id a workflow node gives each attempt of a call.
@@ -30,6 +31,7 @@ pub mod jsonrpc;
 pub mod msg_id;
 pub mod payload;
 pub mod reply;
+pub mod signal;
 pub mod sub_task;
 pub mod subjects;
 pub mod workflow;

@@ -187,13 +187,25 @@ function runPage(id) {
     const waits = (run.waits_for || []).map((w) => h("li", { "data-wait": w.kind },
       h("strong", {}, w.kind), w.node ? [" ", h("code", {}, w.node)] : null, ": ", w.detail,
       w.until ? " (until " + when(w.until) + ")" : ""));
+    const signals = ((run.signals || {}).waiting || []).map((w) => {
+      const data = h("textarea", { rows: 3, placeholder: "payload (JSON)", id: "signal-data-" + w.node });
+      const send = () => {
+        let payload;
+        try { payload = data.value.trim() ? JSON.parse(data.value) : null; }
+        catch (e) { note.textContent = "the payload is not JSON: " + e.message; return; }
+        act("signal", { signal: w.signal, data: payload });
+      };
+      return h("div", { class: "waiting", "data-signal": w.node }, h("strong", {}, w.node), ": waits for signal '", w.signal, "'",
+        w.key ? " (key " + w.key + ")" : "", " since ", when(w.since), w.deadline ? ", until " + when(w.deadline) : "",
+        h("br"), data, h("br"), h("button", { id: "signal-" + w.node, onclick: send }, "Send signal"));
+    });
     // replaceChildren would print a null or an array as text: h() skips and flattens.
     body.replaceChildren(h("div", {},
       h("p", {}, "Workflow ", h("a", { href: "#/workflow/" + encodeURIComponent(run.workflow) }, run.workflow),
         " · status ", h("span", { id: "run-status", "data-status": run.status }, status(run.status)),
         " · started ", when(run.started_at), run.duration_ms !== null ? " · " + run.duration_ms + " ms" : ""),
       ended ? null : h("button", { id: "cancel", onclick: () => act("cancel", {}) }, "Cancel"),
-      h("div", { id: "waiting" }, waiting),
+      h("div", { id: "waiting" }, waiting, signals),
       waits.length ? [h("h2", {}, "Waits for"), h("ul", { id: "waits-for" }, waits)] : null,
       h("h2", {}, "Nodes"),
       table(["Node", "Type", "Status", "Attempts", "Duration", "Error"], nodes),

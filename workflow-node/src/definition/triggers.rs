@@ -4,6 +4,9 @@
 //! no replica runs. A message is an *event* to the trigger's templates:
 //! `event.subject`, `event.payload` (the JSON payload, or its text when it is not JSON),
 //! `event.headers` (name → first value) and `event.sequence` (its stream sequence).
+//!
+//! A trigger with `signal` and `key` starts nothing: its event is that signal for the run
+//! whose wait node waits under the key (see the `wait` node).
 
 use serde_json::{Map, Value};
 use workflow_expr::{Condition, Template};
@@ -50,6 +53,19 @@ pub struct Trigger {
     /// `webhook` (with its secret): runs started by signed HTTP deliveries to
     /// `/hooks/{name}` instead of messages; then `stream` and `subject` are `None`.
     pub webhook: Option<Webhook>,
+    /// `signal` and `key`: the event is this signal for the run whose wait node waits
+    /// under the key, instead of a run's start (`input` is its payload, `dedup_key` its
+    /// id).
+    pub signal: Option<RouteSignal>,
+}
+
+/// A trigger that routes its events to a waiting run as a signal.
+#[derive(Debug, Clone)]
+pub struct RouteSignal {
+    /// `signal`: the signal's name (a wait node's `signal`).
+    pub name: String,
+    /// `key`: the key the run's wait node waits under (its `correlation`, resolved).
+    pub key: Template,
 }
 
 impl Trigger {
@@ -143,7 +159,27 @@ fn parse_one(item: &Value, prefix: &str, sink: &mut Sink) -> Option<Trigger> {
     let condition = f.condition(sink, "condition", &[]);
     let input = f.template(sink, "input");
     let dedup_key = f.template(sink, "dedup_key");
+    let signal = f.string(sink, "signal", &[]);
+    if let Some(n) = signal.as_deref().filter(|n| !super::valid_signal_name(n)) {
+        f.problem(sink, "signal", format!("'{n}' is not a signal name"));
+    }
+    if is_hook && signal.is_some() {
+        let message = "a webhook trigger starts runs: routing to a waiting run is for event \
+                       triggers (publish the delivery on a subject one reads)";
+        f.problem(sink, "signal", message);
+    }
+    let key = f.template(sink, "key");
+    match (&signal, &key) {
+        (Some(_), None) => f.problem(
+            sink,
+            "key",
+            "missing field: a trigger with 'signal' needs 'key' (which run's wait takes it)",
+        ),
+        (None, Some(_)) => f.problem(sink, "key", "a 'key' needs 'signal'"),
+        _ => {}
+    }
     let paths = condition.iter().flat_map(|c| c.paths());
+    let paths = paths.chain(key.iter().flat_map(|t| t.paths()));
     let paths = paths.chain(input.iter().flat_map(|t| t.paths()));
     let paths: Vec<_> = paths
         .chain(dedup_key.iter().flat_map(|t| t.paths()))
@@ -183,6 +219,10 @@ fn parse_one(item: &Value, prefix: &str, sink: &mut Sink) -> Option<Trigger> {
         dedup_key,
         max_deliveries: max_deliveries.min(100),
         webhook,
+        signal: match (signal, key) {
+            (Some(name), Some(key)) => Some(RouteSignal { name, key }),
+            _ => None,
+        },
     })
 }
 
@@ -237,7 +277,7 @@ mod tests {
     #[test]
     fn every_webhook_problem_is_reported_at_once() {
         let text = problems(
-            "    - {name: a, webhook: gitlab, secret_env: S}\n    - {name: b, webhook: github, secret: hunter2, subject: x}\n    - {name: c, webhook: github, secret_env: S, secret_file: /f, tolerance: 1m, max_deliveries: 2}\n    - {name: d, webhook: stripe, secret_env: '1X', input: '{{event.subject}}'}\n    - {name: e, subject: x, secret_env: S}\n    - {name: '<img src=x onerror=alert(1)>', webhook: github, secret_env: S}\n",
+            "    - {name: a, webhook: gitlab, secret_env: S}\n    - {name: b, webhook: github, secret: hunter2, subject: x}\n    - {name: c, webhook: github, secret_env: S, secret_file: /f, tolerance: 1m, max_deliveries: 2}\n    - {name: d, webhook: stripe, secret_env: '1X', input: '{{event.subject}}'}\n    - {name: e, subject: x, secret_env: S}\n    - {name: '<img src=x onerror=alert(1)>', webhook: github, secret_env: S}\n    - {name: f, webhook: github, secret_env: S, signal: paid, key: '{{event.payload.id}}'}\n",
         );
         for expected in [
             "triggers[0].webhook: 'gitlab' is not a signature scheme",
@@ -252,6 +292,7 @@ mod tests {
             "triggers[4].secret_env: only a webhook trigger has a secret",
             // Markup never becomes a name the pages or a hook's URL would carry.
             "triggers[5].name: '<img src=x onerror=alert(1)>' is not a trigger name",
+            "triggers[6].signal: a webhook trigger starts runs",
         ] {
             assert!(text.contains(expected), "{expected} not in:\n{text}");
         }

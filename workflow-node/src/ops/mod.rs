@@ -13,6 +13,7 @@
 //! - [`steer`]: cancel, pause, resume, retry.
 //! - [`triggers`]: the dead letters of event triggers, and replaying one.
 //! - [`approvals`]: the gates waiting, and a decision on one.
+//! - [`signals`]: a signal sent to a run's wait nodes.
 //! - [`definitions`]: the stored definitions, and deleting one.
 //! - [`ask`]: one request to a workflow's nodes, its answer as an outcome.
 //! - [`call`]: a workflow or agent of the catalog called by name, for the doors.
@@ -29,6 +30,7 @@ pub mod follow;
 pub mod refusal;
 pub mod runs;
 pub mod schedules;
+pub mod signals;
 pub mod steer;
 pub mod trigger_view;
 pub mod triggers;

@@ -42,6 +42,7 @@ pub(super) fn router(ctx: Ctx) -> Router {
         .route("/api/runs/{id}/retry", post(super::steer::retry))
         .route("/api/runs/{id}/approve", post(super::steer::approve))
         .route("/api/runs/{id}/reject", post(super::steer::reject))
+        .route("/api/runs/{id}/signal", post(super::steer::signal))
         .route("/api/workflows/{name}/runs", post(start))
         .route("/api/schedules", get(list_schedules))
         .route("/api/dead-letters", get(list_dead_letters))

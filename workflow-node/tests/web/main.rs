@@ -9,3 +9,4 @@ mod browser;
 mod cli;
 mod hooks;
 mod schedules_page;
+mod signals;

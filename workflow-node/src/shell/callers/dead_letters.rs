@@ -21,7 +21,7 @@ use crate::shell::run::names::{self, dead};
 /// Replays the dead letter `r` names; the answer's text, or why not.
 pub(in crate::shell) async fn replay(
     shared: &Shared,
-    workflow: &Workflow,
+    workflow: &std::sync::Arc<Workflow>,
     msg: &async_nats::Message,
     r: WorkflowTriggerReplay,
 ) -> Result<String, String> {
@@ -71,6 +71,7 @@ pub(in crate::shell) async fn replay(
         Outcome::Started(execution, true) => format!("started run {execution}"),
         Outcome::Started(execution, false) => format!("its run {execution} had been started"),
         Outcome::Ignored => "the trigger's condition is false for it: nothing started".into(),
+        Outcome::Signalled => "delivered as a signal to its waiting run".into(),
         Outcome::Poison(why) | Outcome::Failed(why) => {
             return Err(format!(
                 "dead letter {seq} still starts no run (kept): {why}"

@@ -10,6 +10,7 @@
 //! - `dead_letters`: replaying a trigger's dead letter.
 //! - `cancels`: cancels of runs, also from a calling workflow on the cancel subject.
 //! - `steer`: pausing, resuming and retrying a run that exists.
+//! - `signals`: signals into a running run, for its wait nodes.
 //! - `statuses`: agents' status updates on a run's calls, forwarded to its callers.
 //! - `identity`: who may decide an approval or cancel a run (NKey signatures).
 //! - `early`: cancels that come before their run's start, kept briefly and a few per caller.
@@ -22,6 +23,7 @@ pub(in crate::shell) mod identity;
 pub(in crate::shell) mod nonces;
 pub(in crate::shell) mod requests;
 pub(in crate::shell) mod schedules;
+pub(in crate::shell) mod signals;
 pub(in crate::shell) mod start;
 pub mod statuses;
 pub(in crate::shell) mod steer;

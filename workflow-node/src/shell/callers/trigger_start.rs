@@ -5,10 +5,14 @@
 //! key as task id, so the same event, however often it comes and by whichever way, is
 //! one run.
 
+use std::sync::Arc;
+
+use messages::jsonrpc::codes;
 use serde_json::{Map, Value};
 
 use crate::core::ExecutionId;
 use crate::definition::{Trigger, Workflow};
+use crate::shell::callers::signals::{self, Sender};
 use crate::shell::callers::start::{check_input, publish_start};
 use crate::shell::context::Shared;
 use crate::shell::error::Result;
@@ -29,6 +33,15 @@ pub(in crate::shell) enum Taken {
         task: String,
         /// The run's input.
         input: Value,
+    },
+    /// Deliver it as a signal to the run waiting under `key`.
+    Signal {
+        /// The key the run's wait node waits under.
+        key: String,
+        /// The signal's id (from the de-duplication key).
+        id: String,
+        /// The payload.
+        data: Value,
     },
     /// It can never start a run: park it.
     Poison(String),
@@ -69,7 +82,25 @@ pub(in crate::shell) fn decide(
             "its dedup_key is empty or longer than {MAX_KEY} bytes"
         ));
     }
-    Taken::Start { task, input }
+    let Some(route) = &trigger.signal else {
+        return Taken::Start { task, input };
+    };
+    let key = match route.key.resolve(scope) {
+        Ok(Value::Null) => return Taken::Poison("its key is null".into()),
+        Ok(v) => workflow_expr::to_text(&v).into_owned(),
+        Err(e) => return Taken::Poison(format!("the key fails on it: {e}")),
+    };
+    let id = if messages::signal::valid_signal_id(&task) {
+        task
+    } else {
+        use sha2::Digest;
+        hex::encode(&sha2::Sha256::digest(task.as_bytes())[..16])
+    };
+    Taken::Signal {
+        key,
+        id,
+        data: input,
+    }
 }
 
 /// What taking one event came to.
@@ -79,6 +110,8 @@ pub(in crate::shell) enum Outcome {
     Ignored,
     /// The run (its execution id) was started, or had been (`false`: a duplicate).
     Started(ExecutionId, bool),
+    /// It was delivered as a signal to a waiting run.
+    Signalled,
     /// It can never start a run: why.
     Poison(String),
     /// The start failed for the store: why (it may be taken again).
@@ -89,7 +122,7 @@ pub(in crate::shell) enum Outcome {
 /// input, starts the run. `default_key` as for [`decide`].
 pub(in crate::shell) async fn take_event(
     shared: &Shared,
-    workflow: &Workflow,
+    workflow: &Arc<Workflow>,
     trigger: &Trigger,
     scope: &Map<String, Value>,
     default_key: &str,
@@ -104,6 +137,44 @@ pub(in crate::shell) async fn take_event(
                 Err(e) => Outcome::Failed(format!("the run could not be started: {e}")),
             },
         },
+        Taken::Signal { key, id, data } => route(shared, workflow, trigger, key, id, data).await,
+    }
+}
+
+/// Delivers an event as a signal. A run not (yet) waiting under its key, or a store that
+/// fails, may be taken again (and is parked after `max_deliveries`); a signal its run
+/// refuses (its payload, the run ended) is poison.
+async fn route(
+    shared: &Shared,
+    workflow: &Arc<Workflow>,
+    trigger: &Trigger,
+    key: String,
+    id: String,
+    data: Value,
+) -> Outcome {
+    let name = trigger
+        .signal
+        .as_ref()
+        .map(|s| s.name.clone())
+        .unwrap_or_default();
+    let signal = messages::signal::WorkflowSignal {
+        execution_id: None,
+        key: Some(key),
+        signal: name,
+        data,
+        signal_id: Some(id),
+        by: None,
+    };
+    match signals::deliver(shared, workflow, Sender::Node, signal).await {
+        Ok(_) => Outcome::Signalled,
+        Err(e) => {
+            let why = format!("the signal was not delivered: {}", e.message);
+            if matches!(e.code, codes::TASK_NOT_FOUND | codes::INTERNAL_ERROR) {
+                Outcome::Failed(why)
+            } else {
+                Outcome::Poison(why)
+            }
+        }
     }
 }
 

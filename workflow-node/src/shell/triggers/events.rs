@@ -12,6 +12,10 @@
 //! `{ns}.dead.wf.{workflow}.{trigger}` (stream `{ns}_wf_dead_letters`), with its original
 //! subject, headers and the reason, then acked; one that keeps failing for the store is
 //! taken again, and parked after `max_deliveries`. Nothing is retried for ever.
+//!
+//! A trigger with `signal` routes its event instead to the run whose wait node waits under
+//! the event's key (`callers::signals`), with the de-duplication key as the signal's id;
+//! a key no run waits under yet is tried again, as a failing store is.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -128,7 +132,7 @@ pub(in crate::shell) async fn run(
 }
 
 /// Takes one message: start, ignore or park, then ack.
-async fn take(shared: &Shared, workflow: &Workflow, trigger: &Trigger, m: jetstream::Message) {
+async fn take(shared: &Shared, workflow: &Arc<Workflow>, trigger: &Trigger, m: jetstream::Message) {
     let Ok(info) = m.info() else {
         let _ = m.ack().await;
         return;
@@ -153,7 +157,7 @@ async fn take(shared: &Shared, workflow: &Workflow, trigger: &Trigger, m: jetstr
     )
     .await
     {
-        Outcome::Ignored | Outcome::Started(..) => Ok(()),
+        Outcome::Ignored | Outcome::Started(..) | Outcome::Signalled => Ok(()),
         Outcome::Poison(why) => Err((why, true)),
         Outcome::Failed(why) => Err((why, false)),
     };

@@ -193,6 +193,11 @@ fn judge(
             Ok(()) => Ok(Some((task, input))),
             Err(why) => Err(HookAnswer::refused(422, why)),
         },
+        // The definition refuses `signal` on a webhook: kept apart all the same.
+        Taken::Signal { .. } => Err(HookAnswer::refused(
+            422,
+            "this hook routes signals, which webhooks do not do",
+        )),
     }
 }
 
