@@ -252,6 +252,23 @@ async fn a_wait_takes_its_signal_by_key_after_refusing_a_payload_its_schema_refu
     );
     assert_eq!(code, codes::CONFLICT);
     assert!(why.contains("already ended (success)"), "{why}");
+    // A producer's retry of the signal it sent (by key, with its id) after the run took it
+    // and ended is told so, not that no run waits: a trigger would park it otherwise.
+    let again = send(
+        &m,
+        "Paid",
+        SignalTo::Key("o-17"),
+        "payment",
+        json!({"amount": 10}),
+        Some("pay-1"),
+        Some(op),
+    )
+    .await
+    .expect("a copy of a signal taken is answered");
+    assert!(
+        again.contains("already recorded") && again.contains(&execution),
+        "{again}"
+    );
 }
 
 #[tokio::test]

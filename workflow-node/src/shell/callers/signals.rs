@@ -49,6 +49,19 @@ pub(in crate::shell) async fn deliver(
 ) -> Result<String, ErrorObject> {
     check_shape(&s).map_err(invalid)?;
     let (execution, record, named) = find(shared, served, &sender, &s).await?;
+    // A copy of a signal already taken (a producer's retry, a redelivery) changes nothing,
+    // whether or not its node still waits.
+    if let Some(id) = s
+        .signal_id
+        .as_ref()
+        .filter(|id| record.state.signals.taken.contains(id))
+    {
+        return Ok(format!(
+            "signal '{}' (id {id}) was already recorded for run {execution}: this copy changes \
+             nothing",
+            s.signal
+        ));
+    }
     let workflow = shared
         .versions
         .for_run(served, record.definition.as_deref())
@@ -183,16 +196,24 @@ async fn find(
         .list(Some(&served.name))
         .await
         .map_err(|e| internal(format!("reading the runs: {e}")))?;
-    let mut waiting: Vec<_> = runs
+    let (mut waiting, runs_taken): (Vec<_>, Vec<_>) = runs
         .into_iter()
-        .filter(|r| !r.record.state.status.is_terminal())
-        .filter(|r| {
-            r.record.state.nodes.values().any(|n| {
-                matches!(&n.detail, Some(Detail::Wait(w))
-                    if w.signal == s.signal && w.key.as_deref() == Some(key))
-            })
-        })
-        .collect();
+        .partition(|r| !r.record.state.status.is_terminal() && waited_under(&r.record, s, key));
+    if waiting.is_empty() {
+        // No run waits under the key: the one run that already took this very signal (by
+        // its id; its wait node, finished, no longer shows the key) is the run it names,
+        // and the copy is answered as such.
+        if let Some(id) = &s.signal_id {
+            let mut took: Vec<_> = runs_taken
+                .into_iter()
+                .filter(|r| r.record.state.signals.taken.contains(id))
+                .collect();
+            if took.len() == 1 {
+                let run = took.remove(0);
+                return Ok((run.execution, run.record, identity::Named::ExecutionId));
+            }
+        }
+    }
     match waiting.len() {
         0 => Err(not_found(format!(
             "no run of {} waits for signal '{}' under key '{key}'",
@@ -308,6 +329,14 @@ async fn who(
 
 fn invalid(why: String) -> ErrorObject {
     ErrorObject::new(codes::INVALID_PARAMS, why)
+}
+
+/// Whether a wait node of `record` waits (or waited) for signal `s` under `key`.
+fn waited_under(record: &RunRecord, s: &WorkflowSignal, key: &str) -> bool {
+    record.state.nodes.values().any(|n| {
+        matches!(&n.detail, Some(Detail::Wait(w))
+            if w.signal == s.signal && w.key.as_deref() == Some(key))
+    })
 }
 
 fn not_found(why: String) -> ErrorObject {
