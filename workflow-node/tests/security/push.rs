@@ -54,6 +54,7 @@ async fn the_ui_door_as_ops_keeps_a_push_config_and_sends_the_notification() {
     let web = Web::start(ops.client.clone(), "mesh", None, access, addr)
         .await
         .unwrap();
+    test_harness::http::card_seen(web.addr(), "Gate").await;
     let (url, mut posts) = receiver().await;
     let request = json!({"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {
         "message": {"kind": "message", "messageId": "m1", "role": "user",
