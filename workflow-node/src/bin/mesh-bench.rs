@@ -61,10 +61,19 @@ struct Args {
     /// liveness check); 0 turns the check off, to measure what it costs.
     #[arg(long, default_value_t = 10.0)]
     call_check: f64,
+    /// Record a flame graph (SVG, and its folded stacks beside it) of the in-process
+    /// node's threads while `chain` times its runs, with `perf`.
+    #[arg(long)]
+    profile: Option<PathBuf>,
 }
+
+/// Counts the in-process node's allocations (see `mesh_bench::usage`).
+#[global_allocator]
+static ALLOCATOR: mesh_bench::usage::Allocator = mesh_bench::usage::Allocator::system();
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    mesh_bench::usage::count_allocations();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -90,6 +99,7 @@ async fn run(args: Args) -> Result<()> {
     let mut env = Env::new(args.nats_url.clone(), monitor)?;
     env.call_check =
         (args.call_check > 0.0).then(|| std::time::Duration::from_secs_f64(args.call_check));
+    env.profile = args.profile.clone();
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
         "mesh-bench on {} ({} server, {cores} cores shared by the server, the node, the agents and the bench)",

@@ -44,5 +44,6 @@ pub use node::WorkflowNode;
 pub use run::envelope::{Caller, Envelope};
 pub use run::record::RunRecord;
 pub use store::inspect::{Apart, FoundRun, Inspector};
+pub use telemetry::encoded::EncodedCounts;
 pub use telemetry::health::Health;
 pub use telemetry::metrics::{MetricsConfig, Otlp};

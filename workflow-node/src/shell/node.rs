@@ -146,6 +146,7 @@ impl WorkflowNode {
             nonces,
             early_cancels,
             schedules,
+            encoded: Default::default(),
         });
         for card in shared.cards.values() {
             shared.registry.insert_own(card.clone());
@@ -303,6 +304,11 @@ impl WorkflowNode {
     /// same: see `seal`): readers bind the workflows' names to it.
     pub fn card_key(&self) -> String {
         self.shared.seal.card_signer().public_key().to_owned()
+    }
+
+    /// The bytes this node encoded into run-record commits and event publishes so far.
+    pub fn encoded(&self) -> crate::shell::EncodedCounts {
+        self.shared.encoded.counts()
     }
 
     /// The registry of cards seen on the mesh.

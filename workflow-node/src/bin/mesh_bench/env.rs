@@ -23,6 +23,8 @@ pub(crate) struct Env {
     pub(crate) monitor: Option<Monitor>,
     /// The in-process node's liveness check of calls (`--call-check`; `None`: off).
     pub(crate) call_check: Option<Duration>,
+    /// Where `chain` draws the flame graph of the node's threads (`--profile`).
+    pub(crate) profile: Option<std::path::PathBuf>,
 }
 
 impl Env {
@@ -34,6 +36,7 @@ impl Env {
                 url,
                 monitor,
                 call_check: workflow_node::shell::Config::default().call_check,
+                profile: None,
             }),
             None => {
                 let server = nats_process::NatsServer::start(nats_process::Options {
@@ -48,6 +51,7 @@ impl Env {
                     url,
                     monitor,
                     call_check: workflow_node::shell::Config::default().call_check,
+                    profile: None,
                 })
             }
         }
@@ -63,11 +67,16 @@ impl Env {
 
     /// A new connection (each role gets its own, as on a real mesh).
     pub(crate) async fn connect(&self) -> Result<async_nats::Client> {
-        Ok(async_nats::ConnectOptions::new()
-            .subscription_capacity(1 << 20)
-            .connect(&self.url)
-            .await?)
+        connect(&self.url).await
     }
+}
+
+/// A new connection to `url`, its tasks on the current runtime.
+pub(crate) async fn connect(url: &str) -> Result<async_nats::Client> {
+    Ok(async_nats::ConnectOptions::new()
+        .subscription_capacity(1 << 20)
+        .connect(url)
+        .await?)
 }
 
 impl Drop for Env {
@@ -228,7 +237,11 @@ pub(crate) fn median(mut v: Vec<f64>) -> f64 {
 /// CPU time (user and system) that process `pid` has used so far, from `/proc` (Linux;
 /// `None` elsewhere). Ticks are the kernel's USER_HZ, 100 a second on Linux.
 pub(crate) fn cpu_time(pid: u32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    cpu_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// User and system time in a `/proc/.../stat` line (of a process or of a thread).
+pub(crate) fn cpu_ticks(stat: &str) -> Option<Duration> {
     // The command name, field 2, is in parentheses and may hold spaces: count after it.
     let rest = &stat[stat.rfind(')')? + 2..];
     let fields: Vec<&str> = rest.split_whitespace().collect();

@@ -8,14 +8,18 @@
 //! - `wiretap`: which messages a node costs, by kind of subject.
 //! - `pull`: the event pull's batch and expiry, and the worker count, one setting at a time.
 //! - `procs`: `replicas` and `resume` with `workflow-node serve` processes.
+//! - `usage`: the in-process node's own CPU, allocations and encoded bytes.
+//! - `profile`: `--profile`, a flame graph of the node's threads.
 
 pub(crate) mod counters;
 pub(crate) mod env;
 pub(crate) mod floor;
 pub(crate) mod map;
 pub(crate) mod procs;
+pub(crate) mod profile;
 pub(crate) mod pull;
 pub(crate) mod scenarios;
+pub(crate) mod usage;
 pub(crate) mod wiretap;
 
 /// What one scenario measured: its JSON object and its table rows.

@@ -16,6 +16,7 @@ use workflow_node::shell::{Config, WorkflowNode};
 use super::counters::{Counters, PerUnit};
 use super::env::{self, percentile_us, AgentProbe, Env};
 use super::floor::{self, round, Floor};
+use super::usage::{self, Usage};
 use super::wiretap::{self, Wiretap};
 use super::Report;
 
@@ -29,6 +30,8 @@ pub(crate) struct Mesh {
     pub(crate) probe: Arc<AgentProbe>,
     node: Option<WorkflowNode>,
     agent: Option<agent_sdk::AgentHandle>,
+    /// The node's own runtime (see `usage`): its connection and tasks run there.
+    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl Mesh {
@@ -52,9 +55,26 @@ impl Mesh {
             call_check: env.call_check,
             ..config
         };
-        let node = WorkflowNode::start(env.connect().await?, workflows, config)
-            .await
-            .map_err(anyhow::Error::msg)?;
+        let runtime = usage::runtime()?;
+        let (url, node_ns) = (env.url.clone(), ns.clone());
+        let started = runtime.spawn(async move {
+            let client = env::connect(&url).await?;
+            WorkflowNode::start(client, workflows, config)
+                .await
+                .map_err(|e| anyhow::anyhow!("the node in {node_ns}: {e}"))
+        });
+        let node = match started.await {
+            Ok(Ok(node)) => node,
+            Ok(Err(e)) => {
+                drop_runtime(Some(runtime));
+                return Err(e);
+            }
+            Err(e) => {
+                drop_runtime(Some(runtime));
+                return Err(e.into());
+            }
+        };
+        let runtime = Some(runtime);
         let probe = Arc::new(AgentProbe::default());
         let agent = env::echo_agent(
             env.connect().await?,
@@ -81,7 +101,18 @@ impl Mesh {
             probe,
             node: Some(node),
             agent: Some(agent),
+            runtime,
         })
+    }
+
+    /// What the node alone has spent so far (see `usage`).
+    pub(crate) fn usage(&self) -> Usage {
+        Usage::now(
+            self.node
+                .as_ref()
+                .map(WorkflowNode::encoded)
+                .unwrap_or_default(),
+        )
     }
 
     /// One run of `workflow`; fails unless it succeeds.
@@ -91,12 +122,26 @@ impl Mesh {
 
     /// Stops the node, then the agent.
     pub(crate) async fn stop(mut self) {
-        if let Some(node) = self.node.take() {
-            node.shutdown().await;
+        if let (Some(node), Some(rt)) = (self.node.take(), &self.runtime) {
+            let _ = rt.spawn(node.shutdown()).await;
         }
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
         }
+        drop_runtime(self.runtime.take());
+    }
+}
+
+impl Drop for Mesh {
+    fn drop(&mut self) {
+        drop_runtime(self.runtime.take());
+    }
+}
+
+/// Ends a node's runtime from within the bench's own (where dropping it would block).
+fn drop_runtime(runtime: Option<tokio::runtime::Runtime>) {
+    if let Some(rt) = runtime {
+        rt.shutdown_background();
     }
 }
 
@@ -160,6 +205,11 @@ pub(crate) async fn chain(env: &Env) -> Result<Report> {
     }
     let before = env.counters().await?;
     let cpu_before = env::cpu_times(env);
+    let node_before = mesh.usage();
+    let recording = match &env.profile {
+        Some(svg) => Some(super::profile::start(svg)?),
+        None => None,
+    };
     let (mut overhead, mut start, mut latency) = (Vec::new(), Vec::new(), Vec::new());
     let deadline = Instant::now() + Duration::from_secs(60);
     for _ in 0..300 {
@@ -178,8 +228,14 @@ pub(crate) async fn chain(env: &Env) -> Result<Report> {
             start.push(first.saturating_duration_since(t0));
         }
     }
+    let node_after = mesh.usage();
     let cpu_after = env::cpu_times(env);
+    let profiled = match recording {
+        Some(r) => Some(r.finish()?),
+        None => None,
+    };
     let nodes = (latency.len() * CHAIN_NODES) as u32;
+    let node_alone = node_after.per(&node_before, u64::from(nodes));
     let cpu_per_node = |b: Option<Duration>, a: Option<Duration>| {
         b.zip(a)
             .map(|(b, a)| a.saturating_sub(b).as_secs_f64() * 1e6 / f64::from(nodes.max(1)))
@@ -236,6 +292,17 @@ pub(crate) async fn chain(env: &Env) -> Result<Report> {
             format!("{} (node, agent, caller) / {} (nats-server)", us(b), us(s)),
         ));
         json["cpu_per_node_us"] = json!({"bench": round(b), "server": round(s)});
+        if let Some(n) = node_alone.cpu_us {
+            json["cpu_per_node_us"]["node"] = json!(round(n));
+        }
+    }
+    rows.extend(node_alone.rows());
+    json["node_alone_per_node_execution"] = node_alone.json();
+    if let (Some(samples), Some(svg)) = (profiled, &env.profile) {
+        rows.push((
+            "profile of the node's threads".into(),
+            format!("{} ({samples} samples)", svg.display()),
+        ));
     }
     add_counts(&mut json, &mut rows, "per_node_execution", counts, &floor);
     rows.push((
@@ -271,11 +338,15 @@ pub(crate) async fn throughput(env: &Env) -> Result<Report> {
     )
     .await?;
     let before = env.counters().await?;
+    let node_before = mesh.usage();
     let (runs_per_s, nodes_per_s, mut rows, runs) =
         fork_join_throughput(&mesh.caller, &mesh.ns, |in_flight, done| {
             format!("{in_flight} in flight ({done} runs)")
         })
         .await?;
+    let node_alone = mesh
+        .usage()
+        .per(&node_before, runs as u64 * env::FORK_JOIN_NODES);
     let counts = per_unit(
         env,
         &mesh.ns,
@@ -284,6 +355,7 @@ pub(crate) async fn throughput(env: &Env) -> Result<Report> {
     )
     .await?;
     mesh.stop().await;
+    rows.extend(node_alone.rows());
     // The ceiling on this machine: floor steps per second at the same concurrency.
     let mut floor_rate = serde_json::Map::new();
     for in_flight in [64usize, 256] {
@@ -304,6 +376,7 @@ pub(crate) async fn throughput(env: &Env) -> Result<Report> {
         "node_executions_per_s": nodes_per_s,
         "floor_steps_per_s": floor_rate,
         "nodes_per_run": env::FORK_JOIN_NODES,
+        "node_alone_per_node_execution": node_alone.json(),
     });
     add_counts(&mut json, &mut rows, "per_node_execution", counts, &floor);
     Ok(Report {

@@ -48,6 +48,7 @@ pub(crate) async fn publish_event(
     let subject = subjects::run_events(&shared.ns, workflow, &execution.0);
     let mac = shared.seal.event_mac(&subject, msg_id, &bytes);
     let publish = || async {
+        shared.encoded.event(bytes.len());
         let mut h = HeaderMap::new();
         h.insert(headers::MSG_ID, msg_id);
         h.insert(seal::EVENT_MAC, mac.as_str());

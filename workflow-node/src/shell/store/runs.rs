@@ -335,6 +335,7 @@ pub(in crate::shell) async fn cas(
     } else {
         commit.ends_run.then_some(shared.config.retention)
     };
+    shared.encoded.commit(commit.bytes.len());
     put(
         shared,
         key,

@@ -6,7 +6,9 @@
 //!   `metrics::scrape` serves them.
 //! - `traces`: the run's spans, emitted with ids every replica derives alike.
 //! - `health`: whether every workflow's events are being pulled.
+//! - `encoded`: the bytes each commit and event publish encodes, for the benchmark.
 
+pub(in crate::shell) mod encoded;
 pub(in crate::shell) mod health;
 pub(in crate::shell) mod metrics;
 pub(in crate::shell) mod traces;
