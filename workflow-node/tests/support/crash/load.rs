@@ -259,7 +259,10 @@ fn no_responders(msg: &async_nats::Message) -> bool {
 
 /// Approves (as `alice`, signed with her key) every approval request seen, once per run
 /// and node; a decision that no replica recorded (timeout, no responders, a replica
-/// killed) is sent again, signed again.
+/// killed) is sent again, signed again. Like a person with `workflow-node approvals` open,
+/// it also reads the approvals the runs bucket shows waiting, every [`LOOK_AGAIN`]: an
+/// approval request is a core NATS message, lost when a partition or a server's end cuts
+/// its way, while the approval it announces stays waiting in the run's record.
 async fn approve_all(
     client: async_nats::Client,
     ns: String,
@@ -268,50 +271,91 @@ async fn approve_all(
     decisions: Arc<std::sync::atomic::AtomicUsize>,
 ) {
     let mut seen = HashSet::new();
-    while let Some(msg) = approvals.next().await {
-        let Ok(part) = serde_json::from_slice::<Part>(&msg.payload) else {
-            continue;
-        };
-        let Some(data) = part.as_data() else { continue };
-        let (Some(execution), Some(node)) =
-            (data["execution_id"].as_str(), data["node_id"].as_str())
-        else {
-            continue;
-        };
-        if !seen.insert((execution.to_string(), node.to_string())) {
-            continue; // a duplicate request (at-least-once): the first one is being answered
-        }
-        let decision = WorkflowApprovalDecision {
-            execution_id: execution.to_string(),
-            node_id: node.to_string(),
-            decision: Decision::Approve,
-            by: Some("alice".into()),
-            comment: None,
-        };
-        let (client, ns, workflow, decisions) = (
-            client.clone(),
-            ns.clone(),
-            workflow.clone(),
-            decisions.clone(),
-        );
-        tokio::spawn(async move {
-            // Tried again until recorded, for as long as a run may take: a store without
-            // quorum (a partition) refuses decisions at once, for as long as it lasts.
-            let patience = Instant::now() + super::RUN_DEADLINE;
-            while Instant::now() < patience {
-                decisions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if approve(&client, &ns, &workflow, &decision).await {
-                    return;
-                }
-                // No replica answered (all being replaced) or it could not record it: again.
-                tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut look = tokio::time::interval(LOOK_AGAIN);
+    loop {
+        let asked: Vec<(String, String)> = tokio::select! {
+            msg = approvals.next() => {
+                let Some(msg) = msg else { return };
+                let Ok(part) = serde_json::from_slice::<Part>(&msg.payload) else {
+                    continue;
+                };
+                let Some(data) = part.as_data() else { continue };
+                let (Some(execution), Some(node)) =
+                    (data["execution_id"].as_str(), data["node_id"].as_str())
+                else {
+                    continue;
+                };
+                vec![(execution.to_string(), node.to_string())]
             }
-            panic!(
-                "the decision on {} was never recorded",
-                decision.execution_id
-            );
-        });
+            _ = look.tick() => waiting(&client, &ns, &workflow).await,
+        };
+        for (execution, node) in asked {
+            if !seen.insert((execution.clone(), node.clone())) {
+                continue; // a duplicate request (at-least-once): the first one is being answered
+            }
+            let decision = WorkflowApprovalDecision {
+                execution_id: execution,
+                node_id: node,
+                decision: Decision::Approve,
+                by: Some("alice".into()),
+                comment: None,
+            };
+            tokio::spawn(decide(
+                client.clone(),
+                ns.clone(),
+                workflow.clone(),
+                decision,
+                decisions.clone(),
+            ));
+        }
     }
+}
+
+/// How often the approver reads the approvals waiting in the runs bucket.
+const LOOK_AGAIN: Duration = Duration::from_secs(3);
+
+/// The approvals waiting in `workflow`'s runs (execution, node), as `workflow-node
+/// approvals` lists them; none when the bucket cannot be read now (a partition).
+async fn waiting(client: &async_nats::Client, ns: &str, workflow: &str) -> Vec<(String, String)> {
+    let Ok(inspector) = workflow_node::shell::Inspector::open(client.clone(), ns).await else {
+        return Vec::new();
+    };
+    let Ok(runs) = inspector.list(Some(workflow)).await else {
+        return Vec::new();
+    };
+    runs.iter()
+        .filter(|r| !r.record.state.status.is_terminal())
+        .flat_map(|r| {
+            r.record
+                .asks
+                .keys()
+                .map(|node| (r.execution.0.clone(), node.clone()))
+        })
+        .collect()
+}
+
+/// Sends `decision` until a replica records it, for as long as a run may take: a store
+/// without quorum (a partition) refuses decisions at once, for as long as it lasts.
+async fn decide(
+    client: async_nats::Client,
+    ns: String,
+    workflow: String,
+    decision: WorkflowApprovalDecision,
+    decisions: Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let patience = Instant::now() + super::RUN_DEADLINE;
+    while Instant::now() < patience {
+        decisions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if approve(&client, &ns, &workflow, &decision).await {
+            return;
+        }
+        // No replica answered (all being replaced) or it could not record it: again.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!(
+        "the decision on {} was never recorded",
+        decision.execution_id
+    );
 }
 
 /// Sends `decision` once, signed by `alice`; whether a replica recorded it (or one of ours

@@ -223,8 +223,9 @@ pub(crate) async fn check_records_of(
                         .entry(record.state.status.as_str().to_string())
                         .or_default() += 1;
                     if !record.state.status.is_terminal() {
+                        let wakes = wake_entries(&js, &execution).await;
                         problems.push(format!(
-                            "run {i} ({execution}) is left {}: {}",
+                            "run {i} ({execution}) is left {}: {}; wake entries {wakes:?}",
                             record.state.status.as_str(),
                             waiting_on(&record)
                         ));
@@ -281,12 +282,44 @@ fn waiting_on(record: &RunRecord) -> String {
         })
         .collect();
     let calls = serde_json::to_string(&record.state.calls).unwrap_or_default();
+    let timers: Vec<(&String, u64)> = record.timers.iter().map(|(k, t)| (k, t.at.0)).collect();
+    let checks = serde_json::to_string(&record.checks).unwrap_or_default();
     format!(
-        "nodes {unfinished:?}; calls {}; queue {:?}; {} events applied",
+        "nodes {unfinished:?}; calls {}; queue {:?}; {} events applied; timers {timers:?}; \
+         checks {}; wake {:?}",
         calls.chars().take(600).collect::<String>(),
         record.state.queue,
-        record.applied
+        record.applied,
+        checks.chars().take(300).collect::<String>(),
+        record.wake,
     )
+}
+
+/// The entries the wakes bucket holds for run `execution` (key and value), for the report
+/// of a run that never ended: a run waits on a wake its record names.
+async fn wake_entries(
+    js: &async_nats::jetstream::Context,
+    execution: &workflow_node::core::ExecutionId,
+) -> Vec<String> {
+    let Ok(kv) = js.get_key_value(names::wakes_bucket("mesh")).await else {
+        return vec!["(no wakes bucket)".into()];
+    };
+    let prefix = names::timer_key(NAME, execution, "");
+    let Ok(keys) = kv.keys().await else {
+        return vec!["(keys unreadable)".into()];
+    };
+    let keys: Vec<String> = futures::StreamExt::collect::<Vec<_>>(keys)
+        .await
+        .into_iter()
+        .flatten()
+        .filter(|k| k.starts_with(&prefix))
+        .collect();
+    let mut found = Vec::new();
+    for key in keys {
+        let value = kv.get(&key).await.ok().flatten().unwrap_or_default();
+        found.push(format!("{key} = {}", String::from_utf8_lossy(&value)));
+    }
+    found
 }
 
 /// How many times the checker reads a run again while its store elects a leader (half a
