@@ -208,7 +208,7 @@ pub(crate) async fn check_records_of(
         // "temporarily unavailable"): the checker's reads ask again until it has one.
         let mut tries = 0;
         let (record, history) = loop {
-            let record = kv.get(&key).await;
+            let record = leader_get(&kv, &key).await;
             let history = inspector.history(NAME, &execution).await;
             if (record.is_ok() && history.is_ok()) || tries == READ_TRIES {
                 break (record, history);
@@ -266,6 +266,23 @@ pub(crate) async fn check_records_of(
          {history_entries} history entries"
     );
     problems
+}
+
+/// Reads `key` from its bucket's stream leader, as the node reads records. A KV `get` is a
+/// direct get, which any replica of the bucket may serve: one still catching up after a
+/// restart gives an older record, whose history then looks longer than its events.
+async fn leader_get(
+    kv: &async_nats::jetstream::kv::Store,
+    key: &str,
+) -> Result<Option<bytes::Bytes>, String> {
+    use async_nats::jetstream::stream::LastRawMessageErrorKind;
+    let subject = messages::subjects::kv_key(&kv.name, key);
+    match kv.stream.get_last_raw_message_by_subject(&subject).await {
+        Ok(m) if m.payload.is_empty() => Ok(None),
+        Ok(m) => Ok(Some(m.payload)),
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// What a run left behind waits on: its unfinished nodes with their status, its calls in
