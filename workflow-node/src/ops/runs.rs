@@ -194,6 +194,36 @@ impl Runs {
         }
     }
 
+    /// The run `which` names, as [`Runs::find`], waiting up to `within` for a run whose
+    /// start is stored but whose record is not written yet: a door hands out a task id as
+    /// soon as the mesh has stored the start, and its caller may name it at once.
+    pub async fn find_soon(
+        &self,
+        which: RunRef<'_>,
+        within: Duration,
+    ) -> Result<FoundRun, Refusal> {
+        let first = self.find(which).await;
+        let (Err(refusal), Some(inspector), Some(workflow)) =
+            (&first, &self.inspector, which.workflow)
+        else {
+            return first;
+        };
+        let Ok(execution) = crate::core::ExecutionId::parse(which.id) else {
+            return first;
+        };
+        if refusal.kind != super::refusal::RefusalKind::NotFound {
+            return first;
+        }
+        let Ok(mut watch) = inspector.watch(workflow, &execution).await else {
+            return first;
+        };
+        use futures::StreamExt;
+        match tokio::time::timeout(within, watch.next()).await {
+            Ok(Some(Ok(_))) => self.find(which).await,
+            _ => first,
+        }
+    }
+
     /// What `run` keeps apart (a large input or output), read back.
     pub async fn apart(&self, run: &FoundRun) -> Result<Apart, Refusal> {
         Ok(self.reader()?.apart(run).await?)

@@ -73,6 +73,7 @@ pub(crate) async fn publish_event(
             remade = true;
             tracing::warn!("the event stream of {workflow} is gone: making it again");
             if consumer(shared, workflow).await.is_ok() {
+                shared.health.stream_remade(workflow);
                 continue;
             }
         }

@@ -42,7 +42,7 @@ use crate::shell::worker::tail::Tail;
 /// Pulls the workflow's events and hands each to the worker that owns its run, until
 /// `stop` fires; events in hand are finished first. A pull that ends or loses its
 /// consumer (deleted, or the stream with it) is set up again, with a backoff, and the
-/// workflow reports itself unhealthy meanwhile.
+/// workflow reports itself unhealthy meanwhile; so is one whose stream a publish made again.
 pub(in crate::shell) async fn run(
     shared: Arc<Shared>,
     workflow: Arc<Workflow>,
@@ -72,6 +72,7 @@ pub(in crate::shell) async fn run(
     }
     drop(to_ack);
     let mut backoff = Backoff::default();
+    let remade = shared.health.remade_of(&workflow.name);
     while !*stop.borrow() {
         let pulled = pull(&shared, &workflow.name).await;
         let mut messages = match pulled {
@@ -92,6 +93,10 @@ pub(in crate::shell) async fn run(
             why = route(&shared, &workflow, &mut messages, &leases, &senders) => {
                 shared.health.set(&workflow.name, false);
                 tracing::warn!("the event pull of {} {why}: setting it up again", workflow.name);
+            }
+            // A publish made the stream again: this pull's request went with the old one.
+            _ = remade.notified() => {
+                tracing::warn!("the event stream of {} was made again: pulling anew", workflow.name);
             }
         }
     }

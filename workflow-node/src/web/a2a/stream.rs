@@ -2,7 +2,8 @@
 //! server-sent events: each event's `data` is one whole JSON-RPC response (one line) with
 //! the request's id, as both versions' JSON-RPC binding says.
 //!
-//! - `message/stream`: the task (`submitted`) at once; then each status update the callee
+//! - `message/stream`: the task (`submitted`) once the callee has it (its first update;
+//!   a stream dropped after that leaves the task going on); then each status update the callee
 //!   sends on the way (a workflow's progress DataParts, its agents' words as
 //!   `workflow_agent_status` with their text also as a text part; a push config given
 //!   with the message is kept once the first arrives); then the output as the
@@ -134,11 +135,11 @@ pub(super) async fn send(
     let rid = id.clone();
     Ok(respond(id, version, place, move |sink| async move {
         let (task_id, context) = (out.task_id.clone(), out.context_id.clone());
+        // The task is told once the callee has it (its first update: a workflow's run is
+        // stored by then), so that a client may drop the stream and go on with the task id.
         let first = json!({"kind": "task", "id": task_id, "contextId": context,
             "status": {"state": "submitted"}});
-        if !sink.item(&first).await {
-            return;
-        }
+        let mut told = false;
         let (utx, mut urx) = mpsc::unbounded_channel::<TaskStatusUpdateEvent>();
         let exchange = call::send(
             &ctx.client,
@@ -156,6 +157,9 @@ pub(super) async fn send(
             tokio::select! {
                 reply = &mut exchange => break reply,
                 Some(u) = urx.recv() => {
+                    if !std::mem::replace(&mut told, true) && !sink.item(&first).await {
+                        return;
+                    }
                     // The run is accepted: a push config given with the message is kept.
                     if let Some(config) = push.take() {
                         let set = super::push::set(&ctx, &callee, &rid, version, &task_id, config);
@@ -171,6 +175,9 @@ pub(super) async fn send(
                 () = sink.tx.closed() => return,
             }
         };
+        if !told && (reply.is_ok() || !urx.is_empty()) && !sink.item(&first).await {
+            return;
+        }
         while let Ok(u) = urx.try_recv() {
             if !sink.item(&update(&u, &task_id, &context)).await {
                 return;
@@ -257,7 +264,10 @@ pub(super) async fn resubscribe(
         workflow: Some(workflow),
         caller: None,
     };
-    let run = runs.find(which).await.map_err(|r| rpc_error(id, &r))?;
+    let run = runs
+        .find_soon(which, tasks::JUST_STARTED)
+        .await
+        .map_err(|r| rpc_error(id, &r))?;
     // Followed before the task is read: no change after the read is missed.
     let follow = Follow::start(&runs, run.clone())
         .await

@@ -193,6 +193,11 @@ fn is_output(part: &Value) -> bool {
     }
 }
 
+/// How long a lookup of a workflow's task waits for the run's record when the task id is
+/// new: the door hands the id out once the mesh stored the start, a moment before the run's
+/// first commit writes the record.
+pub(super) const JUST_STARTED: Duration = Duration::from_secs(5);
+
 /// `tasks/get`: the task as its workflow node or agent reports it.
 pub(super) async fn get(
     ctx: &Ctx,
@@ -246,7 +251,7 @@ pub(super) async fn cancel(
         workflow: Some(workflow),
         caller: None,
     };
-    let run = runs.find(which).await.map_err(refused)?;
+    let run = runs.find_soon(which, JUST_STARTED).await.map_err(refused)?;
     if run.record.state.status.is_terminal() {
         return Err(RpcError::new(
             id,

@@ -115,7 +115,7 @@ async fn run_of(
         caller: None,
     };
     let run = runs
-        .find(which)
+        .find_soon(which, super::tasks::JUST_STARTED)
         .await
         .map_err(|r| super::tasks::rpc_error(id, &r))?;
     let context = run
