@@ -14,6 +14,7 @@ use messages::jsonrpc::Request;
 use messages::workflow::{Decision, WorkflowApprovalDecision};
 use messages::{headers, subjects};
 use serde_json::Value;
+use workflow_node::core::ExecutionId;
 
 /// What to run.
 pub(crate) struct Plan {
@@ -93,13 +94,16 @@ pub(crate) async fn drive(
         .expect("subscribe approvals");
     client.flush().await.expect("flush");
     let decisions = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let in_flight: InFlight = Arc::default();
     let approver = tokio::spawn(approve_all(
         client.clone(),
-        plan.ns.clone(),
-        plan.workflow.clone(),
+        (plan.ns.clone(), plan.workflow.clone()),
         approvals_sub,
+        in_flight.clone(),
         decisions.clone(),
     ));
+    let execution =
+        |i: usize| workflow_node::shell::run::names::execution_id(&plan.workflow, &request_id(i));
 
     let ids = plan.first..plan.first + plan.runs;
     let requests: Vec<Vec<u8>> = ids
@@ -143,6 +147,7 @@ pub(crate) async fn drive(
     loop {
         while next < ids.end && runs.len() - done < plan.concurrency {
             send(next).await.expect("publish a request");
+            in_flight.lock().expect("in flight").insert(execution(next));
             let now = Instant::now();
             runs.insert(
                 next,
@@ -175,6 +180,7 @@ pub(crate) async fn drive(
                 replies.entry(i).or_default().push(v);
                 if let Some(run) = runs.get_mut(&i) {
                     if run.done.is_none() {
+                        in_flight.lock().expect("in flight").remove(&execution(i));
                         let now = Instant::now();
                         run.longest = run.longest.max(now - run.last_sign);
                         run.done = Some(now);
@@ -260,14 +266,14 @@ fn no_responders(msg: &async_nats::Message) -> bool {
 /// Approves (as `alice`, signed with her key) every approval request seen, once per run
 /// and node; a decision that no replica recorded (timeout, no responders, a replica
 /// killed) is sent again, signed again. Like a person with `workflow-node approvals` open,
-/// it also reads the approvals the runs bucket shows waiting, every [`LOOK_AGAIN`]: an
-/// approval request is a core NATS message, lost when a partition or a server's end cuts
-/// its way, while the approval it announces stays waiting in the run's record.
+/// it also reads the approvals waiting in the records of the runs `in_flight`, every
+/// [`LOOK_AGAIN`]: an approval request is a core NATS message, lost when a partition or a
+/// server's end cuts its way, while the approval it announces stays waiting in the record.
 async fn approve_all(
     client: async_nats::Client,
-    ns: String,
-    workflow: String,
+    (ns, workflow): (String, String),
     mut approvals: async_nats::Subscriber,
+    in_flight: InFlight,
     decisions: Arc<std::sync::atomic::AtomicUsize>,
 ) {
     let mut seen = HashSet::new();
@@ -287,7 +293,7 @@ async fn approve_all(
                 };
                 vec![(execution.to_string(), node.to_string())]
             }
-            _ = look.tick() => waiting(&client, &ns, &workflow).await,
+            _ = look.tick() => waiting(&client, &ns, &workflow, &in_flight).await,
         };
         for (execution, node) in asked {
             if !seen.insert((execution.clone(), node.clone())) {
@@ -314,24 +320,35 @@ async fn approve_all(
 /// How often the approver reads the approvals waiting in the runs bucket.
 const LOOK_AGAIN: Duration = Duration::from_secs(3);
 
-/// The approvals waiting in `workflow`'s runs (execution, node), as `workflow-node
-/// approvals` lists them; none when the bucket cannot be read now (a partition).
-async fn waiting(client: &async_nats::Client, ns: &str, workflow: &str) -> Vec<(String, String)> {
+/// The runs sent and not answered yet, by execution id.
+type InFlight = Arc<std::sync::Mutex<HashSet<ExecutionId>>>;
+
+/// The approvals waiting in the runs `in_flight` of `workflow` (execution, node), as
+/// `workflow-node approvals` lists them; those whose record cannot be read now (a
+/// partition) are left to the next look.
+async fn waiting(
+    client: &async_nats::Client,
+    ns: &str,
+    workflow: &str,
+    in_flight: &InFlight,
+) -> Vec<(String, String)> {
     let Ok(inspector) = workflow_node::shell::Inspector::open(client.clone(), ns).await else {
         return Vec::new();
     };
-    let Ok(runs) = inspector.list(Some(workflow)).await else {
-        return Vec::new();
-    };
-    runs.iter()
-        .filter(|r| !r.record.state.status.is_terminal())
-        .flat_map(|r| {
-            r.record
-                .asks
-                .keys()
-                .map(|node| (r.execution.0.clone(), node.clone()))
-        })
-        .collect()
+    let runs: Vec<ExecutionId> = in_flight
+        .lock()
+        .expect("in flight")
+        .iter()
+        .cloned()
+        .collect();
+    let mut asked = Vec::new();
+    for execution in runs {
+        if let Ok(Some(run)) = inspector.read_run(workflow, &execution).await {
+            let nodes = run.record.asks.keys();
+            asked.extend(nodes.map(|node| (execution.0.clone(), node.clone())));
+        }
+    }
+    asked
 }
 
 /// Sends `decision` until a replica records it, for as long as a run may take: a store
