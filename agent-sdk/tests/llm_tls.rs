@@ -7,30 +7,15 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use agent_sdk::{serve_stubs, CallError, Mesh, StubFile};
 use common::*;
 use serde_json::json;
 use test_harness::openai::{Provider, Reply};
+use test_harness::tls::local_ca;
 
 const KEY: &str = "sk-tls-5e1d9b3c77";
-
-/// A CA and a server certificate for 127.0.0.1 in `dir`, made as a deployment makes them.
-fn local_ca(dir: &Path) -> PathBuf {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/secure/gen-local.sh");
-    let out = std::process::Command::new("bash")
-        .arg(script)
-        .arg(dir)
-        .output()
-        .expect("running deploy/secure/gen-local.sh");
-    assert!(
-        out.status.success(),
-        "gen-local.sh failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    dir.to_path_buf()
-}
 
 fn agent(name: &str, provider: &Provider, key: &Path, ca: Option<&Path>) -> String {
     let ca = ca

@@ -58,6 +58,9 @@ pub mod codes {
     /// Ours: the requester may not do this (a cancel of someone else's run, unsigned or
     /// signed by a key that does not own it); the message says who may.
     pub const NOT_PERMITTED: i64 = -32010;
+    /// Ours: the run is not in a state that takes this now (it ended, it is stopping, it
+    /// keeps as many signals as it may); the message says which.
+    pub const CONFLICT: i64 = -32011;
 }
 
 /// A request id: a string or an integer.

@@ -38,6 +38,12 @@ pub fn approval_decision(execution: &str, node: &str) -> String {
     format!("approval.{execution}.{node}")
 }
 
+/// A signal into a run, by its id (the sender's `signal_id`, or one the node made): the
+/// same signal sent twice is stored once.
+pub fn signal(execution: &str, signal_id: &str) -> String {
+    format!("signal.{execution}.{signal_id}")
+}
+
 /// A durable timer's firing: its KV key and its deadline (ms since the epoch), so that a
 /// timer re-armed for a later deadline fires again.
 pub fn timer_fired(timer_key: &str, at_ms: u64) -> String {

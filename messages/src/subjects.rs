@@ -114,6 +114,12 @@ pub fn agent_cancel(ns: &str, agent: &str) -> String {
     format!("{ns}.a2a.v1.agent.cancel.{agent}")
 }
 
+/// `{ns}.a2a.v1.hook.{name}`: webhook deliveries to `POST /hooks/{name}`, forwarded by an
+/// HTTP door to the node that declares the hook (see [`crate::hooks`]).
+pub fn hook(ns: &str, name: &str) -> String {
+    format!("{ns}.a2a.v1.hook.{name}")
+}
+
 /// `{ns}.a2a.v1.approval.{workflow}`: approval requests of `workflow`, for approver tools.
 pub fn approvals(ns: &str, workflow: &str) -> String {
     format!("{ns}.a2a.v1.approval.{workflow}")

@@ -122,6 +122,17 @@ pub async fn get(addr: SocketAddr, path: &str) -> Answer {
     request(addr, "GET", path, None, &[]).await
 }
 
+/// Waits until the A2A door at `addr` serves the card of `name` (the door learns the
+/// mesh's cards as they are announced), for at most [`TIMEOUT`].
+pub async fn card_seen(addr: SocketAddr, name: &str) {
+    let path = format!("/a2a/{name}/.well-known/agent-card.json");
+    let give_up = tokio::time::Instant::now() + TIMEOUT;
+    while get(addr, &path).await.status != 200 {
+        assert!(tokio::time::Instant::now() < give_up, "no card of {name}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// `POST path` with a JSON body.
 pub async fn post(addr: SocketAddr, path: &str, body: &Value) -> Answer {
     request(addr, "POST", path, Some(&body.to_string()), &[]).await

@@ -3,7 +3,8 @@
 //! ([`http`]) for tests of probes, a scripted OpenAI-compatible provider ([`openai`]) for
 //! tests of LLM agents, and faults: a TCP proxy ([`proxy`]) that delays, swallows, resets
 //! or refuses a connection, and a cluster whose routes run through such proxies
-//! ([`partition`]) to cut one server from the others.
+//! ([`partition`]) to cut one server from the others; and TLS ([`tls`]): a local CA and
+//! a router served over https with its certificate.
 //!
 //! Every test gets its own server on an ephemeral loopback port, with JetStream and a
 //! store directory of its own; the server is killed and its directory removed when the
@@ -23,6 +24,7 @@ pub mod otlp;
 pub mod partition;
 pub mod proxy;
 pub mod python;
+pub mod tls;
 
 pub use python::python;
 

@@ -290,42 +290,10 @@ impl Provider {
     /// certificate should name `127.0.0.1`), as hosted APIs are served. A client that
     /// refuses the certificate is not recorded as a request.
     pub async fn start_tls(cert: &std::path::Path, key: &std::path::Path) -> Provider {
-        use rustls::pki_types::pem::PemObject as _;
-        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-        let certs = CertificateDer::pem_file_iter(cert)
-            .and_then(|c| c.collect::<Result<Vec<_>, _>>())
-            .unwrap_or_else(|e| panic!("reading {}: {e}", cert.display()));
-        let key = PrivateKeyDer::from_pem_file(key)
-            .unwrap_or_else(|e| panic!("reading {}: {e}", key.display()));
-        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .expect("TLS versions")
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .expect("a certificate and its key");
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let acceptor = crate::tls::acceptor(cert, key);
         let (listener, shared, app) = Provider::parts().await;
         let addr = listener.local_addr().expect("the bound address");
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((tcp, _)) = listener.accept().await else {
-                    continue;
-                };
-                let (acceptor, app) = (acceptor.clone(), app.clone());
-                tokio::spawn(async move {
-                    // A handshake the client refused ends here: nothing to serve.
-                    let Ok(tls) = acceptor.accept(tcp).await else {
-                        return;
-                    };
-                    let service = hyper_util::service::TowerToHyperService::new(app);
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                        .await;
-                });
-            }
-        });
+        let task = crate::tls::serve(listener, acceptor, app);
         Provider::with(addr, "https", shared, task)
     }
 

@@ -1,5 +1,5 @@
 // The web view's pages: plain JavaScript over the JSON API (docs/http.md), no build step.
-// Routes: #/mesh, #/workflow/NAME, #/run/ID, #/runs.
+// Routes: #/mesh, #/workflow/NAME, #/run/ID, #/runs, #/schedules.
 "use strict";
 
 const main = document.getElementById("main");
@@ -184,13 +184,30 @@ function runPage(id) {
         h("button", { id: "approve-" + node, onclick: () => decide("approve") }, "Approve"),
         h("button", { id: "reject-" + node, onclick: () => decide("reject") }, "Reject"));
     });
+    const waits = (run.waits_for || []).map((w) => h("li", { "data-wait": w.kind },
+      h("strong", {}, w.kind), w.node ? [" ", h("code", {}, w.node)] : null, ": ", w.detail,
+      w.until ? " (until " + when(w.until) + ")" : ""));
+    const signals = ((run.signals || {}).waiting || []).map((w) => {
+      const data = h("textarea", { rows: 3, placeholder: "payload (JSON)", id: "signal-data-" + w.node });
+      const send = () => {
+        let payload;
+        try { payload = data.value.trim() ? JSON.parse(data.value) : null; }
+        catch (e) { note.textContent = "the payload is not JSON: " + e.message; return; }
+        act("signal", { signal: w.signal, data: payload });
+      };
+      return h("div", { class: "waiting", "data-signal": w.node }, h("strong", {}, w.node), ": waits for signal '", w.signal, "'",
+        w.key ? " (key " + w.key + ")" : "", " since ", when(w.since), w.deadline ? ", until " + when(w.deadline) : "",
+        h("br"), data, h("br"), h("button", { id: "signal-" + w.node, onclick: send }, "Send signal"));
+    });
     // replaceChildren would print a null or an array as text: h() skips and flattens.
     body.replaceChildren(h("div", {},
       h("p", {}, "Workflow ", h("a", { href: "#/workflow/" + encodeURIComponent(run.workflow) }, run.workflow),
         " · status ", h("span", { id: "run-status", "data-status": run.status }, status(run.status)),
         " · started ", when(run.started_at), run.duration_ms !== null ? " · " + run.duration_ms + " ms" : ""),
       ended ? null : h("button", { id: "cancel", onclick: () => act("cancel", {}) }, "Cancel"),
-      h("div", { id: "waiting" }, waiting), h("h2", {}, "Nodes"),
+      h("div", { id: "waiting" }, waiting, signals),
+      waits.length ? [h("h2", {}, "Waits for"), h("ul", { id: "waits-for" }, waits)] : null,
+      h("h2", {}, "Nodes"),
       table(["Node", "Type", "Status", "Attempts", "Duration", "Error"], nodes),
       h("h2", {}, "Input"), pre(run.input),
       h("h2", {}, "Output"), h("pre", { id: "output" }, JSON.stringify(run.output, null, 2)),
@@ -238,6 +255,39 @@ function runsPage() {
   load();
 }
 
+// Schedules & triggers: each schedule with its next fire times in its zone, each trigger
+// with its source, lag and dead letters, webhooks with their URL; refreshed every few seconds.
+function schedulesPage() {
+  const schedules = h("div", { id: "schedules" }, "Loading…");
+  const triggers = h("div", { id: "triggers" }, "Loading…");
+  main.replaceChildren(h("h1", {}, "Schedules & triggers"), h("h2", {}, "Schedules"), schedules,
+    h("h2", {}, "Triggers"), triggers);
+  const wf = (name) => h("a", { href: "#/workflow/" + encodeURIComponent(name) }, name);
+  const load = async () => {
+    const list = await api("GET", "/api/schedules");
+    schedules.replaceChildren(list.length === 0 ? h("p", {}, "No schedules.") :
+      table(["Workflow", "Schedule", "When", "Overlap", "State", "Next (its zone)", "Last run", "Started"],
+        list.map((s) => h("tr", { "data-schedule": s.workflow + "/" + s.name },
+          h("td", {}, wf(s.workflow)), h("td", {}, s.name), h("td", {}, s.when), h("td", {}, s.overlap),
+          h("td", { class: "schedule-state" }, s.paused ? "paused" : "active", s.note ? [" · ", h("q", {}, s.note)] : null),
+          h("td", {}, (s.next_local || []).map((t) => h("div", {}, t))),
+          h("td", {}, s.last_run ? h("a", { href: "#/run/" + encodeURIComponent(s.last_run) }, s.last_run) : "-"),
+          h("td", {}, s.counts ? String(s.counts.started) : "-")))));
+    const found = await api("GET", "/api/triggers");
+    triggers.replaceChildren(found.length === 0 ? h("p", {}, "No triggers.") :
+      table(["Workflow", "Trigger", "Kind", "Source", "Lag", "In hand", "Dead letters"],
+        found.map((t) => h("tr", { "data-trigger": t.workflow + "/" + t.name },
+          h("td", {}, wf(t.workflow)), h("td", {}, t.name), h("td", {}, t.kind + (t.scheme ? " (" + t.scheme + ")" : "")),
+          h("td", {}, t.url ? h("code", { class: "hook-url" }, location.origin + t.url) : t.source),
+          h("td", {}, t.lag === undefined ? (t.error ? h("span", { class: "error" }, t.error) : "-") : String(t.lag)),
+          h("td", {}, t.in_hand === undefined ? "-" : String(t.in_hand)),
+          h("td", {}, String(t.dead_letters))))));
+  };
+  load().catch(failed);
+  const timer = setInterval(() => load().catch(failed), 5000);
+  stop = () => clearInterval(timer);
+}
+
 function route() {
   stop();
   stop = () => {};
@@ -246,6 +296,7 @@ function route() {
   if (parts[0] === "workflow" && parts[1]) workflowPage(parts[1]).catch(failed);
   else if (parts[0] === "run" && parts[1]) runPage(parts[1]);
   else if (parts[0] === "runs") runsPage();
+  else if (parts[0] === "schedules") schedulesPage();
   else meshPage();
 }
 window.addEventListener("hashchange", route);

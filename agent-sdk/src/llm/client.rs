@@ -19,6 +19,7 @@ use futures::StreamExt;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
+use crate::crypto::{error_chain as chain, refused_certificate};
 use crate::error::AgentError;
 
 /// Error kind of a failure worth retrying: 429, 5xx, a connection that failed.
@@ -196,25 +197,8 @@ impl ChatClient {
         timeout: Duration,
         ca_file: Option<&Path>,
     ) -> Result<ChatClient, String> {
-        crate::crypto::install();
-        let mut builder = reqwest::Client::builder();
-        if let Some(path) = ca_file {
-            let pem = std::fs::read(path).map_err(|e| {
-                format!(
-                    "the CA file {} cannot be read: {}",
-                    path.display(),
-                    e.kind()
-                )
-            })?;
-            let certs = reqwest::Certificate::from_pem_bundle(&pem)
-                .ok()
-                .filter(|c| !c.is_empty())
-                .ok_or_else(|| {
-                    format!("the CA file {} holds no PEM certificate", path.display())
-                })?;
-            builder = builder.tls_certs_only(certs);
-        }
-        let http = builder
+        let ca = ca_file.map(crate::crypto::CaFile::read).transpose()?;
+        let http = crate::crypto::client_builder(ca.as_ref())
             .build()
             .map_err(|e| format!("building the HTTP client: {}", chain(&e)))?;
         Ok(ChatClient {
@@ -309,48 +293,6 @@ impl ChatClient {
             other => other,
         })
     }
-}
-
-/// An error with its causes (`error sending request: ...: invalid peer certificate:
-/// UnknownIssuer`): reqwest's own text names none, and a refused certificate is only
-/// in the causes.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let more = c.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        cause = c.source();
-    }
-    text
-}
-
-/// Whether a request failed because rustls refused the server's certificate (the rustls
-/// error sits in the causes, possibly inside an I/O error, or only in their text).
-fn refused_certificate(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(e);
-    while let Some(c) = cause {
-        let tls = c.downcast_ref::<rustls::Error>().or_else(|| {
-            c.downcast_ref::<std::io::Error>()
-                .and_then(|io| io.get_ref())
-                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        });
-        if matches!(
-            tls,
-            Some(rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented)
-        ) {
-            return true;
-        }
-        // Some layers box the I/O error away from `source()`; rustls's own words remain.
-        if c.to_string().contains("invalid peer certificate") {
-            return true;
-        }
-        cause = c.source();
-    }
-    false
 }
 
 /// The first 200 characters of a body, for an error message.

@@ -22,7 +22,7 @@ use crate::error::AgentError;
 pub(super) mod kinds {
     /// Worth another try: unreachable, 429, 5xx.
     pub(crate) const TRANSIENT: &str = "transient";
-    /// Not worth another try: a refusal, a failed task, a 4xx.
+    /// Not worth another try: a refusal, a failed task, a 4xx, a refused TLS certificate.
     pub(crate) const PERMANENT: &str = "permanent";
     /// The call's time ran out.
     pub(crate) const TIMEOUT: &str = "timeout";
@@ -363,18 +363,23 @@ fn output(parts: &[Part]) -> Result<Value, AgentError> {
     Ok(json!({"text": text.join("\n")}))
 }
 
-/// A request that reached nobody (or broke off) is worth another try.
+/// A request that reached nobody (or broke off) is worth another try; one whose TLS
+/// certificate was refused is not, until the agent's certificate or `ca_file` changes.
 fn unreachable(e: &reqwest::Error) -> AgentError {
+    let text = crate::crypto::error_chain(e);
+    if crate::crypto::refused_certificate(e) {
+        return AgentError::with_kind(
+            format!(
+                "the remote agent's TLS certificate was refused (check remote.ca_file, or \
+                 the system's roots without one): {text}"
+            ),
+            kinds::PERMANENT,
+        );
+    }
     let kind = if e.is_timeout() {
         kinds::TIMEOUT
     } else {
         kinds::TRANSIENT
     };
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(&format!(": {s}"));
-        source = s.source();
-    }
     AgentError::with_kind(format!("the remote agent is unreachable: {text}"), kind)
 }

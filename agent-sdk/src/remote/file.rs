@@ -30,6 +30,7 @@ const REMOTE_FIELDS: &[&str] = &[
     "timeout",
     "max_response_bytes",
     "allow_private",
+    "ca_file",
 ];
 
 /// Checks one remote agent entry.
@@ -102,6 +103,10 @@ pub(crate) fn agent(p: &mut Problems, at: String, v: &Value) -> Option<RemoteAge
             false
         }
     };
+    let ca_file = r.string(p, "ca_file").map(std::path::PathBuf::from);
+    if ca_file.is_some() && !url.starts_with("https://") {
+        p.add(&r.at("ca_file"), "a CA file is for an https:// url");
+    }
     (p.count() == before).then_some(RemoteAgent {
         name,
         url,
@@ -112,5 +117,6 @@ pub(crate) fn agent(p: &mut Problems, at: String, v: &Value) -> Option<RemoteAge
         timeout,
         max_response_bytes,
         allow_private,
+        ca_file,
     })
 }

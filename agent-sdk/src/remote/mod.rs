@@ -7,7 +7,9 @@
 //!
 //! At start ([`RemoteAgent::connect`]) the URL is checked against the SSRF rules (http or
 //! https, no credentials in it, an address that is not loopback, private, link-local or
-//! otherwise special unless `allow_private`), the address is resolved once and pinned, and
+//! otherwise special unless `allow_private`), the address is resolved once and pinned (an
+//! `https://` certificate is still checked against the URL's host name, and must chain to
+//! the system's roots or, with `ca_file`, to that file's CAs only), and
 //! the card at `/.well-known/agent-card.json` of the URL's origin is read and checked: its name
 //! must be the declared one, and it must offer JSON-RPC at protocol 0.3 (the mesh's
 //! dialect, which the official SDKs serve beside 1.0). Its description and skills make the
@@ -49,6 +51,9 @@ pub struct RemoteAgent {
     pub max_response_bytes: usize,
     /// Whether a loopback, private or link-local address may be called.
     pub allow_private: bool,
+    /// For an `https://` URL: the CA file (PEM) its certificate must chain to, instead of
+    /// the system's roots (a private CA).
+    pub ca_file: Option<PathBuf>,
 }
 
 /// Where a bearer token is read from (once, at start; never printed).
@@ -102,8 +107,11 @@ impl RemoteAgent {
         let url = reqwest::Url::parse(&self.url).map_err(|e| self.error(format!("url: {e}")))?;
         let addr = self.checked_address(&url).await?;
         let token = self.read_token()?;
-        crate::crypto::install();
-        let mut http = reqwest::Client::builder()
+        let ca = self.ca_file.as_deref().map(crate::crypto::CaFile::read);
+        let ca = ca
+            .transpose()
+            .map_err(|e| self.error(format!("ca_file: {e}")))?;
+        let mut http = crate::crypto::client_builder(ca.as_ref())
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(self.timeout);
@@ -139,12 +147,6 @@ impl RemoteAgent {
                 self.error("url: credentials in the URL are refused: give token_env or token_file")
             );
         }
-        if url.scheme() == "https" {
-            return Err(self.error(
-                "url: https is not served yet (the agents' HTTP client has no TLS); reach the \
-                 agent through a local TLS-terminating proxy over http://",
-            ));
-        }
         let host = url.host_str().ok_or_else(|| self.error("url: no host"))?;
         let port = url.port_or_known_default().unwrap_or(80);
         let host = host.trim_start_matches('[').trim_end_matches(']');
@@ -159,6 +161,13 @@ impl RemoteAgent {
                  (loopback, private, link-local or special): set allow_private: true to call it",
                 addr.ip()
             )));
+        }
+        if url.scheme() == "http" && !special(addr.ip()) {
+            tracing::warn!(
+                "remote agent {}: {url} is plain http to a public address: its token, inputs \
+                 and outputs cross the network unencrypted (give an https:// URL)",
+                self.name
+            );
         }
         Ok(addr)
     }

@@ -15,6 +15,7 @@ pub mod runs;
 pub(crate) mod runs_show;
 pub mod schedules;
 pub mod serve;
+pub mod signal;
 pub mod status;
 pub mod steer;
 pub mod stubs;

@@ -1,4 +1,4 @@
-//! `workflow-node runs list|show|watch|history|cancel|pause|resume|retry`: the operator's
+//! `workflow-node runs list|show|watch|history|cancel|pause|resume|retry|signal`: the operator's
 //! view of the runs of a namespace. Each subcommand parses its arguments, calls
 //! [`crate::ops`] and prints; a refusal prints its message.
 //!
@@ -50,6 +50,9 @@ pub enum RunsCommand {
     /// Retry a run that ended without success as a new run: the nodes that succeeded are kept, the
     /// failed node and what depends on it run again; waits for its final reply.
     Retry(super::steer::RetryArgs),
+    /// Send a signal to a run's wait node: `RUN NAME --data JSON|@FILE`, or `--key K
+    /// --workflow W NAME ...` for the run whose wait node waits under that key.
+    Signal(super::signal::SignalArgs),
 }
 
 /// Which run, and how to print it.
@@ -132,6 +135,7 @@ pub fn run(args: Args) -> ExitCode {
             RunsCommand::Pause(a) => super::steer::control(a, RunControl::Pause).await,
             RunsCommand::Resume(a) => super::steer::control(a, RunControl::Resume).await,
             RunsCommand::Retry(a) => super::steer::retry(a).await,
+            RunsCommand::Signal(a) => super::signal::signal(a).await,
         }
     })
 }

@@ -297,6 +297,12 @@ fn render_rest(run: &FoundRun, apart: &Apart) -> String {
             message.unwrap_or_default()
         ));
     }
+    for w in crate::ops::signals::waiting(s) {
+        out.push_str(&format!("waiting: {}\n", w.line()));
+    }
+    for k in &s.signals.kept {
+        out.push_str(&format!("kept: signal '{}' (id {})\n", k.name, k.id));
+    }
     for (map, m) in &r.maps {
         out.push_str(&format!("map {map}: {} items, kept apart\n", m.total));
     }

@@ -236,7 +236,9 @@ async fn start_web(
     let signer = args.sign.signer()?;
     let ns = &args.nats.namespace;
     let client = conn.client.clone();
-    let (trust, mcp) = (agent_sdk::CardTrust::default(), args.mcp.clone());
+    // The view and `/mcp` count cards as the node does: `--agent-key` and
+    // `--require-signed-cards` apply to every reader of this process.
+    let (trust, mcp) = (args.nats.cards.clone(), args.mcp.clone());
     let web = crate::web::Web::start_with_mcp(client, ns, signer, access, addr, trust, mcp).await?;
     eprintln!("web view at http://{}/", web.addr());
     Ok(Some(web))

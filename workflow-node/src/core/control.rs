@@ -38,6 +38,7 @@ impl Execution {
             output: _,
             paused,
             retry_of,
+            signals,
         } = self;
         Execution {
             id: id.clone(),
@@ -64,6 +65,17 @@ impl Execution {
             output: None,
             paused: paused.clone(),
             retry_of: retry_of.clone(),
+            signals: super::signals::Signals {
+                kept: signals
+                    .kept
+                    .iter()
+                    .map(|s| super::signals::Signal {
+                        data: serde_json::Value::Null,
+                        ..s.clone()
+                    })
+                    .collect(),
+                taken: signals.taken.clone(),
+            },
         }
     }
 
@@ -129,6 +141,7 @@ impl Detail {
             Detail::Approval { deadline } => Detail::Approval {
                 deadline: *deadline,
             },
+            Detail::Wait(w) => Detail::Wait(w.clone()),
         }
     }
 }

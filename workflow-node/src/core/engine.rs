@@ -8,6 +8,7 @@
 //! | `TimerFired`      | call timeout, retry start, loop delay, approval timeout, deadline |
 //! | `CancelRequested` | cancel running calls, skip the rest, run the cancel handlers      |
 //! | `ApprovalDecided` | end a waiting approval                                            |
+//! | `SignalReceived`  | a waiting wait node takes it, or the run keeps it (`signals`)     |
 //! | `Abandoned`       | end the run failed at once: cancel calls, skip the rest          |
 //! | `Pause/ResumeRequested` | see `pause`                                                |
 //!
@@ -84,6 +85,7 @@ pub fn apply(
         } => cx.approval_decided(&node, approved, by, comment),
         Event::PauseRequested { reason } => cx.pause(reason),
         Event::ResumeRequested => cx.resume(),
+        Event::SignalReceived { signal } => cx.signal_received(signal),
     }
     cx.settle();
     cx.out
@@ -492,7 +494,7 @@ impl Cx<'_> {
             }
             self.drop_call(&key);
         }
-        // Approvals waiting and loops between iterations hold no call: end them here.
+        // Approvals and waits waiting, and loops between iterations hold no call: end them here.
         let idle: Vec<usize> = self
             .st
             .nodes
@@ -501,7 +503,9 @@ impl Cx<'_> {
                 matches!(n.status, NodeStatus::Waiting | NodeStatus::Running)
                     && matches!(
                         n.detail,
-                        Some(Detail::Approval { .. }) | Some(Detail::Loop { .. })
+                        Some(Detail::Approval { .. })
+                            | Some(Detail::Loop { .. })
+                            | Some(Detail::Wait(_))
                     )
             })
             .filter_map(|(id, _)| self.wf.graph.index.get(id).copied())

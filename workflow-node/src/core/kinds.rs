@@ -8,6 +8,7 @@
 //! - loop: do-while over its inner node, with `delay` between iterations and a bounded
 //!   number of iterations.
 //! - approval: waits for a decision or its timeout.
+//! - wait: waits for a signal or its timeout (see `signals`).
 //! - join: ends at once when its strategy is met (see the engine's readiness).
 
 use serde_json::{json, Value};
@@ -47,6 +48,7 @@ impl Cx<'_> {
                 self.start_iteration(idx, 0);
             }
             NodeKind::Approval(approval) => self.start_approval(idx, approval),
+            NodeKind::Wait(wait) => self.start_wait(idx, wait),
             NodeKind::Join { .. } => {
                 // Joins end as soon as their strategy is met; the engine does it.
             }
@@ -634,6 +636,7 @@ impl Cx<'_> {
             TimerId::CallTimeout { .. } | TimerId::Retry { .. } => self.call_timer(timer),
             TimerId::Deadline => self.deadline(),
             TimerId::ExitGrace => self.exit_grace_over(),
+            TimerId::WaitTimeout { node } => self.wait_timed_out(&node),
             TimerId::LoopDelay { node, iteration } => {
                 let Some(&idx) = self.wf.graph.index.get(&node) else {
                     return;
@@ -692,6 +695,7 @@ impl Cx<'_> {
                 Some(Detail::Approval { deadline }) => deadline,
                 _ => None,
             },
+            TimerId::WaitTimeout { node } => self.wait_due(node),
             TimerId::Deadline => self.st.started.then_some(self.st.deadline),
             TimerId::LoopDelay { .. } | TimerId::ExitGrace => None,
         }

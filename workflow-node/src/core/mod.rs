@@ -11,6 +11,7 @@
 //! - `calls`: one agent call's life: queue, dispatch, timeout, retry with backoff.
 //! - `kinds`: what each node type does when it starts and when its calls end.
 //! - `pause`: pausing and resuming a run.
+//! - `signals`: the `wait` node, and the signals a run takes or keeps.
 //! - `retry`: the state a retry of an ended run starts from.
 //! - [`sim`]: a simulator with scripted agents on virtual time, for tests and benches.
 
@@ -22,6 +23,7 @@ mod pause;
 mod policy;
 mod retry;
 mod scope;
+mod signals;
 pub mod sim;
 mod state;
 #[cfg(test)]
@@ -33,7 +35,12 @@ pub use engine::apply;
 pub use kinds::TIMER_EARLY_TOLERANCE_MS;
 pub use pause::Paused;
 pub use retry::retry_state;
-pub use state::{CallPhase, CallState, Detail, Execution, ForkState, MapState, NodeState};
+pub use signals::{
+    keepable, refused_payload, Signal, Signals, MAX_KEPT_SIGNALS, MAX_KEPT_SIGNAL_BYTES,
+};
+pub use state::{
+    CallPhase, CallState, Detail, Execution, ForkState, MapState, NodeState, WaitState,
+};
 pub use types::{
     Command, Dispatch, Event, ExecutionId, Failure, FailureClass, Millis, NodeStatus, Progress,
     RunError, RunStatus, Slot, TaskKey, TimerId,

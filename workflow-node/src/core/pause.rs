@@ -80,6 +80,7 @@ impl Cx<'_> {
         self.lift_pause();
         self.out.push(Command::Progress(Progress::RunResumed));
         self.dispatch_queued();
+        self.take_kept_after_pause();
     }
 
     /// Ends the pause without dispatching: moves the suspended clocks on by the time spent

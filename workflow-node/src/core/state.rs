@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::pause::Paused;
+use super::signals::Signals;
 use super::types::{ExecutionId, Millis, NodeStatus, RunError, RunStatus, TaskKey};
 use crate::definition::NodeId;
 
@@ -68,6 +69,10 @@ pub struct Execution {
     /// input and definition, and with the nodes that succeeded there (see `retry`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_of: Option<ExecutionId>,
+    /// Signals kept for wait nodes that do not wait yet, and the ids of those taken (see
+    /// `signals`).
+    #[serde(default, skip_serializing_if = "Signals::is_empty")]
+    pub signals: Signals,
 }
 
 /// Reads a field that is there as `Some`, `null` included (an absent one is `None` by
@@ -145,6 +150,23 @@ pub enum Detail {
         /// When its `timeout` passes; `None` without one (it waits for the run's deadline).
         deadline: Option<Millis>,
     },
+    /// A wait node waiting for a signal.
+    Wait(WaitState),
+}
+
+/// What a waiting `wait` node waits for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitState {
+    /// The signal's name.
+    pub signal: String,
+    /// The key a signal sent by key finds the run by (its `correlation`, resolved).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// When it started waiting.
+    pub since: Millis,
+    /// When its `timeout` passes; `None` without one (it waits for the run's deadline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Millis>,
 }
 
 /// A running map.
@@ -236,6 +258,7 @@ impl Execution {
             output: None,
             paused: None,
             retry_of: None,
+            signals: Signals::default(),
         }
     }
 

@@ -221,6 +221,11 @@ pub enum TimerId {
         /// The approval node; its `on_timeout` decides when the timer fires.
         node: NodeId,
     },
+    /// A wait node's timeout.
+    WaitTimeout {
+        /// The wait node.
+        node: NodeId,
+    },
     /// The run's `max_workflow_execution_time_seconds`.
     Deadline,
     /// The end of the grace exit handlers get once the deadline passed.
@@ -239,6 +244,7 @@ impl TimerId {
             }
             TimerId::LoopDelay { node, iteration } => format!("delay-{node}-{iteration}"),
             TimerId::ApprovalTimeout { node } => format!("approval-{node}"),
+            TimerId::WaitTimeout { node } => format!("wait-{node}"),
             TimerId::Deadline => "deadline".into(),
             TimerId::ExitGrace => "exit-grace".into(),
         }
@@ -345,6 +351,12 @@ pub enum Event {
     },
     /// Someone asked to resume a paused run.
     ResumeRequested,
+    /// A signal for the run's wait nodes: the one waiting for it takes it, or the run keeps
+    /// it (see `signals`).
+    SignalReceived {
+        /// The signal (its `at` is set when applied).
+        signal: super::signals::Signal,
+    },
 }
 
 /// A node's status.
@@ -355,7 +367,7 @@ pub enum NodeStatus {
     Pending,
     /// Started, not ended.
     Running,
-    /// An approval waiting for a decision.
+    /// An approval waiting for a decision, or a wait node for a signal.
     Waiting,
     /// Ended with an output.
     Success,

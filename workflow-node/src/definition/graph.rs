@@ -83,7 +83,7 @@ fn references(node: &Node) -> Vec<(String, &str)> {
                 .iter()
                 .map(|w| ("wait_for".to_string(), w.as_str())),
         ),
-        NodeKind::Call(_) | NodeKind::Fork { .. } | NodeKind::Approval(_) => {}
+        NodeKind::Call(_) | NodeKind::Fork { .. } | NodeKind::Approval(_) | NodeKind::Wait(_) => {}
     }
     out
 }

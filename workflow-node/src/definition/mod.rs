@@ -22,6 +22,8 @@ mod problem;
 mod refs;
 mod schedules;
 mod triggers;
+mod wait;
+mod webhooks;
 
 pub use model::*;
 pub use pause::PauseSettings;
@@ -29,7 +31,9 @@ pub use problem::{Problem, SyntaxError};
 pub use schedules::{
     parse_schedule, slot_time, Due, Overlap, Schedule, When, DEFAULT_CATCHUP_WINDOW, MAX_SCHEDULES,
 };
-pub use triggers::{Trigger, DEFAULT_MAX_DELIVERIES, MAX_TRIGGERS};
+pub use triggers::{RouteSignal, Trigger, DEFAULT_MAX_DELIVERIES, MAX_TRIGGERS};
+pub use wait::{valid_signal_name, WaitNode, MAX_SIGNAL_NAME};
+pub use webhooks::{HookSecret, Scheme, SecretSource, Unverified, Webhook, DEFAULT_TOLERANCE};
 
 use std::path::{Path, PathBuf};
 

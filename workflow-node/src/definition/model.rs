@@ -233,6 +233,8 @@ pub enum NodeKind {
     Loop(LoopNode),
     /// `type: approval`: waits for a person to approve or reject.
     Approval(ApprovalNode),
+    /// `type: wait`: waits for a named signal sent from outside the run.
+    Wait(super::WaitNode),
 }
 
 impl NodeKind {
@@ -250,6 +252,7 @@ impl NodeKind {
             NodeKind::Join { .. } => "join",
             NodeKind::Loop(_) => "loop",
             NodeKind::Approval(_) => "approval",
+            NodeKind::Wait(_) => "wait",
         }
     }
 }

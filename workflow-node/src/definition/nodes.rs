@@ -55,6 +55,10 @@ const ALL_NODE_FIELDS: &[&str] = &[
     "on_timeout",
     "on_failure",
     "error_policy",
+    "signal",
+    "correlation",
+    "schema",
+    "signers",
 ];
 
 /// The node types, as written.
@@ -68,6 +72,7 @@ const NODE_TYPES: &[&str] = &[
     "join",
     "loop",
     "approval",
+    "wait",
 ];
 
 /// What reading one node gave.
@@ -144,6 +149,7 @@ pub(crate) fn parse_node(i: usize, v: &Value, default_max_items: usize, sink: &m
         Some("join") => Some(parse_join(&mut f, sink)),
         Some("loop") => Some(NodeKind::Loop(parse_loop(&mut f, sink))),
         Some("approval") => Some(NodeKind::Approval(parse_approval(&mut f, sink))),
+        Some("wait") => Some(NodeKind::Wait(super::wait::parse_wait(&mut f, sink))),
         Some(other) => {
             f.problem(
                 sink,

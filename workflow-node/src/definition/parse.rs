@@ -178,6 +178,7 @@ fn parse_block(block: &Value, top: TopLevel, sink: &mut Sink) -> Option<Draft> {
         hash: String::new(),
         graph: Graph::default(),
     };
+    super::wait::check_routes(&workflow, sink);
     Some(Draft { workflow, ghosts })
 }
 

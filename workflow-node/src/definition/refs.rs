@@ -173,6 +173,11 @@ pub(crate) fn check(wf: &Workflow, ghosts: &HashSet<String>, sink: &mut Sink) {
                     uses.push(("message".into(), Used::Template(t)));
                 }
             }
+            NodeKind::Wait(w) => {
+                if let Some(t) = &w.correlation {
+                    uses.push(("correlation".into(), Used::Template(t)));
+                }
+            }
             NodeKind::Join { .. } | NodeKind::Loop(_) => {}
         }
         for (field, used) in uses {

@@ -39,6 +39,8 @@ pub async fn waiting(runs: &Runs, workflow: Option<&str>) -> Result<Vec<Waiting>
             .nodes
             .iter()
             .filter(|(_, n)| n.status == NodeStatus::Waiting)
+            // A wait node waits for a signal, not a decision (see `signals`).
+            .filter(|(_, n)| !matches!(n.detail, Some(crate::core::Detail::Wait(_))))
             .map(|(id, n)| (id.clone(), n.started_at))
             .collect();
         for (node, since) in nodes {

@@ -13,10 +13,13 @@
 //! - [`steer`]: cancel, pause, resume, retry.
 //! - [`triggers`]: the dead letters of event triggers, and replaying one.
 //! - [`approvals`]: the gates waiting, and a decision on one.
+//! - [`signals`]: a signal sent to a run's wait nodes.
 //! - [`definitions`]: the stored definitions, and deleting one.
 //! - [`ask`]: one request to a workflow's nodes, its answer as an outcome.
 //! - [`call`]: a workflow or agent of the catalog called by name, for the doors.
 //! - [`words`]: an agent's status text, shown as that agent's quoted words.
+//! - [`waits`]: what a run waits for (approvals, timers, slots, a resume).
+//! - [`trigger_view`]: the triggers of the served workflows, their lag and dead letters.
 
 pub mod approvals;
 pub mod ask;
@@ -27,7 +30,10 @@ pub mod follow;
 pub mod refusal;
 pub mod runs;
 pub mod schedules;
+pub mod signals;
 pub mod steer;
+pub mod trigger_view;
 pub mod triggers;
 pub mod view;
+pub mod waits;
 pub mod words;

@@ -32,7 +32,7 @@ impl RefusalKind {
         match code {
             codes::TASK_NOT_FOUND => RefusalKind::NotFound,
             codes::NOT_PERMITTED => RefusalKind::NotPermitted,
-            codes::TASK_NOT_CANCELABLE => RefusalKind::Conflict,
+            codes::TASK_NOT_CANCELABLE | codes::CONFLICT => RefusalKind::Conflict,
             codes::PARSE_ERROR
             | codes::INVALID_REQUEST
             | codes::METHOD_NOT_FOUND

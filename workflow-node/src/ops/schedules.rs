@@ -40,6 +40,9 @@ pub struct ScheduleView {
     /// Its next slot (RFC 3339, UTC), unless paused or it has none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next: Option<String>,
+    /// Its next slots (up to [`NEXT_SHOWN`]), in its time zone (RFC 3339 with the zone's
+    /// offset; UTC for an interval), unless paused.
+    pub next_local: Vec<String>,
     /// The last slot dealt with (RFC 3339, UTC).
     pub last_slot: String,
     /// The execution id of its last run.
@@ -50,6 +53,34 @@ pub struct ScheduleView {
     /// Why its last start failed, if it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+}
+
+/// How many next fire times a view shows.
+pub const NEXT_SHOWN: usize = 3;
+
+/// The next [`NEXT_SHOWN`] slots of `schedule` after `after` (Unix milliseconds), in its zone.
+fn next_local(schedule: &crate::definition::Schedule, after: u64) -> Vec<String> {
+    let zone = match &schedule.when {
+        crate::definition::When::Cron { zone, .. } => *zone,
+        crate::definition::When::Every(_) => chrono_tz::UTC,
+    };
+    let mut times = Vec::new();
+    let mut at = after;
+    while times.len() < NEXT_SHOWN {
+        let Some(slot) = schedule.next_slot(at) else {
+            break;
+        };
+        let Some(t) = i64::try_from(slot)
+            .ok()
+            .and_then(chrono::DateTime::from_timestamp_millis)
+        else {
+            break;
+        };
+        let local = t.with_timezone(&zone);
+        times.push(local.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+        at = slot;
+    }
+    times
 }
 
 /// The view of one entry at `now` (Unix milliseconds).
@@ -70,6 +101,11 @@ pub fn view(workflow: &str, name: &str, state: &ScheduleState, now: u64) -> Sche
         .filter(|_| !state.paused)
         .and_then(|s| s.next_slot(state.last_slot.max(now)))
         .map(slot_time);
+    let next_times = parsed
+        .as_ref()
+        .filter(|_| !state.paused)
+        .map(|s| next_local(s, state.last_slot.max(now)))
+        .unwrap_or_default();
     ScheduleView {
         workflow: workflow.to_string(),
         name: name.to_string(),
@@ -84,6 +120,7 @@ pub fn view(workflow: &str, name: &str, state: &ScheduleState, now: u64) -> Sche
         paused: state.paused,
         note: state.note.clone(),
         next,
+        next_local: next_times,
         last_slot: slot_time(state.last_slot),
         last_run: state.running.clone(),
         counts: state.counts,

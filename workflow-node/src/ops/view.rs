@@ -123,6 +123,7 @@ fn kind(kind: &NodeKind) -> &'static str {
         NodeKind::Join { .. } => "join",
         NodeKind::Loop(_) => "loop",
         NodeKind::Approval(_) => "approval",
+        NodeKind::Wait(_) => "wait",
     }
 }
 
@@ -167,6 +168,11 @@ pub fn view(run: &FoundRun, apart: &Apart, def: Option<&Workflow>, now: Millis) 
         .unwrap_or(Value::Null);
     v["error"] = serde_json::to_value(&s.error).unwrap_or(Value::Null);
     v["waiting"] = serde_json::to_value(&r.asks).unwrap_or(Value::Null);
+    v["waits_for"] = Value::Array(super::waits::of(run));
+    v["signals"] = json!({
+        "waiting": super::signals::waiting(s),
+        "kept": s.signals.kept.iter().map(|k| json!({"signal": k.name, "id": k.id})).collect::<Vec<_>>(),
+    });
     v["maps"] = json!(r
         .maps
         .iter()

@@ -219,7 +219,13 @@ impl WorkflowNode {
             patiently(|| triggers::events::dead_letters(&shared)).await?;
         }
         for workflow in &served {
-            for trigger in &workflow.triggers {
+            for hook in triggers::hooks::load(workflow)? {
+                let sub = triggers::hooks::subscribe(&shared, &hook).await?;
+                let s = shared.clone();
+                background.push(tokio::spawn(triggers::hooks::serve(s, hook, sub)));
+            }
+            // Webhooks are taken by `callers::hooks`, not from a stream.
+            for trigger in workflow.triggers.iter().filter(|t| t.webhook.is_none()) {
                 let consumer = triggers::events::consumer(&shared, workflow, trigger).await?;
                 background.push(tokio::spawn(triggers::events::run(
                     shared.clone(),

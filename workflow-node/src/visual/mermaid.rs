@@ -203,6 +203,10 @@ fn declaration(node: &Node, id: &str) -> String {
             l.max_iterations
         ),
         NodeKind::Approval(_) => format!("[/\"<b>Approval</b><br/>{title}\"\\]"),
+        NodeKind::Wait(w) => format!(
+            "[/\"<b>Wait</b><br/>{title}<br/>signal {}\"/]",
+            escape(&w.signal)
+        ),
     };
     format!("{id}{shape}")
 }

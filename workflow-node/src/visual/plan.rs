@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use crate::definition::{
     ApprovalNode, CallTarget, ForkBranch, JoinStrategy, LoopNode, MapItems, MapNode, NodeKind,
-    NodeRole, OnExhausted, OnTimeout, RetryPolicy, Schedule, SwitchCase, Trigger, When, Workflow,
+    NodeRole, OnExhausted, OnTimeout, RetryPolicy, Schedule, SwitchCase, Trigger, WaitNode, When,
+    Workflow,
 };
 
 /// What a workflow will do, section by section.
@@ -32,6 +33,8 @@ pub struct Plan {
     pub repeats: Vec<(String, String)>,
     /// Approval gates: `(node id, description)`.
     pub gates: Vec<(String, String)>,
+    /// Waits for signals: `(node id, description)`.
+    pub waits: Vec<(String, String)>,
     /// Exit handlers: `(trigger, node id)`, trigger one of always, on_success, on_failure,
     /// on_cancel.
     pub exit_handlers: Vec<(String, String)>,
@@ -55,6 +58,7 @@ pub fn plan(wf: &Workflow) -> Plan {
         branches: Vec::new(),
         repeats: Vec::new(),
         gates: Vec::new(),
+        waits: Vec::new(),
         exit_handlers: exit_handlers(wf),
         calls: Vec::new(),
         schedules: wf.schedules.iter().map(schedule_text).collect(),
@@ -96,6 +100,7 @@ pub fn plan(wf: &Workflow) -> Plan {
             NodeKind::Map(m) => plan.repeats.push((id, map_text(m))),
             NodeKind::Loop(l) => plan.repeats.push((id, loop_text(l))),
             NodeKind::Approval(a) => plan.gates.push((id, approval_text(a))),
+            NodeKind::Wait(w) => plan.waits.push((id, wait_text(w))),
         }
     }
     plan
@@ -126,6 +131,22 @@ fn schedule_text(s: &Schedule) -> (String, String) {
 
 /// A trigger in words: `stream ORDERS, subject orders.created; if …; one run per …`.
 fn trigger_text(t: &Trigger) -> (String, String) {
+    if let Some(hook) = &t.webhook {
+        let mut words = vec![format!(
+            "webhook POST /hooks/{} ({} signature, secret from {})",
+            t.name,
+            hook.scheme.name(),
+            hook.secret
+        )];
+        if let Some(c) = &t.condition {
+            words.push(format!("if {}", c.source()));
+        }
+        words.push(match &t.dedup_key {
+            Some(k) => format!("one run per {}", workflow_expr::to_text(k.source())),
+            None => "one run per body".into(),
+        });
+        return (t.name.clone(), words.join("; "));
+    }
     let mut words = vec![match (&t.stream, &t.subject) {
         (Some(stream), Some(subject)) => format!("stream {stream}, subject {subject}"),
         (Some(stream), None) => format!("stream {stream}"),
@@ -138,6 +159,13 @@ fn trigger_text(t: &Trigger) -> (String, String) {
         Some(k) => format!("one run per {}", workflow_expr::to_text(k.source())),
         None => "one run per message".into(),
     });
+    if let Some(route) = &t.signal {
+        let key = workflow_expr::to_text(route.key.source());
+        words.push(format!(
+            "signal '{}' to the run waiting under {key}",
+            route.name
+        ));
+    }
     words.push(format!("parked after {} deliveries", t.max_deliveries));
     (t.name.clone(), words.join("; "))
 }
@@ -269,6 +297,29 @@ fn approval_text(a: &ApprovalNode) -> String {
     text
 }
 
+/// A wait in words: `signal 'paid' by key {{input.order}}; schema; signers alice; timeout 1h`.
+fn wait_text(w: &WaitNode) -> String {
+    let mut words = vec![format!("signal '{}'", w.signal)];
+    words.push(match &w.correlation {
+        Some(t) => format!("found by key {}", compact(t.source())),
+        None => "found by the run".to_owned(),
+    });
+    if let Some(s) = &w.schema {
+        words.push(format!("payload schema {}", compact(&s.source)));
+    }
+    words.push(if w.signers.is_empty() {
+        "sent by whoever may steer the run".to_owned()
+    } else {
+        format!("sent by {}", w.signers.join(", "))
+    });
+    words.push(format!(
+        "timeout {}",
+        w.timeout
+            .map_or("none (the run's deadline)".to_owned(), duration)
+    ));
+    words.join("; ")
+}
+
 fn exit_handlers(wf: &Workflow) -> Vec<(String, String)> {
     let handlers = [
         ("always", &wf.on_exit.always),
@@ -393,6 +444,7 @@ impl fmt::Display for Plan {
         section(f, "Branches", &self.branches)?;
         section(f, "Map and loop bodies", &self.repeats)?;
         section(f, "Approval gates", &self.gates)?;
+        section(f, "Waits for signals", &self.waits)?;
         if !self.exit_handlers.is_empty() {
             writeln!(f)?;
             writeln!(f, "Exit handlers (after the main DAG, awaited):")?;

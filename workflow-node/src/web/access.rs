@@ -66,6 +66,14 @@ pub struct AccessArgs {
         value_parser = clap::value_parser!(u64).range(100..=600_000)
     )]
     pub push_lease_ms: Option<u64>,
+    /// A CA file (PEM) the certificates of `https://` webhooks must chain to, instead of
+    /// the system's roots (receivers with a private CA).
+    #[arg(
+        long = "push-ca-file",
+        value_name = "PEM",
+        env = "MESH_HTTP_PUSH_CA_FILE"
+    )]
+    pub push_ca_file: Option<std::path::PathBuf>,
 }
 
 /// A push notification's claim holds this long without renewal unless `--push-lease-ms`
@@ -95,6 +103,7 @@ pub struct Access {
     public_hosts: Vec<String>,
     push_allow_private: bool,
     push_lease: std::time::Duration,
+    push_ca: Option<agent_sdk::crypto::CaFile>,
 }
 
 fn digest(token: &str) -> [u8; 32] {
@@ -102,7 +111,8 @@ fn digest(token: &str) -> [u8; 32] {
 }
 
 impl Access {
-    /// The access `args` describe; an empty token is refused.
+    /// The access `args` describe; an empty token, or a push CA file that cannot be read,
+    /// is refused.
     pub fn new(args: &AccessArgs) -> Result<Access> {
         let mut tokens = Vec::new();
         for (list, role, flag) in [
@@ -127,6 +137,13 @@ impl Access {
             push_lease: args
                 .push_lease_ms
                 .map_or(DEFAULT_PUSH_LEASE, std::time::Duration::from_millis),
+            push_ca: match &args.push_ca_file {
+                Some(path) => Some(
+                    agent_sdk::crypto::CaFile::read(path)
+                        .map_err(|e| anyhow::anyhow!("--push-ca-file: {e}"))?,
+                ),
+                None => None,
+            },
         })
     }
 
@@ -138,6 +155,11 @@ impl Access {
     /// Whether push notifications may go to loopback and private addresses.
     pub(super) fn push_allows_private(&self) -> bool {
         self.push_allow_private
+    }
+
+    /// The CA file `https://` webhooks' certificates must chain to, if one was given.
+    pub(super) fn push_ca(&self) -> Option<&agent_sdk::crypto::CaFile> {
+        self.push_ca.as_ref()
     }
 
     /// How long a claim on a push notification holds without renewal.

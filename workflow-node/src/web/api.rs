@@ -42,10 +42,13 @@ pub(super) fn router(ctx: Ctx) -> Router {
         .route("/api/runs/{id}/retry", post(super::steer::retry))
         .route("/api/runs/{id}/approve", post(super::steer::approve))
         .route("/api/runs/{id}/reject", post(super::steer::reject))
+        .route("/api/runs/{id}/signal", post(super::steer::signal))
         .route("/api/workflows/{name}/runs", post(start))
         .route("/api/schedules", get(list_schedules))
         .route("/api/dead-letters", get(list_dead_letters))
+        .route("/api/triggers", get(list_triggers))
         .merge(super::pages::router())
+        .merge(super::hooks::router())
         .merge(super::a2a::router())
         .fallback(|| async { ApiError::not_found("no such page or API route") })
         .with_state(ctx)
@@ -156,6 +159,15 @@ async fn list_runs(State(ctx): State<Ctx>, RawQuery(query): RawQuery) -> ApiResu
         .map(|r| view::summary(r, listed.now))
         .collect();
     Ok(json_response(StatusCode::OK, &Value::Array(rows)))
+}
+
+/// The triggers (of `?workflow=`, when given) with their lag and dead letters.
+async fn list_triggers(State(ctx): State<Ctx>, RawQuery(query): RawQuery) -> ApiResult {
+    let q = params(query.as_deref(), &["workflow"])?;
+    let runs = ctx.runs().await?;
+    let found =
+        crate::ops::trigger_view::list(&runs, q.get("workflow").map(String::as_str)).await?;
+    Ok(json_response(StatusCode::OK, &json!(found)))
 }
 
 /// The schedules (of `?workflow=`, when given) with their next fire times: what

@@ -10,6 +10,7 @@ mod api;
 mod boundary;
 mod cards;
 mod events;
+mod hooks;
 mod pages;
 mod steer;
 

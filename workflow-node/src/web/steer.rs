@@ -1,5 +1,6 @@
 //! The web view's routes that steer a run (documented in `docs/http.md`): `POST
-//! /api/runs/{id}/cancel`, `/pause`, `/resume`, `/retry`, `/approve` and `/reject`. Each
+//! /api/runs/{id}/cancel`, `/pause`, `/resume`, `/retry`, `/approve`, `/reject` and
+//! `/signal`. Each
 //! calls [`crate::ops`] with the web view's key; a refusal becomes the status its kind
 //! maps to (403 who asks, 409 the run's state, 503 nothing serves the workflow).
 
@@ -15,6 +16,7 @@ use serde_json::json;
 use super::api::{find, object, text};
 use super::{json_response, ApiError, ApiResult, Ctx};
 use crate::ops::approvals::{self, Decided};
+use crate::ops::signals::{self, Outgoing, To};
 use crate::ops::steer;
 use agent_sdk::workflow::new_task_id;
 
@@ -104,6 +106,32 @@ async fn decide(
     };
     let (runs, run) = find(&ctx, &id).await?;
     let message = approvals::decide(&runs, &run, decision, ctx.signer.as_ref()).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"recorded": true, "message": message}),
+    ))
+}
+
+/// `200 {"recorded": true, "message"}`: body `{"signal", "data", "signal_id"}`.
+pub(super) async fn signal(
+    State(ctx): State<Ctx>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    let body = object(&body)?;
+    let Some(name) = text(&body, "signal")? else {
+        return Err(ApiError::bad_request(
+            "'signal' is required: the name a wait node waits for",
+        ));
+    };
+    let outgoing = Outgoing {
+        name: name.to_owned(),
+        data: body.get("data").cloned().unwrap_or_default(),
+        signal_id: text(&body, "signal_id")?.map(str::to_owned),
+        by: text(&body, "by")?.map(str::to_owned),
+    };
+    let (runs, run) = find(&ctx, &id).await?;
+    let message = signals::send(&runs, To::Run(&run), &outgoing, ctx.signer.as_ref()).await?;
     Ok(json_response(
         StatusCode::OK,
         &json!({"recorded": true, "message": message}),

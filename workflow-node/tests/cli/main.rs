@@ -9,4 +9,5 @@ mod health;
 mod llm;
 mod run;
 mod runs;
+mod signal;
 mod steer;

@@ -15,6 +15,7 @@ mod kill;
 mod lost_calls;
 mod partitions;
 mod schedules;
+mod signals;
 mod sigterm;
 mod skew;
 mod skew_minutes;

@@ -462,7 +462,7 @@ fn node_types_and_required_fields() {
     assert_problems(
         got,
         &[
-            "t.yaml: node 'a': type: unknown node type 'agnet' (expected one of: agent, workflow, conditional, switch, map, fork, join, loop, approval)",
+            "t.yaml: node 'a': type: unknown node type 'agnet' (expected one of: agent, workflow, conditional, switch, map, fork, join, loop, approval, wait)",
             "t.yaml: node 'b': type: missing field",
             "t.yaml: node 'c': agent_name: missing field",
             "t.yaml: node 'd': condition: missing field",

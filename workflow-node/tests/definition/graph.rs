@@ -71,7 +71,7 @@ fn a_node_with_a_bad_type_is_not_reported_missing() {
     );
     assert_problems(
         got,
-        &["t.yaml: node 'a': type: unknown node type 'robot' (expected one of: agent, workflow, conditional, switch, map, fork, join, loop, approval)"],
+        &["t.yaml: node 'a': type: unknown node type 'robot' (expected one of: agent, workflow, conditional, switch, map, fork, join, loop, approval, wait)"],
     );
 }
 

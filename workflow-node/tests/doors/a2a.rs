@@ -9,6 +9,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+pub(crate) use test_harness::http::card_seen;
 
 use futures::StreamExt;
 use tokio::sync::Semaphore;
@@ -72,16 +73,6 @@ async fn talker(
             }
         }));
     (talker.serve(client.clone()).await.unwrap(), watch)
-}
-
-/// Waits until the door serves `name`'s card (the catalog heard it).
-pub(crate) async fn card_seen(addr: SocketAddr, name: &str) {
-    let path = format!("/a2a/{name}/.well-known/agent-card.json");
-    let give_up = tokio::time::Instant::now() + test_harness::http::TIMEOUT;
-    while test_harness::http::get(addr, &path).await.status != 200 {
-        assert!(tokio::time::Instant::now() < give_up, "no card of {name}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
 }
 
 fn script(name: &str) -> PathBuf {

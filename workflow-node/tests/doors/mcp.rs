@@ -314,3 +314,65 @@ async fn the_http_door_wants_an_operator_token_and_the_views_own_origin() {
     let ok = ask(vec![("authorization", bearer)]).await;
     assert_eq!(ok.status, 200, "{}", ok.body);
 }
+
+/// `serve --http` counts cards on its view and `/mcp` as its node does: under
+/// `--require-signed-cards`, an agent whose card is unsigned is no tool there, while one
+/// signed by the key `--agent-key` binds to its name is.
+#[tokio::test]
+async fn serve_http_lists_only_cards_signed_as_its_agent_keys_say() {
+    let server = test_harness::nats();
+    let client = async_nats::connect(server.url()).await.expect("connect");
+    let key = agent_sdk::Signer::generate();
+    let echoing = |name: &str| {
+        AgentBuilder::new(name)
+            .description("echoes")
+            .handler(handler_fn(|req| async move { Ok(req.input) }))
+    };
+    // The unsigned card first, on the connection the signed one then comes by.
+    let _unsigned = echoing("Unsigned").serve(client.clone()).await.unwrap();
+    let _signed = echoing("Signed")
+        .signer(key.clone())
+        .serve(client.clone())
+        .await
+        .unwrap();
+    let echo = crate::support::security::repo().join("examples/workflows/echo.json");
+    let binding = format!("Signed={}", key.public_key());
+    let mut serve = crate::support::process::Child::spawn(
+        crate::support::process::workflow_node()
+            .arg("serve")
+            .arg(&echo)
+            .args(["--nats-url", &server.url(), "--http", "127.0.0.1:0"])
+            .args(["--require-signed-cards", "--agent-key", &binding]),
+    );
+    let addr = serve.line("web view at http://").await;
+    let url = format!("http://{}mcp", addr.trim());
+    let summary = mesh_python(&["--mode", "legacy", "--url", &url, "--list-until", "Signed"]).await;
+    let tools = summary["tools"].as_array().expect("the tools listed");
+    assert!(tools.contains(&json!("Signed")), "{summary}");
+    assert!(
+        !tools.contains(&json!("Unsigned")),
+        "an unsigned card is no tool where signed cards are required: {summary}"
+    );
+}
+
+/// Runs `mcp_client.py` with `args` to its end: its summary (the last line it printed).
+async fn mesh_python(args: &[&str]) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/doors/mcp_client.py");
+    let out = tokio::process::Command::new(test_harness::python())
+        .arg(script)
+        .args(args)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), out)
+        .await
+        .expect("the MCP client ended")
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the MCP client failed:\n{}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = stdout.lines().last().expect("a summary");
+    serde_json::from_str(last).expect("the summary is JSON")
+}

@@ -5,7 +5,10 @@ with progress, sends hostile calls, meets an approval gate, reads a large output
 its resource link, and cancels a slow run. Each check raises on failure; the last line
 on stdout is a JSON summary the Rust test reads (the cancelled run's task is found there).
 
-Usage: client.py --mode MODE (--stdio JSON_ARGV | --url URL [--token TOKEN])
+With --list-until NAME it only lists the tools, again until NAME is among them, and prints
+them as {"tools": [...]}: what a door serves to a client that only looks.
+
+Usage: client.py --mode MODE (--stdio JSON_ARGV | --url URL [--token TOKEN]) [--list-until NAME]
 """
 
 import argparse
@@ -166,8 +169,22 @@ class Changes(asyncio.Queue):
             self.announce()
 
 
-async def run(client, summary, changes):
+async def listed_once(client, name):
+    """The tools' names once `name` is among them (the door's catalog fills as cards
+    arrive): listed again every 50 ms, for 60 s at most."""
+    for _ in range(1200):
+        names = sorted(t.name for t in (await client.list_tools()).tools)
+        if name in names:
+            return names
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{name} was never listed; listed: {names}")
+
+
+async def run(client, summary, changes, list_until=None):
     summary["protocol"] = client.protocol_version
+    if list_until:
+        summary["tools"] = await listed_once(client, list_until)
+        return
     if client.protocol_version in ("2025-06-18", "2025-11-25"):
         await scenario(client, summary, changes)
         return
@@ -190,6 +207,7 @@ async def main():
     parser.add_argument("--stdio")
     parser.add_argument("--url")
     parser.add_argument("--token")
+    parser.add_argument("--list-until")
     args = parser.parse_args()
     summary = {"mode": args.mode}
     changes = Changes()
@@ -208,7 +226,7 @@ async def main():
                 transport, mode=args.mode, read_timeout_seconds=120,
                 message_handler=changes.on_message,
             ) as client:
-                await run(client, summary, changes)
+                await run(client, summary, changes, args.list_until)
     print(json.dumps(summary))
 
 

@@ -31,22 +31,31 @@ workflow:
 "#;
 
 /// One POST the webhook received: its body, and where to say how to answer it.
-struct Post {
-    body: Value,
+pub(super) struct Post {
+    pub(super) body: Value,
     /// Its `Mesh-Push-Id`.
-    id: String,
-    answer: oneshot::Sender<StatusCode>,
+    pub(super) id: String,
+    pub(super) answer: oneshot::Sender<StatusCode>,
 }
 
 impl Post {
     /// The notified task's state.
-    fn state(&self) -> &str {
+    pub(super) fn state(&self) -> &str {
         self.body["status"]["state"].as_str().unwrap_or_default()
     }
 }
 
 /// A webhook on loopback whose POSTs the test receives and answers (or holds).
 async fn webhook() -> (String, mpsc::UnboundedReceiver<Post>) {
+    let (app, rx) = hook_app();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/hook"), rx)
+}
+
+/// The webhook's routes (`POST /hook`), to serve over http or https.
+pub(super) fn hook_app() -> (axum::Router, mpsc::UnboundedReceiver<Post>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let app = axum::Router::new()
         .route(
@@ -71,14 +80,11 @@ async fn webhook() -> (String, mpsc::UnboundedReceiver<Post>) {
             ),
         )
         .with_state(tx);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}/hook"), rx)
+    (app, rx)
 }
 
 /// The next POST, within the harness's time.
-async fn next_post(posts: &mut mpsc::UnboundedReceiver<Post>) -> Post {
+pub(super) async fn next_post(posts: &mut mpsc::UnboundedReceiver<Post>) -> Post {
     tokio::time::timeout(test_harness::http::TIMEOUT, posts.recv())
         .await
         .expect("a push notification in time")
@@ -92,12 +98,21 @@ async fn door(client: &async_nats::Client, operator: &Signer) -> Web {
         push_lease_ms: Some(300),
         ..AccessArgs::default()
     };
+    door_with(client, operator, &args).await
+}
+
+/// A door replica with `args`, once it serves `TwoGates`.
+pub(super) async fn door_with(
+    client: &async_nats::Client,
+    operator: &Signer,
+    args: &AccessArgs,
+) -> Web {
     let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let web = Web::start(
         client.clone(),
         "mesh",
         Some(operator.clone()),
-        Access::new(&args).unwrap(),
+        Access::new(args).unwrap(),
         addr,
     )
     .await
@@ -107,7 +122,7 @@ async fn door(client: &async_nats::Client, operator: &Signer) -> Web {
 }
 
 /// Starts a `TwoGates` task through `web` with a push config to `url`: its id.
-async fn start_task(web: &Web, url: &str) -> String {
+pub(super) async fn start_task(web: &Web, url: &str) -> String {
     let send = json!({"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {
         "message": {"kind": "message", "messageId": uuid::Uuid::new_v4().to_string(),
                     "role": "user", "parts": [{"kind": "data", "data": {}}]},
@@ -142,7 +157,7 @@ async fn approve(client: &async_nats::Client, operator: &Signer, task: &str, nod
 }
 
 /// A mesh with the workflow node serving `TwoGates`; its operator's key.
-async fn mesh(client: &async_nats::Client) -> (WorkflowNode, Signer) {
+pub(super) async fn mesh(client: &async_nats::Client) -> (WorkflowNode, Signer) {
     let operator = Signer::generate();
     let mut config = Config::default();
     config.operators.push(operator.public_key().to_string());

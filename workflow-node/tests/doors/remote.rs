@@ -2,9 +2,11 @@
 //! server side (`remote_agent.py` beside this file, a2a-sdk 1.3.0 with its 0.3 layer on),
 //! declared in the agents file and called by a workflow on a real nats-server and node: an
 //! answer, a failure, a cancel (the remote task is cancelled), a timeout, the trace context
-//! passed on, and the checks at start (the card's name, the SSRF rule).
+//! passed on, and the checks at start (the card's name, the SSRF rule). Over https too:
+//! the agent served by uvicorn with a certificate of a CA made for the test, called with
+//! that CA as the declaration's `ca_file`, and refused at start with another CA's.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agent_sdk::{CallError, Mesh};
@@ -30,14 +32,31 @@ struct Remote {
     _child: tokio::process::Child,
     lines: tokio::sync::mpsc::UnboundedReceiver<String>,
     port: u16,
+    scheme: &'static str,
 }
 
 impl Remote {
+    /// The agent over plain http.
     async fn start() -> Remote {
+        Remote::start_serving(None).await
+    }
+
+    /// The agent over https, with the server certificate of `ca_dir`
+    /// ([`test_harness::tls::local_ca`]).
+    async fn start_tls(ca_dir: &Path) -> Remote {
+        Remote::start_serving(Some(ca_dir)).await
+    }
+
+    async fn start_serving(tls: Option<&Path>) -> Remote {
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/doors/remote_agent.py");
-        let mut child = tokio::process::Command::new(test_harness::python())
-            .arg(script)
-            .env("REMOTE_TOKEN", TOKEN)
+        let mut command = tokio::process::Command::new(test_harness::python());
+        command.arg(script).env("REMOTE_TOKEN", TOKEN);
+        if let Some(dir) = tls {
+            command
+                .env("REMOTE_TLS_CERT", dir.join("server-cert.pem"))
+                .env("REMOTE_TLS_KEY", dir.join("server-key.pem"));
+        }
+        let mut child = command
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
@@ -53,6 +72,7 @@ impl Remote {
             _child: child,
             lines,
             port: 0,
+            scheme: if tls.is_some() { "https" } else { "http" },
         };
         let ready = remote.line("ready ").await;
         remote.port = ready.parse().expect("a port");
@@ -79,9 +99,10 @@ impl Remote {
     }
 
     /// The agents file declaring it as `Shouter`, with `extra` lines in its `remote:`.
-    fn agents_file(&self, token_file: &std::path::Path, extra: &str) -> String {
+    fn agents_file(&self, token_file: &Path, extra: &str) -> String {
         format!(
-            "agents:\n  - name: Shouter\n    output_schema: {{type: object, required: [shouted]}}\n    remote:\n      url: http://127.0.0.1:{}/\n      token_file: {}\n      allow_private: true\n{extra}",
+            "agents:\n  - name: Shouter\n    output_schema: {{type: object, required: [shouted]}}\n    remote:\n      url: {}://127.0.0.1:{}/\n      token_file: {}\n      allow_private: true\n{extra}",
+            self.scheme,
             self.port,
             token_file.display()
         )
@@ -100,9 +121,13 @@ struct Setup {
 }
 
 async fn setup(extra: &str) -> Setup {
+    setup_with(Remote::start().await, extra).await
+}
+
+/// [`setup`] with `remote` as the remote agent.
+async fn setup_with(remote: Remote, extra: &str) -> Setup {
     let server = test_harness::nats();
     let client = async_nats::connect(server.url()).await.expect("connect");
-    let remote = Remote::start().await;
     let dir = tempfile::tempdir().expect("dir");
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).expect("token file");
@@ -223,13 +248,18 @@ async fn a_remote_agent_is_checked_before_it_is_served() {
     ))
     .await;
     assert!(e.contains("MESH_TEST_UNSET_TOKEN is not set"), "{e}");
-    // No TLS in the agents' client yet: https is refused, saying so.
-    let e = serve(format!(
-        "agents:\n  - name: Shouter\n    remote: {{url: \"https://127.0.0.1:{}/\", allow_private: true}}\n",
-        remote.port
-    ))
-    .await;
-    assert!(e.contains("https is not served yet"), "{e}");
+    // A CA file is for https only: an http URL with one is a problem of the file.
+    let problems = agent_sdk::StubFile::parse(
+        &format!("agents:\n  - name: Shouter\n    remote: {{url: \"{url}\", ca_file: ca.pem}}\n"),
+        "agents.yaml",
+    )
+    .map(drop)
+    .expect_err("refused at load");
+    let problems = format!("{problems:?}");
+    assert!(
+        problems.contains("agents[0].remote.ca_file: a CA file is for an https:// url"),
+        "{problems}"
+    );
     // Credentials in the URL are refused.
     let e = serve(format!(
         "agents:\n  - name: Shouter\n    remote: {{url: \"http://u:p@127.0.0.1:{}/\", allow_private: true}}\n",
@@ -262,4 +292,45 @@ async fn a_wrong_token_fails_the_call_as_permanent_and_is_never_printed() {
     assert!(text.contains("401"), "{text}");
     assert!(text.contains("permanent"), "{text}");
     assert!(!text.contains("the-wrong-secret"), "{text}");
+}
+
+#[tokio::test]
+async fn a_remote_agent_over_https_is_called_with_its_ca_and_refused_with_another() {
+    let dirs = tempfile::tempdir().expect("dir");
+    let ours = test_harness::tls::local_ca(&dirs.path().join("ours"));
+    let other = test_harness::tls::local_ca(&dirs.path().join("other"));
+    let remote = Remote::start_tls(&ours).await;
+    let ca = |dir: &Path| format!("      ca_file: {}\n", dir.join("ca.pem").display());
+    let mut s = setup_with(remote, &ca(&ours)).await;
+    let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let out = s
+        .mesh
+        .agent("Shout")
+        .header("traceparent", tp)
+        .call(json!({"text": "over tls"}))
+        .await
+        .expect("Shout ran over https");
+    assert_eq!(out, json!({"shouted": "OVER TLS"}));
+    let seen = s.remote.line("traceparent ").await;
+    assert!(seen.contains("0af7651916cd43dd8448eb211c80319c"), "{seen}");
+
+    // Another CA's file, and the system's roots: the certificate is refused at start,
+    // saying so, before any token is sent.
+    let client = async_nats::connect(s._server.url()).await.expect("connect");
+    let token_file = s._dir.path().join("token");
+    for extra in [ca(&other), String::new()] {
+        let text = s.remote.agents_file(&token_file, &extra);
+        let agents =
+            agent_sdk::StubFile::parse(&text, "agents.yaml").unwrap_or_else(|p| panic!("{p:?}"));
+        let e = agent_sdk::serve_stubs(client.clone(), "other", agents)
+            .await
+            .map(drop)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            e.contains("TLS certificate was refused") && e.contains("invalid peer certificate"),
+            "{extra}: {e}"
+        );
+        assert!(e.contains("ca_file"), "the error says what to check: {e}");
+    }
 }

@@ -2,9 +2,12 @@
 with the 0.3 compatibility layer on), on loopback, for a workflow to call: `Shouter` answers
 with its input's text in capitals, fails when asked to, and waits (until cancelled) when
 asked to. It prints `ready PORT` on stdout once serving, and each cancel it receives as
-`cancelled TASK`; a request's `Authorization` header must be `Bearer $REMOTE_TOKEN`.
+`cancelled TASK`; a request's `Authorization` header must be `Bearer $REMOTE_TOKEN`. With
+REMOTE_TLS_CERT and REMOTE_TLS_KEY (PEM files) it serves https with that certificate, as
+uvicorn serves any deployment's.
 
-Usage: remote_agent.py  (REMOTE_TOKEN in the environment)
+Usage: remote_agent.py  (REMOTE_TOKEN, and REMOTE_TLS_CERT/REMOTE_TLS_KEY for https, in the
+environment)
 """
 
 import asyncio
@@ -100,7 +103,9 @@ def main():
     # Listening before saying so: a connection made at once waits in the backlog.
     sock.listen(64)
     port = sock.getsockname()[1]
-    url = f"http://127.0.0.1:{port}/"
+    cert, key = os.environ.get("REMOTE_TLS_CERT"), os.environ.get("REMOTE_TLS_KEY")
+    scheme = "https" if cert else "http"
+    url = f"{scheme}://127.0.0.1:{port}/"
     card = AgentCard(
         name="Shouter",
         description="answers in capitals",
@@ -122,7 +127,7 @@ def main():
     )
     app = Starlette(routes=routes)
     app.add_middleware(Bearer)
-    config = uvicorn.Config(app, log_level="warning")
+    config = uvicorn.Config(app, log_level="warning", ssl_certfile=cert, ssl_keyfile=key)
     server = uvicorn.Server(config)
     say(f"ready {port}")
     asyncio.run(server.serve(sockets=[sock]))

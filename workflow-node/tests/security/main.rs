@@ -10,6 +10,8 @@ mod cards;
 mod deploy;
 mod llm;
 mod permissions;
+mod push;
 mod results;
 mod steering;
+mod triggers;
 mod web;

@@ -25,6 +25,7 @@ mod requests;
 mod retention;
 mod retry_versions;
 mod schedules;
+mod signals;
 mod tools;
 mod triggers;
 mod trust;

@@ -7,3 +7,6 @@ mod support;
 mod api;
 mod browser;
 mod cli;
+mod hooks;
+mod schedules_page;
+mod signals;

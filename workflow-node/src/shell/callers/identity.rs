@@ -59,17 +59,20 @@ pub(in crate::shell) fn check_config(config: &Config, workflows: &[Workflow]) ->
     }
     for workflow in workflows {
         for node in &workflow.nodes {
-            let NodeKind::Approval(def) = &node.kind else {
-                continue;
+            let (listed, role) = match &node.kind {
+                NodeKind::Approval(def) => (&def.approvers, "approver"),
+                NodeKind::Wait(def) => (&def.signers, "signer"),
+                _ => continue,
             };
-            for entry in &def.approvers {
+            for entry in listed {
                 if let Ok(Approver::Name(name)) = Approver::parse(entry) {
                     if !config.approvers.contains_key(name) {
                         return Err(Error::Definition(format!(
-                            "approval node '{}' of {} names approver '{name}', whose key this \
-                             node does not know: bind it with --approver {name}=U… (or list \
-                             the key itself)",
-                            node.id, workflow.name
+                            "{} node '{}' of {} names {role} '{name}', whose key this node does \
+                             not know: bind it with --approver {name}=U… (or list the key itself)",
+                            node.kind.type_name(),
+                            node.id,
+                            workflow.name
                         )));
                     }
                 }
@@ -89,8 +92,62 @@ pub(in crate::shell) fn approver(
     signed: (Option<&HeaderMap>, &str, Option<&str>, &[u8]),
     claimed: Option<&str>,
 ) -> std::result::Result<String, String> {
+    let act = Act {
+        listed: &def.approvers,
+        thing: "decision",
+        verb: "decide on",
+        who: "approvers",
+        hint: "workflow-node approve --nkey-seed-file",
+    };
+    listed_signer(config, node_id, act, signed, claimed)
+}
+
+/// Who sends a signal to wait node `node_id`, which lists `signers` (not empty): its
+/// `by`, or why it does not count, as for an approval's decision (see [`approver`]).
+pub(in crate::shell) fn signal_sender(
+    config: &Config,
+    node_id: &str,
+    signers: &[String],
+    signed: (Option<&HeaderMap>, &str, Option<&str>, &[u8]),
+    claimed: Option<&str>,
+) -> std::result::Result<String, String> {
+    let act = Act {
+        listed: signers,
+        thing: "signal",
+        verb: "send a signal to",
+        who: "signers",
+        hint: "workflow-node runs signal --nkey-seed-file",
+    };
+    listed_signer(config, node_id, act, signed, claimed)
+}
+
+/// What a node lists as the identities that may act on it, and the words for the act.
+struct Act<'a> {
+    listed: &'a [String],
+    thing: &'a str,
+    verb: &'a str,
+    who: &'a str,
+    hint: &'a str,
+}
+
+/// The entry of `act.listed` (or, when it is empty, the operator) whose key signed the
+/// request: see [`approver`].
+fn listed_signer(
+    config: &Config,
+    node_id: &str,
+    act: Act<'_>,
+    signed: (Option<&HeaderMap>, &str, Option<&str>, &[u8]),
+    claimed: Option<&str>,
+) -> std::result::Result<String, String> {
+    let Act {
+        listed,
+        thing,
+        verb,
+        who,
+        hint,
+    } = act;
     // Each allowed key, with the `by` it is recorded as.
-    let allowed: Vec<(String, String)> = if def.approvers.is_empty() {
+    let allowed: Vec<(String, String)> = if listed.is_empty() {
         config
             .operators
             .iter()
@@ -102,7 +159,7 @@ pub(in crate::shell) fn approver(
             })
             .collect()
     } else {
-        def.approvers
+        listed
             .iter()
             .filter_map(|entry| match Approver::parse(entry) {
                 Ok(Approver::Key(k)) => Some((k.to_owned(), entry.clone())),
@@ -113,14 +170,14 @@ pub(in crate::shell) fn approver(
             })
             .collect()
     };
-    let who = if def.approvers.is_empty() {
+    let who = if listed.is_empty() {
         "the node's operators (an approval without approvers)".to_string()
     } else {
-        format!("approvers: {}", def.approvers.join(", "))
+        format!("{who}: {}", listed.join(", "))
     };
     if allowed.is_empty() {
         return Err(format!(
-            "nobody can decide on '{node_id}' here: no key is known for {who} (serve \
+            "nobody can {verb} '{node_id}' here: no key is known for {who} (serve \
              --operator-key U…, --approver NAME=U…)"
         ));
     }
@@ -136,16 +193,15 @@ pub(in crate::shell) fn approver(
     )
     .map_err(|e| match e {
         SignatureError::Unsigned => format!(
-            "the decision on '{node_id}' is not signed: {who} sign it with their NKey \
-                 (workflow-node approve --nkey-seed-file)"
+            "the {thing} on '{node_id}' is not signed: {who} sign it with their NKey ({hint})"
         ),
         SignatureError::UnknownKey { key } => {
             let known = bound_name(&config.approvers, &key)
                 .map(|n| format!(" ({n})"))
                 .unwrap_or_default();
-            format!("{key}{known} may not decide on '{node_id}' ({who})")
+            format!("{key}{known} may not {verb} '{node_id}' ({who})")
         }
-        other => format!("the decision on '{node_id}' is refused: {other}"),
+        other => format!("the {thing} on '{node_id}' is refused: {other}"),
     })?;
     let by = allowed
         .iter()
@@ -158,8 +214,8 @@ pub(in crate::shell) fn approver(
             || config.approvers.get(claimed).is_some_and(|k| *k == key);
         if !names_signer {
             return Err(format!(
-                "the decision says it is by '{claimed}', but it is signed by {by} ({key}): \
-                 leave `by` out, the signature says who decides"
+                "the {thing} says it is by '{claimed}', but it is signed by {by} ({key}): \
+                 leave `by` out, the signature says who sends it"
             ));
         }
     }

@@ -5,9 +5,12 @@
 //! - `requests`: takes requests to each workflow, any replica.
 //! - `start`: the one way a run starts (its input checked, its start published).
 //! - `schedules`: schedules changed by operators, and a slot's work carried out.
+//! - `trigger_start`: a trigger's event decided and its run started (messages, webhooks,
+//!   replays).
 //! - `dead_letters`: replaying a trigger's dead letter.
 //! - `cancels`: cancels of runs, also from a calling workflow on the cancel subject.
 //! - `steer`: pausing, resuming and retrying a run that exists.
+//! - `signals`: signals into a running run, for its wait nodes.
 //! - `statuses`: agents' status updates on a run's calls, forwarded to its callers.
 //! - `identity`: who may decide an approval or cancel a run (NKey signatures).
 //! - `early`: cancels that come before their run's start, kept briefly and a few per caller.
@@ -20,6 +23,8 @@ pub(in crate::shell) mod identity;
 pub(in crate::shell) mod nonces;
 pub(in crate::shell) mod requests;
 pub(in crate::shell) mod schedules;
+pub(in crate::shell) mod signals;
 pub(in crate::shell) mod start;
 pub mod statuses;
 pub(in crate::shell) mod steer;
+pub(in crate::shell) mod trigger_start;

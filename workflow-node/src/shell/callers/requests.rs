@@ -1,7 +1,7 @@
 //! Requests to a workflow on `{ns}.a2a.v1.agent.request.{workflow}` (queue group: any
 //! replica takes any request): start a run, tell a run's state (`tasks/get`), cancel one,
-//! or record an approval decision. At most `Config::max_concurrent_requests` are handled
-//! at once; the rest wait unread.
+//! record an approval decision, or take a signal for a run's wait nodes. At most
+//! `Config::max_concurrent_requests` are handled at once; the rest wait unread.
 //!
 //! A start is validated here (call depth, input schema) and answered at once when invalid,
 //! creating no run. A valid one becomes a `Started` event in the workflow's stream, with a
@@ -29,6 +29,7 @@ use messages::control::{
     WorkflowRetry, WorkflowRunControl, WorkflowScheduleControl, WorkflowTriggerReplay,
 };
 use messages::jsonrpc::{codes, ErrorObject, Method, Request};
+use messages::signal::WorkflowSignal;
 use messages::workflow::{Decision, WorkflowApprovalDecision, WorkflowNodeRequest, PIN_VERSION};
 use messages::{call_proof, headers, inbound, msg_id, subjects};
 use serde_json::Value;
@@ -41,6 +42,7 @@ use crate::shell::callers::dead_letters;
 use crate::shell::callers::identity::{self, caller_name};
 use crate::shell::callers::nonces;
 use crate::shell::callers::schedules;
+use crate::shell::callers::signals::{self, Sender};
 use crate::shell::callers::start::{check_input, publish_start};
 use crate::shell::callers::steer;
 use crate::shell::context::Shared;
@@ -239,6 +241,19 @@ async fn handle(
                 return match text {
                     Ok(t) => answer(TaskState::Completed, &message.message_id, t),
                     Err(t) => answer(TaskState::Failed, &message.message_id, t),
+                };
+            }
+            if let Some(signal) = message.find_data::<WorkflowSignal>() {
+                let text = match signal {
+                    Ok(s) => signals::deliver(shared, workflow, Sender::Request(msg), s).await,
+                    Err(e) => Err(ErrorObject::new(
+                        codes::INVALID_PARAMS,
+                        format!("malformed workflow_signal: {e}"),
+                    )),
+                };
+                return match text {
+                    Ok(t) => answer(TaskState::Completed, &message.message_id, t),
+                    Err(e) => Some(wire::error_response(Some(request.id), e)),
                 };
             }
             if let Some(r) = message.find_data::<WorkflowTriggerReplay>() {

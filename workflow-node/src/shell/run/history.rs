@@ -158,6 +158,20 @@ pub(in crate::shell) fn entry(
             e.detail = reason.clone();
         }
         Event::ResumeRequested => e.event = "resume_requested".into(),
+        Event::SignalReceived { signal } => {
+            e.event = "signal_received".into();
+            let by = signal
+                .by
+                .as_deref()
+                .map(|b| format!(" by {b}"))
+                .unwrap_or_default();
+            e.detail = Some(format!(
+                "'{}' (id {}){by}, payload {} bytes",
+                signal.name,
+                signal.id,
+                size(&signal.data)
+            ));
+        }
     }
     e.detail = e.detail.map(|d| truncate(d, DETAIL_MAX));
     e

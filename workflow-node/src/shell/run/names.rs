@@ -87,6 +87,12 @@ pub mod dead {
     pub const REASON: &str = "Mesh-Dead-Reason";
     /// The workflow and trigger that took it: `{workflow}.{trigger}`.
     pub const TRIGGER: &str = "Mesh-Dead-Trigger";
+    /// The stream it was taken from.
+    pub const STREAM: &str = "Mesh-Dead-Stream";
+    /// Its sequence in that stream (decimal).
+    pub const SEQUENCE: &str = "Mesh-Dead-Sequence";
+    /// Every header a dead letter carries beside the original ones.
+    pub const ALL: [&str; 5] = [SUBJECT, REASON, TRIGGER, STREAM, SEQUENCE];
 }
 
 /// The event stream of one workflow.

@@ -14,7 +14,7 @@ use messages::workflow::{
 };
 use serde_json::Value;
 
-use crate::core::{Execution, ExecutionId, NodeStatus, Progress, RunError, RunStatus};
+use crate::core::{Detail, Execution, ExecutionId, NodeStatus, Progress, RunError, RunStatus};
 use crate::definition::{JoinStrategy, NodeKind, Workflow};
 use crate::shell::run::envelope::Caller;
 use crate::shell::run::wire;
@@ -353,18 +353,42 @@ pub(in crate::shell) fn run_state(
     let name = &workflow.name;
     let (a2a, summary) = match ended(name, state.status, run.error_message.as_deref()) {
         Some(end) => end,
-        None if !waiting.is_empty() => (
-            TaskState::InputRequired,
-            format!(
-                "Workflow {name} waits for a decision on {}",
-                waiting.join(", ")
-            ),
-        ),
+        None if !waiting.is_empty() => {
+            (TaskState::InputRequired, waits_text(name, state, &waiting))
+        }
         None if state.is_paused() => (TaskState::Working, format!("Workflow {name} is paused")),
         None => (TaskState::Working, format!("Workflow {name} is running")),
     };
     parts.push(Part::text(summary));
     wire::task(task_id, context_id, a2a, parts)
+}
+
+/// What a run waits for, in words: decisions on approval nodes, signals for wait nodes
+/// (with the key a signal sent by key names and the deadline).
+fn waits_text(name: &str, state: &Execution, waiting: &[String]) -> String {
+    let mut decisions = Vec::new();
+    let mut signals = Vec::new();
+    for id in waiting {
+        match state.nodes.get(id).and_then(|n| n.detail.as_ref()) {
+            Some(Detail::Wait(w)) => {
+                let key = w.key.as_deref().map(|k| format!(", key '{k}'"));
+                let until = w.deadline.map(|d| format!(", until {}", d.rfc3339()));
+                signals.push(format!(
+                    "signal '{}' (node {id}{}{})",
+                    w.signal,
+                    key.unwrap_or_default(),
+                    until.unwrap_or_default()
+                ));
+            }
+            _ => decisions.push(id.clone()),
+        }
+    }
+    let mut what = Vec::new();
+    if !decisions.is_empty() {
+        what.push(format!("a decision on {}", decisions.join(", ")));
+    }
+    what.extend(signals);
+    format!("Workflow {name} waits for {}", what.join("; "))
 }
 
 /// The part carrying an ended run's output: inline, or its artifact as a FilePart.

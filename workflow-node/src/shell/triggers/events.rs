@@ -2,7 +2,7 @@
 //! shared by the workflow's replicas (on the trigger's `stream`, or on a stream the node
 //! makes to capture its `subject`), so a message published while no replica runs waits in
 //! the stream. For each message: the condition, then the input and the de-duplication
-//! key; the run starts through the one start path (`start::publish_start`) with the
+//! key; the run starts through the one start path (`callers::trigger_start`) with the
 //! caller name `trigger:{name}` and the key as its task id, so a redelivered or
 //! re-published event starts no second run; the message is acked after the start is
 //! stored.
@@ -12,24 +12,23 @@
 //! `{ns}.dead.wf.{workflow}.{trigger}` (stream `{ns}_wf_dead_letters`), with its original
 //! subject, headers and the reason, then acked; one that keeps failing for the store is
 //! taken again, and parked after `max_deliveries`. Nothing is retried for ever.
+//!
+//! A trigger with `signal` routes its event instead to the run whose wait node waits under
+//! the event's key (`callers::signals`), with the de-duplication key as the signal's id;
+//! a key no run waits under yet is tried again, as a failing store is.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::pull, stream, AckKind};
 use futures::StreamExt;
-use serde_json::{Map, Value};
 
 use crate::definition::{Trigger, Workflow};
-use crate::shell::callers::start::{check_input, publish_start};
+use crate::shell::callers::trigger_start::{headers_of, take_event, Outcome};
 use crate::shell::context::Shared;
 use crate::shell::error::{Context, Result};
 use crate::shell::mesh::setup as mesh_setup;
-use crate::shell::run::envelope::Caller;
 use crate::shell::run::names::{self, dead};
-
-/// The longest de-duplication key (it becomes a task id).
-const MAX_KEY: usize = 256;
 
 /// How long a message may be in hand before the server gives it to another replica.
 const ACK_WAIT: Duration = Duration::from_secs(30);
@@ -132,62 +131,8 @@ pub(in crate::shell) async fn run(
     }
 }
 
-/// What one message comes to, decided without I/O.
-#[derive(Debug, PartialEq)]
-pub(in crate::shell) enum Taken {
-    /// The condition is false: nothing starts.
-    Ignored,
-    /// Start the run with this task id and input.
-    Start {
-        /// The de-duplication key.
-        task: String,
-        /// The run's input.
-        input: Value,
-    },
-    /// It can never start a run: park it.
-    Poison(String),
-}
-
-/// The decision for one event (`scope`, see [`Trigger::scope`]) read from `stream` at
-/// `sequence`.
-pub(in crate::shell) fn decide(
-    trigger: &Trigger,
-    scope: &Map<String, Value>,
-    stream: &str,
-    sequence: u64,
-) -> Taken {
-    if let Some(condition) = &trigger.condition {
-        match condition.evaluate(scope) {
-            Ok(true) => {}
-            Ok(false) => return Taken::Ignored,
-            Err(e) => return Taken::Poison(format!("the condition fails on it: {e}")),
-        }
-    }
-    let input = match &trigger.input {
-        Some(t) => match t.resolve(scope) {
-            Ok(v) => v,
-            Err(e) => return Taken::Poison(format!("the input fails on it: {e}")),
-        },
-        None => scope["event"]["payload"].clone(),
-    };
-    let task = match &trigger.dedup_key {
-        Some(t) => match t.resolve(scope) {
-            Ok(Value::Null) => return Taken::Poison("its dedup_key is null".into()),
-            Ok(v) => workflow_expr::to_text(&v).into_owned(),
-            Err(e) => return Taken::Poison(format!("the dedup_key fails on it: {e}")),
-        },
-        None => format!("{stream}-{sequence}"),
-    };
-    if task.is_empty() || task.len() > MAX_KEY {
-        return Taken::Poison(format!(
-            "its dedup_key is empty or longer than {MAX_KEY} bytes"
-        ));
-    }
-    Taken::Start { task, input }
-}
-
 /// Takes one message: start, ignore or park, then ack.
-async fn take(shared: &Shared, workflow: &Workflow, trigger: &Trigger, m: jetstream::Message) {
+async fn take(shared: &Shared, workflow: &Arc<Workflow>, trigger: &Trigger, m: jetstream::Message) {
     let Ok(info) = m.info() else {
         let _ = m.ack().await;
         return;
@@ -197,24 +142,24 @@ async fn take(shared: &Shared, workflow: &Workflow, trigger: &Trigger, m: jetstr
         info.stream_sequence,
         info.delivered,
     );
-    let mut headers = Map::new();
-    if let Some(h) = &m.headers {
-        for (name, values) in h.iter() {
-            if let Some(v) = values.first() {
-                headers.insert(name.to_string(), Value::String(v.as_str().to_string()));
-            }
-        }
-    }
-    let scope = Trigger::scope(m.subject.as_str(), &m.payload, headers, sequence);
-    let outcome = match decide(trigger, &scope, &stream, sequence) {
-        Taken::Ignored => Ok(()),
-        Taken::Poison(why) => Err((why, true)),
-        Taken::Start { task, input } => match check_input(workflow, &input) {
-            Err(why) => Err((why, true)),
-            Ok(()) => start(shared, workflow, trigger, &task, input)
-                .await
-                .map_err(|e| (format!("the run could not be started: {e}"), false)),
-        },
+    let scope = Trigger::scope(
+        m.subject.as_str(),
+        &m.payload,
+        headers_of(&m.headers),
+        sequence,
+    );
+    let outcome = match take_event(
+        shared,
+        workflow,
+        trigger,
+        &scope,
+        &format!("{stream}-{sequence}"),
+    )
+    .await
+    {
+        Outcome::Ignored | Outcome::Started(..) | Outcome::Signalled => Ok(()),
+        Outcome::Poison(why) => Err((why, true)),
+        Outcome::Failed(why) => Err((why, false)),
     };
     match outcome {
         Ok(()) => {
@@ -238,24 +183,6 @@ async fn take(shared: &Shared, workflow: &Workflow, trigger: &Trigger, m: jetstr
     }
 }
 
-async fn start(
-    shared: &Shared,
-    workflow: &Workflow,
-    trigger: &Trigger,
-    task: &str,
-    input: Value,
-) -> Result<()> {
-    let caller_name = format!("trigger:{}", trigger.name);
-    let execution = names::caller_execution_id(&workflow.name, Some(&caller_name), task);
-    let caller = Caller {
-        request_id: Value::String(task.to_string()),
-        name: Some(caller_name),
-        ..Caller::default()
-    };
-    publish_start(shared, workflow, &execution, &caller, input).await?;
-    Ok(())
-}
-
 /// Parks `m` as a dead letter of `trigger`, with why.
 async fn park(
     shared: &Shared,
@@ -277,6 +204,11 @@ async fn park(
         dead::TRIGGER,
         format!("{}.{}", workflow.name, trigger.name).as_str(),
     );
+    // Where it was taken from: a replay derives the same default key from it.
+    if let Ok(info) = m.info() {
+        h.insert(dead::STREAM, info.stream);
+        h.insert(dead::SEQUENCE, info.stream_sequence.to_string().as_str());
+    }
     let subject = names::dead_letter_subject(&shared.ns, &workflow.name, &trigger.name);
     let ack = shared
         .js
@@ -286,62 +218,4 @@ async fn park(
     ack.await.context(|| "parking a dead letter".into())?;
     tracing::warn!(trigger = %trigger.name, "a message was parked as a dead letter: {why}");
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{decide, Taken};
-    use serde_json::{json, Map};
-
-    fn trigger(fields: &str) -> crate::definition::Trigger {
-        let text = format!(
-            "name: T\nworkflow:\n  description: d\n  triggers:\n    - {{name: t, subject: s.>, {fields}}}\n  nodes:\n    - {{id: a, type: agent, agent_name: A}}\n  output_mapping: {{a: \"{{{{a.output}}}}\"}}\n"
-        );
-        let wf = crate::definition::parse_str(&text, "t.yaml").unwrap();
-        wf.triggers[0].clone()
-    }
-
-    fn event(payload: &str) -> Map<String, serde_json::Value> {
-        let mut h = Map::new();
-        h.insert("X-User".into(), json!("ann"));
-        crate::definition::Trigger::scope("s.x", payload.as_bytes(), h, 9)
-    }
-
-    #[test]
-    fn a_message_starts_is_ignored_or_is_poison() {
-        let t = trigger("condition: '{{event.payload.n}} > 1', input: {n: '{{event.payload.n}}', by: '{{event.headers.X-User}}'}, dedup_key: '{{event.payload.id}}'");
-        let start = decide(&t, &event(r#"{"n": 2, "id": "k"}"#), "S", 9);
-        let input = json!({"n": 2, "by": "ann"});
-        assert_eq!(
-            start,
-            Taken::Start {
-                task: "k".into(),
-                input
-            }
-        );
-        assert_eq!(
-            decide(&t, &event(r#"{"n": 1, "id": "k"}"#), "S", 9),
-            Taken::Ignored
-        );
-        let null_key = decide(&t, &event(r#"{"n": 2}"#), "S", 9);
-        assert!(
-            matches!(null_key, Taken::Poison(ref why) if why.contains("null")),
-            "{null_key:?}"
-        );
-        let long = format!(r#"{{"n": 2, "id": "{}"}}"#, "x".repeat(300));
-        assert!(matches!(
-            decide(&t, &event(&long), "S", 9),
-            Taken::Poison(_)
-        ));
-        // Without a key, the message itself is the key; without an input, its payload.
-        let plain = trigger("max_deliveries: 2");
-        let start = decide(&plain, &event("text"), "S", 9);
-        assert_eq!(
-            start,
-            Taken::Start {
-                task: "S-9".into(),
-                input: json!("text")
-            }
-        );
-    }
 }

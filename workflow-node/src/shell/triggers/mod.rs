@@ -6,7 +6,9 @@
 //! - `clock`: the time fire times are read against (one seam, see there).
 //! - `schedules`: looking at every schedule of the workflows served, once per tick.
 //! - `events`: taking each event trigger's messages through its durable consumer.
+//! - `hooks`: answering each webhook trigger's deliveries, forwarded by the HTTP doors.
 
 pub(in crate::shell) mod clock;
 pub(in crate::shell) mod events;
+pub(in crate::shell) mod hooks;
 pub(in crate::shell) mod schedules;

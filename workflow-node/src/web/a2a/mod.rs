@@ -14,12 +14,14 @@
 //! A body is read only up to [`MAX_BODY`] (413 past it), at most [`MAX_STREAMS`] streams
 //! are open at once, and must be JSON (the boundary
 //! answers 415 otherwise). Files: [`rpc`] reads the envelope, [`tasks`] answers, [`stream`]
-//! streams, [`push`] keeps push configs and sends their notifications, [`v1`] writes
+//! streams, [`signal`] takes a message on a task that waits for a signal, [`push`] keeps
+//! push configs and sends their notifications, [`v1`] writes
 //! 1.0's shapes, [`card`] the card.
 
 mod card;
 mod push;
 mod rpc;
+mod signal;
 mod stream;
 mod tasks;
 mod v1;
@@ -57,6 +59,7 @@ pub(super) fn pusher(
         ns: ns.to_owned(),
         signer: signer.clone(),
         allow_private: access.push_allows_private(),
+        ca: access.push_ca().cloned(),
         lease: access.push_lease(),
         holder: uuid::Uuid::new_v4().simple().to_string(),
     }

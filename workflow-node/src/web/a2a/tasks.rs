@@ -5,9 +5,11 @@
 //!
 //! Task ids are the door's (`run-` and a random UUID, as the web view's), in the scope of
 //! requests without `Mesh-Caller`: the web view, this door and `tasks/get` by any face see
-//! the same runs. A message naming a `taskId` continues nothing: a task that exists is
-//! answered -32004 (its run takes no further messages; approvals have their own door), an
-//! unknown one -32001.
+//! the same runs. A message naming a `taskId` of a workflow's run is a signal for the run's
+//! waiting `wait` node (see `signal`; a run waiting for nothing answers -32004, an unknown
+//! task -32001); one naming an agent's task continues nothing (-32004). A blocking send
+//! that starts a run answers once the run ends, or as soon as it waits for a signal
+//! (`input-required`).
 
 use std::time::Duration;
 
@@ -123,9 +125,14 @@ pub(super) async fn send(
     blocking: bool,
     push: Option<(PushConfig, Version)>,
 ) -> Result<Value, RpcError> {
+    if let Some((task, message)) = to_waiting_task(callee, &params) {
+        return super::signal::deliver(ctx, callee, id, &task, message, blocking).await;
+    }
     let out = prepare(ctx, callee, id, params).await?;
     let accepted = std::sync::Arc::new(tokio::sync::Notify::new());
     let told = accepted.clone();
+    let waits = std::sync::Arc::new(tokio::sync::Notify::new());
+    let told_wait = waits.clone();
     let exchange = call::send(
         &ctx.client,
         &ctx.ns,
@@ -133,7 +140,12 @@ pub(super) async fn send(
         &out.request,
         ctx.signer.clone(),
         Timing::new(SEND_TIMEOUT),
-        move |_| told.notify_one(),
+        move |update| {
+            told.notify_one();
+            if starts_a_wait(update) {
+                told_wait.notify_one();
+            }
+        },
     );
     tokio::pin!(exchange);
     let early = if blocking && push.is_none() {
@@ -154,13 +166,44 @@ pub(super) async fn send(
                 return Ok(json!({"kind": "task", "id": out.task_id,
                     "contextId": out.context_id, "status": {"state": "submitted"}}));
             }
-            exchange.await
+            loop {
+                tokio::select! {
+                    reply = &mut exchange => break reply,
+                    () = waits.notified() => {
+                        let task = get(ctx, callee, id, &out.task_id).await?;
+                        if task["status"]["state"] == "input-required" {
+                            return Ok(task);
+                        }
+                    }
+                }
+            }
         }
     };
     match reply.map_err(|r| rpc_error(id, &r))? {
         AgentReply::Task(t) => Ok(task_value(t, &out.task_id, &out.context_id)),
         other => Ok(serde_json::to_value(&other).unwrap_or(Value::Null)),
     }
+}
+
+/// The task id and message of a `message/send` to a workflow naming an existing task: a
+/// message on a task that may wait for a signal (see `signal`).
+fn to_waiting_task(callee: &Callee, params: &Value) -> Option<(String, messages::Message)> {
+    if !matches!(callee, Callee::Workflow(_)) {
+        return None;
+    }
+    let params: MessageSendParams = serde_json::from_value(params.clone()).ok()?;
+    let task = params.message.task_id.clone()?;
+    Some((task, params.message))
+}
+
+/// Whether a run's status update says a wait node started (the run may now need input).
+fn starts_a_wait(update: &messages::TaskStatusUpdateEvent) -> bool {
+    let start = update
+        .status
+        .message
+        .as_ref()
+        .and_then(|m| m.find_data::<messages::WorkflowNodeExecutionStart>());
+    matches!(start, Some(Ok(s)) if s.node_type == "wait")
 }
 
 /// A task as the door answers it: named by the door's id and context, its output (the

@@ -3,7 +3,9 @@
 //! `input-required` (an occurrence: the time its earliest waiting node began waiting) and
 //! when it ends, claims the notification in the bucket and POSTs it, retrying with
 //! back-off (from 0.5 s doubling to 60 s, 12 tries) while the receiver is down or answers
-//! other than 2xx.
+//! other than 2xx. An `https://` receiver's certificate must chain to the system's roots,
+//! or to `--push-ca-file`'s CAs only; one refused is given up at once (retrying cannot
+//! help until a certificate or the CA file changes), with a warning naming the flag.
 //!
 //! The claim is a lease, `sent.{execution}.{config}.{occurrence}`: the first replica's
 //! `create` wins and renews it (a compare-and-swap `update`) every third of the lease
@@ -59,6 +61,8 @@ pub(crate) struct Pusher {
     pub(crate) signer: Option<agent_sdk::Signer>,
     /// `--push-allow-private`.
     pub(crate) allow_private: bool,
+    /// `--push-ca-file`: the roots of `https://` receivers instead of the system's.
+    pub(crate) ca: Option<agent_sdk::crypto::CaFile>,
     /// How long a claim holds without renewal (`--push-lease-ms`).
     pub(crate) lease: Duration,
     /// This replica's name in its claims.
@@ -307,7 +311,14 @@ impl Pusher {
         for attempt in 1..=TRIES {
             match self.post(s, body, media, id).await {
                 Ok(()) => return true,
-                Err(e) => tracing::info!(
+                Err(Failed::Certificate(e)) => {
+                    tracing::warn!(
+                        "push notification {id} given up: the receiver's TLS certificate was \
+                         refused (check --push-ca-file, or the system's roots without one): {e}"
+                    );
+                    return false;
+                }
+                Err(Failed::Again(e)) => tracing::info!(
                     "push notification {id} (try {attempt} of {TRIES}) not taken: {e}"
                 ),
             }
@@ -322,18 +333,21 @@ impl Pusher {
 
     /// One POST of `body`, notification `id`, to the config's URL (checked again, and
     /// connected to the address checked).
-    async fn post(&self, s: &Stored, body: &[u8], media: &str, id: &str) -> Result<(), String> {
+    async fn post(&self, s: &Stored, body: &[u8], media: &str, id: &str) -> Result<(), Failed> {
         let c = &s.config;
-        let url = guard::parse(&c.url)?;
-        let addr = guard::resolve(&url, self.allow_private).await?;
+        let url = guard::parse(&c.url).map_err(Failed::Again)?;
+        let addr = guard::resolve(&url, self.allow_private)
+            .await
+            .map_err(Failed::Again)?;
         let host = url.host_str().unwrap_or_default().to_owned();
-        agent_sdk::crypto::install();
-        let http = reqwest::Client::builder()
+        // Pinned to the address checked; an https certificate is still checked against
+        // the URL's host name.
+        let http = agent_sdk::crypto::client_builder(self.ca.as_ref())
             .redirect(reqwest::redirect::Policy::none())
             .timeout(POST_TIMEOUT)
             .resolve(&host, addr)
             .build()
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| Failed::Again(agent_sdk::crypto::error_chain(&e)))?;
         let mut req = http
             .post(url)
             .header("content-type", media)
@@ -356,13 +370,32 @@ impl Pusher {
         if let (Some(scheme), Some(credentials)) = (&c.scheme, &c.credentials) {
             req = req.header("authorization", format!("{scheme} {credentials}"));
         }
-        let answer = req.send().await.map_err(|e| e.to_string())?;
+        let answer = req.send().await.map_err(|e| {
+            let text = agent_sdk::crypto::error_chain(&e);
+            if agent_sdk::crypto::refused_certificate(&e) {
+                Failed::Certificate(text)
+            } else {
+                Failed::Again(text)
+            }
+        })?;
         if answer.status().is_success() {
             Ok(())
         } else {
-            Err(format!("the receiver answered {}", answer.status()))
+            Err(Failed::Again(format!(
+                "the receiver answered {}",
+                answer.status()
+            )))
         }
     }
+}
+
+/// Why a POST was not taken.
+enum Failed {
+    /// Worth another try: unreachable, refused by the guard for now, not 2xx.
+    Again(String),
+    /// The receiver's TLS certificate was refused: no try can pass until it or the CA
+    /// file changes.
+    Certificate(String),
 }
 
 /// When the run's earliest waiting node began waiting (ms), if a node waits: the same

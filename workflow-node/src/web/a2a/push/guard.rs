@@ -1,6 +1,6 @@
 //! Which webhook URLs a push notification may go to: the guard against a client that
-//! names an address inside the deployment (server-side request forgery). A URL is plain
-//! `http://` with a host, no user info; every address its host resolves to must be a
+//! names an address inside the deployment (server-side request forgery). A URL is
+//! `https://` (or plain `http://`) with a host, no user info; every address its host resolves to must be a
 //! public one unless the deployment allows private ones (`--push-allow-private`, for
 //! tests and closed networks). The check is made when a config is set and again at each
 //! send, whose connection then goes to the address checked (a name that resolves to
@@ -17,15 +17,8 @@ pub(crate) fn parse(url: &str) -> Result<Url, String> {
     }
     let parsed = Url::parse(url).map_err(|e| format!("the URL {url:?} cannot be read: {e}"))?;
     match parsed.scheme() {
-        "http" => {}
-        "https" => {
-            return Err(
-                "https webhooks are not served by this build: give a plain http:// URL (a \
-                 TLS-terminating proxy in front of the receiver)"
-                    .into(),
-            )
-        }
-        other => return Err(format!("the URL's scheme {other:?} is not http")),
+        "http" | "https" => {}
+        other => return Err(format!("the URL's scheme {other:?} is not https or http")),
     }
     if parsed.host_str().is_none_or(str::is_empty) {
         return Err("the URL has no host".into());
@@ -123,9 +116,9 @@ mod tests {
     }
 
     #[test]
-    fn urls_are_plain_http_with_a_host() {
+    fn urls_are_https_or_http_with_a_host() {
         assert!(parse("http://example.com/hook").is_ok());
-        assert!(parse("https://example.com/hook").is_err());
+        assert!(parse("https://example.com/hook").is_ok());
         assert!(parse("file:///etc/passwd").is_err());
         assert!(parse("http://user:pw@example.com/").is_err());
         assert!(parse("not a url").is_err());
