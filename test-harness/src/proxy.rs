@@ -6,7 +6,10 @@
 //! the same faults for any process that can be pointed at an address.
 //!
 //! Faults apply to live connections as well as new ones: a chunk read while a fault holds
-//! gets that fault. Order is kept per direction (a delay delays each chunk in turn).
+//! gets that fault. Order is kept per direction (a delay delays each chunk in turn). A
+//! hold keeps what it reads, in order, until the fault changes: a message held up in the
+//! network for as long as a test wants (a stalled connection, not a reset one), then
+//! delivered.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -28,6 +31,9 @@ pub enum Fault {
     BlackHole,
     /// Reset the live connections and every new one at once: the server is unreachable.
     Refuse,
+    /// Keep everything read, in order, and pass it on once the fault changes to another
+    /// (dropped by `Refuse` or `BlackHole`); connections stay open.
+    Hold,
 }
 
 /// A proxy in front of one upstream address; stops when dropped (its connections too).
@@ -39,10 +45,11 @@ pub struct Proxy {
     down: watch::Sender<Fault>,
     cuts: watch::Sender<u64>,
     swallowed: Arc<watch::Sender<Swallowed>>,
+    held: Arc<watch::Sender<Swallowed>>,
     task: tokio::task::JoinHandle<()>,
 }
 
-/// What the black hole took: how many bytes, and the last [`KEPT`] of them.
+/// What the black hole (or the hold) took: how many bytes, and the last [`KEPT`] of them.
 #[derive(Debug, Default)]
 struct Swallowed {
     bytes: u64,
@@ -72,11 +79,13 @@ impl Proxy {
         let (down, down_rx) = watch::channel(Fault::Pass);
         let (cuts, cuts_rx) = watch::channel(0u64);
         let swallowed = Arc::new(watch::Sender::new(Swallowed::default()));
+        let held = Arc::new(watch::Sender::new(Swallowed::default()));
         let wires = Wires {
             up: up_rx,
             down: down_rx,
             cuts: cuts_rx,
             swallowed: swallowed.clone(),
+            held: held.clone(),
         };
         let task = tokio::spawn(accept(listener, upstream, wires));
         Ok(Proxy {
@@ -85,6 +94,7 @@ impl Proxy {
             down,
             cuts,
             swallowed,
+            held,
             task,
         })
     }
@@ -154,6 +164,14 @@ impl Proxy {
         let _ = rx.wait_for(found).await;
     }
 
+    /// Waits until a hold has taken `needle` (among the last MiB it took): a given
+    /// message is known to be held up.
+    pub async fn until_held(&self, needle: &[u8]) {
+        let mut rx = self.held.subscribe();
+        let found = |s: &Swallowed| s.tail.windows(needle.len().max(1)).any(|w| w == needle);
+        let _ = rx.wait_for(found).await;
+    }
+
     /// Resets every live connection (both ends get an RST); new ones go through as the
     /// fault in force says.
     pub fn cut(&self) {
@@ -175,6 +193,7 @@ struct Wires {
     down: watch::Receiver<Fault>,
     cuts: watch::Receiver<u64>,
     swallowed: Arc<watch::Sender<Swallowed>>,
+    held: Arc<watch::Sender<Swallowed>>,
 }
 
 async fn accept(listener: TcpListener, upstream: SocketAddr, wires: Wires) {
@@ -197,8 +216,9 @@ async fn accept(listener: TcpListener, upstream: SocketAddr, wires: Wires) {
             let _ = server.set_nodelay(true);
             let (cr, cw) = client.into_split();
             let (sr, sw) = server.into_split();
-            let up = pump(cr, sw, wires.up.clone(), wires.swallowed.clone());
-            let down = pump(sr, cw, wires.down.clone(), wires.swallowed.clone());
+            let taken = (wires.swallowed.clone(), wires.held.clone());
+            let up = pump(cr, sw, wires.up.clone(), taken.clone());
+            let down = pump(sr, cw, wires.down.clone(), taken);
             // A cut drops both pumps, and with them the sockets, which `pump` set to
             // linger 0: both ends get an RST.
             tokio::select! {
@@ -209,23 +229,50 @@ async fn accept(listener: TcpListener, upstream: SocketAddr, wires: Wires) {
     }
 }
 
-/// Copies `from` to `to` as the fault says, until either end closes.
+/// Copies `from` to `to` as the fault says, until either end closes; `taken` records
+/// what the black hole swallowed and what a hold took.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    fault: watch::Receiver<Fault>,
-    swallowed: Arc<watch::Sender<Swallowed>>,
+    mut fault: watch::Receiver<Fault>,
+    (swallowed, held): (Arc<watch::Sender<Swallowed>>, Arc<watch::Sender<Swallowed>>),
 ) -> std::io::Result<()> {
     linger_zero(from.as_ref());
     let mut buf = vec![0u8; 64 * 1024];
+    // What a hold keeps, passed on (first) once the fault changes.
+    let mut kept: Vec<u8> = Vec::new();
     loop {
-        let n = from.read(&mut buf).await?;
+        let n = tokio::select! {
+            n = from.read(&mut buf) => n?,
+            _ = fault.changed(), if !kept.is_empty() => {
+                let now = *fault.borrow_and_update();
+                match now {
+                    Fault::Hold => {}
+                    Fault::BlackHole => kept.clear(),
+                    Fault::Refuse => return Ok(()),
+                    Fault::Pass | Fault::Delay(_) => to.write_all(&std::mem::take(&mut kept)).await?,
+                }
+                continue;
+            }
+        };
         if n == 0 {
+            to.write_all(&std::mem::take(&mut kept)).await?;
             to.shutdown().await?;
             return Ok(());
         }
-        let current = *fault.borrow();
+        let current = *fault.borrow_and_update();
         match current {
+            Fault::Hold => {}
+            Fault::Pass | Fault::Delay(_) if !kept.is_empty() => {
+                to.write_all(&std::mem::take(&mut kept)).await?;
+            }
+            _ => kept.clear(),
+        }
+        match current {
+            Fault::Hold => {
+                kept.extend_from_slice(&buf[..n]);
+                held.send_modify(|s| s.add(&buf[..n]));
+            }
             Fault::Pass => to.write_all(&buf[..n]).await?,
             Fault::Delay(d) => {
                 tokio::time::sleep(d).await;
@@ -291,6 +338,16 @@ mod tests {
         proxy.set(Fault::Pass);
         // What the black hole took is gone; what follows goes through.
         assert_eq!(roundtrip(&mut s, b"next").await.unwrap(), b"next");
+
+        // Held, then passed on in order once the hold ends, before what follows.
+        proxy.set_up(Fault::Hold);
+        s.write_all(b"held").await.unwrap();
+        proxy.until_held(b"held").await;
+        proxy.set_up(Fault::Pass);
+        assert_eq!(roundtrip(&mut s, b"then").await.unwrap(), b"held");
+        let mut rest = [0u8; 4];
+        s.read_exact(&mut rest).await.unwrap();
+        assert_eq!(&rest, b"then");
 
         // Only the answers swallowed: the server got the request.
         proxy.set_down(Fault::BlackHole);

@@ -12,7 +12,8 @@ use messages::payload::wrap;
 use messages::reply::{decode_reply, final_task};
 use messages::{headers, subjects};
 use serde_json::{json, Value};
-use workflow_node::shell::{run::names, Caller, Config};
+use test_harness::proxy::{Fault, Proxy};
+use workflow_node::shell::{run::names, Caller, Config, WorkflowNode};
 
 use crate::support;
 use crate::support::fixtures::echo;
@@ -355,3 +356,62 @@ async fn resent_requests_to_an_ended_run_from_two_replicas_name_its_output_store
     assert_eq!(writes.get(key), Some(&1), "writes of {key}: {writes:?}");
     assert_eq!(writes.get(link), Some(&1), "writes of {link}: {writes:?}");
 }
+
+#[tokio::test]
+async fn a_resend_held_up_in_its_replica_past_the_in_flight_window_gets_no_second_reply() {
+    // A sent reply counts as on its way for 2 s; the resend is held up for longer.
+    let config = Config {
+        reply_in_flight: Duration::from_secs(2),
+        ..Config::default()
+    };
+    let mut m = support::mesh::mesh(STUBS, &[ECHO], config.clone()).await;
+    // The replica is one whose connection runs through a proxy.
+    let proxy = Proxy::for_url(&m.server.url()).await.expect("proxy");
+    let behind = async_nats::connect(proxy.url()).await.expect("connect");
+    let replica = WorkflowNode::start(behind, support::mesh::workflows(&[ECHO]), config)
+        .await
+        .expect("the replica behind the proxy");
+    m.replace_node(replica).shutdown().await;
+
+    let task = "held-resend";
+    let mut c = caller(&m.client).await;
+    c.send(&m.client, "Echo1", task, 6).await;
+    assert_eq!(c.reply().await, (TaskState::Completed, json!({"n": 6})));
+    settled(&m.client, "Echo1").await;
+    while let Some(Some(_)) = c.status.next().now_or_never() {} // the run's progress
+
+    // A resend that crossed the reply reaches the replica, whose store is then out of
+    // reach (everything it sends held up, as behind a partition) past the window.
+    proxy.set_up(Fault::Hold);
+    c.send(&m.client, "Echo1", task, 6).await;
+    let execution = names::execution_id("Echo1", task);
+    proxy.until_held(execution.0.as_bytes()).await;
+    tokio::time::sleep(HELD).await;
+    proxy.set_up(Fault::Pass);
+
+    // It is answered as one that crossed the reply (the reply is on its way), not with a
+    // second reply.
+    let first = tokio::time::timeout(WAIT, async {
+        loop {
+            tokio::select! {
+                Some(msg) = c.replies.next() => {
+                    let v: Value = serde_json::from_slice(&msg.payload).unwrap_or(Value::Null);
+                    return format!("a second final reply: {v}");
+                }
+                Some(msg) = c.status.next() => {
+                    let v: Value = serde_json::from_slice(&msg.payload).unwrap_or(Value::Null);
+                    if v["result"]["status"]["state"] == "working" {
+                        return "working".to_string();
+                    }
+                }
+            }
+        }
+    })
+    .await
+    .expect("an answer to the resend in time");
+    assert_eq!(first, "working");
+    assert_eq!(c.pending_replies(), 0);
+}
+
+/// How long a resend is held up in its replica: longer than the reply's in-flight window.
+const HELD: Duration = Duration::from_secs(3);

@@ -20,6 +20,7 @@
 //! `tasks/get` and `tasks/cancel` name its task id with the same header.
 
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use async_nats::HeaderMap;
 use futures::StreamExt;
@@ -74,6 +75,9 @@ pub(in crate::shell) async fn serve(
 ) -> Result<()> {
     let slots = Arc::new(Semaphore::new(shared.config.max_concurrent_requests.max(1)));
     while let Some(msg) = sub.next().await {
+        // When the request reached this replica: a resend answered late (this replica's
+        // reads waiting on a store without quorum) is judged as of then.
+        let received = crate::shell::clock::system_now();
         // Waiting for a slot before taking the next message keeps the rest unread.
         let Ok(slot) = slots.clone().acquire_owned().await else {
             break; // never closed
@@ -97,7 +101,8 @@ pub(in crate::shell) async fn serve(
                 .as_ref()
                 .map(|r| r.to_string())
                 .or_else(|| header(msg.headers.as_ref(), headers::REPLY_TO));
-            if let Some(answer) = handle(&shared, &workflow, &msg, reply_to.clone()).await {
+            let answer = handle(&shared, &workflow, &msg, reply_to.clone(), received).await;
+            if let Some(answer) = answer {
                 if let Some(to) = reply_to {
                     // A caller that sent a call token drops answers not proven with it.
                     let token = call_token(msg.headers.as_ref()).ok().flatten();
@@ -159,13 +164,14 @@ fn header(h: Option<&HeaderMap>, name: &str) -> Option<String> {
     h?.get(name).map(|v| v.as_str().to_string())
 }
 
-/// Handles one request; returns the immediate answer, if any (a started run answers at its
-/// end instead).
+/// Handles one request, `received` when it reached this replica; returns the immediate
+/// answer, if any (a started run answers at its end instead).
 async fn handle(
     shared: &Shared,
     workflow: &Arc<Workflow>,
     msg: &async_nats::Message,
     reply_to: Option<String>,
+    received: SystemTime,
 ) -> Option<Vec<u8>> {
     if let Err(e) = shared.config.limits.check_request(&msg.payload) {
         let e = ErrorObject::new(codes::INVALID_REQUEST, e.to_string());
@@ -271,7 +277,7 @@ async fn handle(
                     Err(t) => answer(TaskState::Failed, &message.message_id, t),
                 };
             }
-            start(shared, workflow, msg, message, id, reply_to).await
+            start(shared, workflow, msg, message, id, (reply_to, received)).await
         }
     }
 }
@@ -379,7 +385,7 @@ async fn start(
     msg: &async_nats::Message,
     message: Message,
     id: Value,
-    reply_to: Option<String>,
+    (reply_to, received): (Option<String>, SystemTime),
 ) -> Option<Vec<u8>> {
     let task_key = message
         .task_id
@@ -528,7 +534,7 @@ async fn start(
     }
     let outcome = match found {
         Some(record) if record.state.status.is_terminal() => {
-            answer_ended(shared, workflow, &execution, &record, &caller).await
+            answer_ended(shared, workflow, &execution, &record, &caller, received).await
         }
         // A record that has not started holds a cancel that overtook the start: the
         // start goes into the stream, and the cancel ends the run as it starts (if the
@@ -692,15 +698,17 @@ async fn accept(shared: &Shared, workflow: &Workflow, execution: &ExecutionId, c
     }
 }
 
-/// The final reply of an ended run, for a caller that asked again: sent only with the
-/// right to send it ([`crate::shell::worker::final_claim`]), which the replica ending the run may hold (its reply
-/// is on its way, or the run's outbox has yet to send it), so that no caller gets two.
+/// The final reply of an ended run, for a caller that asked again (its request `received`
+/// then): sent only with the right to send it ([`crate::shell::worker::final_claim`]),
+/// which the replica ending the run may hold (its reply is on its way, or the run's outbox
+/// has yet to send it), so that no caller gets two.
 async fn answer_ended(
     shared: &Shared,
     workflow: &Workflow,
     execution: &ExecutionId,
     record: &RunRecord,
     caller: &Caller,
+    received: SystemTime,
 ) -> Result<Option<Vec<u8>>> {
     let Some(address) = &caller.reply_to else {
         return Ok(None);
@@ -716,8 +724,7 @@ async fn answer_ended(
         names::final_marker(&workflow.name, execution, &attached)
     };
     let markers = Markers::of(shared);
-    let now = crate::shell::clock::system_now();
-    let sent = match markers.claim(&marker, Claimant::Answerer, now).await? {
+    let sent = match markers.claim(&marker, Claimant::Answerer, received).await? {
         Some(claim) => {
             let ending = ended_run(shared, execution, record)?;
             let dialect = shared.config.dialect;

@@ -42,7 +42,7 @@ use crate::shell::run::observed::{observe, Observed};
 use crate::shell::run::outbox;
 use crate::shell::run::record::{ApprovalAsk, OutboxEntry, RunRecord};
 use crate::shell::run::spans::{self, EndedSpan};
-use crate::shell::run::wake::{self, WakeWrite};
+use crate::shell::run::wake::{self, Wake, WakeWrite};
 
 /// A run as the driver found it for one event.
 #[derive(Debug)]
@@ -63,7 +63,8 @@ pub(in crate::shell) struct Loaded {
 pub(in crate::shell) struct Delivery {
     /// Its stream sequence: the key of its outbox entry.
     pub(in crate::shell) seq: u64,
-    /// How many times it was delivered (1 the first time).
+    /// How many times it was delivered (1 the first time); 0 for an event the driver gave
+    /// up on, applied as its run's abandonment (see [`abandoned`]).
     pub(in crate::shell) delivered: i64,
 }
 
@@ -161,11 +162,16 @@ pub(in crate::shell) enum Plan {
     Perform(Box<Steps>),
 }
 
-/// Whether `delivery` is a redelivery of an event whose commands are still in `record`'s
-/// outbox: committed before, maybe not carried out. The driver then skips loading
-/// anything the event itself would need.
+/// Whether `delivery` is of an event whose commands are still in `record`'s outbox:
+/// committed before, maybe not carried out. The driver then skips loading anything the
+/// event itself would need. A first delivery counts too: the replica holding it was cut
+/// off or frozen past the ack wait while another took the event over and committed it, and
+/// that one may have failed to carry it out (its wake write refused for want of quorum) and
+/// given it back. Applied again, the event is a no-op, and its ack (by stream sequence)
+/// would settle it with the entry not carried out: a wake never armed, and the run waiting
+/// on it for good. Carried out again, it is at least once, as every replay is.
 pub(in crate::shell) fn replays(record: &RunRecord, delivery: Delivery) -> bool {
-    delivery.delivered > 1 && record.outbox.iter().any(|e| holds(e, delivery.seq))
+    delivery.delivered > 0 && record.outbox.iter().any(|e| holds(e, delivery.seq))
 }
 
 /// Whether outbox entry `e` holds the commands of event `seq` (its own, or one committed
@@ -260,8 +266,8 @@ pub(in crate::shell) fn plan(
 }
 
 /// What the driver plans instead of an event it gives up on: the run's abandonment, with
-/// the event's caller (for a start that could not be stored), applied as a first delivery
-/// (an outbox entry of the event is not carried out again).
+/// the event's caller (for a start that could not be stored), applied as new (delivered
+/// 0: an outbox entry of the event is not carried out again).
 pub(in crate::shell) fn abandoned(
     envelope: Envelope,
     delivery: Delivery,
@@ -277,7 +283,7 @@ pub(in crate::shell) fn abandoned(
     (
         envelope,
         Delivery {
-            delivered: 1,
+            delivered: 0,
             ..delivery
         },
     )
@@ -582,7 +588,15 @@ fn apply(
     let observed = observe(workflow, &before, &record.state, event, now);
     // An entry stays until its event is acked, whoever committed it; the history entries
     // of one dropped now are published again with this commit (see [`drop_settled`]).
-    let left = drop_settled(&mut record.outbox, settled);
+    let (left, rearm) = drop_settled(&mut record.outbox, settled, record.wake);
+    // The run's wake, armed by an entry dropped unheard of, is armed again (the same
+    // entry: at worst written twice) unless this commit writes one of its own.
+    let wake = wake.or_else(|| {
+        rearm.map(|arm| WakeWrite {
+            arm: Some(arm),
+            drop: None,
+        })
+    });
     let results = apart::item_results(workflow, &record, &envelope.event);
     let after = apart::result_writes(run_key, &results)?;
     note(&mut record, &commands, now);
@@ -666,7 +680,8 @@ fn apply(
 }
 
 /// Drops the outbox entries whose events are `settled` (gone from the work queue); the
-/// history entries they were to publish, for the commit dropping them to publish again.
+/// history entries they were to publish, for the commit dropping them to publish again,
+/// and the run's `current` wake if one of them armed it, to be armed again.
 ///
 /// An event is acked once its entry is carried out, but it can also go without that: a
 /// frozen replica's late ack, or its stale first delivery applied as a no-op and acked, acts
@@ -674,18 +689,30 @@ fn apply(
 /// carrying it out, or failing to (its history publish refused, the replica killed). The
 /// entry's history entries would then be in neither the record nor the stream. Published
 /// again, they are stored once: the message id of a batch is that of its first and last
-/// entries, which the stream keeps one copy of, and readers drop a number seen twice.
-fn drop_settled(outbox: &mut Vec<OutboxEntry>, settled: &BTreeSet<u64>) -> Vec<HistoryEntry> {
+/// entries, which the stream keeps one copy of, and readers drop a number seen twice. So
+/// would the wake the entry armed, and the run would wait on it for good: it is written
+/// again (one with a key of its own per arming, so an old one never overwrites a newer).
+fn drop_settled(
+    outbox: &mut Vec<OutboxEntry>,
+    settled: &BTreeSet<u64>,
+    current: Option<Wake>,
+) -> (Vec<HistoryEntry>, Option<(Wake, core::TimerId)>) {
     let mut left = Vec::new();
+    let mut rearm = None;
     outbox.retain_mut(|e| {
         if !settled.contains(&e.seq) {
             return true;
         }
         left.extend(e.history.take());
         left.append(&mut e.more_history);
+        if let Some((wake, timer)) = e.wake.as_ref().and_then(|w| w.arm.clone()) {
+            if Some(wake) == current {
+                rearm = Some((wake, timer));
+            }
+        }
         false
     });
-    left
+    (left, rearm)
 }
 
 /// What [`apply_events`] did.

@@ -10,15 +10,23 @@
 //!
 //! A claim not committed within [`CLAIM_GRACE`] is taken to be its claimer's death (a
 //! kill -9) and may be taken over by compare-and-swap at the revision read, so a caller
-//! that resends is answered soon. So may a commit not marked sent within [`SENDING_GRACE`]:
-//! a publish only fills the connection's buffer, and a process killed before the buffer is
-//! written loses the reply it committed to (the `sent:{status}` mark, a JetStream write on
-//! the same connection, is answered only after the reply reached the server). A reply
-//! marked sent is on its way, for `Config::reply_in_flight`: only then may an answerer send
-//! it again, to a caller that evidently lost it. Time decides only whether a silent sender
-//! is dead or slow: a wrong guess about a claim costs a slow claimer its turn (its commit
-//! fails), never a second reply; about a commit, a sender frozen for [`SENDING_GRACE`]
-//! between two messages on one connection would send a second one.
+//! that resends is answered soon. A commit not marked sent within [`SENDING_GRACE`] may be
+//! taken over by an answerer only: a publish only fills the connection's buffer, and a
+//! process killed before the buffer is written loses the reply it committed to (the
+//! `sent:{status}` mark, a JetStream write on the same connection, is answered only after
+//! the reply reached the server), but a sender cut from the store's quorum after its reply
+//! left (a partition) cannot write its mark either, and its caller has the reply: only a
+//! resend says the caller lacks it. A reply marked sent is on its way, for
+//! `Config::reply_in_flight`: only then may an answerer send it again, to a caller that
+//! evidently lost it. An answerer judges both ages at the time the resend reached its
+//! replica, not when it got to answer it: a resend held up in a replica cut from the store
+//! (its reads waiting for quorum) was sent before the reply arrived, and answering it after
+//! the heal would be a second reply. Time decides only whether a silent sender is dead or
+//! slow: a wrong guess about a claim costs a slow claimer its turn (its commit fails),
+//! never a second reply; about a commit or a sent reply, a reply held up in the network
+//! longer than the grace (a connection stalled, not reset) reaches a caller that resent
+//! meanwhile after the answer to its resend: the two are the same bytes with the same
+//! de-duplication id, and callers take the first (`docs/protocol.md`, "Resending").
 
 use std::time::{Duration, SystemTime};
 
@@ -83,9 +91,10 @@ impl<'a> Markers<'a> {
         runs::put_in(js, bucket, marker, value.into(), Some(expected), ttl).await
     }
 
-    /// Takes the right to send the reply under `marker`, `now` being the time: the
-    /// revision to [`Markers::send`] under, or `None` when another replica has it (or had
-    /// it, and its reply counts as on its way).
+    /// Takes the right to send the reply under `marker`, `now` being the time (for an
+    /// answerer, when the resend reached this replica): the revision to [`Markers::send`]
+    /// under, or `None` when another replica has it (or had it, and its reply counts as on
+    /// its way).
     pub(in crate::shell) async fn claim(
         &self,
         marker: &str,
@@ -100,9 +109,12 @@ impl<'a> Markers<'a> {
             return self.put(marker, CLAIMED, 0).await;
         };
         let age = now.duration_since(at).unwrap_or_default();
+        // Only a caller's resend (an answerer) is evidence that a reply committed to went
+        // missing: a finisher running an outbox again has none, and a sender cut off
+        // between its reply and its mark (a partition) had sent it.
         let free = match value.as_ref() {
             v if v == CLAIMED.as_bytes() => age >= CLAIM_GRACE,
-            v if v == SENDING.as_bytes() => age >= SENDING_GRACE,
+            v if v == SENDING.as_bytes() => who == Claimant::Answerer && age >= SENDING_GRACE,
             _ => who == Claimant::Answerer && age >= self.in_flight,
         };
         if !free {
@@ -291,6 +303,31 @@ mod tests {
         let later = now + SENDING_GRACE + Duration::from_secs(1);
         let again = m.claim("r4", Claimant::Answerer, later).await.unwrap();
         assert!(m.commit("r4", again.unwrap()).await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_reply_committed_and_not_marked_sent_is_never_sent_again_by_a_finisher() {
+        let b = bench().await;
+        let m = markers(&b);
+        let now = SystemTime::now();
+        // The sender committed and sent, then was cut from the store's quorum (a
+        // partition) before its mark: its caller has the reply.
+        let claim = m
+            .claim("r5", Claimant::Finisher, now)
+            .await
+            .unwrap()
+            .unwrap();
+        m.commit("r5", claim).await.unwrap().unwrap();
+        // The run's outbox run again by another replica, however late, has no evidence
+        // that the reply went missing: it sends nothing.
+        for later in [SENDING_GRACE, IN_FLIGHT, Duration::from_secs(86_400)] {
+            let at = now + later + Duration::from_secs(1);
+            let again = m.claim("r5", Claimant::Finisher, at).await.unwrap();
+            assert_eq!(again, None, "a finisher {later:?} later");
+        }
+        // A resend that reached a replica before the grace ran out is not evidence either,
+        // however late it is answered (judged at its arrival).
+        assert_eq!(m.claim("r5", Claimant::Answerer, now).await.unwrap(), None);
     }
 
     #[tokio::test]

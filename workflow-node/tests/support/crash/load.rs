@@ -14,6 +14,7 @@ use messages::jsonrpc::Request;
 use messages::workflow::{Decision, WorkflowApprovalDecision};
 use messages::{headers, subjects};
 use serde_json::Value;
+use workflow_node::core::ExecutionId;
 
 /// What to run.
 pub(crate) struct Plan {
@@ -93,13 +94,16 @@ pub(crate) async fn drive(
         .expect("subscribe approvals");
     client.flush().await.expect("flush");
     let decisions = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let in_flight: InFlight = Arc::default();
     let approver = tokio::spawn(approve_all(
         client.clone(),
-        plan.ns.clone(),
-        plan.workflow.clone(),
+        (plan.ns.clone(), plan.workflow.clone()),
         approvals_sub,
+        in_flight.clone(),
         decisions.clone(),
     ));
+    let execution =
+        |i: usize| workflow_node::shell::run::names::execution_id(&plan.workflow, &request_id(i));
 
     let ids = plan.first..plan.first + plan.runs;
     let requests: Vec<Vec<u8>> = ids
@@ -143,6 +147,7 @@ pub(crate) async fn drive(
     loop {
         while next < ids.end && runs.len() - done < plan.concurrency {
             send(next).await.expect("publish a request");
+            in_flight.lock().expect("in flight").insert(execution(next));
             let now = Instant::now();
             runs.insert(
                 next,
@@ -175,6 +180,7 @@ pub(crate) async fn drive(
                 replies.entry(i).or_default().push(v);
                 if let Some(run) = runs.get_mut(&i) {
                     if run.done.is_none() {
+                        in_flight.lock().expect("in flight").remove(&execution(i));
                         let now = Instant::now();
                         run.longest = run.longest.max(now - run.last_sign);
                         run.done = Some(now);
@@ -259,59 +265,114 @@ fn no_responders(msg: &async_nats::Message) -> bool {
 
 /// Approves (as `alice`, signed with her key) every approval request seen, once per run
 /// and node; a decision that no replica recorded (timeout, no responders, a replica
-/// killed) is sent again, signed again.
+/// killed) is sent again, signed again. Like a person with `workflow-node approvals` open,
+/// it also reads the approvals waiting in the records of the runs `in_flight`, every
+/// [`LOOK_AGAIN`]: an approval request is a core NATS message, lost when a partition or a
+/// server's end cuts its way, while the approval it announces stays waiting in the record.
 async fn approve_all(
     client: async_nats::Client,
-    ns: String,
-    workflow: String,
+    (ns, workflow): (String, String),
     mut approvals: async_nats::Subscriber,
+    in_flight: InFlight,
     decisions: Arc<std::sync::atomic::AtomicUsize>,
 ) {
     let mut seen = HashSet::new();
-    while let Some(msg) = approvals.next().await {
-        let Ok(part) = serde_json::from_slice::<Part>(&msg.payload) else {
-            continue;
-        };
-        let Some(data) = part.as_data() else { continue };
-        let (Some(execution), Some(node)) =
-            (data["execution_id"].as_str(), data["node_id"].as_str())
-        else {
-            continue;
-        };
-        if !seen.insert((execution.to_string(), node.to_string())) {
-            continue; // a duplicate request (at-least-once): the first one is being answered
-        }
-        let decision = WorkflowApprovalDecision {
-            execution_id: execution.to_string(),
-            node_id: node.to_string(),
-            decision: Decision::Approve,
-            by: Some("alice".into()),
-            comment: None,
-        };
-        let (client, ns, workflow, decisions) = (
-            client.clone(),
-            ns.clone(),
-            workflow.clone(),
-            decisions.clone(),
-        );
-        tokio::spawn(async move {
-            // Tried again until recorded, for as long as a run may take: a store without
-            // quorum (a partition) refuses decisions at once, for as long as it lasts.
-            let patience = Instant::now() + super::RUN_DEADLINE;
-            while Instant::now() < patience {
-                decisions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if approve(&client, &ns, &workflow, &decision).await {
-                    return;
-                }
-                // No replica answered (all being replaced) or it could not record it: again.
-                tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut look = tokio::time::interval(LOOK_AGAIN);
+    loop {
+        let asked: Vec<(String, String)> = tokio::select! {
+            msg = approvals.next() => {
+                let Some(msg) = msg else { return };
+                let Ok(part) = serde_json::from_slice::<Part>(&msg.payload) else {
+                    continue;
+                };
+                let Some(data) = part.as_data() else { continue };
+                let (Some(execution), Some(node)) =
+                    (data["execution_id"].as_str(), data["node_id"].as_str())
+                else {
+                    continue;
+                };
+                vec![(execution.to_string(), node.to_string())]
             }
-            panic!(
-                "the decision on {} was never recorded",
-                decision.execution_id
-            );
-        });
+            _ = look.tick() => waiting(&client, &ns, &workflow, &in_flight).await,
+        };
+        for (execution, node) in asked {
+            if !seen.insert((execution.clone(), node.clone())) {
+                continue; // a duplicate request (at-least-once): the first one is being answered
+            }
+            let decision = WorkflowApprovalDecision {
+                execution_id: execution,
+                node_id: node,
+                decision: Decision::Approve,
+                by: Some("alice".into()),
+                comment: None,
+            };
+            tokio::spawn(decide(
+                client.clone(),
+                ns.clone(),
+                workflow.clone(),
+                decision,
+                decisions.clone(),
+            ));
+        }
     }
+}
+
+/// How often the approver reads the approvals waiting in the runs bucket.
+const LOOK_AGAIN: Duration = Duration::from_secs(3);
+
+/// The runs sent and not answered yet, by execution id.
+type InFlight = Arc<std::sync::Mutex<HashSet<ExecutionId>>>;
+
+/// The approvals waiting in the runs `in_flight` of `workflow` (execution, node), as
+/// `workflow-node approvals` lists them; those whose record cannot be read now (a
+/// partition) are left to the next look.
+async fn waiting(
+    client: &async_nats::Client,
+    ns: &str,
+    workflow: &str,
+    in_flight: &InFlight,
+) -> Vec<(String, String)> {
+    let Ok(inspector) = workflow_node::shell::Inspector::open(client.clone(), ns).await else {
+        return Vec::new();
+    };
+    let runs: Vec<ExecutionId> = in_flight
+        .lock()
+        .expect("in flight")
+        .iter()
+        .cloned()
+        .collect();
+    let mut asked = Vec::new();
+    for execution in runs {
+        if let Ok(Some(run)) = inspector.read_run(workflow, &execution).await {
+            let nodes = run.record.asks.keys();
+            asked.extend(nodes.map(|node| (execution.0.clone(), node.clone())));
+        }
+    }
+    asked
+}
+
+/// Sends `decision` until a replica records it, for as long as a run may take: a store
+/// without quorum (a partition) refuses decisions at once, for as long as it lasts.
+async fn decide(
+    client: async_nats::Client,
+    ns: String,
+    workflow: String,
+    decision: WorkflowApprovalDecision,
+    decisions: Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let patience = Instant::now() + super::RUN_DEADLINE;
+    while Instant::now() < patience {
+        decisions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if approve(&client, &ns, &workflow, &decision).await {
+            return;
+        }
+        // No replica answered (all being replaced) or it could not record it: again.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!(
+        "the decision on {} was never recorded",
+        decision.execution_id
+    );
 }
 
 /// Sends `decision` once, signed by `alice`; whether a replica recorded it (or one of ours

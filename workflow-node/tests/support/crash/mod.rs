@@ -208,7 +208,7 @@ pub(crate) async fn check_records_of(
         // "temporarily unavailable"): the checker's reads ask again until it has one.
         let mut tries = 0;
         let (record, history) = loop {
-            let record = kv.get(&key).await;
+            let record = leader_get(&kv, &key).await;
             let history = inspector.history(NAME, &execution).await;
             if (record.is_ok() && history.is_ok()) || tries == READ_TRIES {
                 break (record, history);
@@ -223,8 +223,9 @@ pub(crate) async fn check_records_of(
                         .entry(record.state.status.as_str().to_string())
                         .or_default() += 1;
                     if !record.state.status.is_terminal() {
+                        let wakes = wake_entries(&js, &execution).await;
                         problems.push(format!(
-                            "run {i} ({execution}) is left {}: {}",
+                            "run {i} ({execution}) is left {}: {}; wake entries {wakes:?}",
                             record.state.status.as_str(),
                             waiting_on(&record)
                         ));
@@ -267,6 +268,23 @@ pub(crate) async fn check_records_of(
     problems
 }
 
+/// Reads `key` from its bucket's stream leader, as the node reads records. A KV `get` is a
+/// direct get, which any replica of the bucket may serve: one still catching up after a
+/// restart gives an older record, whose history then looks longer than its events.
+async fn leader_get(
+    kv: &async_nats::jetstream::kv::Store,
+    key: &str,
+) -> Result<Option<bytes::Bytes>, String> {
+    use async_nats::jetstream::stream::LastRawMessageErrorKind;
+    let subject = messages::subjects::kv_key(&kv.name, key);
+    match kv.stream.get_last_raw_message_by_subject(&subject).await {
+        Ok(m) if m.payload.is_empty() => Ok(None),
+        Ok(m) => Ok(Some(m.payload)),
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// What a run left behind waits on: its unfinished nodes with their status, its calls in
 /// flight and its queue, for the report of a run that never ended.
 fn waiting_on(record: &RunRecord) -> String {
@@ -281,12 +299,44 @@ fn waiting_on(record: &RunRecord) -> String {
         })
         .collect();
     let calls = serde_json::to_string(&record.state.calls).unwrap_or_default();
+    let timers: Vec<(&String, u64)> = record.timers.iter().map(|(k, t)| (k, t.at.0)).collect();
+    let checks = serde_json::to_string(&record.checks).unwrap_or_default();
     format!(
-        "nodes {unfinished:?}; calls {}; queue {:?}; {} events applied",
+        "nodes {unfinished:?}; calls {}; queue {:?}; {} events applied; timers {timers:?}; \
+         checks {}; wake {:?}",
         calls.chars().take(600).collect::<String>(),
         record.state.queue,
-        record.applied
+        record.applied,
+        checks.chars().take(300).collect::<String>(),
+        record.wake,
     )
+}
+
+/// The entries the wakes bucket holds for run `execution` (key and value), for the report
+/// of a run that never ended: a run waits on a wake its record names.
+async fn wake_entries(
+    js: &async_nats::jetstream::Context,
+    execution: &workflow_node::core::ExecutionId,
+) -> Vec<String> {
+    let Ok(kv) = js.get_key_value(names::wakes_bucket("mesh")).await else {
+        return vec!["(no wakes bucket)".into()];
+    };
+    let prefix = names::timer_key(NAME, execution, "");
+    let Ok(keys) = kv.keys().await else {
+        return vec!["(keys unreadable)".into()];
+    };
+    let keys: Vec<String> = futures::StreamExt::collect::<Vec<_>>(keys)
+        .await
+        .into_iter()
+        .flatten()
+        .filter(|k| k.starts_with(&prefix))
+        .collect();
+    let mut found = Vec::new();
+    for key in keys {
+        let value = kv.get(&key).await.ok().flatten().unwrap_or_default();
+        found.push(format!("{key} = {}", String::from_utf8_lossy(&value)));
+    }
+    found
 }
 
 /// How many times the checker reads a run again while its store elects a leader (half a

@@ -42,6 +42,10 @@ pub(in crate::shell) fn plan_group(
     let (Some(record), Some(_)) = (record, revision) else {
         return Ok(None);
     };
+    // An event whose entry another replica committed is carried out again, alone.
+    if events.iter().any(|&(_, d)| replays(&record, d)) {
+        return Ok(None);
+    }
     // The record after the events so far.
     let mut record = record;
     let mut group: Option<Steps> = None;

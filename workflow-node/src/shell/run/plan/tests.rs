@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::core::{Dispatch, TaskKey};
+use crate::shell::run::wake::PendingTimer;
 use serde_json::json;
 
 const WORKFLOW: &str = r#"
@@ -281,22 +282,95 @@ fn a_redelivered_event_still_in_the_outbox_is_carried_out_again_not_reapplied() 
 }
 
 #[test]
-fn a_first_delivery_is_applied_even_if_its_sequence_is_in_the_outbox() {
+fn a_stale_first_delivery_whose_entry_another_replica_committed_carries_it_out_again() {
     let wf = workflow();
-    let (record, d) = started(&wf);
+    // The start, taken over from a replica cut off past the ack wait (a redelivery) and
+    // committed by another, which then failed to carry its entry out.
+    let original =
+        steps(plan(&wf, "k", &execution(), none(), &start(), first(1), stamp(0)).unwrap());
+    let record = decode(&original.commit.expect("a commit").bytes);
+    // The cut-off replica's own (first) delivery comes through after the heal: applied
+    // again it would change nothing and be acked, settling the entry unperformed.
     let s = steps(
         plan(
             &wf,
             "k",
             &execution(),
             fresh(1, record),
-            &succeeded(d.task),
+            &start(),
             first(1),
+            stamp(9),
+        )
+        .unwrap(),
+    );
+    assert!(s.commit.is_none(), "a replay commits nothing new");
+    assert_eq!(s.commands, original.commands, "the entry is carried out");
+    let tidy = s.tidy.expect("the entry is removed afterwards");
+    assert!(decode(&tidy.bytes).outbox.is_empty());
+}
+
+#[test]
+fn an_abandonment_is_applied_even_if_its_event_is_in_the_outbox() {
+    let wf = workflow();
+    let (record, _) = started(&wf);
+    let (envelope, delivery) = abandoned(start(), first(1), "given up".into());
+    let s = steps(
+        plan(
+            &wf,
+            "k",
+            &execution(),
+            fresh(1, record),
+            &envelope,
+            delivery,
             stamp(1),
         )
         .unwrap(),
     );
-    assert!(s.commit.is_some());
+    let stored = decode(&s.commit.expect("the abandonment is committed").bytes);
+    assert!(stored.state.status.is_terminal());
+}
+
+#[test]
+fn a_settled_entry_that_armed_the_runs_wake_has_it_armed_again() {
+    let wf = workflow();
+    let (mut record, d) = started(&wf);
+    // The start's entry armed the run's wake; its event was acked without the entry being
+    // carried out (a stale delivery's ack), so the wake may never have been written.
+    let armed = Wake {
+        at: Millis(60_000),
+        n: 1,
+    };
+    let deadline = PendingTimer {
+        timer: core::TimerId::Deadline,
+        at: Millis(60_000),
+    };
+    record
+        .timers
+        .insert(core::TimerId::Deadline.key(), deadline);
+    record.wake = Some(armed);
+    record.outbox[0].wake = Some(WakeWrite {
+        arm: Some((armed, core::TimerId::Deadline)),
+        drop: None,
+    });
+    let loaded = Loaded {
+        settled: BTreeSet::from([1]),
+        ..fresh(1, record)
+    };
+    let s = steps(
+        plan(
+            &wf,
+            "k",
+            &execution(),
+            loaded,
+            &succeeded(d.task),
+            first(9),
+            stamp(10),
+        )
+        .unwrap(),
+    );
+    let write = s.wake.expect("the wake is written again");
+    assert_eq!(write.arm, Some((armed, core::TimerId::Deadline)));
+    assert_eq!(write.drop, None);
 }
 
 #[test]
