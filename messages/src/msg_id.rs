@@ -56,6 +56,17 @@ pub fn run_attach(final_marker: &str) -> String {
     format!("attach.{final_marker}")
 }
 
+/// The admission of a queued run to a slot of its workflow's flow control: every replica
+/// that publishes it for the run gives the same id, so the stream keeps one.
+pub fn run_admitted(execution: &str) -> String {
+    format!("admitted.{execution}")
+}
+
+/// The abandonment of a queued run refused because too many runs wait at its gate.
+pub fn run_refused(execution: &str) -> String {
+    format!("refused.{execution}")
+}
+
 /// The failure event of a call whose agent has no card on the mesh.
 pub fn no_card(sub_task_id: &str) -> String {
     format!("{sub_task_id}.nocard")

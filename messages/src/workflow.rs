@@ -576,10 +576,30 @@ pub struct WorkflowAgentStatus {
 }
 data_part_type!(WorkflowAgentStatus, "workflow_agent_status");
 
+/// `workflow_run_queued` (ours): a progress update telling a run's callers that it waits
+/// for a slot under its workflow's flow control (`admitted: false`), and then that it got
+/// one and starts (`admitted: true`). Sent as a `working` status update; the final reply
+/// comes when the run ends, as for any run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "workflow_run_queued")]
+pub struct WorkflowRunQueued {
+    /// The run.
+    pub execution_id: String,
+    /// Its concurrency key, when the workflow has `concurrency_key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_key: Option<String>,
+    /// False while it waits; true once it got its slot.
+    pub admitted: bool,
+}
+data_part_type!(WorkflowRunQueued, "workflow_run_queued");
+
 /// Where a run is, in [`WorkflowRunState`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RunPhase {
+    /// It waits for a slot under its workflow's `max_concurrent_runs` or
+    /// `concurrency_key`: nothing of it runs yet.
+    Queued,
     /// Its nodes run (an approval may be waiting).
     Running,
     /// Its main DAG ended; exit handlers run.

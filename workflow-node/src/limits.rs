@@ -68,6 +68,10 @@ pub struct StoreLimits {
     /// The schedules' entries (`{ns}_wf_schedules`): one small entry per schedule. Full:
     /// a schedule cannot be added, paused or advanced.
     pub schedules: u64,
+    /// The gates of flow-controlled workflows (`{ns}_wf_flow`): one entry per workflow or
+    /// concurrency key, holding the runs in flight and waiting. Full: runs of such
+    /// workflows wait to be queued or released, their writes tried again.
+    pub flow: u64,
     /// Each workflow's event stream (`{ns}_WF_{workflow}`): starts, replies and steering
     /// not yet applied (a backlog of agents' replies with their outputs). Full: new events
     /// are refused until the workers catch up (a start is answered with an error; an
@@ -99,6 +103,7 @@ impl Default for StoreLimits {
             nonces: mib(64),
             early_cancels: mib(16),
             schedules: mib(16),
+            flow: mib(16),
             events: mib(128),
             history: mib(256),
             artifacts: mib(512),
@@ -109,7 +114,7 @@ impl Default for StoreLimits {
 
 impl StoreLimits {
     /// The names [`StoreLimits::set`] takes, in the order of the fields.
-    pub const NAMES: [&'static str; 11] = [
+    pub const NAMES: [&'static str; 12] = [
         "runs",
         "wakes",
         "versions",
@@ -117,6 +122,7 @@ impl StoreLimits {
         "nonces",
         "early_cancels",
         "schedules",
+        "flow",
         "events",
         "history",
         "artifacts",
@@ -133,6 +139,7 @@ impl StoreLimits {
             "nonces" => &mut self.nonces,
             "early_cancels" => &mut self.early_cancels,
             "schedules" => &mut self.schedules,
+            "flow" => &mut self.flow,
             "events" => &mut self.events,
             "history" => &mut self.history,
             "artifacts" => &mut self.artifacts,

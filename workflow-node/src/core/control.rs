@@ -39,6 +39,7 @@ impl Execution {
             paused,
             retry_of,
             signals,
+            flow,
         } = self;
         Execution {
             id: id.clone(),
@@ -76,6 +77,7 @@ impl Execution {
                     .collect(),
                 taken: signals.taken.clone(),
             },
+            flow: flow.clone(),
         }
     }
 

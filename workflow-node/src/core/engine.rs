@@ -11,6 +11,7 @@
 //! | `SignalReceived`  | a waiting wait node takes it, or the run keeps it (`signals`)     |
 //! | `Abandoned`       | end the run failed at once: cancel calls, skip the rest          |
 //! | `Pause/ResumeRequested` | see `pause`                                                |
+//! | `Admitted`        | a queued run starts (`flow`); a queued run takes only this, a cancel, an abandonment and signals |
 //!
 //! A node is considered when one of its dependencies ends; consideration goes through a
 //! work list, so cascades of skips never recurse. Unstarted runs absorb every event but
@@ -50,6 +51,10 @@ pub fn apply(
     if cx.st.status.is_terminal() {
         return Vec::new();
     }
+    if cx.st.status == RunStatus::Queued {
+        cx.while_queued(event);
+        return cx.out;
+    }
     match event {
         Event::Started { input } => cx.start(input),
         Event::Abandoned { reason } => {
@@ -86,6 +91,7 @@ pub fn apply(
         Event::PauseRequested { reason } => cx.pause(reason),
         Event::ResumeRequested => cx.resume(),
         Event::SignalReceived { signal } => cx.signal_received(signal),
+        Event::Admitted => {}
     }
     cx.settle();
     cx.out
@@ -159,6 +165,15 @@ impl Cx<'_> {
                 return;
             }
         }
+        if self.queue_if_gated() {
+            return;
+        }
+        self.begin();
+    }
+
+    /// Arms the deadline and considers the first nodes: the run's work begins (at its
+    /// start, or when a queued run is admitted).
+    pub(super) fn begin(&mut self) {
         self.out.push(Command::StartTimer {
             timer: TimerId::Deadline,
             at: self.st.deadline,
@@ -518,7 +533,7 @@ impl Cx<'_> {
 
     /// Ends the run failed at once: the shell cannot process its events. Calls in flight
     /// and exit handlers are cancelled, every other node skipped.
-    fn abandon(&mut self, reason: String) {
+    pub(super) fn abandon(&mut self, reason: String) {
         self.st.started = true;
         self.st.error = Some(RunError {
             node_id: None,
@@ -696,9 +711,10 @@ impl Cx<'_> {
         }
     }
 
-    fn finish_run(&mut self) {
+    pub(super) fn finish_run(&mut self) {
         let status = self.st.outcome.unwrap_or(RunStatus::Failure);
         self.st.status = status;
+        self.give_back_run_slot();
         self.st.queue.clear();
         self.skip_unreached(status);
         if self.st.started {

@@ -11,6 +11,7 @@
 //! - `calls`: one agent call's life: queue, dispatch, timeout, retry with backoff.
 //! - `kinds`: what each node type does when it starts and when its calls end.
 //! - `pause`: pausing and resuming a run.
+//! - `flow`: runs queued for a slot under the workflow's flow control.
 //! - `signals`: the `wait` node, and the signals a run takes or keeps.
 //! - `retry`: the state a retry of an ended run starts from.
 //! - [`sim`]: a simulator with scripted agents on virtual time, for tests and benches.
@@ -18,6 +19,7 @@
 mod calls;
 mod control;
 mod engine;
+mod flow;
 mod kinds;
 mod pause;
 mod policy;
@@ -32,6 +34,7 @@ mod types;
 
 pub use calls::{call_of, call_request, redispatch};
 pub use engine::apply;
+pub use flow::FlowTicket;
 pub use kinds::TIMER_EARLY_TOLERANCE_MS;
 pub use pause::Paused;
 pub use retry::retry_state;

@@ -324,6 +324,11 @@ impl<'w> Sim<'w> {
             Command::CancelTimer { timer } => {
                 self.timers.remove(timer);
             }
+            // One run alone: its slot is always free.
+            Command::Admit { .. } => {
+                self.push(self.now, Due::Event(Event::Admitted));
+            }
+            Command::Release { .. } => {}
             Command::StartTimer { timer, at } => {
                 let slot = self.push(*at, Due::Timer(timer.clone()));
                 self.timers.insert(timer.clone(), slot);

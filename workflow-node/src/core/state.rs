@@ -73,6 +73,10 @@ pub struct Execution {
     /// `signals`).
     #[serde(default, skip_serializing_if = "Signals::is_empty")]
     pub signals: Signals,
+    /// Its place under the workflow's flow control, from its arrival on: set when the run
+    /// queued for a slot (see `flow`); `None` for a workflow without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow: Option<super::flow::FlowTicket>,
 }
 
 /// Reads a field that is there as `Some`, `null` included (an absent one is `None` by
@@ -259,6 +263,7 @@ impl Execution {
             paused: None,
             retry_of: None,
             signals: Signals::default(),
+            flow: None,
         }
     }
 

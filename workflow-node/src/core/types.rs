@@ -357,6 +357,9 @@ pub enum Event {
         /// The signal (its `at` is set when applied).
         signal: super::signals::Signal,
     },
+    /// A queued run got its slot (see `flow`): it starts. Applied to a run not queued,
+    /// it changes nothing.
+    Admitted,
 }
 
 /// A node's status.
@@ -434,6 +437,9 @@ impl NodeStatus {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
+    /// Waiting for a slot under the workflow's `max_concurrent_runs` or `concurrency_key`
+    /// (see `flow`): nothing runs until [`Event::Admitted`].
+    Queued,
     /// The main DAG is running.
     Running,
     /// The main DAG ended; exit handlers are running.
@@ -467,6 +473,7 @@ impl RunStatus {
     /// The status as written in results and events.
     pub fn as_str(self) -> &'static str {
         match self {
+            RunStatus::Queued => "queued",
             RunStatus::Running => "running",
             RunStatus::Finishing => "finishing",
             RunStatus::Success => "success",
@@ -570,6 +577,13 @@ pub enum Progress {
     },
     /// The run was resumed (`ResumeRequested`): what waited is dispatched.
     RunResumed,
+    /// The run waits for a slot (see `flow`); it starts with [`Progress::RunAdmitted`].
+    RunQueued {
+        /// Its concurrency key (empty under `max_concurrent_runs` alone).
+        key: String,
+    },
+    /// A queued run got its slot and starts.
+    RunAdmitted,
     /// A map item ended.
     MapProgress {
         /// The map node (not its inner node).
@@ -626,6 +640,19 @@ pub enum Command {
         message: Option<String>,
         /// When it times out, if it does.
         deadline: Option<Millis>,
+    },
+    /// Ask for a slot for this queued run (see `flow`): the shell puts it among the
+    /// slot's holders, or in its queue, and publishes [`Event::Admitted`] to every holder
+    /// not yet started. Safe to carry out again.
+    Admit {
+        /// The run's concurrency key (empty when the workflow has none).
+        key: String,
+    },
+    /// Give back this run's slot, or leave the queue (see `flow`), and admit the runs
+    /// that waited for it. Safe to carry out again: a run not there frees nothing.
+    Release {
+        /// The run's concurrency key (empty when the workflow has none).
+        key: String,
     },
     /// The run ended: send the one final reply.
     Finish {

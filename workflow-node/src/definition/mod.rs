@@ -11,6 +11,7 @@
 //! - `refs`: what each template and condition may name.
 
 mod fields;
+mod flow;
 mod graph;
 mod model;
 mod nesting;
@@ -25,6 +26,10 @@ mod triggers;
 mod wait;
 mod webhooks;
 
+pub use flow::{
+    key_text, priority_of, request_priority, FlowControl, KeyLimit, DEFAULT_PRIORITY, HIGHEST_PRIORITY,
+    LOWEST_PRIORITY, MAX_KEY_BYTES, MAX_SLOTS, PRIORITY_METADATA,
+};
 pub use model::*;
 pub use pause::PauseSettings;
 pub use problem::{Problem, SyntaxError};

@@ -65,6 +65,9 @@ pub struct Workflow {
     pub schedules: Vec<super::Schedule>,
     /// `workflow.triggers`: the runs it starts from messages (see [`super::Trigger`]).
     pub triggers: Vec<super::Trigger>,
+    /// `max_concurrent_runs`, `concurrency_key` and `priority`: how its runs wait for one
+    /// another (see [`super::FlowControl`]).
+    pub flow: super::FlowControl,
     /// The `workflow` block exactly as written (snake_case or camelCase), for the agent
     /// card's `workflow_config`.
     pub source: Value,

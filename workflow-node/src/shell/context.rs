@@ -55,6 +55,8 @@ pub(crate) struct Shared {
     pub(in crate::shell) early_cancels: kv::Store,
     /// The schedules' entries (see `store::schedules`).
     pub(in crate::shell) schedules: kv::Store,
+    /// The gates of the workflows' flow control (see `run::flow`).
+    pub(in crate::shell) flow: kv::Store,
     /// The bytes encoded into commits and event publishes (see `telemetry::encoded`).
     pub(in crate::shell) encoded: crate::shell::telemetry::encoded::Encoded,
 }

@@ -104,6 +104,8 @@ impl WorkflowNode {
         let schedules_name = names::schedules_bucket(&ns);
         let schedules =
             patiently(|| kv_bucket(&js, &schedules_name, replicas, bytes.schedules)).await?;
+        let flow_name = names::flow_bucket(&ns);
+        let flow = patiently(|| kv_bucket(&js, &flow_name, replicas, bytes.flow)).await?;
         let cards = workflows
             .iter()
             .map(|w| (w.name.clone(), crate::visual::agent_card(w, &ns)))
@@ -146,6 +148,7 @@ impl WorkflowNode {
             nonces,
             early_cancels,
             schedules,
+            flow,
             encoded: Default::default(),
         });
         for card in shared.cards.values() {

@@ -476,6 +476,10 @@ async fn start(
         Ok(token) => token,
         Err(e) => return refuse(e),
     };
+    let priority = match crate::definition::priority_of(message.metadata.as_ref()) {
+        Ok(priority) => priority,
+        Err(text) => return refuse(text),
+    };
     let workflow_caller = message.find_data::<WorkflowNodeRequest>().is_some();
     let caller = Caller {
         reply_to,
@@ -492,6 +496,7 @@ async fn start(
         signer,
         call_token: token.as_deref().map(|t| shared.seal.wrap_token(t)),
         token_id: token.as_deref().map(|t| shared.seal.token_id(t)),
+        priority,
     };
     // A plain start goes into the stream before the run is looked up, so that a worker
     // takes it while this replica looks: the look-up decides only what the caller is told.

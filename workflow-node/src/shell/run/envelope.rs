@@ -90,4 +90,8 @@ pub struct Caller {
     /// same token (the sub-task id that names the run is no secret).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_id: Option<String>,
+    /// The run's priority under its workflow's flow control, when the request's
+    /// `metadata.priority` gave one (1 first to 5 last); the workflow's `priority` else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
 }

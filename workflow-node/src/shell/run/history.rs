@@ -158,6 +158,7 @@ pub(in crate::shell) fn entry(
             e.detail = reason.clone();
         }
         Event::ResumeRequested => e.event = "resume_requested".into(),
+        Event::Admitted => e.event = "admitted".into(),
         Event::SignalReceived { signal } => {
             e.event = "signal_received".into();
             let by = signal

@@ -20,12 +20,15 @@
 //! - `schedule`: a schedule's entry and what one look at it decides.
 //! - `names`: keys, buckets, streams and ids, every replica deriving them alike.
 //! - `identity`: whether a cancel kept for a run not started yet ends it.
+//! - `flow`: the slots of a workflow's flow control (`max_concurrent_runs`,
+//!   `concurrency_key`): who holds one, who waits, in which order.
 //! - `backoff`: how long a failed event waits before it is tried again, and when to give up.
 
 pub mod apart;
 pub(in crate::shell) mod backoff;
 pub mod check;
 pub(in crate::shell) mod envelope;
+pub(in crate::shell) mod flow;
 pub mod history;
 pub(in crate::shell) mod identity;
 pub mod names;

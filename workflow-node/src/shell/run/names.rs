@@ -52,6 +52,12 @@ pub fn schedules_bucket(ns: &str) -> String {
     format!("{}_wf_schedules", ns_token(ns))
 }
 
+/// The KV bucket of the gates of the workflows' flow control (see `run::flow`), by
+/// `run::flow::gate_key`.
+pub fn flow_bucket(ns: &str) -> String {
+    format!("{}_wf_flow", ns_token(ns))
+}
+
 /// The key of a schedule's entry: `{workflow}.{schedule}` (both NATS tokens).
 pub fn schedule_key(workflow: &str, schedule: &str) -> String {
     format!("{workflow}.{schedule}")

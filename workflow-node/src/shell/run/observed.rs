@@ -24,6 +24,9 @@ pub(in crate::shell) struct Observed {
     pub(in crate::shell) nodes: Vec<NodeEnd>,
     /// Call attempts that ended with this event.
     pub(in crate::shell) attempts: Vec<AttemptEnd>,
+    /// 1 when the run queued for a slot with this event, -1 when it left the queue
+    /// (admitted, or ended waiting), else 0.
+    pub(in crate::shell) queued: i8,
 }
 
 /// A run's end.
@@ -106,6 +109,12 @@ pub(in crate::shell) fn observe(
         }),
         nodes: node_ends(workflow, before, after),
         attempts: attempt_ends(workflow, before, after, events, now),
+        queued: match (before.status, after.status) {
+            (RunStatus::Queued, RunStatus::Queued) => 0,
+            (RunStatus::Queued, _) => -1,
+            (_, RunStatus::Queued) => 1,
+            _ => 0,
+        },
     }
 }
 

@@ -120,6 +120,18 @@ pub(in crate::shell) fn progress_part(
             action: RunControl::Resume,
             reason: None,
         }),
+        Progress::RunQueued { key } => {
+            Part::data_part(&messages::workflow::WorkflowRunQueued {
+                execution_id: execution.0.clone(),
+                concurrency_key: (!key.is_empty()).then(|| key.clone()),
+                admitted: false,
+            })
+        }
+        Progress::RunAdmitted => Part::data_part(&messages::workflow::WorkflowRunQueued {
+            execution_id: execution.0.clone(),
+            concurrency_key: None,
+            admitted: true,
+        }),
         Progress::MapProgress {
             node_id,
             total_items,
@@ -432,12 +444,13 @@ fn ended(workflow: &str, status: RunStatus, error: Option<&str>) -> Option<(Task
                 error.unwrap_or("no reason given")
             ),
         ),
-        RunStatus::Running | RunStatus::Finishing => return None,
+        RunStatus::Queued | RunStatus::Running | RunStatus::Finishing => return None,
     })
 }
 
 fn run_phase(status: RunStatus) -> RunPhase {
     match status {
+        RunStatus::Queued => RunPhase::Queued,
         RunStatus::Running => RunPhase::Running,
         RunStatus::Finishing => RunPhase::Finishing,
         RunStatus::Success => RunPhase::Success,

@@ -98,6 +98,7 @@ struct Instruments {
     runs_started: Counter<u64>,
     runs_ended: Counter<u64>,
     runs_in_flight: UpDownCounter<i64>,
+    runs_queued: UpDownCounter<i64>,
     run_duration: Histogram<f64>,
     node_duration: Histogram<f64>,
     call_duration: Histogram<f64>,
@@ -200,6 +201,10 @@ impl Metrics {
         if o.run_started {
             i.runs_started.add(1, std::slice::from_ref(&wf));
             i.runs_in_flight.add(1, std::slice::from_ref(&wf));
+        }
+        if o.queued != 0 {
+            i.runs_queued
+                .add(i64::from(o.queued), std::slice::from_ref(&wf));
         }
         if let Some(end) = &o.run_ended {
             let labels = [wf.clone(), KeyValue::new("status", end.status.as_str())];
@@ -340,6 +345,15 @@ impl Instruments {
                 .with_description(
                     "Runs started and not ended (this replica's starts less its ends: sum \
                      over replicas).",
+                )
+                .build(),
+            runs_queued: meter
+                .i64_up_down_counter("workflow.runs.queued")
+                .with_unit("{run}")
+                .with_description(
+                    "Runs waiting for a slot under their workflow's max_concurrent_runs or \
+                     concurrency_key (this replica's queueings less its admissions and ends \
+                     of queued runs: sum over replicas).",
                 )
                 .build(),
             run_duration: seconds("workflow.run.duration", "Run durations.", &LONG),

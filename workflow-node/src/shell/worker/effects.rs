@@ -31,6 +31,7 @@ use crate::shell::store::events::publish_event;
 use crate::shell::store::runs;
 use crate::shell::telemetry::traces::RunTrace;
 use crate::shell::worker::final_claim::{Claimant, Markers};
+use crate::shell::worker::flow::Change;
 use crate::shell::worker::wakes::WakeEntry;
 
 /// Everything a command needs to know about its run.
@@ -85,6 +86,8 @@ impl RunContext<'_> {
                     timer_acks.push(self.arm(&timer.key(), &rec).await?);
                 }
                 Command::Dispatch(d) => self.dispatch(d).await?,
+                Command::Admit { key } => self.flow(Change::Admit, key).await?,
+                Command::Release { key } => self.flow(Change::Release, key).await?,
                 Command::CancelCall {
                     sub_task_id, agent, ..
                 } => {

@@ -11,11 +11,13 @@
 //! - `signs`: the signs of life this replica heard from calls in flight.
 //! - `lease`: keeps events in hand from being redelivered while they are worked on.
 //! - `wakes`: the wakes bucket, watched by every replica, firing what comes due.
+//! - `flow`: a queued run's slot under its workflow's flow control, taken and given back.
 
 pub(in crate::shell) mod decode;
 pub(in crate::shell) mod driver;
 pub(in crate::shell) mod effects;
 pub(in crate::shell) mod final_claim;
+pub(in crate::shell) mod flow;
 pub(in crate::shell) mod group;
 pub(in crate::shell) mod lease;
 pub(in crate::shell) mod process;
