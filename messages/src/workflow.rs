@@ -698,6 +698,8 @@ pub enum WorkflowDataPart {
     AgentStatus(WorkflowAgentStatus),
     /// `workflow_run_steered`: progress, the run was paused or resumed.
     RunSteered(crate::control::WorkflowRunSteered),
+    /// `workflow_run_queued`: progress, the run waits for a slot, or got one.
+    RunQueued(WorkflowRunQueued),
 }
 
 /// Every `type` [`WorkflowDataPart`] understands.
@@ -714,6 +716,7 @@ pub const WORKFLOW_DATA_PART_TYPES: &[&str] = &[
     "workflow_run_state",
     "workflow_agent_status",
     "workflow_run_steered",
+    "workflow_run_queued",
     REFERENCE_NODE_REQUEST,
     REFERENCE_NODE_RESULT,
 ];
@@ -745,6 +748,7 @@ impl WorkflowDataPart {
             WorkflowDataPart::RunState(_) => WorkflowRunState::TYPE,
             WorkflowDataPart::AgentStatus(_) => WorkflowAgentStatus::TYPE,
             WorkflowDataPart::RunSteered(_) => crate::control::WorkflowRunSteered::TYPE,
+            WorkflowDataPart::RunQueued(_) => WorkflowRunQueued::TYPE,
         }
     }
 }
@@ -765,6 +769,7 @@ impl Serialize for WorkflowDataPart {
             WorkflowDataPart::RunState(p) => p.serialize(s),
             WorkflowDataPart::AgentStatus(p) => p.serialize(s),
             WorkflowDataPart::RunSteered(p) => p.serialize(s),
+            WorkflowDataPart::RunQueued(p) => p.serialize(s),
         }
     }
 }
@@ -802,6 +807,7 @@ impl<'de> Deserialize<'de> for WorkflowDataPart {
             "workflow_run_state" => parse(value).map(WorkflowDataPart::RunState),
             "workflow_agent_status" => parse(value).map(WorkflowDataPart::AgentStatus),
             "workflow_run_steered" => parse(value).map(WorkflowDataPart::RunSteered),
+            "workflow_run_queued" => parse(value).map(WorkflowDataPart::RunQueued),
             other => return Err(D::Error::unknown_variant(other, WORKFLOW_DATA_PART_TYPES)),
         };
         parsed.map_err(D::Error::custom)

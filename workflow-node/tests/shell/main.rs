@@ -8,6 +8,7 @@ mod artifacts;
 mod cards;
 mod children;
 mod e2e;
+mod flow;
 mod expressions;
 mod group_commit;
 mod history;
