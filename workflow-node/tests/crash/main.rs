@@ -10,6 +10,7 @@ mod support;
 mod agents_twice;
 mod cluster;
 mod faults;
+mod flow;
 mod history_loss;
 mod kill;
 mod lost_calls;

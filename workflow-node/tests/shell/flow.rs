@@ -3,13 +3,9 @@
 //! replica. What holds is seen from the agent's side: how many calls are in flight at once,
 //! per key and in all, and in which order the runs reached it.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_sdk::handler::{handler_fn, NodeRequest};
 use agent_sdk::workflow::{invoke, relay};
-use agent_sdk::AgentBuilder;
 use futures::StreamExt;
 use messages::a2a::{AgentReply, Message, Role, TaskState};
 use messages::jsonrpc::Request;
@@ -17,6 +13,8 @@ use messages::payload::wrap;
 use serde_json::{json, Value};
 use workflow_node::definition::parse_str;
 use workflow_node::shell::{run::names, Config, WorkflowNode};
+
+use crate::support::flow::{Recorder, Seen};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -51,73 +49,6 @@ workflow:
     - {id: a, type: agent, agent_name: Rec, input: {customer: one, label: "{{workflow.input.label}}"}}
   output_mapping: {label: "{{a.output.label}}"}
 "#;
-
-/// What the recording agent saw.
-#[derive(Default)]
-struct Seen {
-    in_flight: HashMap<String, usize>,
-    max_per_key: HashMap<String, usize>,
-    all_now: usize,
-    max_all: usize,
-    /// Labels in the order their calls arrived.
-    order: Vec<String>,
-}
-
-/// The recording agent, `Rec`: counts calls in flight per `customer`, records the order of
-/// `label`s, and holds a call labelled `hold` until `release` is notified.
-struct Recorder {
-    seen: Arc<Mutex<Seen>>,
-    release: Arc<tokio::sync::Notify>,
-}
-
-impl Recorder {
-    fn new() -> Recorder {
-        Recorder {
-            seen: Arc::default(),
-            release: Arc::new(tokio::sync::Notify::new()),
-        }
-    }
-
-    async fn serve(&self, client: async_nats::Client) -> agent_sdk::AgentHandle {
-        let (seen, release) = (self.seen.clone(), self.release.clone());
-        AgentBuilder::new("Rec")
-            .description("records how many calls are in flight")
-            .max_in_flight(64)
-            .handler(handler_fn(move |req: NodeRequest| {
-                let (seen, release) = (seen.clone(), release.clone());
-                async move {
-                    let key = req.input["customer"].as_str().unwrap_or("").to_string();
-                    let label = req.input["label"].as_str().unwrap_or("").to_string();
-                    {
-                        let mut s = seen.lock().unwrap();
-                        let now = s.in_flight.entry(key.clone()).or_default();
-                        *now += 1;
-                        let now = *now;
-                        let max = s.max_per_key.entry(key.clone()).or_default();
-                        *max = (*max).max(now);
-                        s.all_now += 1;
-                        s.max_all = s.max_all.max(s.all_now);
-                        s.order.push(label.clone());
-                    }
-                    if label == "hold" {
-                        release.notified().await;
-                    } else {
-                        // The call's work: long enough for calls to overlap if allowed.
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                    {
-                        let mut s = seen.lock().unwrap();
-                        *s.in_flight.get_mut(&key).expect("counted above") -= 1;
-                        s.all_now -= 1;
-                    }
-                    Ok(json!({ "label": label }))
-                }
-            }))
-            .serve(client)
-            .await
-            .expect("agent")
-    }
-}
 
 /// A nats-server, the recording agent and two replicas serving `yamls`.
 struct Flow {

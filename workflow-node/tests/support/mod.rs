@@ -9,6 +9,7 @@ pub(crate) mod browser;
 pub(crate) mod crash;
 pub(crate) mod definition;
 pub(crate) mod fixtures;
+pub(crate) mod flow;
 pub(crate) mod fuzz;
 pub(crate) mod mesh;
 pub(crate) mod metrics;
