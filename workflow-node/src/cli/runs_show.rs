@@ -241,6 +241,9 @@ fn render(run: &FoundRun, apart: &Apart, def: Option<&Workflow>, now: Millis) ->
             crate::ops::view::time(Some(paused.since))
         ));
     }
+    if let Some(line) = crate::ops::view::queue_line(s) {
+        out.push_str(&format!("  {line}\n"));
+    }
     if let Some(old) = &s.retry_of {
         out.push_str(&format!("  retry of run {old}\n"));
     }

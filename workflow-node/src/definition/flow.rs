@@ -54,6 +54,26 @@ impl FlowControl {
         self.max_runs.is_some() || self.key.is_some()
     }
 
+    /// The limits in words, for `workflow-node plan`: none without flow control.
+    pub fn describe(&self) -> Option<String> {
+        if !self.gated() {
+            return None;
+        }
+        let mut words = Vec::new();
+        if let Some(n) = self.max_runs {
+            words.push(format!("max_concurrent_runs {n}"));
+        }
+        if let Some(k) = &self.key {
+            words.push(format!(
+                "at most {} per concurrency key {}",
+                k.max,
+                k.key.source()
+            ));
+        }
+        words.push(format!("priority {} (1 first, 5 last)", self.priority));
+        Some(format!("runs queue: {}", words.join(", ")))
+    }
+
     /// The most runs in flight with one key, if the workflow limits runs per key.
     pub fn per_key(&self) -> Option<u32> {
         self.key.as_ref().map(|k| k.max)

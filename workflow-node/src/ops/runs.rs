@@ -45,6 +45,8 @@ impl<'a> RunRef<'a> {
 /// A run status, as a list filter takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum StatusFilter {
+    /// It waits for a slot under its workflow's flow control.
+    Queued,
     /// The main DAG is running.
     Running,
     /// Exit handlers are running.
@@ -70,6 +72,7 @@ impl StatusFilter {
         }
         let want = match self {
             StatusFilter::Paused => return false,
+            StatusFilter::Queued => RunStatus::Queued,
             StatusFilter::Running => RunStatus::Running,
             StatusFilter::Finishing => RunStatus::Finishing,
             StatusFilter::Success => RunStatus::Success,

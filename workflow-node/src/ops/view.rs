@@ -56,6 +56,29 @@ pub fn summary(run: &FoundRun, now: Millis) -> Value {
             .as_ref()
             .filter(|_| s.is_paused())
             .map(|p| rfc3339(Some(p.since))),
+        "queue": queue_line(s),
+    })
+}
+
+/// Where the run stands under its workflow's flow control, for people: `queued since …,
+/// key …` while it waits, `waited … for its slot` once admitted; `None` for a run that
+/// never queued.
+pub fn queue_line(s: &crate::core::Execution) -> Option<String> {
+    let t = s.flow.as_ref()?;
+    let key = if t.key.is_empty() {
+        String::new()
+    } else {
+        format!(", concurrency key '{}'", t.key)
+    };
+    Some(match t.admitted_at {
+        None if s.status == crate::core::RunStatus::Queued => {
+            format!("queued since {}{key}", time(Some(t.queued_at)))
+        }
+        None => format!("ended while queued{key}"),
+        Some(at) => format!(
+            "waited {} ms for its slot{key}",
+            at.0.saturating_sub(t.queued_at.0)
+        ),
     })
 }
 

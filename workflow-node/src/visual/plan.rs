@@ -334,7 +334,7 @@ fn exit_handlers(wf: &Workflow) -> Vec<(String, String)> {
 }
 
 fn settings(wf: &Workflow) -> Vec<String> {
-    vec![
+    let mut lines = vec![
         format!("deadline {}", duration(wf.max_execution_time)),
         format!("default node timeout {}", duration(wf.default_node_timeout)),
         format!("fail_fast {}", wf.fail_fast),
@@ -344,7 +344,9 @@ fn settings(wf: &Workflow) -> Vec<String> {
                 .map_or("unlimited".to_owned(), |n| n.to_string())
         ),
         format!("max_call_depth {}", wf.max_call_depth),
-    ]
+    ];
+    lines.extend(wf.flow.describe());
+    lines
 }
 
 /// One line about a node for the batch list.

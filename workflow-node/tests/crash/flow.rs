@@ -26,7 +26,7 @@ workflow:
 "#;
 
 /// Runs in the test, over three keys.
-const RUNS: usize = 60;
+const RUNS: usize = 120;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_runs_are_neither_lost_nor_doubled_and_no_key_overlaps_while_replicas_die() {
