@@ -204,7 +204,9 @@ workflow:
             2_000,
         );
         assert_eq!(st.status, RunStatus::Success);
-        let release = out.iter().position(|c| c == &Command::Release { key: "acme".into() });
+        let release = out
+            .iter()
+            .position(|c| c == &Command::Release { key: "acme".into() });
         let finish = out.iter().position(|c| matches!(c, Command::Finish { .. }));
         assert!(release.is_some() && release < finish, "{out:?}");
     }
@@ -214,12 +216,7 @@ workflow:
         let wf = workflow();
         let mut st = Execution::new(ExecutionId("r".into()), "F");
         step(&wf, &mut st, start(json!(7)), 10);
-        let out = step(
-            &wf,
-            &mut st,
-            Event::CancelRequested { reason: None },
-            20,
-        );
+        let out = step(&wf, &mut st, Event::CancelRequested { reason: None }, 20);
         assert_eq!(st.status, RunStatus::Cancelled);
         assert!(out.contains(&Command::Release { key: "7".into() }));
         assert!(out.iter().any(|c| matches!(
@@ -240,7 +237,10 @@ workflow:
         let out = step(&wf, &mut st, start(json!({"x": 1})), 10);
         assert_eq!(st.status, RunStatus::Failure);
         let error = st.error.as_ref().expect("an error").message.clone();
-        assert!(error.contains("concurrency_key.key must give a string"), "{error}");
+        assert!(
+            error.contains("concurrency_key.key must give a string"),
+            "{error}"
+        );
         assert!(!out
             .iter()
             .any(|c| matches!(c, Command::Admit { .. } | Command::Release { .. })));

@@ -126,7 +126,9 @@ pub(super) fn parse_flow(w: &mut Fields<'_>, sink: &mut Sink) -> FlowControl {
             u64::from(HIGHEST_PRIORITY),
             ("the lowest priority", u64::from(LOWEST_PRIORITY)),
         )
-        .map_or(DEFAULT_PRIORITY, |n| u8::try_from(n).unwrap_or(LOWEST_PRIORITY));
+        .map_or(DEFAULT_PRIORITY, |n| {
+            u8::try_from(n).unwrap_or(LOWEST_PRIORITY)
+        });
     FlowControl {
         max_runs,
         key,
@@ -136,7 +138,12 @@ pub(super) fn parse_flow(w: &mut Fields<'_>, sink: &mut Sink) -> FlowControl {
 
 fn parse_key(f: &mut Fields<'_>, sink: &mut Sink) -> Option<KeyLimit> {
     let max = match f.required(sink, "max", &[]) {
-        Some(_) => f.int_at_most(sink, "max", 1, ("the ceiling of concurrency_key.max", MAX_SLOTS)),
+        Some(_) => f.int_at_most(
+            sink,
+            "max",
+            1,
+            ("the ceiling of concurrency_key.max", MAX_SLOTS),
+        ),
         None => None,
     };
     let key = match f.required(sink, "key", &[]) {
@@ -282,10 +289,16 @@ mod tests {
             assert!(text.contains(expected), "{expected} not in:\n{text}");
         }
         let text = problems("  concurrency_key: {key: fixed, max: 0}\n");
-        assert!(text.contains("concurrency_key.max: must be at least 1"), "{text}");
+        assert!(
+            text.contains("concurrency_key.max: must be at least 1"),
+            "{text}"
+        );
         assert!(text.contains("a key without a template"), "{text}");
         let text = problems("  concurrency_key: \"{{workflow.input.c}}\"\n");
-        assert!(text.contains("concurrency_key: expected a mapping"), "{text}");
+        assert!(
+            text.contains("concurrency_key: expected a mapping"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -27,8 +27,8 @@ mod wait;
 mod webhooks;
 
 pub use flow::{
-    key_text, priority_of, request_priority, FlowControl, KeyLimit, DEFAULT_PRIORITY, HIGHEST_PRIORITY,
-    LOWEST_PRIORITY, MAX_KEY_BYTES, MAX_SLOTS, PRIORITY_METADATA,
+    key_text, priority_of, request_priority, FlowControl, KeyLimit, DEFAULT_PRIORITY,
+    HIGHEST_PRIORITY, LOWEST_PRIORITY, MAX_KEY_BYTES, MAX_SLOTS, PRIORITY_METADATA,
 };
 pub use model::*;
 pub use pause::PauseSettings;

@@ -53,8 +53,15 @@ async fn queued_runs_are_neither_lost_nor_doubled_and_no_key_overlaps_while_repl
         let input = json!({"customer": format!("c{}", i % 3), "label": format!("r{i}")});
         let client = client.clone();
         async move {
-            let r = invoke(&client, "mesh", "Keyed", &input, Duration::from_secs(300), |_| {})
-                .await;
+            let r = invoke(
+                &client,
+                "mesh",
+                "Keyed",
+                &input,
+                Duration::from_secs(300),
+                |_| {},
+            )
+            .await;
             (i, r)
         }
     });
@@ -65,8 +72,13 @@ async fn queued_runs_are_neither_lost_nor_doubled_and_no_key_overlaps_while_repl
     let mut problems = Vec::new();
     for (i, r) in results {
         match r {
-            Ok(r) if r.status == "success" && r.output == Some(json!({"label": format!("r{i}")})) => {}
-            Ok(r) => problems.push(format!("run {i}: {} {:?} {:?}", r.status, r.output, r.error)),
+            Ok(r)
+                if r.status == "success" && r.output == Some(json!({"label": format!("r{i}")})) => {
+            }
+            Ok(r) => problems.push(format!(
+                "run {i}: {} {:?} {:?}",
+                r.status, r.output, r.error
+            )),
             Err(e) => problems.push(format!("run {i}: {e}")),
         }
     }

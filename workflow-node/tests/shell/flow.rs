@@ -105,9 +105,17 @@ impl Flow {
         let request = Request::message_send(task, message);
         let (client, workflow) = (self.client.clone(), workflow.to_owned());
         tokio::spawn(async move {
-            relay(&client, "mesh", &workflow, &request, None, TIMEOUT.into(), |_| {})
-                .await
-                .expect("a final reply")
+            relay(
+                &client,
+                "mesh",
+                &workflow,
+                &request,
+                None,
+                TIMEOUT.into(),
+                |_| {},
+            )
+            .await
+            .expect("a final reply")
         })
     }
 
@@ -144,7 +152,11 @@ fn state(reply: &AgentReply) -> (TaskState, String) {
     match reply {
         AgentReply::Task(t) => (
             t.status.state,
-            t.status.message.as_ref().map(Message::text).unwrap_or_default(),
+            t.status
+                .message
+                .as_ref()
+                .map(Message::text)
+                .unwrap_or_default(),
         ),
         other => panic!("not a task: {other:?}"),
     }
@@ -170,7 +182,11 @@ async fn twenty_runs_over_three_keys_never_overlap_on_one_key_across_two_replica
     f.seen(|s| {
         assert_eq!(s.order.len(), 40, "two calls per run, each once");
         for key in ["c0", "c1", "c2"] {
-            assert_eq!(s.max_per_key.get(key), Some(&1), "calls in flight for {key}");
+            assert_eq!(
+                s.max_per_key.get(key),
+                Some(&1),
+                "calls in flight for {key}"
+            );
         }
     });
 }
@@ -180,8 +196,10 @@ async fn waiting_runs_go_by_priority_and_a_cancelled_one_leaves_the_queue() {
     let f = flow(&[ONE]).await;
     let gate = "One.all";
     let first = f.start("One", "first", json!({"label": "hold"}), None);
-    f.gate(gate, |g| g["holders"].as_array().is_some_and(|h| h.len() == 1))
-        .await;
+    f.gate(gate, |g| {
+        g["holders"].as_array().is_some_and(|h| h.len() == 1)
+    })
+    .await;
     // Queued one after the other, so that arrival is known: low, high, gone, default.
     let low = f.start("One", "low", json!({"label": "low"}), Some(json!(5)));
     f.gate(gate, |g| waiting(g) == 1).await;
@@ -237,7 +255,11 @@ async fn max_concurrent_runs_caps_runs_in_flight_over_both_replicas() {
     }
     f.seen(|s| {
         assert_eq!(s.order.len(), 10);
-        assert!(s.max_all <= 2, "{} runs' calls in flight at once", s.max_all);
+        assert!(
+            s.max_all <= 2,
+            "{} runs' calls in flight at once",
+            s.max_all
+        );
     });
     let gate = f.gate("Total.all", |_| true).await;
     assert_eq!(gate["holders"], json!([]), "every slot given back: {gate}");
@@ -252,14 +274,24 @@ async fn bad_priorities_and_keys_are_refused_precisely_and_harm_no_other_run() {
     let (s, text) = state(&refused.await.expect("task"));
     assert_eq!(s, TaskState::Failed);
     assert!(
-        text.contains("metadata.priority must be a whole number from 1 (first) to 5 (last), found \"high\""),
+        text.contains(
+            "metadata.priority must be a whole number from 1 (first) to 5 (last), found \"high\""
+        ),
         "{text}"
     );
-    let no_key = f.start("PerKey", "no-key", json!({"customer": {"id": 1}, "label": "x"}), None);
+    let no_key = f.start(
+        "PerKey",
+        "no-key",
+        json!({"customer": {"id": 1}, "label": "x"}),
+        None,
+    );
     let good = f.start("PerKey", "good", input, Some(json!(2)));
     let (s, text) = state(&no_key.await.expect("task"));
     assert_eq!(s, TaskState::Failed);
-    assert!(text.contains("concurrency_key.key must give a string, found {\"id\":1}"), "{text}");
+    assert!(
+        text.contains("concurrency_key.key must give a string, found {\"id\":1}"),
+        "{text}"
+    );
     let (s, text) = state(&good.await.expect("task"));
     assert_eq!(s, TaskState::Completed, "{text}");
 }

@@ -182,9 +182,7 @@ impl Gate {
     /// key is full keeps its place while later runs of other keys go ahead.
     fn fill(&mut self, limits: Limits) {
         loop {
-            let total_free = limits
-                .total
-                .is_none_or(|t| self.holders.len() < t as usize);
+            let total_free = limits.total.is_none_or(|t| self.holders.len() < t as usize);
             if !total_free {
                 return;
             }
@@ -285,7 +283,10 @@ mod tests {
         )
         .expect("valid");
         let k = gate_key("W", &keyed.flow, "a b.c*>");
-        assert!(k.starts_with("W.key.") && k.len() == "W.key.".len() + 32, "{k}");
+        assert!(
+            k.starts_with("W.key.") && k.len() == "W.key.".len() + 32,
+            "{k}"
+        );
         assert_ne!(k, gate_key("W", &keyed.flow, "other"));
     }
 }

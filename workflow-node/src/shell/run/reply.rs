@@ -120,13 +120,11 @@ pub(in crate::shell) fn progress_part(
             action: RunControl::Resume,
             reason: None,
         }),
-        Progress::RunQueued { key } => {
-            Part::data_part(&messages::workflow::WorkflowRunQueued {
-                execution_id: execution.0.clone(),
-                concurrency_key: (!key.is_empty()).then(|| key.clone()),
-                admitted: false,
-            })
-        }
+        Progress::RunQueued { key } => Part::data_part(&messages::workflow::WorkflowRunQueued {
+            execution_id: execution.0.clone(),
+            concurrency_key: (!key.is_empty()).then(|| key.clone()),
+            admitted: false,
+        }),
         Progress::RunAdmitted => Part::data_part(&messages::workflow::WorkflowRunQueued {
             execution_id: execution.0.clone(),
             concurrency_key: None,

@@ -31,7 +31,7 @@ use crate::shell::store::events::publish_event;
 use crate::shell::store::runs;
 use crate::shell::telemetry::traces::RunTrace;
 use crate::shell::worker::final_claim::{Claimant, Markers};
-use crate::shell::worker::flow::Change;
+use crate::shell::worker::flow::{Change, FlowRun};
 use crate::shell::worker::wakes::WakeEntry;
 
 /// Everything a command needs to know about its run.
@@ -86,8 +86,8 @@ impl RunContext<'_> {
                     timer_acks.push(self.arm(&timer.key(), &rec).await?);
                 }
                 Command::Dispatch(d) => self.dispatch(d).await?,
-                Command::Admit { key } => self.flow(Change::Admit, key).await?,
-                Command::Release { key } => self.flow(Change::Release, key).await?,
+                Command::Admit { key } => self.flow_run().change(Change::Admit, key).await?,
+                Command::Release { key } => self.flow_run().change(Change::Release, key).await?,
                 Command::CancelCall {
                     sub_task_id, agent, ..
                 } => {
@@ -163,6 +163,16 @@ impl RunContext<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The run as its flow control's gate sees it (see `worker::flow`).
+    fn flow_run(&self) -> FlowRun<'_> {
+        FlowRun {
+            shared: self.shared,
+            workflow: self.workflow,
+            execution: self.execution,
+            priority: self.primary().priority,
+        }
     }
 
     /// The caller whose call depth and trace context the run's calls carry on.

@@ -7,12 +7,13 @@
 use messages::msg_id;
 
 use crate::core::{Event, ExecutionId};
+use crate::definition::Workflow;
+use crate::shell::context::Shared;
 use crate::shell::error::Result;
 use crate::shell::run::envelope::Envelope;
 use crate::shell::run::flow::{gate_key, Admission, Gate, Limits, MAX_WAITING};
 use crate::shell::store::events::publish_event;
 use crate::shell::store::runs::{put_in, read_from};
-use crate::shell::worker::effects::RunContext;
 
 /// A run's request of a slot, or its giving one back.
 pub(in crate::shell) enum Change {
@@ -22,20 +23,28 @@ pub(in crate::shell) enum Change {
     Release,
 }
 
-impl RunContext<'_> {
+/// The run a change is for: its workflow, its id, and the priority its request gave.
+pub(in crate::shell) struct FlowRun<'a> {
+    /// The node's handles.
+    pub(in crate::shell) shared: &'a Shared,
+    /// The run's definition.
+    pub(in crate::shell) workflow: &'a Workflow,
+    /// The run.
+    pub(in crate::shell) execution: &'a ExecutionId,
+    /// `metadata.priority` of its start request, if any.
+    pub(in crate::shell) priority: Option<u8>,
+}
+
+impl FlowRun<'_> {
     /// Admits or releases this run at the gate of concurrency key `key`.
-    pub(in crate::shell) async fn flow(&self, change: Change, key: &str) -> Result<()> {
+    pub(in crate::shell) async fn change(&self, change: Change, key: &str) -> Result<()> {
         let flow = &self.workflow.flow;
         let limits = Limits::of(flow);
         let gate_key = gate_key(&self.workflow.name, flow, key);
         let bucket = &self.shared.flow;
         let run = self.execution.0.as_str();
         // The request's own priority, else the workflow's.
-        let priority = self
-            .callers
-            .first()
-            .and_then(|c| c.priority)
-            .unwrap_or(flow.priority);
+        let priority = self.priority.unwrap_or(flow.priority);
         let (gate, admission) = loop {
             let read = read_from(bucket, &gate_key).await?;
             let (revision, mut gate) = match &read {
@@ -79,14 +88,7 @@ impl RunContext<'_> {
             };
             let envelope = Envelope::event(Event::Admitted);
             let id = msg_id::run_admitted(&holder.run);
-            publish_event(
-                self.shared,
-                &self.workflow.name,
-                &execution,
-                &id,
-                &envelope,
-            )
-            .await?;
+            publish_event(self.shared, &self.workflow.name, &execution, &id, &envelope).await?;
         }
         Ok(())
     }
