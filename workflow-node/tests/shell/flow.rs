@@ -12,7 +12,7 @@ use messages::jsonrpc::Request;
 use messages::payload::wrap;
 use serde_json::{json, Value};
 use workflow_node::definition::parse_str;
-use workflow_node::shell::{run::names, Config, WorkflowNode};
+use workflow_node::shell::{run::names, Config, MetricsConfig, Otlp, WorkflowNode};
 
 use crate::support::flow::{Recorder, Seen};
 
@@ -56,7 +56,7 @@ struct Flow {
     client: async_nats::Client,
     rec: Recorder,
     _agent: agent_sdk::AgentHandle,
-    _replicas: Vec<WorkflowNode>,
+    replicas: Vec<WorkflowNode>,
 }
 
 async fn flow(yamls: &[&str]) -> Flow {
@@ -72,18 +72,22 @@ async fn flow(yamls: &[&str]) -> Flow {
             .iter()
             .map(|y| parse_str(y, "f.yaml").expect("valid"))
             .collect();
-        replicas.push(
-            WorkflowNode::start(own, wfs, Config::default())
-                .await
-                .expect("node"),
-        );
+        let config = Config {
+            metrics: MetricsConfig {
+                addr: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
+                otlp: Otlp::Off,
+                ..MetricsConfig::default()
+            },
+            ..Config::default()
+        };
+        replicas.push(WorkflowNode::start(own, wfs, config).await.expect("node"));
     }
     Flow {
         _server: server,
         client,
         rec,
         _agent: agent,
-        _replicas: replicas,
+        replicas,
     }
 }
 
@@ -137,6 +141,34 @@ impl Flow {
             panic!("the watch of {key} ended");
         });
         seen.await.expect("the gate reached the state awaited")
+    }
+
+    /// Scrapes both replicas until their `workflow_runs_queued` of `workflow` sums to `n`.
+    async fn queued_metric(&self, workflow: &str, n: f64) {
+        let addrs: Vec<_> = self
+            .replicas
+            .iter()
+            .map(|r| r.metrics_addr().expect("metrics are served"))
+            .collect();
+        let labels = [("workflow", workflow)];
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        loop {
+            let mut sum = 0.0;
+            for addr in &addrs {
+                sum += crate::support::metrics::scrape(*addr)
+                    .await
+                    .sum("workflow_runs_queued", &labels);
+            }
+            if sum == n {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "queued runs: {sum}, not {n}"
+            );
+            // Metrics are read by scraping, as a monitoring system does.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     fn seen<T>(&self, f: impl FnOnce(&Seen) -> T) -> T {
@@ -294,4 +326,77 @@ async fn bad_priorities_and_keys_are_refused_precisely_and_harm_no_other_run() {
     );
     let (s, text) = state(&good.await.expect("task"));
     assert_eq!(s, TaskState::Completed, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_run_says_so_to_its_caller_to_tasks_get_and_in_the_metrics() {
+    let f = flow(&[ONE]).await;
+    let first = f.start("One", "first", json!({"label": "hold"}), None);
+    f.gate("One.all", |g| {
+        g["holders"].as_array().is_some_and(|h| h.len() == 1)
+    })
+    .await;
+    // The waiting run's caller hears each progress part; the test reads them as they come.
+    let (tx, mut parts) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let mut message = Message::new(
+        "waits".to_owned(),
+        Role::User,
+        vec![wrap(json!({"label": "w"}))],
+    );
+    message.task_id = Some("waits".to_owned());
+    let request = Request::message_send("waits", message);
+    let client = f.client.clone();
+    let waiting_run = tokio::spawn(async move {
+        relay(
+            &client,
+            "mesh",
+            "One",
+            &request,
+            None,
+            TIMEOUT.into(),
+            |u| {
+                let data = u.status.message.iter().flat_map(|m| m.parts.iter());
+                for d in data.filter_map(|p| p.as_data()) {
+                    let _ = tx.send(Value::Object(d.clone()));
+                }
+            },
+        )
+        .await
+        .expect("a final reply")
+    });
+    let queued = tokio::time::timeout(TIMEOUT, async {
+        while let Some(part) = parts.recv().await {
+            if part["type"] == "workflow_run_queued" {
+                return part;
+            }
+        }
+        panic!("the progress ended without workflow_run_queued");
+    })
+    .await
+    .expect("the caller hears that its run is queued");
+    assert_eq!(queued["admitted"], json!(false), "{queued}");
+    let got = agent_sdk::workflow::get_run(&f.client, "mesh", "One", "waits", None)
+        .await
+        .expect("tasks/get");
+    assert_eq!(got.state, TaskState::Working);
+    assert_eq!(got.run.status, messages::workflow::RunPhase::Queued);
+    f.queued_metric("One", 1.0).await;
+
+    f.rec.release.notify_one();
+    let admitted = tokio::time::timeout(TIMEOUT, async {
+        while let Some(part) = parts.recv().await {
+            if part["type"] == "workflow_run_queued" && part["admitted"] == json!(true) {
+                return;
+            }
+        }
+        panic!("the progress ended without the admission");
+    });
+    admitted
+        .await
+        .expect("the caller hears that its run got its slot");
+    for run in [first, waiting_run] {
+        let (s, text) = state(&run.await.expect("task"));
+        assert_eq!(s, TaskState::Completed, "{text}");
+    }
+    f.queued_metric("One", 0.0).await;
 }
