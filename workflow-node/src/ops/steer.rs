@@ -81,6 +81,13 @@ fn may_control(run: &FoundRun, action: RunControl) -> Result<(), Refusal> {
     not_ended(run, Some(action.as_str()))?;
     let state = &run.record.state;
     let execution = &run.execution;
+    // Nothing of a queued run runs yet: a pause would not be kept (cancel it instead).
+    if state.status == crate::core::RunStatus::Queued {
+        return Err(Refusal::conflict(format!(
+            "run {execution} is queued for a slot: it cannot {} until it starts",
+            action.as_str()
+        )));
+    }
     let paused = state.paused.is_some();
     let stopping = state.cancel_requested || state.deadline_passed;
     let why = match action {
