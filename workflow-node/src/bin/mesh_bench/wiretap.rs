@@ -146,6 +146,8 @@ impl Drop for Wiretap {
 fn kind(subject: &str, ns: &str) -> String {
     let t: Vec<&str> = subject.split('.').collect();
     let keep = match t.as_slice() {
+        // A final reply's marker (`{workflow}.{run}.final[.{hash}]`), apart from the commits.
+        ["$KV", _, _, _, "final", ..] => return t[..2].join(".").replace(ns, "{ns}") + ".final",
         ["$KV", ..] => 2,
         ["$JS", "ACK", ..] => 3,
         ["$JS", "API", "DIRECT", "GET", ..] | ["$JS", "API", "CONSUMER", "MSG", "NEXT", ..] => 5,
@@ -183,6 +185,10 @@ mod tests {
     #[test]
     fn subjects_are_grouped_by_kind() {
         assert_eq!(kind("$KV.mbx_runs.Chain.abc", "mbx"), "$KV.{ns}_runs");
+        assert_eq!(
+            kind("$KV.mbx_runs.Chain.abc.final", "mbx"),
+            "$KV.{ns}_runs.final"
+        );
         assert_eq!(
             kind("$JS.ACK.mbx_WF_Chain.replicas.1.2.3.4.5", "mbx"),
             "$JS.ACK.{ns}_WF_Chain"

@@ -728,23 +728,20 @@ async fn answer_ended(
         };
         names::final_marker(&workflow.name, execution, &attached)
     };
+    // Built before the right to send is taken: once taken, the reply leaves at once.
+    let ending = ended_run(shared, execution, record)?;
+    let dialect = shared.config.dialect;
+    let reply = reply::final_reply(workflow, execution, caller, &ending, dialect);
     let markers = Markers::of(shared);
     let sent = match markers.claim(&marker, Claimant::Answerer, received).await? {
         Some(claim) => {
-            let ending = ended_run(shared, execution, record)?;
-            let dialect = shared.config.dialect;
-            let reply = reply::final_reply(workflow, execution, caller, &ending, dialect);
             let token = shared.seal.token_of(caller);
+            let (to, status) = (address, ending.status);
+            let token = token.as_deref();
             markers
-                .send(
-                    &marker,
-                    claim,
-                    address,
-                    reply,
-                    ending.status,
-                    token.as_deref(),
-                )
-                .await?
+                .send(&marker, claim, to, reply, status, token)
+                .await?;
+            true
         }
         None => false,
     };

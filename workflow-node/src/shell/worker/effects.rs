@@ -423,6 +423,9 @@ impl RunContext<'_> {
             return Ok(());
         };
         let marker = names::final_marker(&self.workflow.name, self.execution, caller);
+        // Built before the right to send is taken: once taken, the reply leaves at once.
+        let dialect = self.shared.config.dialect;
+        let reply = reply::final_reply(self.workflow, self.execution, caller, ending, dialect);
         let markers = Markers::of(self.shared);
         // The claim's age is judged by other replicas: by the servers' clock.
         let now = crate::shell::clock::system_now();
@@ -430,8 +433,6 @@ impl RunContext<'_> {
         let Some(claim) = claimed else {
             return Ok(()); // another replica's to send, or sent
         };
-        let dialect = self.shared.config.dialect;
-        let reply = reply::final_reply(self.workflow, self.execution, caller, ending, dialect);
         let token = self.shared.seal.token_of(caller);
         markers
             .send(

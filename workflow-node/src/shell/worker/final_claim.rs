@@ -1,32 +1,33 @@
 //! Who sends a caller its final reply: exactly one of the replicas that end the run (its
 //! outbox, run again after a crash) and those answering a request sent again for the
-//! ended run. The right to send is a KV marker per reply address, in two steps:
+//! ended run. The right to send is a KV marker per reply address, written twice:
 //!
-//! 1. **Claimed**: made by create-only write (or taken over, see below). Whoever claims
-//!    builds the reply, then
-//! 2. **commits**: a compare-and-swap of its own claim to `sending`, made just before
-//!    the reply leaves. Only a committed sender sends; a claim taken over meanwhile makes
-//!    the commit fail, and the slow claimer sends nothing.
+//! 1. **`sending`**: the claim and the commit in one write, made by create-only write (or
+//!    taken over by compare-and-swap, see below) just before the reply leaves; the reply
+//!    is built without I/O, so nothing can stall between the two. Only the writer sends.
+//! 2. **`sent:{status}`**: a compare-and-swap at that revision once the reply left.
 //!
-//! A claim not committed within [`CLAIM_GRACE`] is taken to be its claimer's death (a
-//! kill -9) and may be taken over by compare-and-swap at the revision read, so a caller
-//! that resends is answered soon. A commit not marked sent within [`SENDING_GRACE`] may be
-//! taken over by an answerer only: a publish only fills the connection's buffer, and a
-//! process killed before the buffer is written loses the reply it committed to (the
-//! `sent:{status}` mark, a JetStream write on the same connection, is answered only after
-//! the reply reached the server), but a sender cut from the store's quorum after its reply
-//! left (a partition) cannot write its mark either, and its caller has the reply: only a
-//! resend says the caller lacks it. A reply marked sent is on its way, for
-//! `Config::reply_in_flight`: only then may an answerer send it again, to a caller that
-//! evidently lost it. An answerer judges both ages at the time the resend reached its
-//! replica, not when it got to answer it: a resend held up in a replica cut from the store
-//! (its reads waiting for quorum) was sent before the reply arrived, and answering it after
-//! the heal would be a second reply. Time decides only whether a silent sender is dead or
-//! slow: a wrong guess about a claim costs a slow claimer its turn (its commit fails),
-//! never a second reply; about a commit or a sent reply, a reply held up in the network
-//! longer than the grace (a connection stalled, not reset) reaches a caller that resent
-//! meanwhile after the answer to its resend: the two are the same bytes with the same
-//! de-duplication id, and callers take the first (`docs/protocol.md`, "Resending").
+//! A commit not marked sent within [`SENDING_GRACE`] may be taken over by an answerer
+//! only: a publish only fills the connection's buffer, and a process killed before the
+//! buffer is written loses the reply it committed to (the `sent:{status}` mark, a
+//! JetStream write on the same connection, is answered only after the reply reached the
+//! server), but a sender cut from the store's quorum after its reply left (a partition)
+//! cannot write its mark either, and its caller has the reply: only a resend says the
+//! caller lacks it. A reply marked sent is on its way, for `Config::reply_in_flight`: only
+//! then may an answerer send it again, to a caller that evidently lost it. An answerer
+//! judges both ages at the time the resend reached its replica, not when it got to answer
+//! it: a resend held up in a replica cut from the store (its reads waiting for quorum) was
+//! sent before the reply arrived, and answering it after the heal would be a second reply.
+//! Time decides only whether a silent sender is dead or slow: a reply held up in the
+//! network longer than the grace (a connection stalled, not reset) reaches a caller that
+//! resent meanwhile after the answer to its resend: the two are the same bytes with the
+//! same de-duplication id, and callers take the first (`docs/protocol.md`, "Resending").
+//!
+//! Replicas of an earlier version claimed first (`claimed`, a create) and committed by a
+//! second compare-and-swap: three writes per reply where one carries the same decision. A
+//! `claimed` marker one of them left is still honoured: it is its claimer's for
+//! [`CLAIM_GRACE`], then taken over by compare-and-swap, so that claimer's commit fails
+//! and it sends nothing.
 
 use std::time::{Duration, SystemTime};
 
@@ -40,14 +41,16 @@ use crate::shell::error::{Context as _, Result};
 use crate::shell::mesh::seal::Seal;
 use crate::shell::store::runs;
 
-/// How long a claim not yet committed is its claimer's to commit.
+/// How long a `claimed` marker (left by a replica of an earlier version) is its
+/// claimer's to commit.
 const CLAIM_GRACE: Duration = Duration::from_secs(2);
 /// How long a committed reply not yet marked sent is its sender's to send.
 const SENDING_GRACE: Duration = Duration::from_secs(10);
 
-/// A marker's value while claimed, before the commit.
+/// A marker's value while claimed, before the commit (written only by replicas of an
+/// earlier version).
 const CLAIMED: &str = "claimed";
-/// A marker's value once its claimer committed to sending.
+/// A marker's value once its writer committed to sending.
 const SENDING: &str = "sending";
 
 /// Who asks for the right to send.
@@ -91,22 +94,23 @@ impl<'a> Markers<'a> {
         runs::put_in(js, bucket, marker, value.into(), Some(expected), ttl).await
     }
 
-    /// Takes the right to send the reply under `marker`, `now` being the time (for an
-    /// answerer, when the resend reached this replica): the revision to [`Markers::send`]
-    /// under, or `None` when another replica has it (or had it, and its reply counts as on
-    /// its way).
+    /// Takes the right to send the reply under `marker` and commits to sending it, `now`
+    /// being the time (for an answerer, when the resend reached this replica): the
+    /// revision to [`Markers::send`] under, or `None` when another replica has it (or had
+    /// it, and its reply counts as on its way). Once it is taken, the reply must leave at
+    /// once: build it first, or without I/O.
     pub(in crate::shell) async fn claim(
         &self,
         marker: &str,
         who: Claimant,
         now: SystemTime,
     ) -> Result<Option<u64>> {
-        if let Some(created) = self.put(marker, CLAIMED, 0).await? {
+        if let Some(created) = self.put(marker, SENDING, 0).await? {
             return Ok(Some(created));
         }
         let Some((value, at, revision)) = runs::written_at(self.bucket, marker).await? else {
             // Gone between the two reads (its retention ran out): start again.
-            return self.put(marker, CLAIMED, 0).await;
+            return self.put(marker, SENDING, 0).await;
         };
         let age = now.duration_since(at).unwrap_or_default();
         // Only a caller's resend (an answerer) is evidence that a reply committed to went
@@ -120,32 +124,23 @@ impl<'a> Markers<'a> {
         if !free {
             return Ok(None);
         }
-        self.put(marker, CLAIMED, revision).await
-    }
-
-    /// Commits to sending under the claim made at `revision`: the revision of the commit,
-    /// or `None` when the claim was taken over meanwhile (then nothing may be sent).
-    async fn commit(&self, marker: &str, revision: u64) -> Result<Option<u64>> {
         self.put(marker, SENDING, revision).await
     }
 
     /// Sends a final reply (bytes and task id, as `reply::final_reply` makes them) to `to`
-    /// under the claim made at `claim`: commits, publishes (with the seal's de-duplication
-    /// id of `{task id}.final`, for callers that de-duplicate, or, for a caller that sent a
-    /// call `token`, the id derived from it and the reply's `Mesh-Call-Mac`), and marks it
-    /// sent with `status`. `false`: the claim was taken over, and nothing was sent.
+    /// under the right [`Markers::claim`] took at revision `committed`: publishes (with the
+    /// seal's de-duplication id of `{task id}.final`, for callers that de-duplicate, or,
+    /// for a caller that sent a call `token`, the id derived from it and the reply's
+    /// `Mesh-Call-Mac`), and marks it sent with `status`.
     pub(in crate::shell) async fn send(
         &self,
         marker: &str,
-        claim: u64,
+        committed: u64,
         to: &str,
         (bytes, task_id): (Vec<u8>, String),
         status: RunStatus,
         token: Option<&str>,
-    ) -> Result<bool> {
-        let Some(committed) = self.commit(marker, claim).await? else {
-            return Ok(false);
-        };
+    ) -> Result<()> {
         // A caller's token proves the reply and names it: a de-duplication id nobody else
         // can take first in the caller's stream.
         let mut h = async_nats::HeaderMap::new();
@@ -163,7 +158,7 @@ impl<'a> Markers<'a> {
             .await
             .context(|| format!("sending the final reply {marker}"))?;
         self.mark_sent(marker, committed, status.as_str()).await;
-        Ok(true)
+        Ok(())
     }
 
     /// Marks the reply committed at `revision` as handed to the server. Until it is, the
@@ -231,15 +226,10 @@ mod tests {
         let mut inbox = b.client.subscribe("caller.inbox").await.unwrap();
         let claim = m.claim("r1", Claimant::Answerer, now).await.unwrap();
         let reply = (b"final".to_vec(), "t1".to_string());
-        let sent = m.send(
-            "r1",
-            claim.unwrap(),
-            "caller.inbox",
-            reply,
-            RunStatus::Success,
-            None,
-        );
-        assert!(sent.await.unwrap());
+        let status = RunStatus::Success;
+        m.send("r1", claim.unwrap(), "caller.inbox", reply, status, None)
+            .await
+            .unwrap();
         let got = inbox.next().await.unwrap();
         assert_eq!(got.payload.as_ref(), b"final");
         let id = got
@@ -265,24 +255,43 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_slow_claimer_whose_claim_was_taken_over_sends_nothing() {
+    async fn one_write_claims_and_commits_and_one_marks_sent() {
         let b = bench().await;
         let m = markers(&b);
         let now = SystemTime::now();
-        let slow = m
-            .claim("r2", Claimant::Finisher, now)
+        let claim = m.claim("r6", Claimant::Finisher, now).await.unwrap();
+        let claim = claim.expect("the first claim");
+        let (value, _, revision) = runs::written_at(&b.bucket, "r6").await.unwrap().unwrap();
+        assert_eq!((value.as_ref(), revision), (SENDING.as_bytes(), claim));
+        let reply = (b"final".to_vec(), "t6".to_string());
+        let status = RunStatus::Failure;
+        m.send("r6", claim, "caller.r6", reply, status, None)
             .await
-            .unwrap()
             .unwrap();
-        // Within the grace the claim is its claimer's.
-        assert_eq!(m.claim("r2", Claimant::Answerer, now).await.unwrap(), None);
-        // Past it, the claimer counts as dead and an answerer takes over...
+        let (value, _, revision) = runs::written_at(&b.bucket, "r6").await.unwrap().unwrap();
+        assert_eq!(value.as_ref(), b"sent:failure");
+        // Two writes in all (a fresh bucket: revisions are its stream's sequence).
+        assert_eq!((claim, revision), (1, 2), "a claim and a mark");
+    }
+
+    #[tokio::test]
+    async fn a_claim_an_earlier_replica_left_is_taken_over_after_the_grace_and_its_commit_fails() {
+        let b = bench().await;
+        let m = markers(&b);
+        let now = SystemTime::now();
+        // A replica of the earlier version claimed (`claimed`), to commit by a second
+        // compare-and-swap at that revision.
+        let slow = m.put("r2", CLAIMED, 0).await.unwrap().unwrap();
+        // Within the grace the claim is its claimer's, for anyone.
+        for who in [Claimant::Finisher, Claimant::Answerer] {
+            assert_eq!(m.claim("r2", who, now).await.unwrap(), None, "{who:?}");
+        }
+        // Past it, the claimer counts as dead and another takes over...
         let later = now + CLAIM_GRACE + Duration::from_secs(1);
-        let taken = m.claim("r2", Claimant::Answerer, later).await.unwrap();
-        let taken = taken.expect("a stale claim is taken over");
+        let taken = m.claim("r2", Claimant::Finisher, later).await.unwrap();
+        taken.expect("a stale claim is taken over");
         // ...so the claimer, only slow, finds its commit refused and sends nothing.
-        assert_eq!(m.commit("r2", slow).await.unwrap(), None);
-        assert!(m.commit("r2", taken).await.unwrap().is_some());
+        assert_eq!(m.put("r2", SENDING, slow).await.unwrap(), None);
     }
 
     #[tokio::test]
@@ -291,18 +300,16 @@ mod tests {
         let m = markers(&b);
         let now = SystemTime::now();
         // The sender committed, then died before its buffered reply left the process.
-        let claim = m
-            .claim("r4", Claimant::Finisher, now)
+        m.claim("r4", Claimant::Finisher, now)
             .await
             .unwrap()
             .unwrap();
-        m.commit("r4", claim).await.unwrap().unwrap();
         for who in [Claimant::Finisher, Claimant::Answerer] {
             assert_eq!(m.claim("r4", who, now).await.unwrap(), None, "{who:?}");
         }
         let later = now + SENDING_GRACE + Duration::from_secs(1);
         let again = m.claim("r4", Claimant::Answerer, later).await.unwrap();
-        assert!(m.commit("r4", again.unwrap()).await.unwrap().is_some());
+        assert!(again.is_some());
     }
 
     #[tokio::test]
@@ -312,12 +319,10 @@ mod tests {
         let now = SystemTime::now();
         // The sender committed and sent, then was cut from the store's quorum (a
         // partition) before its mark: its caller has the reply.
-        let claim = m
-            .claim("r5", Claimant::Finisher, now)
+        m.claim("r5", Claimant::Finisher, now)
             .await
             .unwrap()
             .unwrap();
-        m.commit("r5", claim).await.unwrap().unwrap();
         // The run's outbox run again by another replica, however late, has no evidence
         // that the reply went missing: it sends nothing.
         for later in [SENDING_GRACE, IN_FLIGHT, Duration::from_secs(86_400)] {
@@ -335,12 +340,11 @@ mod tests {
         let b = bench().await;
         let m = markers(&b);
         let now = SystemTime::now();
-        let claim = m
+        let committed = m
             .claim("r3", Claimant::Finisher, now)
             .await
             .unwrap()
             .unwrap();
-        let committed = m.commit("r3", claim).await.unwrap().unwrap();
         m.mark_sent("r3", committed, "success").await;
         let later = now + Duration::from_secs(86_400);
         assert_eq!(
