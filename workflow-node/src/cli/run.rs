@@ -43,7 +43,9 @@ pub struct Args {
     /// Host these workflows in this process too (handy with the embedded server).
     #[arg(long)]
     pub workflows: Vec<PathBuf>,
-    /// Serve these stub agents in this process too.
+    /// Serve the agents of this agents file in this process too: stub agents, LLM agents
+    /// (a `model:` block) and proxies of remote A2A agents (a `remote:` block), as
+    /// `mesh-agents` serves them.
     #[arg(long)]
     pub agents: Option<PathBuf>,
     /// Print the run's id once the workflow accepted the run, and return at once: the run

@@ -1,15 +1,17 @@
-//! Starting stub agents in-process (for `run --agents`, `test` and `demo`).
+//! Starting the agents of an agents file in-process (for `run --agents`, `test` and
+//! `demo`): its stub agents, its LLM agents and proxies of its remote A2A agents, as
+//! `mesh-agents` serves them.
 
 use std::path::Path;
 
 use anyhow::{anyhow, Result};
 
-/// Stub agents being served; they stop when this is dropped.
+/// The agents of an agents file being served; they stop when this is dropped.
 pub struct Stubs {
     _handles: Vec<agent_sdk::AgentHandle>,
 }
 
-/// Serves the stub agents of `path` on `client`.
+/// Serves the agents of the agents file `path` on `client`.
 pub async fn start(client: &async_nats::Client, ns: &str, path: &Path) -> Result<Stubs> {
     let file = agent_sdk::stub::load_stub_file(path)
         .map_err(|problems| anyhow!("{}", problems.join("\n")))?;

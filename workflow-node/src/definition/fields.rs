@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use workflow_expr::{duration, Condition, Template};
 
+use super::parse::is_token;
 use super::problem::Sink;
 use super::Schema;
 pub(crate) use workflow_expr::file_type_name as type_name;
@@ -475,6 +476,43 @@ pub(super) fn named_list<T>(
         out.push(entry);
     }
     out
+}
+
+/// The longest name an entry of a named list may have.
+const MAX_NAME: usize = 64;
+
+/// Opens an item of a named list (see [`named_list`]) as a mapping and reads its `name`:
+/// a token of at most 64 characters. An item that is not a mapping is one problem (it was
+/// `expected` to hold, say, "'name' and 'subject' or 'stream'") and `None`; a name that is
+/// missing or not a `what` name ("trigger") is reported, and comes back as `None` with the
+/// fields, so that the item's other problems are reported too.
+pub(super) fn named_item<'a>(
+    item: &'a Value,
+    prefix: &str,
+    sink: &mut Sink,
+    (what, expected): (&str, &str),
+) -> Option<(Fields<'a>, Option<String>)> {
+    let Some(obj) = item.as_object() else {
+        let field = prefix.trim_end_matches('.');
+        let found = type_name(item);
+        sink.push(
+            None,
+            field,
+            format!("expected a mapping with {expected}, found {found}"),
+        );
+        return None;
+    };
+    let mut f = Fields::new(obj, None, prefix);
+    let name = f.req_string(sink, "name", &[]);
+    let valid = |n: &String| is_token(n) && n.len() <= MAX_NAME;
+    if let Some(n) = name.as_ref().filter(|n| !valid(n)) {
+        f.problem(
+            sink,
+            "name",
+            format!("'{n}' is not a {what} name: up to {MAX_NAME} letters, digits, '_' and '-'"),
+        );
+    }
+    Some((f, name.filter(valid)))
 }
 
 #[cfg(test)]

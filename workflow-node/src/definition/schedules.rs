@@ -12,8 +12,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use serde_json::{Map, Value};
 use workflow_expr::Template;
 
-use super::fields::{type_name, Fields};
-use super::parse::is_token;
+use super::fields::{named_item, Fields};
 use super::problem::Sink;
 
 /// The most schedules one workflow declares.
@@ -244,25 +243,8 @@ pub fn parse_schedule(value: &Value) -> Result<Schedule, Vec<super::Problem>> {
 /// Reads one schedule (from a file's list, or as `schedules add` sends it); `prefix` starts
 /// the field names of its problems.
 fn parse_one(item: &Value, prefix: &str, sink: &mut Sink) -> Option<Schedule> {
-    let Some(obj) = item.as_object() else {
-        let found = type_name(item);
-        let field = prefix.trim_end_matches('.');
-        sink.push(
-            None,
-            field,
-            format!("expected a mapping with 'name' and 'cron' or 'every', found {found}"),
-        );
-        return None;
-    };
-    let mut f = Fields::new(obj, None, prefix);
-    let name = f.req_string(sink, "name", &[]);
-    if let Some(n) = name.as_deref().filter(|n| !is_token(n) || n.len() > 64) {
-        f.problem(
-            sink,
-            "name",
-            format!("'{n}' is not a schedule name: up to 64 letters, digits, '_' and '-'"),
-        );
-    }
+    let expected = "'name' and 'cron' or 'every'";
+    let (mut f, name) = named_item(item, prefix, sink, ("schedule", expected))?;
     let when = parse_when(&mut f, sink);
     let input = f.template(sink, "input");
     if let Some(t) = &input {
@@ -286,9 +268,6 @@ fn parse_one(item: &Value, prefix: &str, sink: &mut Sink) -> Option<Schedule> {
     let paused = f.bool(sink, "paused");
     f.finish(sink, "a schedule", &[]);
     let (name, when, overlap) = (name?, when?, overlap?);
-    if !is_token(&name) || name.len() > 64 {
-        return None;
-    }
     Some(Schedule {
         name,
         when,

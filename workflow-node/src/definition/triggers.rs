@@ -11,7 +11,7 @@
 use serde_json::{Map, Value};
 use workflow_expr::{Condition, Template};
 
-use super::fields::{type_name, Fields};
+use super::fields::{named_item, Fields};
 use super::parse::is_token;
 use super::problem::Sink;
 use super::webhooks::{parse_webhook, Webhook};
@@ -114,25 +114,8 @@ pub(super) fn parse_triggers(w: &mut Fields<'_>, sink: &mut Sink) -> Vec<Trigger
 }
 
 fn parse_one(item: &Value, prefix: &str, sink: &mut Sink) -> Option<Trigger> {
-    let Some(obj) = item.as_object() else {
-        let field = prefix.trim_end_matches('.');
-        let found = type_name(item);
-        sink.push(
-            None,
-            field,
-            format!("expected a mapping with 'name' and 'subject' or 'stream', found {found}"),
-        );
-        return None;
-    };
-    let mut f = Fields::new(obj, None, prefix);
-    let name = f.req_string(sink, "name", &[]);
-    if let Some(n) = name.as_deref().filter(|n| !is_token(n) || n.len() > 64) {
-        f.problem(
-            sink,
-            "name",
-            format!("'{n}' is not a trigger name: up to 64 letters, digits, '_' and '-'"),
-        );
-    }
+    let expected = "'name' and 'subject' or 'stream'";
+    let (mut f, name) = named_item(item, prefix, sink, ("trigger", expected))?;
     let stream = f.string(sink, "stream", &[]);
     if let Some(s) = stream.as_deref().filter(|s| !is_token(s)) {
         f.problem(sink, "stream", format!("'{s}' is not a stream name"));
@@ -206,7 +189,7 @@ fn parse_one(item: &Value, prefix: &str, sink: &mut Sink) -> Option<Trigger> {
     }
     let max_deliveries = max_deliveries.unwrap_or(DEFAULT_MAX_DELIVERIES);
     f.finish(sink, "a trigger", &[]);
-    let name = name.filter(|n| is_token(n) && n.len() <= 64)?;
+    let name = name?;
     if is_hook && webhook.is_none() {
         return None;
     }

@@ -8,15 +8,16 @@
 //! id is the payment's), none parked.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::pin::pin;
 use std::time::Duration;
 
 use futures::StreamExt;
 use workflow_node::core::NodeStatus;
-use workflow_node::shell::{run::names, RunRecord};
 
-use crate::support;
-use crate::support::crash::replicas::{write_file, Fleet, Logs, Spawner};
-use crate::support::crash::stubs;
+use crate::support::crash::rig::{
+    assert_none_parked, ended, one_success_each, watch_runs, Killer, Rig, RunsBy,
+};
+use crate::support::crash::STUBS;
 
 const PAY: &str = r#"
 name: Pay
@@ -36,40 +37,21 @@ const ORDERS_SENT: usize = 80;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_run_takes_its_signal_once_while_replicas_are_killed() {
-    let _machine = support::process::alone().await;
-    let server = test_harness::nats();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let client = async_nats::connect(server.url()).await.expect("connect");
-    let _stubs = stubs(&client, dir.path()).await;
-    let logs = Logs::default();
-    let spawner = Spawner {
-        workflow_file: write_file(dir.path(), "pay.yaml", PAY),
-        ack_wait: 1.0,
-        stream_replicas: 1,
-        logs: logs.clone(),
-    };
-    let fleet = Fleet::start(spawner, vec![server.url()], 2).await;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let killer = tokio::spawn(fleet.clone().run_killer(
-        (Duration::from_millis(300), Duration::from_millis(700)),
-        stop_rx,
-    ));
-    let js = async_nats::jetstream::new(client.clone());
-    let runs = js.get_key_value(names::runs_bucket("mesh")).await.unwrap();
-    let mut watch = runs.watch_with_history("Pay.*").await.expect("watch");
+    let rig = Rig::start(STUBS, "pay.yaml", PAY).await;
+    let fleet = rig.fleet(2).await;
+    let killer = Killer::start(&fleet);
+    let js = async_nats::jetstream::new(rig.client.clone());
+    let mut watch = pin!(watch_runs(&rig.client, "Pay").await);
     for i in 0..ORDERS_SENT {
         let body = format!(r#"{{"id": "o-{i}"}}"#);
         let ack = js.publish(format!("orders.o{i}"), body.into()).await;
         ack.expect("published").await.expect("stored");
     }
     // Order id → its runs by execution id; the orders paid.
-    let mut orders: BTreeMap<String, BTreeMap<String, RunRecord>> = BTreeMap::new();
+    let mut orders: RunsBy<String> = BTreeMap::new();
     let mut paid: BTreeSet<String> = BTreeSet::new();
     let watching = async {
-        while let Some(Ok(entry)) = watch.next().await {
-            let Ok(record) = serde_json::from_slice::<RunRecord>(&entry.value) else {
-                continue;
-            };
+        while let Some((execution, record)) = watch.next().await {
             let Some(id) = record.state.input["order"].as_str().map(str::to_owned) else {
                 continue;
             };
@@ -84,21 +66,14 @@ async fn each_run_takes_its_signal_once_while_replicas_are_killed() {
                     ack.expect("published").await.expect("stored");
                 }
             }
-            let execution = entry.key.trim_start_matches("Pay.").to_string();
             orders.entry(id).or_default().insert(execution, record);
-            let ended = orders
-                .values()
-                .flat_map(|runs| runs.values())
-                .filter(|r| r.state.status.is_terminal())
-                .count();
-            if ended >= ORDERS_SENT {
+            if ended(&orders) >= ORDERS_SENT {
                 break;
             }
         }
     };
     let watched = tokio::time::timeout(Duration::from_secs(300), watching).await;
-    let _ = stop_tx.send(true);
-    let _ = killer.await;
+    killer.stop().await;
     fleet.kill_all();
     let report = || {
         format!(
@@ -106,33 +81,20 @@ async fn each_run_takes_its_signal_once_while_replicas_are_killed() {
             fleet.kill_count(),
             orders.len(),
             paid.len(),
-            logs.tail()
+            rig.logs.tail()
         )
     };
     assert!(watched.is_ok(), "not every run ended: {}", report());
     assert_eq!(orders.len(), ORDERS_SENT, "{}", report());
-    for (id, runs) in &orders {
-        assert_eq!(
-            runs.len(),
-            1,
-            "order {id} has {} runs: {}",
-            runs.len(),
-            report()
-        );
+    for (id, _, record) in one_success_each(&orders, "order", report) {
         let n: u64 = id.trim_start_matches("o-").parse().unwrap();
-        for record in runs.values() {
-            let state = &record.state;
-            assert_eq!(state.status.as_str(), "success", "order {id}: {state:?}");
-            let output = state.output.clone().unwrap_or_default();
-            assert_eq!(output["amount"], n, "order {id}: {output}");
-            assert_eq!(output["signal"], format!("p-{n}"), "order {id}: {output}");
-            assert!(state.signals.kept.is_empty(), "order {id}: {state:?}");
-        }
+        let state = &record.state;
+        let output = state.output.clone().unwrap_or_default();
+        assert_eq!(output["amount"], n, "order {id}: {output}");
+        assert_eq!(output["signal"], format!("p-{n}"), "order {id}: {output}");
+        assert!(state.signals.kept.is_empty(), "order {id}: {state:?}");
     }
-    let dead = workflow_node::ops::triggers::list(&client, "mesh", None)
-        .await
-        .unwrap();
-    assert!(dead.is_empty(), "parked: {dead:?}");
+    assert_none_parked(&rig.client).await;
     eprintln!(
         "{ORDERS_SENT} runs, each paid once, through {} kills",
         fleet.kill_count()

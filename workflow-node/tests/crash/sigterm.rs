@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use crate::support;
 use crate::support::crash::load::{drive, Plan};
-use crate::support::crash::replicas::{write_file, Logs, Spawner};
+use crate::support::crash::rig::Rig;
 use crate::support::crash::{
-    assert_clean, check_records, check_replies, report, stubs, NAME, RUN_DEADLINE, WORKFLOW,
+    assert_clean, check_records, check_replies, report, NAME, RUN_DEADLINE, STUBS, WORKFLOW,
 };
 
 const RUNS: usize = 60;
@@ -19,19 +19,8 @@ const DRAIN_BOUND: Duration = Duration::from_secs(20);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terminated_replica_drains_and_exits_zero_while_runs_complete_elsewhere() {
-    let _machine = support::process::alone().await;
-    let server = test_harness::nats();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let client = async_nats::connect(server.url()).await.expect("connect");
-    let _stubs = stubs(&client, dir.path()).await;
-    let logs = Logs::default();
-    let spawner = Spawner {
-        workflow_file: write_file(dir.path(), "crash.yaml", WORKFLOW),
-        ack_wait: 1.0,
-        stream_replicas: 1,
-        logs: logs.clone(),
-    };
-    let mut replicas: Vec<_> = (0..3).map(|i| spawner.spawn(i, &server.url())).collect();
+    let rig = Rig::start(STUBS, "crash.yaml", WORKFLOW).await;
+    let mut replicas: Vec<_> = (0..3).map(|i| rig.spawner.spawn(i, &rig.url())).collect();
     for r in &mut replicas {
         r.wait_ready(Duration::from_secs(30)).await;
     }
@@ -58,12 +47,12 @@ async fn a_terminated_replica_drains_and_exits_zero_while_runs_complete_elsewher
         quiet: Duration::from_secs(2),
         resend_after: Duration::from_secs(3),
     };
-    let outcome = drive(&client, &plan, completed).await;
+    let outcome = drive(&rig.client, &plan, completed).await;
     report("SIGTERM to one of 3 replicas", &outcome, 0);
     let exit = drain.await.expect("drain task");
 
     let mut problems = check_replies(&outcome, RUNS);
-    problems.extend(check_records(&client, RUNS).await);
+    problems.extend(check_records(&rig.client, RUNS).await);
     match exit {
         Some((status, took)) => {
             eprintln!("the terminated replica exited with {status} after {took:?}");
@@ -76,5 +65,5 @@ async fn a_terminated_replica_drains_and_exits_zero_while_runs_complete_elsewher
         )),
     }
     drop(replicas);
-    assert_clean(&problems, &logs);
+    assert_clean(&problems, &rig.logs);
 }

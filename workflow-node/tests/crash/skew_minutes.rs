@@ -10,31 +10,8 @@
 
 use std::time::{Duration, Instant};
 
-use agent_sdk::workflow::invoke;
-use futures::StreamExt;
-use serde_json::json;
-
-use crate::support;
-use crate::support::crash::replicas::{write_file, Logs, Spawner};
-
-/// libfaketime as Debian installs it.
-const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
-
-const STUBS: &str = r#"
-agents:
-  - name: Echo
-    rules: [{output: {i: "{{input.i}}"}}]
-"#;
-
-const WORKFLOW: &str = r#"
-name: Delayed
-workflow:
-  description: two iterations 30 s apart
-  nodes:
-    - {id: l, type: loop, node: step, condition: "{{_loop_iteration}} < 1", max_iterations: 3, delay: 30s}
-    - {id: step, type: agent, agent_name: Echo, input: {i: "{{_loop_iteration}}"}}
-  output_mapping: {last: "{{step.output.i}}"}
-"#;
+use crate::support::crash::clock::{delayed, skewed, Wakes, ECHO_STUBS};
+use crate::support::crash::rig::Rig;
 
 /// The loop's delay.
 const DELAY: Duration = Duration::from_secs(30);
@@ -44,78 +21,27 @@ const SLACK: Duration = Duration::from_secs(1);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_five_minutes_ahead_fires_no_timer_early() {
-    delay_fired_by(&[("FAKETIME", "+5m")]).await;
+    delay_fired_by("+5m").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_five_minutes_behind_fires_its_timers_on_time() {
-    delay_fired_by(&[("FAKETIME", "-5m")]).await;
+    delay_fired_by("-5m").await;
 }
 
 /// Runs the delayed workflow: armed by a replica with the right clock, fired by one with
 /// the clock `faketime` gives.
-async fn delay_fired_by(faketime: &[(&str, &str)]) {
-    assert!(
-        std::path::Path::new(LIBFAKETIME).exists(),
-        "{LIBFAKETIME} is missing: apt-get install faketime"
-    );
-    let _machine = support::process::alone().await;
-    let server = test_harness::nats();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let client = async_nats::connect(server.url()).await.expect("connect");
-    let stub_file = agent_sdk::stub::load_stub_file(write_file(dir.path(), "stubs.yaml", STUBS))
-        .expect("stub file");
-    let _stubs = agent_sdk::stub::serve_stubs(client.clone(), "mesh", stub_file)
-        .await
-        .expect("stubs");
-    let logs = Logs::default();
-    let spawner = Spawner {
-        workflow_file: write_file(dir.path(), "delayed.yaml", WORKFLOW),
-        ack_wait: 1.0,
-        stream_replicas: 1,
-        logs: logs.clone(),
-    };
-    let mut right = spawner.spawn(1, &server.url());
+async fn delay_fired_by(faketime: &'static str) {
+    let env = skewed(faketime);
+    let rig = Rig::start(ECHO_STUBS, "delayed.yaml", &delayed(DELAY)).await;
+    let mut right = rig.spawner.spawn(1, &rig.url());
     right.wait_ready(Duration::from_secs(30)).await;
 
-    let js = async_nats::jetstream::new(client.clone());
-    let wakes = js
-        .get_key_value(workflow_node::shell::run::names::wakes_bucket("mesh"))
-        .await
-        .expect("wakes bucket");
-    let mut watch = wakes.watch_all().await.expect("watch");
+    let mut wakes = Wakes::watch(&rig.client).await;
     let started = Instant::now();
-    let caller = client.clone();
-    let run = tokio::spawn(async move {
-        invoke(
-            &caller,
-            "mesh",
-            "Delayed",
-            &json!({}),
-            DELAY + Duration::from_secs(60),
-            |_| {},
-        )
-        .await
-    });
-    let armed = tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(Ok(entry)) = watch.next().await {
-            if String::from_utf8_lossy(&entry.value).contains("loop_delay") {
-                return true;
-            }
-        }
-        false
-    })
-    .await;
-    assert!(
-        matches!(armed, Ok(true)),
-        "the delay's wake was never armed"
-    );
-    let mut env = vec![
-        ("LD_PRELOAD", LIBFAKETIME),
-        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
-    ];
-    env.extend_from_slice(faketime);
-    let mut skewed = spawner.spawn_env(2, &server.url(), &env);
+    let run = rig.invoke("Delayed", DELAY + Duration::from_secs(60));
+    wakes.loop_delay_armed().await;
+    let mut skewed = rig.spawner.spawn_env(2, &rig.url(), &env);
     skewed.wait_ready(Duration::from_secs(30)).await;
     right.kill();
 
@@ -125,10 +51,10 @@ async fn delay_fired_by(faketime: &[(&str, &str)]) {
         panic!(
             "no result within {:?} ({e}): the delay never fired; logs:\n{}",
             DELAY + Duration::from_secs(60),
-            logs.tail()
+            rig.logs.tail()
         )
     });
-    assert_eq!(result.status, "success", "logs:\n{}", logs.tail());
+    assert_eq!(result.status, "success", "logs:\n{}", rig.logs.tail());
     assert!(
         took + SLACK >= DELAY,
         "the run took {took:?}: its {DELAY:?} delay fired early"

@@ -19,9 +19,9 @@ use std::time::Duration;
 use agent_sdk::workflow::invoke;
 use serde_json::json;
 
-use crate::support;
 use crate::support::crash::assert_clean;
-use crate::support::crash::replicas::{write_file, Logs, Spawner};
+use crate::support::crash::replicas::Logs;
+use crate::support::crash::rig::Rig;
 
 const STUBS: &str = r#"
 agents:
@@ -129,31 +129,18 @@ fn refused_ten_times(logs: &Logs) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_in_flight_when_the_store_fills_wait_and_end_right_once_space_is_made() {
-    let _machine = support::process::alone().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let server = test_harness::nats_with(test_harness::Options {
+    let options = test_harness::Options {
         max_file_store: Some(64 << 20),
         ..test_harness::Options::default()
-    });
-    let client = async_nats::connect(server.url()).await.expect("connect");
-    let stub_file = agent_sdk::stub::load_stub_file(write_file(dir.path(), "stubs.yaml", STUBS))
-        .expect("stub file");
-    let _stubs = agent_sdk::stub::serve_stubs(client.clone(), "mesh", stub_file)
-        .await
-        .expect("stubs");
-    let logs = Logs::default();
-    let spawner = Spawner {
-        workflow_file: write_file(dir.path(), "filler.yaml", WORKFLOW),
-        ack_wait: 1.0,
-        stream_replicas: 1,
-        logs: logs.clone(),
     };
+    let rig = Rig::start_with(options, STUBS, "filler.yaml", WORKFLOW).await;
+    let (client, logs) = (&rig.client, &rig.logs);
     let mut limits = vec!["--store-limit".to_string(), format!("runs={SMALL}")];
     for other in others() {
         limits.extend(["--store-limit".to_string(), other]);
     }
     let limits: Vec<&str> = limits.iter().map(String::as_str).collect();
-    let mut replica = spawner.spawn_with(1, &server.url(), &limits);
+    let mut replica = rig.spawner.spawn_with(1, &rig.url(), &limits);
     replica.wait_ready(Duration::from_secs(30)).await;
 
     let full = Arc::new(AtomicBool::new(false));
@@ -167,7 +154,7 @@ async fn runs_in_flight_when_the_store_fills_wait_and_end_right_once_space_is_ma
     let waited = tokio::time::timeout(Duration::from_secs(150), async {
         loop {
             ticks.tick().await;
-            if refused_ten_times(&logs) {
+            if refused_ten_times(logs) {
                 return;
             }
         }
@@ -202,5 +189,5 @@ async fn runs_in_flight_when_the_store_fills_wait_and_end_right_once_space_is_ma
         problems.extend(seen.problems);
     }
     eprintln!("full store: {right} runs ended right, {refused} starts refused");
-    assert_clean(&problems, &logs);
+    assert_clean(&problems, logs);
 }

@@ -5,13 +5,10 @@
 
 use std::time::Duration;
 
-use agent_sdk::workflow::invoke;
 use futures::StreamExt;
 use messages::subjects;
-use serde_json::json;
 
-use crate::support;
-use crate::support::crash::replicas::{write_file, Logs, Spawner};
+use crate::support::crash::rig::Rig;
 
 const STUBS: &str = r#"
 agents:
@@ -31,59 +28,34 @@ workflow:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_in_flight_still_times_out_after_its_replica_is_killed() {
-    let _machine = support::process::alone().await;
-    let server = test_harness::nats();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let client = async_nats::connect(server.url()).await.expect("connect");
-    let stub_file = agent_sdk::stub::load_stub_file(write_file(dir.path(), "stubs.yaml", STUBS))
-        .expect("stub file");
-    let _stubs = agent_sdk::stub::serve_stubs(client.clone(), "mesh", stub_file)
-        .await
-        .expect("stubs");
-    let logs = Logs::default();
-    let spawner = Spawner {
-        workflow_file: write_file(dir.path(), "timed.yaml", WORKFLOW),
-        ack_wait: 1.0,
-        stream_replicas: 1,
-        logs: logs.clone(),
-    };
-    let mut first = spawner.spawn(1, &server.url());
+    let rig = Rig::start(STUBS, "timed.yaml", WORKFLOW).await;
+    let mut first = rig.spawner.spawn(1, &rig.url());
     first.wait_ready(Duration::from_secs(30)).await;
 
     // The agent's requests, seen by the test too: the call is in flight once one comes.
-    let mut calls = client
+    let mut calls = rig
+        .client
         .subscribe(subjects::agent_request("mesh", "Silent"))
         .await
         .expect("subscribe");
-    client.flush().await.expect("flush");
-    let caller = client.clone();
-    let run = tokio::spawn(async move {
-        invoke(
-            &caller,
-            "mesh",
-            "Timed",
-            &json!({}),
-            Duration::from_secs(60),
-            |_| {},
-        )
-        .await
-    });
+    rig.client.flush().await.expect("flush");
+    let run = rig.invoke("Timed", Duration::from_secs(60));
     let call = tokio::time::timeout(Duration::from_secs(30), calls.next()).await;
     assert!(
         matches!(call, Ok(Some(_))),
         "the call never went out; logs:\n{}",
-        logs.tail()
+        rig.logs.tail()
     );
     first.kill();
 
-    let mut second = spawner.spawn(2, &server.url());
+    let mut second = rig.spawner.spawn(2, &rig.url());
     second.wait_ready(Duration::from_secs(30)).await;
     let result = tokio::time::timeout(Duration::from_secs(60), run)
         .await
         .expect("the run ended within a minute")
         .expect("the caller's task")
         .expect("a result");
-    assert_eq!(result.status, "failure", "logs:\n{}", logs.tail());
+    assert_eq!(result.status, "failure", "logs:\n{}", rig.logs.tail());
     let error = result.error.unwrap_or_default();
     assert!(error.contains("timed out"), "{error}");
 }

@@ -81,6 +81,94 @@ fn script(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// A nats-server with the Talker agent and a workflow node serving Greet and Gate.
+struct Greeting {
+    client: async_nats::Client,
+    operator: Signer,
+    _node: WorkflowNode,
+    _talker: (agent_sdk::AgentHandle, tokio::task::JoinHandle<()>),
+    _server: test_harness::NatsServer,
+}
+
+impl Greeting {
+    async fn start() -> Greeting {
+        let server = test_harness::nats();
+        let operator = Signer::generate();
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let talker = talker(&client).await;
+        let node = node(&client, &[GREET, GATE], &operator).await;
+        Greeting {
+            client,
+            operator,
+            _node: node,
+            _talker: talker,
+            _server: server,
+        }
+    }
+}
+
+/// A workflow node on `client` serving `workflows` (YAML), with `operator` among its
+/// operators.
+pub(crate) async fn node(
+    client: &async_nats::Client,
+    workflows: &[&str],
+    operator: &Signer,
+) -> WorkflowNode {
+    let mut config = Config::default();
+    config.operators.push(operator.public_key().to_string());
+    let workflows = workflows
+        .iter()
+        .map(|y| workflow_node::definition::parse_str(y, "t.yaml").unwrap())
+        .collect();
+    WorkflowNode::start(client.clone(), workflows, config)
+        .await
+        .unwrap()
+}
+
+/// The web door on a port of its own, on `client`, signing as `operator`, letting in
+/// the tokens of `tokens`.
+pub(crate) async fn door(
+    client: &async_nats::Client,
+    operator: &Signer,
+    tokens: &AccessArgs,
+) -> Web {
+    let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let access = Access::new(tokens).unwrap();
+    Web::start(client.clone(), "mesh", Some(operator.clone()), access, addr)
+        .await
+        .unwrap()
+}
+
+/// Runs the client script `name` of this folder with `python` and `args` (four minutes at
+/// most) and checks that it succeeded and printed `ok <check>` for every one of `checks`
+/// (the script asserts; this says it ran every check). `what` names it in a failure.
+pub(crate) async fn script_passes(
+    python: impl AsRef<std::ffi::OsStr>,
+    name: &str,
+    args: &[String],
+    what: &str,
+    checks: &[&str],
+) {
+    let out = tokio::process::Command::new(python)
+        .arg(script(name))
+        .args(args)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(240), out)
+        .await
+        .unwrap_or_else(|_| panic!("{what} finished in time"))
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{what} failed:\n{stdout}\n{stderr}");
+    for check in checks {
+        assert!(
+            stdout.lines().any(|l| l == format!("ok {check}")),
+            "check {check:?} did not pass:\n{stdout}\n{stderr}"
+        );
+    }
+}
+
 /// The interpreter of a venv of its own under `target/` with the official SDK's last 0.3
 /// release (`doors/a2a-0.3-requirements.txt`): it cannot share the project's `.venv`.
 /// Made once, then reused.
@@ -119,58 +207,33 @@ fn python_v03() -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_a2a_client_drives_workflows_over_http() {
-    let server = test_harness::nats();
-    let operator = Signer::generate();
-    let mut config = Config::default();
-    config.operators.push(operator.public_key().to_string());
-    let client = async_nats::connect(server.url()).await.unwrap();
-    let _talker = talker(&client).await;
-    let workflows = [GREET, GATE]
-        .iter()
-        .map(|y| workflow_node::definition::parse_str(y, "t.yaml").unwrap())
-        .collect();
-    let _node = WorkflowNode::start(client.clone(), workflows, config)
-        .await
-        .unwrap();
+    let mesh = Greeting::start().await;
+    let (client, operator) = (&mesh.client, &mesh.operator);
     let tokens = AccessArgs {
         read_tokens: vec!["reader-secret".into()],
         operator_tokens: vec!["operator-secret".into()],
         push_allow_private: true,
         ..AccessArgs::default()
     };
-    let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
     // Two replicas of the door: a stream is rejoined at the other one, and both send
     // push notifications.
-    let mut webs = Vec::new();
-    for _ in 0..2 {
-        let access = Access::new(&tokens).unwrap();
-        let web = Web::start(client.clone(), "mesh", Some(operator.clone()), access, addr);
-        webs.push(web.await.unwrap());
-    }
+    let webs = [
+        door(client, operator, &tokens).await,
+        door(client, operator, &tokens).await,
+    ];
     for (web, name) in webs
         .iter()
         .flat_map(|w| ["Greet", "Gate", "Talker"].map(|n| (w, n)))
     {
         card_seen(web.addr(), name).await;
     }
-    let out = tokio::process::Command::new(test_harness::python())
-        .arg(script("a2a_client.py"))
-        .arg(format!("http://{}", webs[0].addr()))
-        .args(["reader-secret", "operator-secret"])
-        .arg(format!("http://{}", webs[1].addr()))
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(std::time::Duration::from_secs(240), out)
-        .await
-        .expect("the A2A client script finished in time")
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "the A2A client script failed:\n{stdout}\n{stderr}"
-    );
-    for check in [
+    let args = [
+        format!("http://{}", webs[0].addr()),
+        "reader-secret".into(),
+        "operator-secret".into(),
+        format!("http://{}", webs[1].addr()),
+    ];
+    let checks = [
         "card",
         "send",
         "stream",
@@ -183,12 +246,16 @@ async fn the_official_a2a_client_drives_workflows_over_http() {
         "v0.3 send",
         "v0.3 stream",
         "hostile",
-    ] {
-        assert!(
-            stdout.lines().any(|l| l == format!("ok {check}")),
-            "check {check:?} did not pass:\n{stdout}\n{stderr}"
-        );
-    }
+    ];
+    let what = "the A2A client script";
+    script_passes(
+        test_harness::python(),
+        "a2a_client.py",
+        &args,
+        what,
+        &checks,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -237,59 +304,26 @@ async fn push_notifications_go_to_public_addresses_only_unless_allowed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_0_3_client_drives_workflows_over_http() {
     let python = tokio::task::spawn_blocking(python_v03).await.unwrap();
-    let server = test_harness::nats();
-    let operator = Signer::generate();
-    let mut config = Config::default();
-    config.operators.push(operator.public_key().to_string());
-    let client = async_nats::connect(server.url()).await.unwrap();
-    let _talker = talker(&client).await;
-    let workflows = [GREET, GATE]
-        .iter()
-        .map(|y| workflow_node::definition::parse_str(y, "t.yaml").unwrap())
-        .collect();
-    let _node = WorkflowNode::start(client.clone(), workflows, config)
-        .await
-        .unwrap();
+    let mesh = Greeting::start().await;
+    let (client, operator) = (&mesh.client, &mesh.operator);
     let tokens = AccessArgs {
         operator_tokens: vec!["operator-secret".into()],
         push_allow_private: true,
         ..AccessArgs::default()
     };
-    let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let access = Access::new(&tokens).unwrap();
-    let web = Web::start(client.clone(), "mesh", Some(operator), access, addr)
-        .await
-        .unwrap();
+    let web = door(client, operator, &tokens).await;
     for name in ["Greet", "Gate"] {
         card_seen(web.addr(), name).await;
     }
-    let out = tokio::process::Command::new(python)
-        .arg(script("a2a_client_v03.py"))
-        .arg(format!("http://{}", web.addr()))
-        .arg("operator-secret")
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(std::time::Duration::from_secs(240), out)
-        .await
-        .expect("the 0.3 client script finished in time")
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "the 0.3 client script failed:\n{stdout}\n{stderr}"
-    );
-    for check in [
-        "card",
-        "send",
-        "get",
-        "stream",
-        "push",
-        "resubscribe and cancel",
-    ] {
-        assert!(
-            stdout.lines().any(|l| l == format!("ok v0.3 {check}")),
-            "check {check:?} did not pass:\n{stdout}\n{stderr}"
-        );
-    }
+    let args = [format!("http://{}", web.addr()), "operator-secret".into()];
+    let checks = [
+        "v0.3 card",
+        "v0.3 send",
+        "v0.3 get",
+        "v0.3 stream",
+        "v0.3 push",
+        "v0.3 resubscribe and cancel",
+    ];
+    let what = "the 0.3 client script";
+    script_passes(python, "a2a_client_v03.py", &args, what, &checks).await;
 }

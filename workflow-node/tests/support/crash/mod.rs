@@ -1,10 +1,14 @@
 //! Shared by the crash tests (the `crash` binary): the workflow they run, the stub agents, the
-//! replica processes and their killer (`replicas`), the caller and approver (`load`), and
-//! the checks every crash test makes on what came back and on what is left in KV.
+//! replica processes and their killer (`replicas`), the caller and approver (`load`), the
+//! set-up of a test on one server (`rig`), the timer tests' workflow and skewed clocks
+//! (`clock`), and the checks every crash test makes on what came back and on what is left
+//! in KV.
 
+pub(crate) mod clock;
 pub(crate) mod invariants;
 pub(crate) mod load;
 pub(crate) mod replicas;
+pub(crate) mod rig;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -122,11 +126,7 @@ pub(crate) async fn stubs(
     client: &async_nats::Client,
     dir: &std::path::Path,
 ) -> Vec<agent_sdk::AgentHandle> {
-    let path = replicas::write_file(dir, "stubs.yaml", STUBS);
-    let file = agent_sdk::stub::load_stub_file(&path).expect("stub file");
-    agent_sdk::stub::serve_stubs(client.clone(), "mesh", file)
-        .await
-        .expect("stubs")
+    rig::serve_stubs(client, dir, STUBS).await
 }
 
 /// Checks every run replied exactly once, completed, with the expected output; returns a
