@@ -324,6 +324,8 @@ impl<'w> Sim<'w> {
             Command::CancelTimer { timer } => {
                 self.timers.remove(timer);
             }
+            // The shell's gate; the simulator has none.
+            Command::ReleaseSlot { .. } => {}
             Command::StartTimer { timer, at } => {
                 let slot = self.push(*at, Due::Timer(timer.clone()));
                 self.timers.insert(timer.clone(), slot);

@@ -20,6 +20,7 @@ mod pause;
 mod policy;
 mod problem;
 mod refs;
+mod agent_limits;
 mod schedules;
 mod triggers;
 mod wait;
@@ -31,6 +32,7 @@ pub use problem::{Problem, SyntaxError};
 pub use schedules::{
     parse_schedule, slot_time, Due, Overlap, Schedule, When, DEFAULT_CATCHUP_WINDOW, MAX_SCHEDULES,
 };
+pub use agent_limits::{AgentLimits, Rate, MAX_AGENT_SLOTS, MAX_LIMITED_AGENTS};
 pub use triggers::{RouteSignal, Trigger, DEFAULT_MAX_DELIVERIES, MAX_TRIGGERS};
 pub use wait::{valid_signal_name, WaitNode, MAX_SIGNAL_NAME};
 pub use webhooks::{HookSecret, Scheme, SecretSource, Unverified, Webhook, DEFAULT_TOLERANCE};

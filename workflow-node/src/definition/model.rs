@@ -65,6 +65,9 @@ pub struct Workflow {
     pub schedules: Vec<super::Schedule>,
     /// `workflow.triggers`: the runs it starts from messages (see [`super::Trigger`]).
     pub triggers: Vec<super::Trigger>,
+    /// `workflow.agents`: limits on the calls to each agent named, mesh-wide (see
+    /// [`super::AgentLimits`]).
+    pub agent_limits: std::collections::BTreeMap<String, super::AgentLimits>,
     /// The `workflow` block exactly as written (snake_case or camelCase), for the agent
     /// card's `workflow_config`.
     pub source: Value,

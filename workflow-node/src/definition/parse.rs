@@ -149,6 +149,7 @@ fn parse_block(block: &Value, top: TopLevel, sink: &mut Sink) -> Option<Draft> {
     let pause = super::pause::parse_pause(&mut w, sink);
     let schedules = super::schedules::parse_schedules(&mut w, sink);
     let triggers = super::triggers::parse_triggers(&mut w, sink);
+    let agent_limits = super::agent_limits::parse_agent_limits(&mut w, sink);
     w.finish(sink, "the workflow block", &[]);
 
     let workflow = Workflow {
@@ -173,6 +174,7 @@ fn parse_block(block: &Value, top: TopLevel, sink: &mut Sink) -> Option<Draft> {
         pause,
         schedules,
         triggers,
+        agent_limits,
         source: block.clone(),
         document: Value::Null,
         hash: String::new(),

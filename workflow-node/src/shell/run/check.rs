@@ -44,6 +44,8 @@ pub(in crate::shell) struct Liveness<'a> {
     pub(in crate::shell) window: Option<Duration>,
     /// Whether this replica heard from the call with this sub-task id within the window.
     pub(in crate::shell) heard: &'a dyn Fn(&str) -> bool,
+    /// Whether calls to this agent pass its gate (see `gate`): their ends give back a slot.
+    pub(in crate::shell) limited: &'a dyn Fn(&str) -> bool,
 }
 
 impl Liveness<'_> {
@@ -53,6 +55,7 @@ impl Liveness<'_> {
         Liveness {
             window: None,
             heard: &|_| false,
+            limited: &|_| false,
         }
     }
 }
@@ -187,6 +190,7 @@ workflow:
         let heard_nothing = Liveness {
             window: WINDOW,
             heard: &|_| false,
+            limited: &|_| false,
         };
         let early = fire(
             &wf,
@@ -224,6 +228,7 @@ workflow:
         let heard = Liveness {
             window: WINDOW,
             heard: &|_| true,
+            limited: &|_| false,
         };
         let (copies, _) = fire(
             &wf,

@@ -31,6 +31,7 @@ use crate::shell::store::events::publish_event;
 use crate::shell::store::runs;
 use crate::shell::telemetry::traces::RunTrace;
 use crate::shell::worker::final_claim::{Claimant, Markers};
+use crate::shell::worker::slots;
 use crate::shell::worker::wakes::WakeEntry;
 
 /// Everything a command needs to know about its run.
@@ -112,6 +113,9 @@ impl RunContext<'_> {
                         .publish_with_headers(subject, h, payload.into())
                         .await
                         .context(|| format!("cancelling call {sub_task_id}"))?;
+                }
+                Command::ReleaseSlot { agent, sub_task_id } => {
+                    slots::release(self.shared, agent, sub_task_id).await?;
                 }
                 Command::Progress(p) => {
                     progress.push(reply::progress_part(self.workflow, self.execution, p));
@@ -234,6 +238,13 @@ impl RunContext<'_> {
     async fn dispatch(&self, d: &Dispatch) -> Result<()> {
         let shared = self.shared;
         let agent = d.target.agent_name();
+        // A limited agent's call goes only once its gate admits it; else its run hears
+        // that it waits, and a grant dispatches it again.
+        if shared.gates.limits(agent).is_some()
+            && !slots::admit(shared, &self.workflow.name, self.execution, d).await?
+        {
+            return Ok(());
+        }
         let registry = &shared.registry;
         let wait = shared.config.card_wait;
         let Some(card) = crate::shell::mesh::registry::wait_for(
