@@ -107,4 +107,3 @@ mod tests {
         assert_eq!(history("e1", 3), "history.e1.3");
     }
 }
-

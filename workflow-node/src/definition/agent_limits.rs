@@ -92,22 +92,14 @@ pub(super) fn parse_agent_limits(
         return out;
     };
     let Some(obj) = v.as_object() else {
-        w.wrong(
-            sink,
-            "agents",
-            "a mapping from agent name to its limits",
-            v,
-        );
+        w.wrong(sink, "agents", "a mapping from agent name to its limits", v);
         return out;
     };
     if obj.len() > MAX_LIMITED_AGENTS {
         w.problem(
             sink,
             "agents",
-            format!(
-                "{} agents limited, at most {MAX_LIMITED_AGENTS}",
-                obj.len()
-            ),
+            format!("{} agents limited, at most {MAX_LIMITED_AGENTS}", obj.len()),
         );
     }
     for (name, limits) in obj.iter().take(MAX_LIMITED_AGENTS) {
@@ -116,7 +108,9 @@ pub(super) fn parse_agent_limits(
             sink.push(
                 None,
                 &field,
-                format!("'{name}' is not a valid agent name: use only letters, digits, '_' and '-'"),
+                format!(
+                    "'{name}' is not a valid agent name: use only letters, digits, '_' and '-'"
+                ),
             );
             continue;
         }
@@ -150,7 +144,12 @@ fn parse_one(v: &Value, field: &str, sink: &mut Sink) -> Option<AgentLimits> {
         Some(Value::Object(r)) => {
             let mut rf = Fields::new(r, None, &format!("{prefix}rate."));
             let calls = rf
-                .int_at_most(sink, "calls", 1, ("the largest rate.calls", MAX_AGENT_SLOTS))
+                .int_at_most(
+                    sink,
+                    "calls",
+                    1,
+                    ("the largest rate.calls", MAX_AGENT_SLOTS),
+                )
                 .map(|n| u32::try_from(n).unwrap_or(u32::MAX));
             let per = rf.duration(sink, "per", true);
             if calls.is_none() && !r.contains_key("calls") {
@@ -162,11 +161,7 @@ fn parse_one(v: &Value, field: &str, sink: &mut Sink) -> Option<AgentLimits> {
             rf.finish(sink, "rate", &[]);
             match (calls, per) {
                 (Some(calls), Some(per)) if per < Duration::from_millis(1) => {
-                    sink.push(
-                        None,
-                        &format!("{prefix}rate.per"),
-                        "must be at least 1ms",
-                    );
+                    sink.push(None, &format!("{prefix}rate.per"), "must be at least 1ms");
                     let _ = calls;
                     None
                 }

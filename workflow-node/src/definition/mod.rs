@@ -10,6 +10,7 @@
 //!   joins, implicit inputs, and the derived [`Graph`];
 //! - `refs`: what each template and condition may name.
 
+mod agent_limits;
 mod fields;
 mod graph;
 mod model;
@@ -20,19 +21,18 @@ mod pause;
 mod policy;
 mod problem;
 mod refs;
-mod agent_limits;
 mod schedules;
 mod triggers;
 mod wait;
 mod webhooks;
 
+pub use agent_limits::{AgentLimits, Rate, MAX_AGENT_SLOTS, MAX_LIMITED_AGENTS};
 pub use model::*;
 pub use pause::PauseSettings;
 pub use problem::{Problem, SyntaxError};
 pub use schedules::{
     parse_schedule, slot_time, Due, Overlap, Schedule, When, DEFAULT_CATCHUP_WINDOW, MAX_SCHEDULES,
 };
-pub use agent_limits::{AgentLimits, Rate, MAX_AGENT_SLOTS, MAX_LIMITED_AGENTS};
 pub use triggers::{RouteSignal, Trigger, DEFAULT_MAX_DELIVERIES, MAX_TRIGGERS};
 pub use wait::{valid_signal_name, WaitNode, MAX_SIGNAL_NAME};
 pub use webhooks::{HookSecret, Scheme, SecretSource, Unverified, Webhook, DEFAULT_TOLERANCE};

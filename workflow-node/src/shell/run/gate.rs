@@ -120,7 +120,9 @@ impl Gate {
     }
 
     fn hold(&mut self, mut h: Holder, limits: &AgentLimits, now: Millis) {
-        h.expires = now.plus(Duration::from_millis(h.span_ms)).plus(EXPIRY_GRACE);
+        h.expires = now
+            .plus(Duration::from_millis(h.span_ms))
+            .plus(EXPIRY_GRACE);
         self.holders.push(h);
         if limits.rate.is_some() {
             self.sent.push_back(now);
@@ -309,8 +311,14 @@ mod tests {
     fn a_holder_past_its_expiry_gives_its_slot_up() {
         let mut g = Gate::default();
         let l = cap(1);
-        assert!(matches!(g.admit(call(1), &l, Millis(0)), Admit::Send { .. }));
-        assert!(matches!(g.admit(call(2), &l, Millis(1)), Admit::Wait { .. }));
+        assert!(matches!(
+            g.admit(call(1), &l, Millis(0)),
+            Admit::Send { .. }
+        ));
+        assert!(matches!(
+            g.admit(call(2), &l, Millis(1)),
+            Admit::Wait { .. }
+        ));
         let later = Millis(10_000).plus(EXPIRY_GRACE);
         assert!(g.fill(&l, later));
         assert_eq!(g.holders.len(), 1);
@@ -327,9 +335,18 @@ mod tests {
                 per: Duration::from_secs(1),
             }),
         };
-        assert!(matches!(g.admit(call(1), &l, Millis(0)), Admit::Send { .. }));
-        assert!(matches!(g.admit(call(2), &l, Millis(10)), Admit::Send { .. }));
-        assert!(matches!(g.admit(call(3), &l, Millis(20)), Admit::Wait { .. }));
+        assert!(matches!(
+            g.admit(call(1), &l, Millis(0)),
+            Admit::Send { .. }
+        ));
+        assert!(matches!(
+            g.admit(call(2), &l, Millis(10)),
+            Admit::Send { .. }
+        ));
+        assert!(matches!(
+            g.admit(call(3), &l, Millis(20)),
+            Admit::Wait { .. }
+        ));
         g.release("c1", &l, Millis(30));
         g.release("c2", &l, Millis(40));
         assert_eq!(g.waiters.len(), 1, "the window is still full");

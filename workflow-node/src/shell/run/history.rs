@@ -124,7 +124,12 @@ pub(in crate::shell) fn entry(
         }
         Event::SlotWaiting { task, attempt } | Event::SlotGranted { task, attempt } => {
             let waiting = matches!(envelope.event, Event::SlotWaiting { .. });
-            e.event = if waiting { "slot_waiting" } else { "slot_granted" }.into();
+            e.event = if waiting {
+                "slot_waiting"
+            } else {
+                "slot_granted"
+            }
+            .into();
             (e.node, e.slot, e.attempt) =
                 (Some(task.node.clone()), slot(task.slot), Some(*attempt));
         }

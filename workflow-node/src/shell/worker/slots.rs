@@ -97,7 +97,9 @@ pub(in crate::shell) async fn admit(
         if changed && !write(shared, bucket, agent, &gate, revision).await? {
             continue;
         }
-        shared.metrics.agent_gate(agent, gate.holders.len(), gate.waiters.len());
+        shared
+            .metrics
+            .agent_gate(agent, gate.holders.len(), gate.waiters.len());
         return match admit {
             Admit::Send { .. } => Ok(true),
             Admit::Wait { .. } => {
@@ -106,8 +108,7 @@ pub(in crate::shell) async fn admit(
                     attempt: d.attempt,
                 };
                 let fact = msg_id::slot_waiting(&d.sub_task_id);
-                publish_event(shared, workflow, execution, &fact, &Envelope::event(event))
-                    .await?;
+                publish_event(shared, workflow, execution, &fact, &Envelope::event(event)).await?;
                 schedule_fill(shared, agent, &gate, limits);
                 Ok(false)
             }
@@ -137,7 +138,9 @@ pub(in crate::shell) async fn release(
         {
             continue;
         }
-        shared.metrics.agent_gate(agent, gate.holders.len(), gate.waiters.len());
+        shared
+            .metrics
+            .agent_gate(agent, gate.holders.len(), gate.waiters.len());
         tell_granted(shared, &gate, sub_task_id).await?;
         schedule_fill(shared, agent, &gate, limits);
         return Ok(());
@@ -205,9 +208,11 @@ async fn write(
     revision: u64,
 ) -> Result<bool> {
     let bytes = serde_json::to_vec(gate)?;
-    Ok(put_in(&shared.js, bucket, agent, bytes, Some(revision), None)
-        .await?
-        .is_some())
+    Ok(
+        put_in(&shared.js, bucket, agent, bytes, Some(revision), None)
+            .await?
+            .is_some(),
+    )
 }
 
 fn conflicts(agent: &str) -> crate::shell::error::Error {
