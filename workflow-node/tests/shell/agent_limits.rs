@@ -103,10 +103,10 @@ async fn run_map(client: &async_nats::Client, workflow: &str, n: u32) {
 async fn a_capped_agent_never_has_more_than_its_cap_in_flight_and_waiting_spends_no_timeout() {
     let server = test_harness::nats();
     let client = async_nats::connect(server.url()).await.expect("connect");
-    let (seen, _agent) = agent(&client, "Capped", Duration::from_millis(40)).await;
-    // 200 calls of 40 ms, 4 at a time, take over 2 s: the last ones wait longer than their
-    // 1 s timeout, which must not count while they wait.
-    let file = map("Wide", "{Capped: {max_in_flight: 4}}", "1s");
+    let (seen, _agent) = agent(&client, "Capped", Duration::from_millis(100)).await;
+    // 200 calls of 100 ms, 4 at a time, take over 5 s: the last ones wait longer than
+    // their 2.5 s timeout, which must not count while they wait.
+    let file = map("Wide", "{Capped: {max_in_flight: 4}}", "2.5s");
     let _nodes = replicas(&server.url(), &[file]).await;
     run_map(&client, "Wide", 200).await;
     let max = seen.max.load(Ordering::SeqCst);
@@ -155,9 +155,47 @@ async fn a_rate_limit_spaces_the_calls_out() {
         })
         .max()
         .unwrap_or(0);
-    assert!(most <= 4, "{most} calls started within {window:?}");
+    let offsets: Vec<u128> = starts
+        .iter()
+        .map(|t| (*t - starts[0]).as_millis())
+        .collect();
+    assert!(
+        most <= 4,
+        "{most} calls started within {window:?}: {offsets:?} ms"
+    );
     assert!(
         most >= 2,
         "the calls were never close ({most}): the rate was not exercised"
+    );
+}
+
+#[test]
+fn a_wrong_agents_block_is_refused_with_every_problem_at_once_and_plan_shows_a_right_one() {
+    let bad = map(
+        "Bad",
+        "{Capped: {max_in_flight: 0, rate: {calls: 3, per: 0s}}, Other: {rate: {per: 1s}}, Third: {}}",
+        "1s",
+    );
+    let problems = parse_str(&bad, "bad.yaml").expect_err("invalid");
+    let all: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    let all = all.join("\n");
+    for field in [
+        "agents.Capped.max_in_flight",
+        "agents.Capped.rate.per",
+        "agents.Other.rate.calls",
+        "agents.Third",
+    ] {
+        assert!(all.contains(field), "{field} not named in:\n{all}");
+    }
+    let good = map(
+        "Good",
+        "{Capped: {max_in_flight: 4, rate: {calls: 10, per: 1s}}}",
+        "1s",
+    );
+    let wf = parse_str(&good, "good.yaml").expect("valid");
+    let plan = workflow_node::visual::plan(&wf).to_string();
+    assert!(
+        plan.contains("Capped: at most 4 in flight, 10 calls per 1s"),
+        "{plan}"
     );
 }

@@ -71,6 +71,11 @@ pub struct Holder {
     /// release, carried out again, publishes its grant again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub granted_by: Option<String>,
+    /// When a grant counted it in the rate's window, until its run sends it: the send
+    /// moves it to the send's time, so a grant's delay never packs sends closer than the
+    /// rate allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub granted_at: Option<Millis>,
 }
 
 /// What [`Gate::admit`] decided.
@@ -137,8 +142,16 @@ impl Gate {
             let expires = now
                 .plus(Duration::from_millis(call.span_ms))
                 .plus(EXPIRY_GRACE);
-            let changed = tidied || h.expires < expires;
+            let mut changed = tidied || h.expires < expires;
             h.expires = h.expires.max(expires);
+            if let Some(at) = h.granted_at.take() {
+                changed = true;
+                if let Some(i) = self.sent.iter().position(|t| *t == at) {
+                    self.sent.remove(i);
+                    let j = self.sent.partition_point(|t| *t <= now);
+                    self.sent.insert(j, now);
+                }
+            }
             return Admit::Send { changed };
         }
         let position = self.waiters.iter().position(|w| w.id == call.id);
@@ -186,6 +199,7 @@ impl Gate {
                 break;
             };
             w.granted_by = Some(by.to_string());
+            w.granted_at = Some(now);
             self.hold(w, limits, now);
             any = true;
         }
@@ -217,12 +231,16 @@ pub struct GatedCall {
     agent: String,
 }
 
-/// The calls of `state` running (sent or waiting) to agents `limited` says are limited.
+/// The calls of `state` running (sent or waiting) to agents `limited` says are limited
+/// (none when no agent is).
 pub fn gated_calls(
     workflow: &Workflow,
     state: &Execution,
-    limited: &dyn Fn(&str) -> bool,
+    limited: Option<&dyn Fn(&str) -> bool>,
 ) -> Vec<GatedCall> {
+    let Some(limited) = limited else {
+        return Vec::new();
+    };
     state
         .calls
         .iter()
@@ -271,6 +289,7 @@ mod tests {
             span_ms: 10_000,
             expires: Millis(0),
             granted_by: None,
+            granted_at: None,
         }
     }
 
@@ -354,5 +373,11 @@ mod tests {
         assert!(!g.fill(&l, Millis(999)));
         assert!(g.fill(&l, Millis(1_000)));
         assert_eq!(g.granted_by(FILL).count(), 1);
+        // Sent 300 ms after its grant: the window counts it from the send.
+        assert!(matches!(
+            g.admit(call(3), &l, Millis(1_300)),
+            Admit::Send { changed: true }
+        ));
+        assert_eq!(g.sent, [Millis(1_300)]);
     }
 }

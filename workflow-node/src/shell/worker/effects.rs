@@ -238,13 +238,6 @@ impl RunContext<'_> {
     async fn dispatch(&self, d: &Dispatch) -> Result<()> {
         let shared = self.shared;
         let agent = d.target.agent_name();
-        // A limited agent's call goes only once its gate admits it; else its run hears
-        // that it waits, and a grant dispatches it again.
-        if shared.gates.limits(agent).is_some()
-            && !slots::admit(shared, &self.workflow.name, self.execution, d).await?
-        {
-            return Ok(());
-        }
         let registry = &shared.registry;
         let wait = shared.config.card_wait;
         let Some(card) = crate::shell::mesh::registry::wait_for(
@@ -282,6 +275,14 @@ impl RunContext<'_> {
             .await
             .map(drop);
         };
+        // A limited agent's call goes only once its gate admits it; else its run hears
+        // that it waits, and a grant dispatches it again. Asked once the card is at hand,
+        // so the gate's clock (its rate's window) is the send's.
+        if shared.gates.limits(agent).is_some()
+            && !slots::admit(shared, &self.workflow.name, self.execution, d).await?
+        {
+            return Ok(());
+        }
         // Only the call's receiver learns its token, which its reply and status updates
         // must be proven with; the sub-task id, seen by many, is no secret.
         let wire_id = &d.sub_task_id;

@@ -9,7 +9,7 @@
 //! message id of its sub-task id, so a release carried out twice grants once.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::kv;
@@ -36,6 +36,9 @@ pub(crate) struct Gates {
     limits: BTreeMap<String, AgentLimits>,
     /// The bucket; `None` when no workflow limits an agent.
     bucket: Option<kv::Store>,
+    /// By agent, when this replica's timer next fills its gate: one timer per opening,
+    /// however many calls found the rate's window full.
+    fills: Mutex<BTreeMap<String, Millis>>,
 }
 
 impl Gates {
@@ -56,7 +59,16 @@ impl Gates {
         limits: BTreeMap<String, AgentLimits>,
         bucket: Option<kv::Store>,
     ) -> Gates {
-        Gates { limits, bucket }
+        Gates {
+            limits,
+            bucket,
+            fills: Mutex::default(),
+        }
+    }
+
+    /// Whether any agent is limited.
+    pub(in crate::shell) fn any(&self) -> bool {
+        !self.limits.is_empty()
     }
 
     /// The limits of `agent`'s calls, if any.
@@ -86,6 +98,7 @@ pub(in crate::shell) async fn admit(
         span_ms: d.deadline.0.saturating_sub(now.0).max(1),
         expires: Millis(0),
         granted_by: None,
+        granted_at: None,
     };
     for _ in 0..MAX_CONFLICTS {
         let (revision, gate) = read_json::<Gate>(bucket, agent, "agent gate").await?;
@@ -155,6 +168,14 @@ fn schedule_fill(shared: &Arc<Shared>, agent: &str, gate: &Gate, limits: &AgentL
     let Some(at) = gate.next_opening(limits) else {
         return;
     };
+    {
+        let mut fills = shared.gates.fills.lock().unwrap_or_else(|p| p.into_inner());
+        let armed = fills.get(agent).is_some_and(|t| *t <= at && t.0 >= now().0);
+        if armed {
+            return;
+        }
+        fills.insert(agent.to_string(), at);
+    }
     let shared = shared.clone();
     let agent = agent.to_string();
     tokio::spawn(async move {
