@@ -11,8 +11,8 @@
 //!
 //! It drives rounds of runs until `SOAK_MINUTES` (default 2) have passed, and checks every
 //! round from outside as the crash tests do (one right reply per run, terminal records,
-//! whole histories, bounded outboxes, no agent call after a run's end). It prints, per
-//! round, the runs right, the latency p50/p99 and each process's memory, and at the end
+//! whole histories, bounded outboxes, each replica's memory under a bound, no agent call
+//! after a run's end). It prints, per round, the runs right, the latency p50/p99 and each process's memory, and at the end
 //! the faults by kind, and the seed of its draws (`SOAK_SEED` repeats them; the timings
 //! differ). An hour: `SOAK_MINUTES=60 cargo test --release -p workflow-node --test crash
 //! soak -- --nocapture`.
@@ -40,6 +40,9 @@ const HOLD: Duration = Duration::from_secs(3);
 /// Between two faults: a random time in this range (load, not synchronisation). Two
 /// minutes see about twenty faults: every kind at least once.
 const BETWEEN_MS: (u64, u64) = (2_000, 6_000);
+
+/// The resident memory no replica may exceed (they use 40–65 MiB in a debug build).
+const REPLICA_MIB: u64 = 256;
 
 /// libfaketime as Debian installs it (`.ci/run` installs it).
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
@@ -196,6 +199,23 @@ impl Targets {
         }
     }
 
+    /// The replicas whose resident memory is over [`REPLICA_MIB`]: a replica keeps no
+    /// more than its runs in flight and bounded caches, so growth past it is a leak.
+    fn over_bound(&self) -> Vec<String> {
+        self.replicas
+            .iter()
+            .filter_map(|r| {
+                let mib = rss_kb(r.pid())? / 1024;
+                (mib > REPLICA_MIB).then(|| {
+                    format!(
+                        "replica r{} uses {mib} MiB, over the bound of {REPLICA_MIB}",
+                        r.id
+                    )
+                })
+            })
+            .collect()
+    }
+
     /// Each replica's and server's resident memory, in MiB.
     fn memory(&self) -> String {
         let mut parts = Vec::new();
@@ -337,6 +357,7 @@ async fn the_soak_ends_every_run_right_under_random_faults() {
             percentile(&outcome.durations, 99),
             quiet.memory(),
         );
+        problems.extend(quiet.over_bound());
         drop(quiet);
         problems.extend(found);
         round += 1;
