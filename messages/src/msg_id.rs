@@ -90,6 +90,18 @@ pub fn history_batch(execution: &str, first: u64, last: u64) -> String {
     format!("history.{execution}.{first}-{last}")
 }
 
+/// A call's wait for its agent's slot (the gate was full when it was to be sent): one per
+/// sub-task id, however often it is found waiting.
+pub fn slot_waiting(sub_task_id: &str) -> String {
+    format!("{sub_task_id}.slotwait")
+}
+
+/// The slot its agent's gate handed to a waiting call: one per sub-task id, however often
+/// the release that granted it is carried out.
+pub fn slot_granted(sub_task_id: &str) -> String {
+    format!("{sub_task_id}.slotgrant")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -98,6 +98,7 @@ impl Cx<'_> {
             attempt: 1,
             phase: CallPhase::Queued,
             dispatched_at: None,
+            agent_slot: Default::default(),
         };
         self.st.calls.insert(key.clone(), state);
         self.queue_or_dispatch(key);
@@ -116,7 +117,12 @@ impl Cx<'_> {
     /// The request of attempt `attempt` of call `key`, timing out at `deadline`: the same
     /// whenever it is built while the attempt runs (the values its input names cannot change
     /// while the call lives).
-    fn dispatch_of(&mut self, key: &TaskKey, attempt: u32, deadline: Millis) -> Option<Dispatch> {
+    pub(super) fn dispatch_of(
+        &mut self,
+        key: &TaskKey,
+        attempt: u32,
+        deadline: Millis,
+    ) -> Option<Dispatch> {
         let def = self.call_def(key)?;
         let target = def.target.clone();
         let input_schema = def.input_schema_override.as_ref().map(|s| s.source.clone());
@@ -157,6 +163,7 @@ impl Cx<'_> {
         };
         call.phase = CallPhase::Running { deadline };
         call.dispatched_at = Some(self.now);
+        call.agent_slot = Default::default();
         self.st.in_flight += 1;
         let (iteration_index, parent_node_id) = match key.slot {
             Slot::Single => (None, None),
@@ -220,7 +227,7 @@ impl Cx<'_> {
     }
 
     /// The attempt `attempt` of `key` is running, or `None` (stale or duplicate event).
-    fn running(&self, key: &TaskKey, attempt: u32) -> bool {
+    pub(super) fn running(&self, key: &TaskKey, attempt: u32) -> bool {
         self.st
             .calls
             .get(key)
@@ -332,7 +339,9 @@ impl Cx<'_> {
     pub(super) fn call_timer(&mut self, timer: TimerId) {
         match timer {
             TimerId::CallTimeout { task, attempt } => {
-                if !self.running(&task, attempt) {
+                // A call waiting for its agent's slot was not sent: its timeout starts with
+                // the grant (see `agent_slots`).
+                if !self.running(&task, attempt) || self.waits_for_slot(&task) {
                     return;
                 }
                 let timeout = self

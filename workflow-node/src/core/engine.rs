@@ -81,6 +81,8 @@ pub fn apply(
             attempt,
             failure,
         } => cx.call_failed(task, attempt, failure),
+        Event::SlotWaiting { task, attempt } => cx.slot_waiting(&task, attempt),
+        Event::SlotGranted { task, attempt } => cx.slot_granted(&task, attempt),
         Event::TimerFired { timer } => cx.timer_fired(timer),
         Event::CancelRequested { reason } => cx.cancel(reason),
         Event::ApprovalDecided {

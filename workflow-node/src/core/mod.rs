@@ -9,6 +9,7 @@
 //! - `state`: what a run keeps (serialised into one KV entry).
 //! - `engine`: readiness, node ends, stopping, the end of the run.
 //! - `calls`: one agent call's life: queue, dispatch, timeout, retry with backoff.
+//! - `agent_slots`: a call waiting for its agent's slot (flow control per agent).
 //! - `kinds`: what each node type does when it starts and when its calls end.
 //! - `pause`: pausing and resuming a run.
 //! - `flow`: runs queued for a slot under the workflow's flow control.
@@ -16,6 +17,7 @@
 //! - `retry`: the state a retry of an ended run starts from.
 //! - [`sim`]: a simulator with scripted agents on virtual time, for tests and benches.
 
+mod agent_slots;
 mod calls;
 mod control;
 mod engine;
@@ -42,7 +44,7 @@ pub use signals::{
     keepable, refused_payload, Signal, Signals, MAX_KEPT_SIGNALS, MAX_KEPT_SIGNAL_BYTES,
 };
 pub use state::{
-    CallPhase, CallState, Detail, Execution, ForkState, MapState, NodeState, WaitState,
+    AgentSlot, CallPhase, CallState, Detail, Execution, ForkState, MapState, NodeState, WaitState,
 };
 pub use types::{
     Command, Dispatch, Event, ExecutionId, Failure, FailureClass, Millis, NodeStatus, Progress,

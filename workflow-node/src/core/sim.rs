@@ -329,6 +329,8 @@ impl<'w> Sim<'w> {
                 self.push(self.now, Due::Event(Event::Admitted));
             }
             Command::Release { .. } => {}
+            // The shell's gate; the simulator has none.
+            Command::ReleaseSlot { .. } => {}
             Command::StartTimer { timer, at } => {
                 let slot = self.push(*at, Due::Timer(timer.clone()));
                 self.timers.insert(timer.clone(), slot);

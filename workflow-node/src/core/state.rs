@@ -217,6 +217,28 @@ pub struct CallState {
     /// first dispatch (and in records written before it was kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dispatched_at: Option<Millis>,
+    /// Where the running attempt is with its agent's gate (agents with limits only).
+    #[serde(default, skip_serializing_if = "AgentSlot::is_none")]
+    pub agent_slot: AgentSlot,
+}
+
+/// A running attempt and its agent's gate (see `agent_slots`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentSlot {
+    /// Sent (or its agent has no limits): its timeout runs.
+    #[default]
+    None,
+    /// Not sent: it waits for a slot of its agent, and its timeout does not run.
+    Waiting,
+    /// Sent once a slot was granted; its timeout started then.
+    Granted,
+}
+
+impl AgentSlot {
+    fn is_none(&self) -> bool {
+        *self == AgentSlot::None
+    }
 }
 
 /// Where a call is.

@@ -311,6 +311,22 @@ pub enum Event {
         /// What failed; its class and kind decide whether the call is retried.
         failure: Failure,
     },
+    /// The shell found the agent's gate full (its `max_in_flight` or `rate` reached), so
+    /// the attempt was not sent: it waits for a slot, and its timeout does not run meanwhile.
+    SlotWaiting {
+        /// The call waiting.
+        task: TaskKey,
+        /// The attempt waiting; any other is stale and ignored.
+        attempt: u32,
+    },
+    /// The agent's gate handed a slot to the attempt that waited for it: it is sent now,
+    /// and its timeout starts now.
+    SlotGranted {
+        /// The call granted.
+        task: TaskKey,
+        /// The attempt granted; any other is stale and ignored.
+        attempt: u32,
+    },
     /// A timer the core started has come due.
     TimerFired {
         /// The timer; one that no longer matches the state (stale attempt, ended node) is
@@ -653,6 +669,16 @@ pub enum Command {
     Release {
         /// The run's concurrency key (empty when the workflow has none).
         key: String,
+    },
+    /// The shell's, never the core's: the call `sub_task_id` to `agent` ended (or never
+    /// started), so the slot it held or waited for in the agent's gate is given back (see
+    /// `shell/run/gate.rs`). Added by the shell to a commit's commands for agents with
+    /// limits, so that it is carried out again from the outbox like any command.
+    ReleaseSlot {
+        /// The agent whose gate holds the slot.
+        agent: String,
+        /// The call that held or waited for it.
+        sub_task_id: String,
     },
     /// The run ended: send the one final reply.
     Finish {

@@ -10,6 +10,7 @@
 //!   joins, implicit inputs, and the derived [`Graph`];
 //! - `refs`: what each template and condition may name.
 
+mod agent_limits;
 mod fields;
 mod flow;
 mod graph;
@@ -26,6 +27,7 @@ mod triggers;
 mod wait;
 mod webhooks;
 
+pub use agent_limits::{AgentLimits, Rate, MAX_AGENT_SLOTS, MAX_LIMITED_AGENTS};
 pub use flow::{
     key_text, priority_of, request_priority, FlowControl, KeyLimit, DEFAULT_PRIORITY,
     HIGHEST_PRIORITY, LOWEST_PRIORITY, MAX_KEY_BYTES, MAX_SLOTS, PRIORITY_METADATA,

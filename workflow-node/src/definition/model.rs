@@ -68,6 +68,9 @@ pub struct Workflow {
     /// `max_concurrent_runs`, `concurrency_key` and `priority`: how its runs wait for one
     /// another (see [`super::FlowControl`]).
     pub flow: super::FlowControl,
+    /// `workflow.agents`: limits on the calls to each agent named, mesh-wide (see
+    /// [`super::AgentLimits`]).
+    pub agent_limits: std::collections::BTreeMap<String, super::AgentLimits>,
     /// The `workflow` block exactly as written (snake_case or camelCase), for the agent
     /// card's `workflow_config`.
     pub source: Value,

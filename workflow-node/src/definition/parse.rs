@@ -150,6 +150,7 @@ fn parse_block(block: &Value, top: TopLevel, sink: &mut Sink) -> Option<Draft> {
     let schedules = super::schedules::parse_schedules(&mut w, sink);
     let triggers = super::triggers::parse_triggers(&mut w, sink);
     let flow = super::flow::parse_flow(&mut w, sink);
+    let agent_limits = super::agent_limits::parse_agent_limits(&mut w, sink);
     w.finish(sink, "the workflow block", &[]);
 
     let workflow = Workflow {
@@ -175,6 +176,7 @@ fn parse_block(block: &Value, top: TopLevel, sink: &mut Sink) -> Option<Draft> {
         schedules,
         triggers,
         flow,
+        agent_limits,
         source: block.clone(),
         document: Value::Null,
         hash: String::new(),

@@ -4,12 +4,13 @@
 //!
 //! Each wait is `{"kind", "node"?, "until"?, "detail"}`: `approval` (a decision, by whom),
 //! `retry` (a backoff timer, until the next attempt), `reply` (an agent's answer, until
-//! the attempt times out), `slot` (a concurrency slot: queued), `resume` (the run is
+//! the attempt times out), `agent_slot` (a slot of the call's agent, whose `max_in_flight`
+//! or `rate` is reached: its timeout waits too), `slot` (a concurrency slot: queued), `resume` (the run is
 //! paused) and `deadline` (the run's own, when it has one).
 
 use serde_json::{json, Value};
 
-use crate::core::CallPhase;
+use crate::core::{AgentSlot, CallPhase};
 use crate::shell::FoundRun;
 
 use super::view::rfc3339;
@@ -39,6 +40,14 @@ pub fn of(run: &FoundRun) -> Vec<Value> {
                 "retry",
                 Some(until),
                 format!("attempt {} after a backoff", call.attempt + 1),
+            ),
+            CallPhase::Running { .. } if call.agent_slot == AgentSlot::Waiting => (
+                "agent_slot",
+                None,
+                format!(
+                    "a slot of its agent (its max_in_flight or rate reached) for attempt {}",
+                    call.attempt
+                ),
             ),
             CallPhase::Running { deadline } => (
                 "reply",

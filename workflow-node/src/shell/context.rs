@@ -59,6 +59,8 @@ pub(crate) struct Shared {
     pub(in crate::shell) flow: kv::Store,
     /// The bytes encoded into commits and event publishes (see `telemetry::encoded`).
     pub(in crate::shell) encoded: crate::shell::telemetry::encoded::Encoded,
+    /// The limited agents' gates (see `worker::slots`).
+    pub(in crate::shell) gates: crate::shell::worker::slots::Gates,
 }
 
 /// The wall clock, in the core's unit: the servers', as estimated (see `shell::clock`).

@@ -29,6 +29,7 @@ use crate::shell::telemetry::health::Health;
 use crate::shell::telemetry::metrics::{self, scrape};
 use crate::shell::triggers;
 use crate::shell::worker::signs::SignsOfLife;
+use crate::shell::worker::slots::Gates;
 use crate::shell::worker::{driver, wakes};
 
 /// The default name of a replica: the host's name and the process id.
@@ -106,6 +107,15 @@ impl WorkflowNode {
             patiently(|| kv_bucket(&js, &schedules_name, replicas, bytes.schedules)).await?;
         let flow_name = names::flow_bucket(&ns);
         let flow = patiently(|| kv_bucket(&js, &flow_name, replicas, bytes.flow)).await?;
+        let agent_limits = Gates::merged(&workflows);
+        let gates_bucket = if agent_limits.is_empty() {
+            None
+        } else {
+            // The gates are few and small: they share the schedules' byte limit.
+            let name = names::gates_bucket(&ns);
+            Some(patiently(|| kv_bucket(&js, &name, replicas, bytes.schedules)).await?)
+        };
+        let gates = Gates::new(agent_limits, gates_bucket);
         let cards = workflows
             .iter()
             .map(|w| (w.name.clone(), crate::visual::agent_card(w, &ns)))
@@ -150,6 +160,7 @@ impl WorkflowNode {
             schedules,
             flow,
             encoded: Default::default(),
+            gates,
         });
         for card in shared.cards.values() {
             shared.registry.insert_own(card.clone());

@@ -45,6 +45,8 @@ pub struct Plan {
     pub schedules: Vec<(String, String)>,
     /// Event triggers: `(name, what it reads, condition, key)` in words.
     pub triggers: Vec<(String, String)>,
+    /// Limits on agents' calls: `(agent, its limits)` in words.
+    pub agent_limits: Vec<(String, String)>,
 }
 
 /// The plan of `wf`.
@@ -63,6 +65,11 @@ pub fn plan(wf: &Workflow) -> Plan {
         calls: Vec::new(),
         schedules: wf.schedules.iter().map(schedule_text).collect(),
         triggers: wf.triggers.iter().map(trigger_text).collect(),
+        agent_limits: wf
+            .agent_limits
+            .iter()
+            .map(|(agent, l)| (agent.clone(), l.describe()))
+            .collect(),
     };
     for node in &wf.nodes {
         let id = node.id.clone();
@@ -460,6 +467,11 @@ impl fmt::Display for Plan {
             f,
             "Event triggers (runs started by messages)",
             &self.triggers,
+        )?;
+        section(
+            f,
+            "Agent limits (mesh-wide; where definitions differ, the smallest applies)",
+            &self.agent_limits,
         )
     }
 }

@@ -7,6 +7,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod agent_limits;
 mod agents_twice;
 mod cluster;
 mod faults;

@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod agent_limits;
 mod artifacts;
 mod cards;
 mod children;

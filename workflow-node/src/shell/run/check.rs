@@ -44,6 +44,9 @@ pub(in crate::shell) struct Liveness<'a> {
     pub(in crate::shell) window: Option<Duration>,
     /// Whether this replica heard from the call with this sub-task id within the window.
     pub(in crate::shell) heard: &'a dyn Fn(&str) -> bool,
+    /// Whether calls to this agent pass its gate (see `gate`): their ends give back a slot.
+    /// `None` when the node limits no agent, which spares every event the look.
+    pub(in crate::shell) limited: Option<&'a dyn Fn(&str) -> bool>,
 }
 
 impl Liveness<'_> {
@@ -53,6 +56,7 @@ impl Liveness<'_> {
         Liveness {
             window: None,
             heard: &|_| false,
+            limited: None,
         }
     }
 }
@@ -187,6 +191,7 @@ workflow:
         let heard_nothing = Liveness {
             window: WINDOW,
             heard: &|_| false,
+            limited: None,
         };
         let early = fire(
             &wf,
@@ -224,6 +229,7 @@ workflow:
         let heard = Liveness {
             window: WINDOW,
             heard: &|_| true,
+            limited: None,
         };
         let (copies, _) = fire(
             &wf,

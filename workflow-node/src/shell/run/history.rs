@@ -122,6 +122,17 @@ pub(in crate::shell) fn entry(
                 .unwrap_or_default();
             e.detail = Some(format!("{class}{kind}: {}", failure.message));
         }
+        Event::SlotWaiting { task, attempt } | Event::SlotGranted { task, attempt } => {
+            let waiting = matches!(envelope.event, Event::SlotWaiting { .. });
+            e.event = if waiting {
+                "slot_waiting"
+            } else {
+                "slot_granted"
+            }
+            .into();
+            (e.node, e.slot, e.attempt) =
+                (Some(task.node.clone()), slot(task.slot), Some(*attempt));
+        }
         Event::TimerFired { timer } => {
             e.event = "timer_fired".into();
             e.detail = Some(timer.key());

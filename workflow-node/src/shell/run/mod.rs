@@ -11,6 +11,7 @@
 //! - `apart`: the items and results of large maps, and large outputs, kept beside the
 //!   run's entry.
 //! - `check`: the liveness check of a run's calls in flight (a silent call is sent again).
+//! - `gate`: an agent's gate: its calls in flight and waiting, and its rate window.
 //! - `wake`: a run's pending timers and the one wake entry armed for them.
 //! - `history`: the entries of a run's history, and when they are held or sent.
 //! - `observed`: what a committed event did (runs, nodes, attempts ended), for metrics.
@@ -29,6 +30,7 @@ pub(in crate::shell) mod backoff;
 pub mod check;
 pub(in crate::shell) mod envelope;
 pub(in crate::shell) mod flow;
+pub mod gate;
 pub mod history;
 pub(in crate::shell) mod identity;
 pub mod names;

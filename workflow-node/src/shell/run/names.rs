@@ -58,6 +58,11 @@ pub fn flow_bucket(ns: &str) -> String {
     format!("{}_wf_flow", ns_token(ns))
 }
 
+/// The agents' gates bucket (see `gate`): one entry per agent with limits, by its name.
+pub fn gates_bucket(ns: &str) -> String {
+    format!("{}_wf_agent_gates", ns_token(ns))
+}
+
 /// The key of a schedule's entry: `{workflow}.{schedule}` (both NATS tokens).
 pub fn schedule_key(workflow: &str, schedule: &str) -> String {
     format!("{workflow}.{schedule}")

@@ -36,6 +36,7 @@ use crate::shell::run::apart::{self, Write};
 use crate::shell::run::check::{self, Liveness};
 use crate::shell::run::envelope::Caller;
 use crate::shell::run::envelope::Envelope;
+use crate::shell::run::gate;
 use crate::shell::run::history::{self, HistoryEntry};
 use crate::shell::run::identity;
 use crate::shell::run::observed::{observe, Observed};
@@ -640,8 +641,14 @@ fn apply_events(
     now: Millis,
     liveness: Liveness<'_>,
 ) -> Applied {
+    // The calls to limited agents running before: those the event ends give their slot
+    // back (see `gate`).
+    let gated = gate::gated_calls(workflow, &record.state, liveness.limited);
     let Some(fired_wake) = envelope.wake else {
-        let commands = core::apply(workflow, &mut record.state, envelope.event.clone(), now);
+        let applied = core::apply(workflow, &mut record.state, envelope.event.clone(), now);
+        // Slots given back first: a call the same event dispatches may take one.
+        let mut commands = gate::releases(gated, &record.state);
+        commands.extend(applied);
         if let Event::TimerFired { timer } = &envelope.event {
             // A timer of its own entry (armed before wakes existed) fired.
             record.timers.remove(&timer.key());
@@ -671,6 +678,7 @@ fn apply_events(
         wake::track(&mut record.timers, &out);
         commands.extend(out);
     }
+    commands.splice(0..0, gate::releases(gated, &record.state));
     let window = liveness.window;
     let tracked = check::track(&mut record.checks, &record.state, &commands, now, window);
     let checks = &mut record.checks;

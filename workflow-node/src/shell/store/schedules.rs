@@ -22,6 +22,19 @@ pub(in crate::shell) struct Entry {
 
 /// Reads the entry `key`.
 pub(in crate::shell) async fn read(bucket: &kv::Store, key: &str) -> Result<Entry> {
+    let (revision, state) = read_json(bucket, key, "schedule").await?;
+    Ok(Entry { revision, state })
+}
+
+/// Reads the JSON entry `key` of `bucket` (`what` names it in errors) from the stream
+/// leader: its revision (0 when the key never had a value; a removed entry's revision
+/// otherwise) and its value (`None` when it has none). One home for entries written by
+/// compare-and-swap over their revision (schedules, agents' gates).
+pub(in crate::shell) async fn read_json<T: serde::de::DeserializeOwned>(
+    bucket: &kv::Store,
+    key: &str,
+    what: &str,
+) -> Result<(u64, Option<T>)> {
     use async_nats::jetstream::stream::LastRawMessageErrorKind;
     let subject = messages::subjects::kv_key(&bucket.name, key);
     let message = match bucket
@@ -30,13 +43,8 @@ pub(in crate::shell) async fn read(bucket: &kv::Store, key: &str) -> Result<Entr
         .await
     {
         Ok(m) => m,
-        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => {
-            return Ok(Entry {
-                revision: 0,
-                state: None,
-            })
-        }
-        Err(e) => return Err(e).context(|| format!("reading schedule {key}")),
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok((0, None)),
+        Err(e) => return Err(e).context(|| format!("reading {what} {key}")),
     };
     crate::shell::clock::observe(message.time.unix_timestamp_nanos());
     let removed = message
@@ -47,12 +55,9 @@ pub(in crate::shell) async fn read(bucket: &kv::Store, key: &str) -> Result<Entr
         None
     } else {
         // An entry that cannot be read is one a newer replica wrote: it is left alone.
-        Some(serde_json::from_slice(&message.payload).context(|| format!("schedule {key}"))?)
+        Some(serde_json::from_slice(&message.payload).context(|| format!("{what} {key}"))?)
     };
-    Ok(Entry {
-        revision: message.sequence,
-        state,
-    })
+    Ok((message.sequence, state))
 }
 
 /// Writes `state` at `key` if its revision is still `expected`: its new revision, `None`

@@ -91,6 +91,8 @@ struct Enabled {
     scrape: Option<Arc<ManualReader>>,
     /// Per workflow, its consumer's (pending, unacked) counts, last read.
     pending: Arc<Mutex<BTreeMap<String, (u64, u64)>>>,
+    /// Per limited agent, its gate's (in flight, waiting) counts, as last seen.
+    gates: Arc<Mutex<BTreeMap<String, (u64, u64)>>>,
     i: Instruments,
 }
 
@@ -155,11 +157,14 @@ impl Metrics {
         let provider = builder.build();
         let pending = Arc::new(Mutex::new(BTreeMap::new()));
         let i = Instruments::new(&provider.meter("workflow-node"), pending.clone());
+        let gates = Arc::new(Mutex::new(BTreeMap::new()));
+        observe_gates(&provider.meter("workflow-node"), &gates);
         Ok(Metrics {
             enabled: Some(Enabled {
                 provider,
                 scrape,
                 pending,
+                gates,
                 i,
             }),
         })
@@ -185,6 +190,16 @@ impl Metrics {
                 }
             })
             .build();
+    }
+
+    /// Records the counts of `agent`'s gate as this replica last saw them (every replica
+    /// sees the one mesh-wide entry).
+    pub(in crate::shell) fn agent_gate(&self, agent: &str, in_flight: usize, waiting: usize) {
+        let Some(enabled) = &self.enabled else {
+            return;
+        };
+        let mut gates = enabled.gates.lock().unwrap_or_else(|p| p.into_inner());
+        gates.insert(agent.to_string(), (in_flight as u64, waiting as u64));
     }
 
     /// The reader `/metrics` collects, when there is one.
@@ -393,6 +408,36 @@ impl Instruments {
                 "Replies and status updates of calls dropped without a valid Mesh-Call-Mac, by kind.",
             ),
         }
+    }
+}
+
+/// The gauges of the agents' gates: `workflow.agent.calls.in_flight` and
+/// `workflow.agent.calls.waiting`, by agent.
+fn observe_gates(meter: &Meter, gates: &Arc<Mutex<BTreeMap<String, (u64, u64)>>>) {
+    for (name, help, pick) in [
+        (
+            "workflow.agent.calls.in_flight",
+            "Calls holding a slot of a limited agent, mesh-wide, as this replica last saw its gate.",
+            (|p: &(u64, u64)| p.0) as fn(&(u64, u64)) -> u64,
+        ),
+        (
+            "workflow.agent.calls.waiting",
+            "Calls waiting for a slot of a limited agent, mesh-wide, as this replica last saw its gate.",
+            |p: &(u64, u64)| p.1,
+        ),
+    ] {
+        let gates = gates.clone();
+        meter
+            .u64_observable_gauge(name)
+            .with_unit("{call}")
+            .with_description(help)
+            .with_callback(move |o| {
+                let gates = gates.lock().unwrap_or_else(|p| p.into_inner());
+                for (agent, counts) in gates.iter() {
+                    o.observe(pick(counts), &[KeyValue::new("agent", agent.clone())]);
+                }
+            })
+            .build();
     }
 }
 

@@ -32,6 +32,7 @@ use crate::shell::store::runs;
 use crate::shell::telemetry::traces::RunTrace;
 use crate::shell::worker::final_claim::{Claimant, Markers};
 use crate::shell::worker::flow::{Change, FlowRun};
+use crate::shell::worker::slots;
 use crate::shell::worker::wakes::WakeEntry;
 
 /// Everything a command needs to know about its run.
@@ -115,6 +116,9 @@ impl RunContext<'_> {
                         .publish_with_headers(subject, h, payload.into())
                         .await
                         .context(|| format!("cancelling call {sub_task_id}"))?;
+                }
+                Command::ReleaseSlot { agent, sub_task_id } => {
+                    slots::release(self.shared, agent, sub_task_id).await?;
                 }
                 Command::Progress(p) => {
                     progress.push(reply::progress_part(self.workflow, self.execution, p));
@@ -284,6 +288,14 @@ impl RunContext<'_> {
             .await
             .map(drop);
         };
+        // A limited agent's call goes only once its gate admits it; else its run hears
+        // that it waits, and a grant dispatches it again. Asked once the card is at hand,
+        // so the gate's clock (its rate's window) is the send's.
+        if shared.gates.limits(agent).is_some()
+            && !slots::admit(shared, &self.workflow.name, self.execution, d).await?
+        {
+            return Ok(());
+        }
         // Only the call's receiver learns its token, which its reply and status updates
         // must be proven with; the sub-task id, seen by many, is no secret.
         let wire_id = &d.sub_task_id;

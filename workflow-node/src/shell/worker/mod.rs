@@ -9,6 +9,7 @@
 //! - `tail`: finishes an event once its commit holds (history, spans, ending).
 //! - `final_claim`: one replica sends a run's final reply.
 //! - `signs`: the signs of life this replica heard from calls in flight.
+//! - `slots`: the agents' gates in KV: a limited agent's calls admitted, waiting, released.
 //! - `lease`: keeps events in hand from being redelivered while they are worked on.
 //! - `wakes`: the wakes bucket, watched by every replica, firing what comes due.
 //! - `flow`: a queued run's slot under its workflow's flow control, taken and given back.
@@ -22,5 +23,6 @@ pub(in crate::shell) mod group;
 pub(in crate::shell) mod lease;
 pub(in crate::shell) mod process;
 pub(in crate::shell) mod signs;
+pub(in crate::shell) mod slots;
 pub(in crate::shell) mod tail;
 pub mod wakes;

@@ -49,12 +49,15 @@ pub(in crate::shell) async fn process(
             load(shared, workflow, &key, cached.take(), &envelope, delivery).await?;
         let workflow = &*run_workflow;
         let heard = |id: &str| shared.signs.heard(id);
+        let limited = |agent: &str| shared.gates.limits(agent).is_some();
+        let limited: Option<&dyn Fn(&str) -> bool> = shared.gates.any().then_some(&limited);
         let stamp = Stamp {
             now: now(),
             replica: &shared.replica,
             liveness: Liveness {
                 window: shared.config.call_check,
                 heard: &heard,
+                limited,
             },
             inline_limit: shared.config.inline_limit,
         };
