@@ -171,6 +171,9 @@ pub struct StartAs {
     /// Who signs the request (`--nkey-seed-file`): only this key, or an operator, may then
     /// cancel the run.
     pub signer: Option<Signer>,
+    /// The run's priority while it waits for a slot of a workflow with flow control (1
+    /// first to 5 last, sent as `metadata.priority`); `None`: the workflow's own.
+    pub priority: Option<u8>,
 }
 
 impl From<&str> for StartAs {
@@ -180,6 +183,7 @@ impl From<&str> for StartAs {
             task_id: task_id.to_owned(),
             version: None,
             signer: None,
+            priority: None,
         }
     }
 }
@@ -205,17 +209,25 @@ fn retry_request(ns: &str, workflow: &str, execution_id: &str, start: &StartAs) 
     send_request(ns, workflow, Part::data_part(&retried), start)
 }
 
+/// The metadata key of a start request's priority (`docs/protocol.md`).
+const PRIORITY: &str = "priority";
+
 /// The `message/send` to `workflow` carrying `part`, named as `start` says.
 fn send_request(ns: &str, workflow: &str, part: Part, start: &StartAs) -> Outgoing {
     let task_id = start.task_id.as_str();
     let mut message = Message::new(task_id.to_owned(), Role::User, vec![part]);
     message.task_id = Some(task_id.to_owned());
+    let mut metadata = serde_json::Map::new();
     if let Some(version) = &start.version {
-        let mut metadata = serde_json::Map::new();
         metadata.insert(
             messages::workflow::PIN_VERSION.into(),
             Value::String(version.clone()),
         );
+    }
+    if let Some(priority) = start.priority {
+        metadata.insert(PRIORITY.into(), Value::from(priority));
+    }
+    if !metadata.is_empty() {
         message.metadata = Some(metadata);
     }
     let request = Request::message_send(task_id, message);
@@ -650,4 +662,29 @@ pub async fn get_run_signed(
         state: t.status.state,
         run,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The metadata of the request `start` makes.
+    fn metadata_of(start: &StartAs) -> Option<Value> {
+        let out = start_request("mesh", "Flow", &serde_json::json!({"x": 1}), start);
+        let request: Value = serde_json::from_slice(&out.body).expect("JSON");
+        request["params"]["message"].get("metadata").cloned()
+    }
+
+    #[test]
+    fn a_start_carries_its_priority_and_pinned_version_in_the_metadata() {
+        assert_eq!(metadata_of(&StartAs::from("t1")), None);
+        let start = StartAs {
+            priority: Some(1),
+            version: Some("2".into()),
+            ..StartAs::from("t1")
+        };
+        let metadata = metadata_of(&start).expect("metadata");
+        assert_eq!(metadata["priority"], 1);
+        assert_eq!(metadata[messages::workflow::PIN_VERSION], "2");
+    }
 }

@@ -56,6 +56,11 @@ pub struct Args {
     /// the replica that takes the request serves (`definitions list` shows those stored).
     #[arg(long = "workflow-version", value_name = "VERSION")]
     pub workflow_version: Option<String>,
+    /// The run's priority while it waits for a slot of a workflow with
+    /// `max_concurrent_runs` or a `concurrency_key`: 1 first to 5 last (default: the
+    /// workflow's `priority`, else 3).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=5))]
+    pub priority: Option<u8>,
     /// NATS connection.
     #[command(flatten)]
     pub nats: NatsArgs,
@@ -119,6 +124,7 @@ async fn execute(args: Args) -> Result<ExitCode> {
         task_id: task_id.clone(),
         version: args.workflow_version.clone(),
         signer: signer.clone(),
+        priority: args.priority,
     };
     let execution = crate::shell::run::names::execution_id(&args.name, &task_id);
     if args.detach {

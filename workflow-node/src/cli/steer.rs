@@ -159,6 +159,7 @@ async fn retry_and_wait(
         task_id: task_id.to_string(),
         version: None,
         signer,
+        priority: None,
     };
     let progress = super::run::show_progress;
     let retried = agent_sdk::workflow::retry(

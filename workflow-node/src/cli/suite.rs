@@ -306,6 +306,7 @@ async fn retry(
         task_id: agent_sdk::workflow::new_task_id(),
         version: None,
         signer: keys.get("").cloned(),
+        priority: None,
     };
     let retried =
         agent_sdk::workflow::retry(client, ns, workflow, execution, timing, start, |_| {});

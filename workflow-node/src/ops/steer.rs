@@ -162,6 +162,7 @@ pub async fn retry(
         task_id: task_id.to_string(),
         version: None,
         signer,
+        priority: None,
     };
     let ns = runs.namespace();
     let started = start_retry(

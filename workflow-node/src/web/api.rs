@@ -279,6 +279,7 @@ async fn start(State(ctx): State<Ctx>, Path(name): Path<String>, body: Bytes) ->
         task_id: task_id.clone(),
         version: text(&body, "version")?.map(str::to_owned),
         signer: ctx.signer.clone(),
+        priority: None,
     };
     let started = workflow::start(
         &ctx.client,

@@ -418,3 +418,34 @@ fn serve_drain_ends_within_its_timeout_when_the_server_is_gone() {
         other => panic!("exit {other:?}: {seen}"),
     }
 }
+
+#[test]
+fn run_takes_a_priority_from_1_to_5_and_refuses_another() {
+    let run = |priority: &str| {
+        bin()
+            .args([
+                "run",
+                "ValueRouter",
+                "--priority",
+                priority,
+                "--input",
+                r#"{"value": 5}"#,
+                "--workflows",
+                "examples/workflows",
+                "--agents",
+                "examples/agents.yaml",
+            ])
+            .output()
+            .unwrap()
+    };
+    let out = run("1");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let out = run("7");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--priority") && stderr.contains("1..=5"),
+        "{stderr}"
+    );
+}

@@ -410,6 +410,7 @@ fn only_the_owner_or_an_operator_may_retry_a_signed_run() {
         task_id,
         version: None,
         signer: Some(owner),
+        priority: None,
     };
     let result = m.rt.block_on(invoke_as(
         &m.client,

@@ -180,6 +180,7 @@ async fn start_waiting(
         task_id: task.to_string(),
         version: None,
         signer: signer.cloned(),
+        priority: None,
     };
     let run = tokio::spawn(async move {
         invoke_as(&client, "mesh", &wf, &json!({}), TIMEOUT, start, |_| {})
@@ -441,6 +442,7 @@ async fn a_cancel_before_its_start_holds_only_for_the_same_identity() {
         task_id: task.to_string(),
         version: None,
         signer: signer.cloned(),
+        priority: None,
     };
     // Unsigned cancel, unsigned start of the same task id: the run ends at its start.
     let task = new_task_id();
@@ -541,6 +543,7 @@ async fn a_signed_run_is_joined_and_read_only_by_its_key_or_an_operator() {
             task_id: task.clone(),
             version: None,
             signer: signer.cloned(),
+            priority: None,
         };
         let joined = invoke_as(
             &m.client,

@@ -187,6 +187,7 @@ async fn run_pinned(client: &async_nats::Client, version: Option<&str>) -> RunRe
         task_id: new_task_id(),
         version: version.map(str::to_string),
         signer: None,
+        priority: None,
     };
     invoke_as(
         client,
