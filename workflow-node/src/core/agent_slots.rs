@@ -16,7 +16,7 @@
 
 use super::engine::Cx;
 use super::state::{AgentSlot, CallPhase};
-use super::types::{Command, TaskKey, TimerId};
+use super::types::TaskKey;
 
 impl Cx<'_> {
     /// Whether the call's running attempt waits for its agent's slot.
@@ -59,14 +59,7 @@ impl Cx<'_> {
         let Some(dispatch) = self.dispatch_of(key, attempt, deadline) else {
             return;
         };
-        self.out.push(Command::StartTimer {
-            timer: TimerId::CallTimeout {
-                task: key.clone(),
-                attempt,
-            },
-            at: deadline,
-        });
-        self.out.push(Command::Dispatch(dispatch));
+        self.send_attempt(key, attempt, deadline, dispatch);
     }
 }
 

@@ -183,6 +183,18 @@ impl Cx<'_> {
             parent_node_id,
             attempt: Some(attempt),
         }));
+        self.send_attempt(key, attempt, deadline, dispatch);
+    }
+
+    /// Arms the attempt's timeout and sends it: the two commands every dispatch ends with
+    /// (a first send, and a call let through by its agent's gate).
+    pub(super) fn send_attempt(
+        &mut self,
+        key: &TaskKey,
+        attempt: u32,
+        deadline: Millis,
+        dispatch: Dispatch,
+    ) {
         self.out.push(Command::StartTimer {
             timer: TimerId::CallTimeout {
                 task: key.clone(),

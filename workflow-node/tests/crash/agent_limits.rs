@@ -11,8 +11,8 @@ use std::time::Duration;
 use agent_sdk::workflow::invoke;
 use serde_json::json;
 
-use crate::support;
-use crate::support::crash::replicas::{write_file, Fleet, Logs, Spawner};
+use crate::support::crash::rig::{Killer, Rig};
+use crate::support::crash::STUBS;
 
 const WORKFLOW: &str = r#"
 name: Gated
@@ -30,10 +30,8 @@ const ITEMS: u32 = 40;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_capped_agent_keeps_its_cap_and_loses_no_call_while_replicas_are_killed() {
-    let _machine = support::process::alone().await;
-    let server = test_harness::nats();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let client = async_nats::connect(server.url()).await.expect("connect");
+    let rig = Rig::start(STUBS, "gated.yaml", WORKFLOW).await;
+    let client = rig.client.clone();
     let (now, max) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let (n, m) = (now.clone(), max.clone());
     let _agent = agent_sdk::AgentBuilder::new("Capped")
@@ -53,19 +51,8 @@ async fn a_capped_agent_keeps_its_cap_and_loses_no_call_while_replicas_are_kille
         .serve(client.clone())
         .await
         .expect("agent");
-    let logs = Logs::default();
-    let spawner = Spawner {
-        workflow_file: write_file(dir.path(), "gated.yaml", WORKFLOW),
-        ack_wait: 1.0,
-        stream_replicas: 1,
-        logs: logs.clone(),
-    };
-    let fleet = Fleet::start(spawner, vec![server.url()], 3).await;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let killer = tokio::spawn(fleet.clone().run_killer(
-        (Duration::from_millis(300), Duration::from_millis(700)),
-        stop_rx,
-    ));
+    let fleet = rig.fleet(3).await;
+    let killer = Killer::start(&fleet);
     let runs: Vec<_> = (0..RUNS)
         .map(|run| {
             let client = client.clone();
@@ -99,11 +86,10 @@ async fn a_capped_agent_keeps_its_cap_and_loses_no_call_while_replicas_are_kille
             problems.push(format!("run {run}: {:?} {:?}", r.status, r.error));
         }
     }
-    let _ = stop_tx.send(true);
-    let _ = killer.await;
+    killer.stop().await;
     let kills = fleet.kill_count();
     fleet.kill_all();
-    assert!(problems.is_empty(), "{problems:#?}\n{}", logs.tail());
+    assert!(problems.is_empty(), "{problems:#?}\n{}", rig.logs.tail());
     assert!(kills >= 1, "no replica was killed: the test proved nothing");
     let max = max.load(Ordering::SeqCst);
     assert!(max <= 4, "the agent had {max} calls in flight at once");

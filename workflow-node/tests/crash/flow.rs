@@ -11,8 +11,8 @@ use std::time::Duration;
 use agent_sdk::workflow::invoke;
 use serde_json::json;
 
-use crate::support;
-use crate::support::crash::replicas::{write_file, Fleet, Logs, Spawner};
+use crate::support::crash::rig::{Killer, Rig};
+use crate::support::crash::STUBS;
 use crate::support::flow::Recorder;
 
 const KEYED: &str = r#"
@@ -30,25 +30,12 @@ const RUNS: usize = 120;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_runs_are_neither_lost_nor_doubled_and_no_key_overlaps_while_replicas_die() {
-    let _machine = support::process::alone().await;
-    let server = test_harness::nats();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let client = async_nats::connect(server.url()).await.expect("connect");
+    let rig = Rig::start(STUBS, "keyed.yaml", KEYED).await;
+    let client = rig.client.clone();
     let rec = Recorder::new();
     let _agent = rec.serve(client.clone()).await;
-    let logs = Logs::default();
-    let spawner = Spawner {
-        workflow_file: write_file(dir.path(), "keyed.yaml", KEYED),
-        ack_wait: 1.0,
-        stream_replicas: 1,
-        logs: logs.clone(),
-    };
-    let fleet = Fleet::start(spawner, vec![server.url()], 3).await;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let killer = tokio::spawn(fleet.clone().run_killer(
-        (Duration::from_millis(300), Duration::from_millis(700)),
-        stop_rx,
-    ));
+    let fleet = rig.fleet(3).await;
+    let killer = Killer::start(&fleet);
     let runs = (0..RUNS).map(|i| {
         let input = json!({"customer": format!("c{}", i % 3), "label": format!("r{i}")});
         let client = client.clone();
@@ -66,8 +53,7 @@ async fn queued_runs_are_neither_lost_nor_doubled_and_no_key_overlaps_while_repl
         }
     });
     let results = futures::future::join_all(runs).await;
-    let _ = stop_tx.send(true);
-    let _ = killer.await;
+    killer.stop().await;
     eprintln!("flow crash test: {} kills", fleet.kill_count());
     let mut problems = Vec::new();
     for (i, r) in results {
@@ -99,6 +85,6 @@ async fn queued_runs_are_neither_lost_nor_doubled_and_no_key_overlaps_while_repl
         problems.is_empty(),
         "{}\nlogs:\n{}",
         problems.join("\n"),
-        logs.tail()
+        rig.logs.tail()
     );
 }
