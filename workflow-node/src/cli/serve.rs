@@ -75,6 +75,11 @@ pub struct Args {
     /// (`structured_invocation_request`/`_result`, status `error`). Both are always read.
     #[arg(long, default_value = "mesh", env = "MESH_DIALECT")]
     pub dialect: messages::workflow::Dialect,
+    /// How run entries are written: `lz4` (compressed JSON, about 40 % of the bytes) or
+    /// `json`. Both are always read; `json` is for a rolling upgrade from a version that
+    /// reads only JSON, until none of its replicas is left.
+    #[arg(long, default_value = "lz4", env = "MESH_RECORD_FORMAT")]
+    pub record_format: crate::shell::run::entry::RecordFormat,
     /// How long the drain on SIGINT/SIGTERM may take (`25s`): after it (a NATS server gone
     /// for good, say) `serve` exits with code 4; the events it held come back to another
     /// replica after their ack wait.
@@ -201,6 +206,7 @@ fn config_of(args: &Args) -> Config {
         },
         retention: args.retention,
         dialect: args.dialect,
+        record_format: args.record_format,
         metrics: MetricsConfig {
             addr: args.metrics_addr,
             ..MetricsConfig::default()

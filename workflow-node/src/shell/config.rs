@@ -43,6 +43,9 @@ pub struct Config {
     /// most it can take). A run whose entry would grow past it fails with "state too
     /// large" instead of being stored.
     pub max_state_bytes: Option<usize>,
+    /// How run entries are written (default LZ4-compressed JSON; both forms are read):
+    /// `Json` for a rolling upgrade from a version that reads only JSON.
+    pub record_format: crate::shell::run::entry::RecordFormat,
     /// Requests to one workflow handled at once (default 256; at least 1). Excess requests
     /// wait, unread, in the subscription's buffer: a burst slows, it never spawns a task
     /// per request.
@@ -109,6 +112,7 @@ impl Default for Config {
             replicas: 1,
             max_deliver: 10,
             max_state_bytes: None,
+            record_format: Default::default(),
             max_concurrent_requests: 256,
             limits: crate::limits::Limits::default(),
             store_limits: crate::limits::StoreLimits::default(),

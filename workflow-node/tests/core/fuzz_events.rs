@@ -275,7 +275,7 @@ fn nesting_100_000_deep_is_refused() {
     state.input = json!("@");
     let record = bytes_of(&RunRecord::new(state, Caller::default()));
     let record = String::from_utf8(record).unwrap().replace("\"@\"", &deep);
-    let e = serde_json::from_slice::<RunRecord>(record.as_bytes()).unwrap_err();
+    let e = RunRecord::from_entry(record.as_bytes()).unwrap_err();
     assert!(e.to_string().contains("recursion limit exceeded"), "{e}");
     let reply = String::from_utf8(reply_bytes(json!("@"), true, TaskState::Completed))
         .unwrap()

@@ -190,9 +190,8 @@ async fn run_once(how: Answers) -> Value {
         .await
         .expect("runs bucket");
     let key = names::run_key("TwiceFlow", &execution);
-    let record: RunRecord =
-        serde_json::from_slice(&kv.get(&key).await.expect("read").expect("a record"))
-            .expect("a record");
+    let record = RunRecord::from_entry(&kv.get(&key).await.expect("read").expect("a record"))
+        .expect("a record");
     assert!(record.state.status.is_terminal());
     let inspector = Inspector::open(client.clone(), "mesh")
         .await

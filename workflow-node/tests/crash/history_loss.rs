@@ -152,7 +152,7 @@ async fn a_history_batch_whose_event_a_late_ack_removed_is_still_published() {
             .unwrap_or_else(|_| panic!("the run never waited\n{}", logs.tail()))
             .expect("watch ended")
             .expect("watch entry");
-        let Ok(record) = serde_json::from_slice::<RunRecord>(&entry.value) else {
+        let Ok(record) = RunRecord::from_entry(&entry.value) else {
             continue;
         };
         let batch = record.outbox.iter().find(|e| e.more_history.len() >= 16);
@@ -183,9 +183,8 @@ async fn a_history_batch_whose_event_a_late_ack_removed_is_still_published() {
     let result = caller.await.expect("caller task").expect("a final reply");
     assert_eq!(result.status, "success", "{result:?}");
 
-    let record: RunRecord =
-        serde_json::from_slice(&kv.get(&key).await.expect("read").expect("a record"))
-            .expect("a record");
+    let record = RunRecord::from_entry(&kv.get(&key).await.expect("read").expect("a record"))
+        .expect("a record");
     let inspector = Inspector::open(client.clone(), "mesh")
         .await
         .expect("inspector");

@@ -347,7 +347,7 @@ impl Records {
         let execution = names::execution_id(NAME, &request_id(i));
         let key = names::run_key(NAME, &execution);
         let record = match self.kv.get(&key).await {
-            Ok(Some(bytes)) => serde_json::from_slice::<RunRecord>(&bytes),
+            Ok(Some(bytes)) => RunRecord::from_entry(&bytes),
             other => {
                 problems.push(format!("run {i} ({execution}): no record ({other:?})"));
                 return (None, BTreeSet::new());

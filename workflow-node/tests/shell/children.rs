@@ -132,7 +132,7 @@ impl Mesh {
         let wait = async {
             while let Some(entry) = entries.next().await {
                 let entry = entry.expect("entry");
-                if let Ok(record) = serde_json::from_slice::<RunRecord>(&entry.value) {
+                if let Ok(record) = RunRecord::from_entry(&entry.value) {
                     if record.state.status.is_terminal() {
                         return record;
                     }

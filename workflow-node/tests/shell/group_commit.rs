@@ -67,8 +67,8 @@ async fn a_maps_results_are_committed_with_fewer_compare_and_swaps_than_results(
             continue;
         }
         commits += 1;
-        let record: workflow_node::shell::RunRecord =
-            serde_json::from_slice(&entry.value).expect("a run record");
+        let record =
+            workflow_node::shell::RunRecord::from_entry(&entry.value).expect("a run record");
         if record.state.status.is_terminal() {
             break;
         }

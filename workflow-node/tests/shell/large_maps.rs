@@ -100,7 +100,7 @@ async fn large_maps_and_inputs_are_kept_apart_and_reassembled_across_replicas() 
         .await
         .expect("get")
         .expect("entry");
-    let record: RunRecord = serde_json::from_slice(&entry).expect("record");
+    let record = RunRecord::from_entry(&entry).expect("record");
     assert!(record.input_apart);
     assert_eq!(record.state.input, Value::Null);
     assert!(record.maps.is_empty(), "the map ended");

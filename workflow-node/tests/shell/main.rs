@@ -20,6 +20,7 @@ mod limits;
 mod payloads;
 mod per_node;
 mod policy;
+mod record_format;
 mod recovery;
 mod replicas;
 mod replies;

@@ -122,7 +122,7 @@ async fn entries_still_held_in_the_record_are_read_with_the_published_ones() {
             .expect("the run waits at its gate in time")
             .expect("a watch")
             .expect("an entry");
-        let Ok(record) = serde_json::from_slice::<RunRecord>(&entry.value) else {
+        let Ok(record) = RunRecord::from_entry(&entry.value) else {
             continue;
         };
         if record.state.node_status("gate") == NodeStatus::Waiting {

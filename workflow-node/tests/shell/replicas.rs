@@ -57,7 +57,7 @@ async fn the_outbox_stays_small_with_three_replicas_on_one_run() {
     let largest = tokio::spawn(async move {
         let (mut entries, mut bytes) = (0, 0);
         while let Some(Ok(entry)) = watch.next().await {
-            let Ok(record) = serde_json::from_slice::<RunRecord>(&entry.value) else {
+            let Ok(record) = RunRecord::from_entry(&entry.value) else {
                 continue;
             };
             entries = entries.max(record.outbox.len());

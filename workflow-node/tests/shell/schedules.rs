@@ -72,7 +72,7 @@ async fn three_replicas_start_one_run_per_slot_named_by_the_slot() {
     let mut seen: BTreeMap<String, RunRecord> = BTreeMap::new();
     let watching = async {
         while let Some(Ok(entry)) = watch.next().await {
-            let Ok(record) = serde_json::from_slice::<RunRecord>(&entry.value) else {
+            let Ok(record) = RunRecord::from_entry(&entry.value) else {
                 continue;
             };
             let execution = entry.key.trim_start_matches("Tick.").to_string();
@@ -173,7 +173,7 @@ async fn operators_pause_trigger_add_and_delete_schedules() {
         .expect("watch");
     let ended = async {
         while let Some(Ok(entry)) = watch.next().await {
-            let Ok(record) = serde_json::from_slice::<RunRecord>(&entry.value) else {
+            let Ok(record) = RunRecord::from_entry(&entry.value) else {
                 continue;
             };
             if record.state.status.is_terminal() {

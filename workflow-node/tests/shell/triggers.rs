@@ -112,7 +112,7 @@ async fn events_start_one_run_each_and_poison_is_parked() {
     let mut ended = std::collections::BTreeMap::new();
     let watching = async {
         while let Some(Ok(entry)) = watch.next().await {
-            let Ok(record) = serde_json::from_slice::<RunRecord>(&entry.value) else {
+            let Ok(record) = RunRecord::from_entry(&entry.value) else {
                 continue;
             };
             if record.state.status.is_terminal() {

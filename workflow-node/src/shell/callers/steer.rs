@@ -26,6 +26,7 @@ use crate::shell::callers::identity;
 use crate::shell::context::Shared;
 use crate::shell::error::Result;
 use crate::shell::run::apart;
+use crate::shell::run::entry;
 use crate::shell::run::envelope::Caller;
 use crate::shell::run::envelope::Envelope;
 use crate::shell::run::names;
@@ -155,7 +156,7 @@ pub(in crate::shell) async fn seed(
     let ttl = shared.config.retention;
     let apart = apart::set_apart(&mut record, &key, shared.config.inline_limit)?;
     runs::start_puts(shared, apart, ttl).await?.stored().await?;
-    let bytes = apart::encode(&mut record)?;
+    let bytes = entry::pack(apart::encode(&mut record)?, shared.config.record_format);
     // Created only if absent, and expiring like a kept cancel if its start never comes.
     runs::put(shared, &key, bytes, Some(0), Some(ttl)).await?;
     Ok(())

@@ -4,6 +4,7 @@
 //! it so: no `async`, no tokio or NATS, no file, socket or clock read here.
 //!
 //! - `record`: what a run's KV entry holds (the core's state, its caller, its outbox).
+//! - `entry`: how the record is stored (its JSON, LZ4-compressed by default).
 //! - `envelope`: an event as it travels in a workflow's stream.
 //! - `plan`: the per-event decision (load, apply, what to commit and carry out), and
 //!   `plan::group`, the group commit of several events of one run.
@@ -28,6 +29,7 @@
 pub mod apart;
 pub(in crate::shell) mod backoff;
 pub mod check;
+pub mod entry;
 pub(in crate::shell) mod envelope;
 pub(in crate::shell) mod flow;
 pub mod gate;

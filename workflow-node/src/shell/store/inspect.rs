@@ -139,7 +139,7 @@ impl Inspector {
             workflow: workflow.to_string(),
             execution: execution.clone(),
             revision,
-            record: decode(&bytes, &key)?,
+            record: decode_record(&bytes, &key)?,
         }))
     }
 
@@ -250,7 +250,7 @@ impl Inspector {
                 continue;
             };
             let revision = m.info().map(|i| i.stream_sequence).unwrap_or(0);
-            match decode::<RunRecord>(&m.payload, key) {
+            match decode_record(&m.payload, key) {
                 Ok(record) => runs.push(FoundRun {
                     workflow: workflow.to_string(),
                     execution,
@@ -282,6 +282,14 @@ impl Inspector {
             .map(Some)
             .context(|| format!("reading {uri}"))
     }
+}
+
+/// A run's entry as stored (see [`crate::shell::run::entry`]).
+fn decode_record(bytes: &[u8], key: &str) -> Result<RunRecord> {
+    RunRecord::from_entry(bytes).map_err(|source| Error::Encoding {
+        context: format!("decoding {key}"),
+        source,
+    })
 }
 
 fn decode<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> {

@@ -20,6 +20,7 @@ use crate::definition::Workflow;
 use crate::shell::context::Shared;
 use crate::shell::error::{Context, Error, Result};
 use crate::shell::run::apart::{self, Write};
+use crate::shell::run::entry;
 use crate::shell::run::names::{input_key, items_key, node_output_key, result_key, run_output_key};
 use crate::shell::run::plan::{Commit, Ending, Loaded};
 use crate::shell::run::record::RunRecord;
@@ -70,8 +71,10 @@ pub(in crate::shell) async fn read_record(
     let Some((revision, value)) = read(shared, key).await? else {
         return Ok(None);
     };
-    let mut record: RunRecord = decode(&value, || format!("run {key}"))?;
-    record.entry_bytes = value.len();
+    let record = RunRecord::from_entry(&value).map_err(|source| Error::Encoding {
+        context: format!("decoding run {key}"),
+        source,
+    })?;
     Ok(Some((revision, record)))
 }
 
@@ -335,15 +338,9 @@ pub(in crate::shell) async fn cas(
     } else {
         commit.ends_run.then_some(shared.config.retention)
     };
-    shared.encoded.commit(commit.bytes.len());
-    put(
-        shared,
-        key,
-        commit.bytes,
-        Some(commit.revision.unwrap_or(0)),
-        ttl,
-    )
-    .await
+    let stored = entry::pack(commit.bytes, shared.config.record_format);
+    shared.encoded.commit(stored.len());
+    put(shared, key, stored, Some(commit.revision.unwrap_or(0)), ttl).await
 }
 
 /// Puts `bytes` under `key` of the runs bucket, on condition that `expected` is its

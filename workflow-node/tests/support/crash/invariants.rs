@@ -74,7 +74,7 @@ pub(crate) async fn check_no_call_after_end(
         let Ok(Some(bytes)) = kv.get(&key).await else {
             continue; // not a run of this test's workflow, or checked by check_records
         };
-        let Ok(record) = serde_json::from_slice::<RunRecord>(&bytes) else {
+        let Ok(record) = RunRecord::from_entry(&bytes) else {
             continue;
         };
         if let Some(ended) = record.ended_at {

@@ -217,7 +217,7 @@ pub(crate) async fn check_records_of(
             tokio::time::sleep(Duration::from_millis(500)).await;
         };
         match record {
-            Ok(Some(bytes)) => match serde_json::from_slice::<RunRecord>(&bytes) {
+            Ok(Some(bytes)) => match RunRecord::from_entry(&bytes) {
                 Ok(record) => {
                     *statuses
                         .entry(record.state.status.as_str().to_string())

@@ -158,7 +158,7 @@ pub(crate) async fn watch_runs(
         .take_while(|entry| std::future::ready(entry.is_ok()))
         .filter_map(move |entry| {
             let seen = entry.ok().and_then(|entry| {
-                let record = serde_json::from_slice::<RunRecord>(&entry.value).ok()?;
+                let record = RunRecord::from_entry(&entry.value).ok()?;
                 let execution = entry.key.trim_start_matches(&prefix).to_string();
                 Some((execution, record))
             });
