@@ -169,8 +169,13 @@ const RATE_TIME: Duration = Duration::from_secs(3);
 /// The floor's throughput: floor steps (a request/reply to an echo responder, then a KV
 /// compare-and-swap) per second with `in_flight` of them going at once, each on a key of
 /// its own, over one client connection as the node has. No workflow step costs less, so
-/// no scenario runs more node executions per second than this on the same machine.
-pub(crate) async fn steps_per_s(env: &Env, tag: &str, in_flight: usize) -> Result<f64> {
+/// no scenario runs more node executions per second than this on the same machine. With
+/// it, the server's CPU per floor step (`None` on a server not ours).
+pub(crate) async fn steps_per_s(
+    env: &Env,
+    tag: &str,
+    in_flight: usize,
+) -> Result<(f64, Option<f64>)> {
     let client = env.connect().await?;
     let subject = format!("bench.floor.rate.{tag}");
     let echo = echo(env, &subject).await?;
@@ -179,6 +184,7 @@ pub(crate) async fn steps_per_s(env: &Env, tag: &str, in_flight: usize) -> Resul
     let store = floor_bucket(&js, &bucket).await?;
     let payload = bytes::Bytes::from(vec![b'x'; 128]);
     let value = bytes::Bytes::from(vec![b'v'; 256]);
+    let cpu_before = super::env::cpu_times(env).1;
     let t0 = Instant::now();
     let end = t0 + RATE_TIME;
     let loops = (0..in_flight).map(|i| {
@@ -198,7 +204,12 @@ pub(crate) async fn steps_per_s(env: &Env, tag: &str, in_flight: usize) -> Resul
     });
     let done = futures::future::try_join_all(loops).await;
     let secs = t0.elapsed().as_secs_f64();
+    let cpu_after = super::env::cpu_times(env).1;
     echo.abort();
     let _ = js.delete_key_value(&bucket).await;
-    Ok(done?.iter().sum::<u64>() as f64 / secs)
+    let steps = done?.iter().sum::<u64>();
+    let server_cpu = cpu_before
+        .zip(cpu_after)
+        .map(|(b, a)| a.saturating_sub(b).as_secs_f64() * 1e6 / steps.max(1) as f64);
+    Ok((steps as f64 / secs, server_cpu))
 }

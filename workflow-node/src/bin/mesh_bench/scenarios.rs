@@ -339,14 +339,17 @@ pub(crate) async fn throughput(env: &Env) -> Result<Report> {
     .await?;
     let before = env.counters().await?;
     let node_before = mesh.usage();
+    let server_before = env::cpu_times(env).1;
     let (runs_per_s, nodes_per_s, mut rows, runs) =
         fork_join_throughput(&mesh.caller, &mesh.ns, |in_flight, done| {
             format!("{in_flight} in flight ({done} runs)")
         })
         .await?;
-    let node_alone = mesh
-        .usage()
-        .per(&node_before, runs as u64 * env::FORK_JOIN_NODES);
+    let executions = runs as u64 * env::FORK_JOIN_NODES;
+    let server_cpu = server_before
+        .zip(env::cpu_times(env).1)
+        .map(|(b, a)| a.saturating_sub(b).as_secs_f64() * 1e6 / executions.max(1) as f64);
+    let node_alone = mesh.usage().per(&node_before, executions);
     let counts = per_unit(
         env,
         &mesh.ns,
@@ -356,17 +359,31 @@ pub(crate) async fn throughput(env: &Env) -> Result<Report> {
     .await?;
     mesh.stop().await;
     rows.extend(node_alone.rows());
+    // What bounds the rate on two shared cores: the server's CPU per node execution under
+    // load, beside its CPU per floor step at the same concurrency.
+    if let Some(s) = server_cpu {
+        rows.push(("  nats-server CPU per node execution".into(), us(s)));
+    }
     // The ceiling on this machine: floor steps per second at the same concurrency.
     let mut floor_rate = serde_json::Map::new();
+    let mut floor_cpu = serde_json::Map::new();
     for in_flight in [64usize, 256] {
-        let rate = floor::steps_per_s(env, &format!("throughput{in_flight}"), in_flight).await?;
+        let (rate, step_cpu) =
+            floor::steps_per_s(env, &format!("throughput{in_flight}"), in_flight).await?;
         let nodes = nodes_per_s
             .get(&in_flight.to_string())
             .copied()
             .unwrap_or(0.0);
+        let cpu = step_cpu.map_or(String::new(), |c| {
+            floor_cpu.insert(in_flight.to_string(), json!(round(c)));
+            format!("; nats-server CPU {} per step", us(c))
+        });
         rows.push((
             format!("  floor steps (rr + CAS), {in_flight} in flight"),
-            format!("{rate:.0}/s (node executions: {:.2}x of it)", nodes / rate),
+            format!(
+                "{rate:.0}/s (node executions: {:.2}x of it){cpu}",
+                nodes / rate
+            ),
         ));
         floor_rate.insert(in_flight.to_string(), json!(round(rate)));
     }
@@ -375,6 +392,8 @@ pub(crate) async fn throughput(env: &Env) -> Result<Report> {
         "runs_per_s": runs_per_s,
         "node_executions_per_s": nodes_per_s,
         "floor_steps_per_s": floor_rate,
+        "floor_server_cpu_per_step_us": floor_cpu,
+        "server_cpu_per_node_execution_us": server_cpu.map(round),
         "nodes_per_run": env::FORK_JOIN_NODES,
         "node_alone_per_node_execution": node_alone.json(),
     });
