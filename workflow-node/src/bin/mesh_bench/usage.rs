@@ -73,10 +73,16 @@ fn enter_node_group() {
 }
 
 /// A runtime for one in-process node: two workers (as many as a node process would get
-/// on this machine), threads named [`THREAD`] whose allocations are counted.
+/// on this machine; `MESH_BENCH_NODE_WORKERS` sets another number), threads named
+/// [`THREAD`] whose allocations are counted.
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
+    let workers = std::env::var("MESH_BENCH_NODE_WORKERS")
+        .ok()
+        .and_then(|w| w.parse::<usize>().ok())
+        .filter(|w| *w > 0)
+        .unwrap_or(2);
     Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers)
         .thread_name(THREAD)
         .on_thread_start(enter_node_group)
         .enable_all()
