@@ -65,6 +65,10 @@ struct Args {
     /// node's threads while `chain` times its runs, with `perf`.
     #[arg(long)]
     profile: Option<PathBuf>,
+    /// How the in-process node writes run entries: `lz4` (compressed, the default) or
+    /// `json`, to measure what compression costs and saves.
+    #[arg(long, default_value = "lz4")]
+    record_format: workflow_node::shell::run::entry::RecordFormat,
 }
 
 /// Counts the in-process node's allocations (see `mesh_bench::usage`).
@@ -100,6 +104,7 @@ async fn run(args: Args) -> Result<()> {
     env.call_check =
         (args.call_check > 0.0).then(|| std::time::Duration::from_secs_f64(args.call_check));
     env.profile = args.profile.clone();
+    env.record_format = args.record_format;
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
         "mesh-bench on {} ({} server, {cores} cores shared by the server, the node, the agents and the bench)",

@@ -25,6 +25,8 @@ pub(crate) struct Env {
     pub(crate) call_check: Option<Duration>,
     /// Where `chain` draws the flame graph of the node's threads (`--profile`).
     pub(crate) profile: Option<std::path::PathBuf>,
+    /// How the in-process node writes run entries (`--record-format`).
+    pub(crate) record_format: workflow_node::shell::run::entry::RecordFormat,
 }
 
 impl Env {
@@ -37,6 +39,7 @@ impl Env {
                 monitor,
                 call_check: workflow_node::shell::Config::default().call_check,
                 profile: None,
+                record_format: Default::default(),
             }),
             None => {
                 let server = nats_process::NatsServer::start(nats_process::Options {
@@ -52,6 +55,7 @@ impl Env {
                     monitor,
                     call_check: workflow_node::shell::Config::default().call_check,
                     profile: None,
+                    record_format: Default::default(),
                 })
             }
         }

@@ -39,6 +39,7 @@ impl NodeProcess {
             .arg("serve")
             .arg(file)
             .args(["--nats-url", &env.url, "--namespace", ns, "--ack-wait", "1"])
+            .args(["--record-format", env.record_format.as_str()])
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

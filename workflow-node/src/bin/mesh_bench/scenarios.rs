@@ -53,6 +53,7 @@ impl Mesh {
         let config = Config {
             namespace: ns.clone(),
             call_check: env.call_check,
+            record_format: env.record_format,
             ..config
         };
         let runtime = usage::runtime()?;
