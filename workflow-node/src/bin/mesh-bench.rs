@@ -62,13 +62,18 @@ struct Args {
     #[arg(long, default_value_t = 10.0)]
     call_check: f64,
     /// Record a flame graph (SVG, and its folded stacks beside it) of the in-process
-    /// node's threads while `chain` times its runs, with `perf`.
+    /// node's threads while `chain` or `throughput` times its runs, with `perf` (with
+    /// `all`, the later one's).
     #[arg(long)]
     profile: Option<PathBuf>,
     /// How the in-process node writes run entries: `lz4` (compressed, the default) or
     /// `json`, to measure what compression costs and saves.
     #[arg(long, default_value = "lz4")]
     record_format: workflow_node::shell::run::entry::RecordFormat,
+    /// Do not count the in-process node's allocations: the counting allocator's own work
+    /// then stays out of the node's CPU figure.
+    #[arg(long)]
+    no_allocation_count: bool,
 }
 
 /// Counts the in-process node's allocations (see `mesh_bench::usage`).
@@ -77,7 +82,9 @@ static ALLOCATOR: mesh_bench::usage::Allocator = mesh_bench::usage::Allocator::s
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    mesh_bench::usage::count_allocations();
+    if !args.no_allocation_count {
+        mesh_bench::usage::count_allocations();
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {

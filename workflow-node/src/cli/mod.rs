@@ -95,7 +95,19 @@ pub fn block_on<F>(body: F) -> std::process::ExitCode
 where
     F: Future<Output = anyhow::Result<std::process::ExitCode>>,
 {
-    let runtime = match tokio::runtime::Runtime::new() {
+    block_on_threads(None, body)
+}
+
+/// [`block_on`] on a runtime of `threads` worker threads (`None`: one per core).
+pub fn block_on_threads<F>(threads: Option<usize>, body: F) -> std::process::ExitCode
+where
+    F: Future<Output = anyhow::Result<std::process::ExitCode>>,
+{
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = threads {
+        builder.worker_threads(n);
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");

@@ -34,6 +34,12 @@ pub struct Args {
     /// before the node sends the same attempt again; 0 never does.
     #[arg(long, default_value_t = 10.0)]
     pub call_check: f64,
+    /// The process's runtime threads (default: one per core). Where the NATS server
+    /// shares the cores, fewer threads hand events between fewer cores: on two cores, one
+    /// thread spent 15–20 % less CPU per node execution for the same throughput
+    /// (`docs/figures.md`).
+    #[arg(long, env = "MESH_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: Option<u16>,
     /// Worker tasks per workflow: the runs of a workflow are spread over them, and each
     /// works on one event (or one run's group of events) at a time.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
@@ -139,7 +145,7 @@ fn store_limit(text: &str) -> Result<(String, u64), String> {
 
 /// Runs `serve`.
 pub fn run(args: Args) -> ExitCode {
-    super::block_on(async move {
+    super::block_on_threads(args.threads.map(usize::from), async move {
         let Some(workflows) = super::load(&args.files) else {
             return Ok(ExitCode::from(1));
         };

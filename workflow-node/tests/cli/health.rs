@@ -23,14 +23,21 @@ workflow:
   output_mapping: {a: "{{a.output}}"}
 "#;
 
-/// `workflow-node serve` on `file` with a health address, a long shutdown delay and a
-/// quick card interval.
+/// `workflow-node serve` on `file` with a health address, a long shutdown delay, a
+/// quick card interval and one runtime thread (`--threads`).
 fn spawn_serve(file: &std::path::Path, url: &str) -> Child {
     Child::spawn(
         process::workflow_node()
             .arg("serve")
             .arg(file)
-            .args(["--nats-url", url, "--health-addr", "127.0.0.1:0"])
+            .args([
+                "--nats-url",
+                url,
+                "--health-addr",
+                "127.0.0.1:0",
+                "--threads",
+                "1",
+            ])
             .args(["--shutdown-delay", "60s", "--card-interval", "1"])
             .env("RUST_LOG", "warn"),
     )
@@ -90,4 +97,18 @@ async fn readiness_follows_start_the_server_and_the_drain() {
     serve.terminate();
     let status = serve.exited().await;
     assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn serve_refuses_zero_runtime_threads_before_it_starts() {
+    let out = Command::new(env!("CARGO_BIN_EXE_workflow-node"))
+        .args(["serve", "examples/workflows/echo.json", "--threads", "0"])
+        .output()
+        .expect("running workflow-node serve");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--threads") && stderr.contains("0"),
+        "{stderr}"
+    );
 }

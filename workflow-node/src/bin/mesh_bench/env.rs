@@ -23,7 +23,7 @@ pub(crate) struct Env {
     pub(crate) monitor: Option<Monitor>,
     /// The in-process node's liveness check of calls (`--call-check`; `None`: off).
     pub(crate) call_check: Option<Duration>,
-    /// Where `chain` draws the flame graph of the node's threads (`--profile`).
+    /// Where `chain` and `throughput` draw the flame graph of the node's threads (`--profile`).
     pub(crate) profile: Option<std::path::PathBuf>,
     /// How the in-process node writes run entries (`--record-format`).
     pub(crate) record_format: workflow_node::shell::run::entry::RecordFormat,

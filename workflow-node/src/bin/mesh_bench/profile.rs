@@ -1,5 +1,5 @@
 //! `--profile FILE.svg`: a flame graph of the in-process node's threads alone, recorded by
-//! `perf` while `chain` times its runs.
+//! `perf` while `chain` or `throughput` times its runs.
 //!
 //! `perf record` is given the node runtime's thread ids (`-t`, see `usage::THREAD`), so
 //! the echo agents, the caller and the server stay out of it; stacks are unwound from

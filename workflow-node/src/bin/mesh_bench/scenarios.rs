@@ -341,11 +341,22 @@ pub(crate) async fn throughput(env: &Env) -> Result<Report> {
     let before = env.counters().await?;
     let node_before = mesh.usage();
     let server_before = env::cpu_times(env).1;
+    let recording = match &env.profile {
+        Some(svg) => Some(super::profile::start(svg)?),
+        None => None,
+    };
     let (runs_per_s, nodes_per_s, mut rows, runs) =
         fork_join_throughput(&mesh.caller, &mesh.ns, |in_flight, done| {
             format!("{in_flight} in flight ({done} runs)")
         })
         .await?;
+    if let (Some(r), Some(svg)) = (recording, &env.profile) {
+        let samples = r.finish()?;
+        rows.push((
+            "profile of the node's threads".into(),
+            format!("{} ({samples} samples)", svg.display()),
+        ));
+    }
     let executions = runs as u64 * env::FORK_JOIN_NODES;
     let server_cpu = server_before
         .zip(env::cpu_times(env).1)

@@ -9,7 +9,7 @@
 //! them (an allocation group each enters when the runtime starts it). This measures what a node process
 //! of its own would spend, without a second binary to build and start for every scenario.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Result;
@@ -24,6 +24,9 @@ use super::scenarios::us;
 
 /// The name of the node runtime's threads (within the kernel's 15 bytes).
 pub(crate) const THREAD: &str = "mesh-node";
+
+/// Whether allocations are counted (see [`count_allocations`]).
+static COUNTING: AtomicBool = AtomicBool::new(false);
 
 /// Allocations made on the node's threads, and their bytes.
 static NODE_ALLOCS: AtomicU64 = AtomicU64::new(0);
@@ -57,10 +60,14 @@ impl AllocationTracker for NodeAllocations {
     }
 }
 
-/// Starts counting (once per process).
+/// Starts counting (once per process). Counting costs the node's threads CPU of their
+/// own (every allocation of the process goes through the tracker, and the node's bump two
+/// shared counters): `mesh-bench --no-allocation-count` leaves it off, to read the node's
+/// CPU without it.
 pub(crate) fn count_allocations() {
     if AllocationRegistry::set_global_tracker(NodeAllocations).is_ok() {
         AllocationRegistry::enable_tracking();
+        COUNTING.store(true, Ordering::Relaxed);
     }
 }
 
@@ -157,8 +164,12 @@ impl Usage {
                 .cpu
                 .zip(before.cpu)
                 .map(|(a, b)| a.saturating_sub(b).as_secs_f64() * 1e6 / n),
-            allocs: (self.allocs - before.allocs) as f64 / n,
-            alloc_bytes: (self.alloc_bytes - before.alloc_bytes) as f64 / n,
+            allocs: COUNTING.load(Ordering::Relaxed).then(|| {
+                (
+                    (self.allocs - before.allocs) as f64 / n,
+                    (self.alloc_bytes - before.alloc_bytes) as f64 / n,
+                )
+            }),
             commits: e.commits as f64 / n,
             bytes_per_commit: per_write(e.commit_bytes, e.commits),
             events: e.events as f64 / n,
@@ -173,8 +184,8 @@ impl Usage {
 pub(crate) struct PerNode {
     /// CPU of the node's threads, µs (`None`: not readable here).
     pub(crate) cpu_us: Option<f64>,
-    allocs: f64,
-    alloc_bytes: f64,
+    /// Allocations and their bytes (`None`: not counted).
+    allocs: Option<(f64, f64)>,
     commits: f64,
     bytes_per_commit: Option<f64>,
     events: f64,
@@ -187,8 +198,8 @@ impl PerNode {
     pub(crate) fn json(&self) -> Value {
         json!({
             "cpu_us": self.cpu_us.map(round),
-            "allocations": round(self.allocs),
-            "allocated_bytes": round(self.alloc_bytes),
+            "allocations": self.allocs.map(|(n, _)| round(n)),
+            "allocated_bytes": self.allocs.map(|(_, b)| round(b)),
             "commits": round(self.commits * 100.0) / 100.0,
             "bytes_per_commit": self.bytes_per_commit.map(round),
             "events_published": round(self.events * 100.0) / 100.0,
@@ -207,7 +218,8 @@ impl PerNode {
             ),
             (
                 "  allocations (bytes)".into(),
-                format!("{:.0} ({:.0} B)", self.allocs, self.alloc_bytes),
+                self.allocs
+                    .map_or("not counted".into(), |(n, b)| format!("{n:.0} ({b:.0} B)")),
             ),
             (
                 "  commits × bytes each; events published × bytes".into(),
