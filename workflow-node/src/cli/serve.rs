@@ -36,7 +36,7 @@ pub struct Args {
     pub call_check: f64,
     /// The process's runtime threads (default: one per core). Where the NATS server
     /// shares the cores, fewer threads hand events between fewer cores: on two cores, one
-    /// thread spent 15–20 % less CPU per node execution for the same throughput
+    /// thread spent 13–20 % less CPU per node execution for the same throughput
     /// (`docs/figures.md`).
     #[arg(long, env = "MESH_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
