@@ -339,6 +339,8 @@ pub(crate) async fn throughput(env: &Env) -> Result<Report> {
     )
     .await?;
     let before = env.counters().await?;
+    // The node's own CPU under load, without the allocation counter's (see `usage`).
+    let paused = usage::pause_counting();
     let node_before = mesh.usage();
     let server_before = env::cpu_times(env).1;
     let recording = match &env.profile {
@@ -362,6 +364,7 @@ pub(crate) async fn throughput(env: &Env) -> Result<Report> {
         .zip(env::cpu_times(env).1)
         .map(|(b, a)| a.saturating_sub(b).as_secs_f64() * 1e6 / executions.max(1) as f64);
     let node_alone = mesh.usage().per(&node_before, executions);
+    drop(paused);
     let counts = per_unit(
         env,
         &mesh.ns,
