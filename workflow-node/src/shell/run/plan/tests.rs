@@ -21,18 +21,23 @@ fn workflow() -> Workflow {
     crate::definition::parse_str(WORKFLOW, "chain.yaml").expect("valid workflow")
 }
 
-/// [`super::plan`] without traces.
+/// [`super::plan`] without traces, for the run keyed `k` whose id is [`execution`].
 fn plan(
     workflow: &Workflow,
-    run_key: &str,
-    execution: &ExecutionId,
     loaded: Loaded,
     envelope: &Envelope,
     delivery: Delivery,
     stamp: Stamp<'_>,
 ) -> Result<Plan, serde_json::Error> {
     super::plan(
-        workflow, run_key, execution, loaded, envelope, delivery, stamp, false,
+        workflow,
+        "k",
+        &execution(),
+        loaded,
+        envelope,
+        delivery,
+        stamp,
+        false,
     )
 }
 
@@ -110,7 +115,7 @@ fn decode(bytes: &[u8]) -> RunRecord {
 
 /// The run after `Started`, as stored (revision 1).
 fn started(wf: &Workflow) -> (RunRecord, Dispatch) {
-    let s = steps(plan(wf, "k", &execution(), none(), &start(), first(1), stamp(0)).unwrap());
+    let s = steps(plan(wf, none(), &start(), first(1), stamp(0)).unwrap());
     let record = decode(&s.commit.expect("a commit").bytes);
     let dispatch = s
         .commands
@@ -134,7 +139,7 @@ fn succeeded(task: TaskKey) -> Envelope {
 #[test]
 fn a_start_creates_the_entry_with_its_commands_in_the_outbox() {
     let wf = workflow();
-    let s = steps(plan(&wf, "k", &execution(), none(), &start(), first(7), stamp(5)).unwrap());
+    let s = steps(plan(&wf, none(), &start(), first(7), stamp(5)).unwrap());
     let commit = s.commit.expect("a commit");
     assert_eq!(commit.revision, None, "a new run is created, not updated");
     let stored = decode(&commit.bytes);
@@ -153,15 +158,7 @@ fn a_start_creates_the_entry_with_its_commands_in_the_outbox() {
 fn an_event_for_no_run_is_acked_and_nothing_is_written() {
     let wf = workflow();
     let (_, d) = started(&wf);
-    let p = plan(
-        &wf,
-        "k",
-        &execution(),
-        none(),
-        &succeeded(d.task),
-        first(2),
-        stamp(1),
-    );
+    let p = plan(&wf, none(), &succeeded(d.task), first(2), stamp(1));
     assert!(matches!(p.unwrap(), Plan::Ack { keep: None }));
 }
 
@@ -175,15 +172,7 @@ fn a_no_op_on_a_fresh_record_is_acked_and_cached_but_on_a_cached_one_reloads() {
         attempt: 9,
         output: json!({}),
     });
-    let p = plan(
-        &wf,
-        "k",
-        &execution(),
-        fresh(3, record.clone()),
-        &stale,
-        first(2),
-        stamp(1),
-    );
+    let p = plan(&wf, fresh(3, record.clone()), &stale, first(2), stamp(1));
     match p.unwrap() {
         Plan::Ack {
             keep: Some((3, kept)),
@@ -194,7 +183,7 @@ fn a_no_op_on_a_fresh_record_is_acked_and_cached_but_on_a_cached_one_reloads() {
         from_cache: true,
         ..fresh(3, record)
     };
-    let p = plan(&wf, "k", &execution(), cached, &stale, first(2), stamp(1));
+    let p = plan(&wf, cached, &stale, first(2), stamp(1));
     assert!(matches!(p.unwrap(), Plan::Reload));
 }
 
@@ -205,8 +194,6 @@ fn a_result_is_committed_on_the_revision_read() {
     let s = steps(
         plan(
             &wf,
-            "k",
-            &execution(),
             fresh(4, record),
             &succeeded(d.task),
             first(2),
@@ -241,25 +228,13 @@ fn a_result_is_committed_on_the_revision_read() {
 #[test]
 fn a_redelivered_event_still_in_the_outbox_is_carried_out_again_not_reapplied() {
     let wf = workflow();
-    let original =
-        steps(plan(&wf, "k", &execution(), none(), &start(), first(1), stamp(0)).unwrap());
+    let original = steps(plan(&wf, none(), &start(), first(1), stamp(0)).unwrap());
     let record = decode(&original.commit.expect("a commit").bytes);
     let again = Delivery {
         seq: 1,
         delivered: 2,
     };
-    let s = steps(
-        plan(
-            &wf,
-            "k",
-            &execution(),
-            fresh(1, record),
-            &start(),
-            again,
-            stamp(9),
-        )
-        .unwrap(),
-    );
+    let s = steps(plan(&wf, fresh(1, record), &start(), again, stamp(9)).unwrap());
     assert!(s.commit.is_none(), "a replay commits nothing new");
     let tidy = s.tidy.as_ref().expect("the entry is removed afterwards");
     let held = decode(&tidy.bytes).history_held;
@@ -288,23 +263,11 @@ fn a_stale_first_delivery_whose_entry_another_replica_committed_carries_it_out_a
     let wf = workflow();
     // The start, taken over from a replica cut off past the ack wait (a redelivery) and
     // committed by another, which then failed to carry its entry out.
-    let original =
-        steps(plan(&wf, "k", &execution(), none(), &start(), first(1), stamp(0)).unwrap());
+    let original = steps(plan(&wf, none(), &start(), first(1), stamp(0)).unwrap());
     let record = decode(&original.commit.expect("a commit").bytes);
     // The cut-off replica's own (first) delivery comes through after the heal: applied
     // again it would change nothing and be acked, settling the entry unperformed.
-    let s = steps(
-        plan(
-            &wf,
-            "k",
-            &execution(),
-            fresh(1, record),
-            &start(),
-            first(1),
-            stamp(9),
-        )
-        .unwrap(),
-    );
+    let s = steps(plan(&wf, fresh(1, record), &start(), first(1), stamp(9)).unwrap());
     assert!(s.commit.is_none(), "a replay commits nothing new");
     assert_eq!(s.commands, original.commands, "the entry is carried out");
     let tidy = s.tidy.expect("the entry is removed afterwards");
@@ -316,18 +279,7 @@ fn an_abandonment_is_applied_even_if_its_event_is_in_the_outbox() {
     let wf = workflow();
     let (record, _) = started(&wf);
     let (envelope, delivery) = abandoned(start(), first(1), "given up".into());
-    let s = steps(
-        plan(
-            &wf,
-            "k",
-            &execution(),
-            fresh(1, record),
-            &envelope,
-            delivery,
-            stamp(1),
-        )
-        .unwrap(),
-    );
+    let s = steps(plan(&wf, fresh(1, record), &envelope, delivery, stamp(1)).unwrap());
     let stored = decode(&s.commit.expect("the abandonment is committed").bytes);
     assert!(stored.state.status.is_terminal());
 }
@@ -358,18 +310,7 @@ fn a_settled_entry_that_armed_the_runs_wake_has_it_armed_again() {
         settled: BTreeSet::from([1]),
         ..fresh(1, record)
     };
-    let s = steps(
-        plan(
-            &wf,
-            "k",
-            &execution(),
-            loaded,
-            &succeeded(d.task),
-            first(9),
-            stamp(10),
-        )
-        .unwrap(),
-    );
+    let s = steps(plan(&wf, loaded, &succeeded(d.task), first(9), stamp(10)).unwrap());
     let write = s.wake.expect("the wake is written again");
     assert_eq!(write.arm, Some((armed, core::TimerId::Deadline)));
     assert_eq!(write.drop, None);
@@ -396,18 +337,7 @@ fn settled_entries_are_dropped_at_the_next_commit_and_others_stay() {
         settled: BTreeSet::from([1]),
         ..fresh(1, record)
     };
-    let s = steps(
-        plan(
-            &wf,
-            "k",
-            &execution(),
-            loaded,
-            &succeeded(d.task),
-            first(9),
-            stamp(10),
-        )
-        .unwrap(),
-    );
+    let s = steps(plan(&wf, loaded, &succeeded(d.task), first(9), stamp(10)).unwrap());
     let stored = decode(&s.commit.expect("a commit").bytes);
     let seqs: Vec<u64> = stored.outbox.iter().map(|e| e.seq).collect();
     assert_eq!(
@@ -431,18 +361,7 @@ fn a_settled_entry_leaves_its_history_entries_to_the_commit_that_drops_it() {
         settled: BTreeSet::from([1]),
         ..fresh(1, record)
     };
-    let s = steps(
-        plan(
-            &wf,
-            "k",
-            &execution(),
-            loaded,
-            &succeeded(d.task),
-            first(9),
-            stamp(10),
-        )
-        .unwrap(),
-    );
+    let s = steps(plan(&wf, loaded, &succeeded(d.task), first(9), stamp(10)).unwrap());
     assert_eq!(s.history, batch, "published again with this commit");
     let stored = decode(&s.commit.expect("a commit").bytes);
     assert_eq!(stored.outbox.len(), 1);
@@ -462,8 +381,6 @@ fn a_run_that_ends_is_not_cached() {
     let s = steps(
         plan(
             &wf,
-            "k",
-            &execution(),
             fresh(1, record),
             &succeeded(a.task),
             first(2),
@@ -480,18 +397,7 @@ fn a_run_that_ends_is_not_cached() {
         })
         .expect("b is dispatched");
     let record = s.keep.expect("still running: cached");
-    let s = steps(
-        plan(
-            &wf,
-            "k",
-            &execution(),
-            fresh(2, record),
-            &succeeded(b),
-            first(3),
-            stamp(2),
-        )
-        .unwrap(),
-    );
+    let s = steps(plan(&wf, fresh(2, record), &succeeded(b), first(3), stamp(2)).unwrap());
     let stored = decode(&s.commit.expect("a commit").bytes);
     assert!(stored.state.status.is_terminal());
     assert!(s
@@ -552,8 +458,6 @@ fn untraced_nothing_is_kept_for_spans() {
     let s = steps(
         plan(
             &wf,
-            "k",
-            &execution(),
             fresh(1, record),
             &succeeded(a.task),
             first(2),
@@ -612,18 +516,7 @@ fn events_waiting_together_are_committed_once_with_one_outbox_entry_for_all() {
         seq: 3,
         delivered: 2,
     };
-    let r = steps(
-        plan(
-            &wf,
-            "k",
-            &execution(),
-            fresh(2, stored),
-            &eb,
-            again,
-            stamp(10),
-        )
-        .unwrap(),
-    );
+    let r = steps(plan(&wf, fresh(2, stored), &eb, again, stamp(10)).unwrap());
     assert!(r.commit.is_none(), "a replay commits nothing new");
     assert_eq!(r.history, s.history, "the group's history entries again");
     // All but b's dispatch: b's call ended in the group, so it is not sent again.

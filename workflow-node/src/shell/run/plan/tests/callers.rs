@@ -10,8 +10,6 @@ fn a_request_resent_from_the_same_address_changes_nothing() {
     let (record, _) = started(&wf);
     let p = plan(
         &wf,
-        "k",
-        &execution(),
         fresh(1, record),
         &resent("inbox.first"),
         first(2),
@@ -27,8 +25,6 @@ fn a_caller_from_another_address_joins_a_running_run_and_hears_of_it() {
     let s = steps(
         plan(
             &wf,
-            "k",
-            &execution(),
             fresh(1, record),
             &resent("inbox.second"),
             first(2),
@@ -44,8 +40,6 @@ fn a_caller_from_another_address_joins_a_running_run_and_hears_of_it() {
     let s = steps(
         plan(
             &wf,
-            "k",
-            &execution(),
             fresh(2, stored),
             &succeeded(a.task),
             first(3),
@@ -70,8 +64,6 @@ fn a_caller_joining_an_ended_run_gets_its_final_reply_alone() {
     let s = steps(
         plan(
             &wf,
-            "k",
-            &execution(),
             fresh(5, record),
             &resent("inbox.late"),
             first(6),
@@ -110,15 +102,7 @@ fn a_second_start_of_a_started_run_changes_nothing_its_caller_joins_by_an_attach
     };
     // The request handler published it before finding the run: it attaches the caller
     // itself, if the caller may see the run.
-    let p = plan(
-        &wf,
-        "k",
-        &execution(),
-        fresh(1, record.clone()),
-        &again,
-        first(2),
-        stamp(1),
-    );
+    let p = plan(&wf, fresh(1, record.clone()), &again, first(2), stamp(1));
     assert!(
         matches!(p.unwrap(), Plan::Ack { .. }),
         "a start sent again changes nothing"
@@ -128,18 +112,7 @@ fn a_second_start_of_a_started_run_changes_nothing_its_caller_joins_by_an_attach
         attach: true,
         ..start()
     };
-    let s = steps(
-        plan(
-            &wf,
-            "k",
-            &execution(),
-            fresh(1, record),
-            &attach,
-            first(3),
-            stamp(1),
-        )
-        .unwrap(),
-    );
+    let s = steps(plan(&wf, fresh(1, record), &attach, first(3), stamp(1)).unwrap());
     assert_eq!(decode(&s.commit.expect("a commit").bytes).attached.len(), 1);
 }
 
@@ -147,7 +120,7 @@ fn a_second_start_of_a_started_run_changes_nothing_its_caller_joins_by_an_attach
 fn a_cancel_that_overtakes_the_start_is_kept_and_ends_the_run_for_its_caller() {
     let wf = workflow();
     let cancel = Envelope::event(Event::CancelRequested { reason: None });
-    let s = steps(plan(&wf, "k", &execution(), none(), &cancel, first(1), stamp(0)).unwrap());
+    let s = steps(plan(&wf, none(), &cancel, first(1), stamp(0)).unwrap());
     let commit = s.commit.expect("the cancel is kept in a record");
     assert!(
         commit.unstarted && !commit.ends_run,
@@ -155,18 +128,7 @@ fn a_cancel_that_overtakes_the_start_is_kept_and_ends_the_run_for_its_caller() {
     );
     let kept = decode(&commit.bytes);
     assert!(!kept.state.started && kept.state.cancel_requested);
-    let s = steps(
-        plan(
-            &wf,
-            "k",
-            &execution(),
-            fresh(1, kept),
-            &start(),
-            first(2),
-            stamp(1),
-        )
-        .unwrap(),
-    );
+    let s = steps(plan(&wf, fresh(1, kept), &start(), first(2), stamp(1)).unwrap());
     assert_eq!(
         s.callers[0].reply_to.as_deref(),
         Some("inbox.first"),
@@ -187,7 +149,7 @@ fn a_kept_cancel_from_another_identity_than_the_start_is_dropped() {
     let wf = workflow();
     // Kept unsigned, for a start signed by a key: another identity (see `identity`).
     let cancel = Envelope::event(Event::CancelRequested { reason: None });
-    let s = steps(plan(&wf, "k", &execution(), none(), &cancel, first(1), stamp(0)).unwrap());
+    let s = steps(plan(&wf, none(), &cancel, first(1), stamp(0)).unwrap());
     let kept = decode(&s.commit.expect("kept").bytes);
     let signed = Envelope {
         caller: Some(Caller {
@@ -197,18 +159,7 @@ fn a_kept_cancel_from_another_identity_than_the_start_is_dropped() {
         }),
         ..start()
     };
-    let s = steps(
-        plan(
-            &wf,
-            "k",
-            &execution(),
-            fresh(1, kept),
-            &signed,
-            first(2),
-            stamp(1),
-        )
-        .unwrap(),
-    );
+    let s = steps(plan(&wf, fresh(1, kept), &signed, first(2), stamp(1)).unwrap());
     assert!(
         s.commands.iter().any(|c| matches!(c, Command::Dispatch(_))),
         "the run goes on: {:?}",
@@ -225,31 +176,9 @@ fn a_kept_cancel_from_another_identity_than_the_start_is_dropped() {
         }),
         ..cancel
     };
-    let s = steps(
-        plan(
-            &wf,
-            "k",
-            &execution(),
-            none(),
-            &by_owner,
-            first(1),
-            stamp(0),
-        )
-        .unwrap(),
-    );
+    let s = steps(plan(&wf, none(), &by_owner, first(1), stamp(0)).unwrap());
     let kept = decode(&s.commit.expect("kept").bytes);
-    let s = steps(
-        plan(
-            &wf,
-            "k",
-            &execution(),
-            fresh(1, kept),
-            &signed,
-            first(2),
-            stamp(1),
-        )
-        .unwrap(),
-    );
+    let s = steps(plan(&wf, fresh(1, kept), &signed, first(2), stamp(1)).unwrap());
     assert!(!s.commands.iter().any(|c| matches!(c, Command::Dispatch(_))));
 }
 
@@ -264,7 +193,7 @@ fn an_unchecked_cancel_after_the_start_holds_only_for_the_starts_identity() {
         }),
         ..start()
     };
-    let s = steps(plan(&wf, "k", &execution(), none(), &signed, first(1), stamp(0)).unwrap());
+    let s = steps(plan(&wf, none(), &signed, first(1), stamp(0)).unwrap());
     let record = decode(&s.commit.expect("a commit").bytes);
     let from = |signer: Option<&str>| Envelope {
         caller: Some(Caller {
@@ -274,15 +203,7 @@ fn an_unchecked_cancel_after_the_start_holds_only_for_the_starts_identity() {
         ..Envelope::event(Event::CancelRequested { reason: None })
     };
     let ends = |env: &Envelope| {
-        let p = plan(
-            &wf,
-            "k",
-            &execution(),
-            fresh(1, record.clone()),
-            env,
-            first(2),
-            stamp(1),
-        );
+        let p = plan(&wf, fresh(1, record.clone()), env, first(2), stamp(1));
         match p.unwrap() {
             Plan::Perform(s) => s
                 .commands
