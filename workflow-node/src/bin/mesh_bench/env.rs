@@ -253,6 +253,18 @@ pub(crate) fn cpu_ticks(stat: &str) -> Option<Duration> {
     Some(Duration::from_millis(ticks * 10))
 }
 
+/// Microseconds of CPU per one of `units`, between two readings (`None` if either is
+/// missing).
+pub(crate) fn cpu_us_per(
+    before: Option<Duration>,
+    after: Option<Duration>,
+    units: u64,
+) -> Option<f64> {
+    before
+        .zip(after)
+        .map(|(b, a)| a.saturating_sub(b).as_secs_f64() * 1e6 / units.max(1) as f64)
+}
+
 /// CPU time of the bench process (the in-process node, agents and callers) and of our
 /// server, so far.
 pub(crate) fn cpu_times(env: &Env) -> (Option<Duration>, Option<Duration>) {

@@ -208,8 +208,6 @@ pub(crate) async fn steps_per_s(
     echo.abort();
     let _ = js.delete_key_value(&bucket).await;
     let steps = done?.iter().sum::<u64>();
-    let server_cpu = cpu_before
-        .zip(cpu_after)
-        .map(|(b, a)| a.saturating_sub(b).as_secs_f64() * 1e6 / steps.max(1) as f64);
+    let server_cpu = super::env::cpu_us_per(cpu_before, cpu_after, steps);
     Ok((steps as f64 / secs, server_cpu))
 }

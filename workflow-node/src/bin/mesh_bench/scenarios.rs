@@ -207,10 +207,11 @@ pub(crate) async fn chain(env: &Env) -> Result<Report> {
     let before = env.counters().await?;
     let cpu_before = env::cpu_times(env);
     let node_before = mesh.usage();
-    let recording = match &env.profile {
-        Some(svg) => Some(super::profile::start(svg)?),
-        None => None,
-    };
+    let recording = env
+        .profile
+        .as_deref()
+        .map(super::profile::start)
+        .transpose()?;
     let (mut overhead, mut start, mut latency) = (Vec::new(), Vec::new(), Vec::new());
     let deadline = Instant::now() + Duration::from_secs(60);
     for _ in 0..300 {
@@ -237,12 +238,8 @@ pub(crate) async fn chain(env: &Env) -> Result<Report> {
     };
     let nodes = (latency.len() * CHAIN_NODES) as u32;
     let node_alone = node_after.per(&node_before, u64::from(nodes));
-    let cpu_per_node = |b: Option<Duration>, a: Option<Duration>| {
-        b.zip(a)
-            .map(|(b, a)| a.saturating_sub(b).as_secs_f64() * 1e6 / f64::from(nodes.max(1)))
-    };
-    let bench_cpu = cpu_per_node(cpu_before.0, cpu_after.0);
-    let server_cpu = cpu_per_node(cpu_before.1, cpu_after.1);
+    let bench_cpu = env::cpu_us_per(cpu_before.0, cpu_after.0, u64::from(nodes));
+    let server_cpu = env::cpu_us_per(cpu_before.1, cpu_after.1, u64::from(nodes));
     let counts = per_unit(env, &mesh.ns, before.as_ref(), u64::from(nodes)).await?;
     // Which messages, apart from the timed runs.
     let tap = Wiretap::start(env.connect().await?, &mesh.ns).await?;
@@ -343,10 +340,11 @@ pub(crate) async fn throughput(env: &Env) -> Result<Report> {
     let paused = usage::pause_counting();
     let node_before = mesh.usage();
     let server_before = env::cpu_times(env).1;
-    let recording = match &env.profile {
-        Some(svg) => Some(super::profile::start(svg)?),
-        None => None,
-    };
+    let recording = env
+        .profile
+        .as_deref()
+        .map(super::profile::start)
+        .transpose()?;
     let (runs_per_s, nodes_per_s, mut rows, runs) =
         fork_join_throughput(&mesh.caller, &mesh.ns, |in_flight, done| {
             format!("{in_flight} in flight ({done} runs)")
@@ -360,9 +358,7 @@ pub(crate) async fn throughput(env: &Env) -> Result<Report> {
         ));
     }
     let executions = runs as u64 * env::FORK_JOIN_NODES;
-    let server_cpu = server_before
-        .zip(env::cpu_times(env).1)
-        .map(|(b, a)| a.saturating_sub(b).as_secs_f64() * 1e6 / executions.max(1) as f64);
+    let server_cpu = env::cpu_us_per(server_before, env::cpu_times(env).1, executions);
     let node_alone = mesh.usage().per(&node_before, executions);
     drop(paused);
     let counts = per_unit(

@@ -1,6 +1,6 @@
 """nats-server's CPU per operation of each kind a node execution makes.
 
-Starts its own nats-server (``NATS_SERVER_BIN``) with JetStream on a loopback port, runs
+Starts its own nats-server (``NATS_SERVER_BIN``) with JetStream on a free loopback port, runs
 ``N`` operations of each kind, 64 at a time, and reads the server's CPU time from
 ``/proc`` around them: a core request/reply, a KV compare-and-swap, a publish into a
 stream (work-queue or limits retention, with or without ``Nats-Msg-Id``, file or memory
@@ -36,7 +36,17 @@ from nats.js.api import (
 
 IN_FLIGHT = 64
 PAYLOAD = b"x" * 500
-PORT = 4399
+
+
+def free_port() -> int:
+    """A loopback port no one listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+PORT = free_port()
 
 
 def server_cpu(pid: int) -> float:

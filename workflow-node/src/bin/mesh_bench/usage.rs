@@ -183,10 +183,7 @@ impl Usage {
         let per_write =
             |bytes: u64, writes: u64| (writes > 0).then(|| bytes as f64 / writes as f64);
         PerNode {
-            cpu_us: self
-                .cpu
-                .zip(before.cpu)
-                .map(|(a, b)| a.saturating_sub(b).as_secs_f64() * 1e6 / n),
+            cpu_us: super::env::cpu_us_per(before.cpu, self.cpu, units),
             allocs: COUNTING.load(Ordering::Relaxed).then(|| {
                 (
                     (self.allocs - before.allocs) as f64 / n,
