@@ -271,3 +271,26 @@ pub(crate) fn cpu_times(env: &Env) -> (Option<Duration>, Option<Duration>) {
     let server = env.server.as_ref().and_then(|s| s.pid()).and_then(cpu_time);
     (cpu_time(std::process::id()), server)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_per_unit_is_the_difference_over_the_units_or_none_without_both_readings() {
+        let (b, a) = (Duration::from_millis(10), Duration::from_millis(30));
+        assert_eq!(cpu_us_per(Some(b), Some(a), 100), Some(200.0));
+        assert_eq!(
+            cpu_us_per(Some(b), Some(a), 0),
+            Some(20_000.0),
+            "no unit counts as one"
+        );
+        assert_eq!(
+            cpu_us_per(Some(a), Some(b), 10),
+            Some(0.0),
+            "a clock that went back"
+        );
+        assert_eq!(cpu_us_per(None, Some(a), 10), None);
+        assert_eq!(cpu_us_per(Some(b), None, 10), None);
+    }
+}

@@ -255,3 +255,21 @@ impl PerNode {
         ]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pause_reports_no_allocations_and_counting_resumes_after_it() {
+        count_allocations();
+        let before = Usage::now(EncodedCounts::default());
+        {
+            let _paused = pause_counting();
+            let now = Usage::now(EncodedCounts::default());
+            assert_eq!(now.per(&before, 1).allocs, None, "paused: not counted");
+        }
+        let after = Usage::now(EncodedCounts::default());
+        assert!(after.per(&before, 1).allocs.is_some(), "counted again");
+    }
+}
