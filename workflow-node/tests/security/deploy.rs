@@ -193,12 +193,31 @@ async fn the_cluster_asks_clients_for_a_user_and_routes_for_their_password() {
         .map(|l| l.local_addr().unwrap().port())
         .collect();
     drop(listeners);
-    let rewrite = |text: &str| {
-        (0..3).fold(text.to_owned(), |t, i| {
-            t.replace(&format!("422{}", 2 + i), &ports[i].to_string())
-                .replace(&format!("622{}", 2 + i), &ports[3 + i].to_string())
-                .replace(&format!("822{}", 2 + i), &ports[6 + i].to_string())
+    // One pass over the text's runs of digits: replacing one port after another would
+    // also rewrite a free port already put in whose digits hold a later shipped one (a
+    // route port 46223 read as "6223"), and the routes would then never form.
+    let shipped = |run: &str| {
+        (0..3).find_map(|i| {
+            [(4, 0), (6, 3), (8, 6)]
+                .into_iter()
+                .find(|(lead, _)| run == format!("{lead}22{}", 2 + i))
+                .map(|(_, base)| ports[base + i].to_string())
         })
+    };
+    let rewrite = |text: &str| {
+        let mut out = String::with_capacity(text.len());
+        let mut run = String::new();
+        for c in text.chars().chain(std::iter::once('\n')) {
+            if c.is_ascii_digit() {
+                run.push(c);
+                continue;
+            }
+            out.push_str(&shipped(&run).unwrap_or_else(|| run.clone()));
+            run.clear();
+            out.push(c);
+        }
+        out.pop();
+        out
     };
     let routes = local.join("cluster-routes.conf");
     let text = std::fs::read_to_string(&routes).unwrap();
