@@ -24,4 +24,4 @@ pub use binary::{find_binary, Version, MIN_VERSION};
 pub use cluster::{Cluster, Dial};
 pub use config::ClusterConfig;
 pub use error::Error;
-pub use server::{NatsServer, Options};
+pub use server::{NatsServer, Options, DEFAULT_MAX_FILE_STORE};

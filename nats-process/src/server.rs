@@ -24,6 +24,17 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Interval between looks at the log or the process while waiting.
 const POLL: Duration = Duration::from_millis(5);
 
+/// JetStream's `max_file_store` when [`Options::max_file_store`] sets none: 1 TiB.
+///
+/// nats-server reserves each file stream's byte limit (`max_bytes`) against this budget
+/// when the stream is made, before a byte is written. Left to itself it takes 75 % of the
+/// disk free at its start, so whether a workflow node's streams and buckets (about 1.2 GiB
+/// of limits per namespace by default) could be made would hang on how full the host's
+/// disk happened to be: a run of the tests on a fuller disk was refused at set-up. A fixed
+/// budget makes the start the same on every host; a disk that really fills still fails the
+/// writes, as it would under any budget.
+pub const DEFAULT_MAX_FILE_STORE: u64 = 1 << 40;
+
 /// How to start a [`NatsServer`]; `Options::default()` is a single JetStream server on an
 /// ephemeral port in a temp dir.
 #[derive(Debug, Clone, Default)]
@@ -39,7 +50,7 @@ pub struct Options {
     /// `max_payload` in bytes; `None`: the server's default (1 MiB).
     pub max_payload: Option<u64>,
     /// JetStream's `max_file_store` in bytes: the most its file store may hold (a small
-    /// one is a full disk); `None`: the server's default (75 % of the free disk).
+    /// one is a full disk); `None`: [`DEFAULT_MAX_FILE_STORE`].
     pub max_file_store: Option<u64>,
     /// `server_name` (required to be unique within a JetStream cluster).
     pub server_name: Option<String>,
@@ -259,7 +270,11 @@ impl NatsServer {
             log_file: &log,
             store_dir: &store,
             max_payload: self.options.max_payload,
-            max_file_store: self.options.max_file_store,
+            max_file_store: Some(
+                self.options
+                    .max_file_store
+                    .unwrap_or(DEFAULT_MAX_FILE_STORE),
+            ),
             cluster: self.options.cluster.as_ref(),
             extra: self.options.extra_config.as_deref(),
         }

@@ -1,7 +1,8 @@
 //! The monitoring endpoint on an ephemeral port: picked by the server, read back from its
-//! log, kept across a restart, and off unless asked for.
+//! log, kept across a restart, and off unless asked for; and what `/jsz` shows of the
+//! file store's budget.
 
-use nats_process::{NatsServer, Options};
+use nats_process::{NatsServer, Options, DEFAULT_MAX_FILE_STORE};
 
 fn varz(server: &NatsServer) -> serde_json::Value {
     serde_json::from_str(&server.monitor("/varz").expect("GET /varz")).expect("/varz is JSON")
@@ -29,4 +30,19 @@ fn monitoring_is_off_unless_asked_for() {
     assert_eq!(server.http_port(), None);
     let err = server.monitor("/varz").expect_err("no monitoring port");
     assert!(err.to_string().contains("/varz"), "{err}");
+}
+
+#[test]
+fn the_file_store_budget_is_fixed_not_the_hosts_free_disk() {
+    let server = NatsServer::start(Options {
+        http_port: Some(0),
+        ..Options::default()
+    })
+    .expect("server starts");
+    let jsz: serde_json::Value =
+        serde_json::from_str(&server.monitor("/jsz").expect("GET /jsz")).expect("/jsz is JSON");
+    assert_eq!(
+        jsz["config"]["max_storage"], DEFAULT_MAX_FILE_STORE,
+        "{jsz}"
+    );
 }

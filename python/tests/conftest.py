@@ -8,6 +8,7 @@ end. The binaries come from the environment (the Rust test that runs this suite,
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -109,19 +110,16 @@ def workdir() -> Iterator[Path]:
 def nats_url(workdir: Path) -> Iterator[str]:
     """A nats-server with JetStream, ready once a client connects."""
     port = free_port()
-    proc = spawn(
-        "nats-server",
-        [
-            binary("NATS_SERVER_BIN"),
-            "-js",
-            "-a",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "-sd",
-            str(workdir / "js"),
-        ],
+    # A fixed JetStream budget (the Rust harness's `DEFAULT_MAX_FILE_STORE`): left to
+    # itself the server takes 75 % of the disk free at its start, and each namespace's
+    # node reserves about 1.2 GiB of byte limits, so a fuller disk refused a second one.
+    config = workdir / "nats.conf"
+    config.write_text(
+        f'listen: "127.0.0.1:{port}"\n'
+        f"jetstream {{\n  store_dir: {json.dumps(str(workdir / 'js'))}\n"
+        "  max_file_store: 1TB\n}\n"
     )
+    proc = spawn("nats-server", [binary("NATS_SERVER_BIN"), "-c", str(config)])
     deadline = time.monotonic() + 30
     while True:
         try:

@@ -10,8 +10,9 @@ pub enum Error {
     /// workflows of one name.
     #[error("{0}")]
     Definition(String),
-    /// A stream, consumer or bucket could not be created or found.
-    #[error("setting up {resource}: {source}")]
+    /// A stream, consumer or bucket could not be created or found. When the server could
+    /// not reserve its byte limit, the message says how to make room.
+    #[error("setting up {resource}: {source}{}", no_room_hint(.source.as_ref()))]
     Setup {
         /// The resource, e.g. "stream mesh_WF_Orders".
         resource: String,
@@ -99,24 +100,14 @@ impl Error {
     /// `max_bytes`. It passes once space is made (see `docs/faults.md`), so an event that
     /// met it is tried again for as long as it lasts, never abandoned for it.
     pub fn is_store_full(&self) -> bool {
-        use async_nats::jetstream::ErrorCode;
-        let full = [
-            ErrorCode::INSUFFICIENT_RESOURCES,
-            ErrorCode::STORAGE_RESOURCES_EXCEEDED,
-            ErrorCode::MEMORY_RESOURCES_EXCEEDED,
-            ErrorCode::ACCOUNT_RESOURCES_EXCEEDED,
-        ];
-        let mut cause = std::error::Error::source(self);
-        while let Some(e) = cause {
-            if let Some(js) = e.downcast_ref::<async_nats::jetstream::Error>() {
-                let code = js.error_code();
-                let bytes = code == ErrorCode::STREAM_STORE_FAILED
-                    && js.to_string().contains("maximum bytes exceeded");
-                return full.contains(&code) || bytes;
-            }
-            cause = e.source();
-        }
-        false
+        store_full(std::error::Error::source(self))
+    }
+
+    /// Whether the server refused to make a stream or bucket because it cannot reserve its
+    /// byte limit (see `StoreLimits`): trying again does not help until a limit is lowered
+    /// or the server's store raised.
+    pub(in crate::shell) fn is_no_room(&self) -> bool {
+        matches!(self, Error::Setup { .. }) && no_room(std::error::Error::source(self))
     }
 
     /// A commit refused by a full store, as the client reports a KV write's refusal.
@@ -170,5 +161,66 @@ impl From<serde_json::Error> for Error {
             context: "encoding a run".into(),
             source,
         }
+    }
+}
+
+/// The first JetStream API error in the chain from `cause`: an error's source, or the kind
+/// of a stream's creation or update.
+fn jetstream_error(
+    mut cause: Option<&(dyn std::error::Error + 'static)>,
+) -> Option<async_nats::jetstream::Error> {
+    use async_nats::jetstream::context::{CreateStreamError, CreateStreamErrorKind};
+    while let Some(e) = cause {
+        if let Some(js) = e.downcast_ref::<async_nats::jetstream::Error>() {
+            return Some(js.clone());
+        }
+        if let Some(create) = e.downcast_ref::<CreateStreamError>() {
+            if let CreateStreamErrorKind::JetStream(js) = create.kind() {
+                return Some(js);
+            }
+        }
+        cause = e.source();
+    }
+    None
+}
+
+/// Whether the first JetStream API error in the chain from `cause` is a full store (see
+/// [`Error::is_store_full`]).
+fn store_full(cause: Option<&(dyn std::error::Error + 'static)>) -> bool {
+    use async_nats::jetstream::ErrorCode;
+    let Some(js) = jetstream_error(cause) else {
+        return false;
+    };
+    let code = js.error_code();
+    let bytes =
+        code == ErrorCode::STREAM_STORE_FAILED && js.to_string().contains("maximum bytes exceeded");
+    bytes || code == ErrorCode::INSUFFICIENT_RESOURCES || no_room(cause)
+}
+
+/// Whether the first JetStream API error in the chain from `cause` is the server's refusal
+/// to reserve a new stream's byte limit: its file or memory store, or the account's share,
+/// is spoken for by the limits of the streams it holds. Nothing passing clears it.
+fn no_room(cause: Option<&(dyn std::error::Error + 'static)>) -> bool {
+    use async_nats::jetstream::ErrorCode;
+    jetstream_error(cause).is_some_and(|js| {
+        [
+            ErrorCode::STORAGE_RESOURCES_EXCEEDED,
+            ErrorCode::MEMORY_RESOURCES_EXCEEDED,
+            ErrorCode::ACCOUNT_RESOURCES_EXCEEDED,
+        ]
+        .contains(&js.error_code())
+    })
+}
+
+/// What to do when a stream or bucket could not be made for want of room: every one the
+/// node makes reserves its byte limit against the server's store when it is made.
+fn no_room_hint(source: &(dyn std::error::Error + Send + Sync + 'static)) -> &'static str {
+    let source: &(dyn std::error::Error + 'static) = source;
+    if store_full(Some(source)) {
+        "; the server cannot reserve this store's byte limit beside the limits it already \
+         holds: lower the node's limits (`serve --store-limit NAME=BYTES`, listed in \
+         docs/security.md) or raise the server's JetStream `max_file_store`"
+    } else {
+        ""
     }
 }

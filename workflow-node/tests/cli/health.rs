@@ -112,3 +112,49 @@ fn serve_refuses_zero_runtime_threads_before_it_starts() {
         "{stderr}"
     );
 }
+
+/// A server whose JetStream store cannot hold the byte limits of the node's streams and
+/// buckets (nats-server reserves each one's limit when it is made): `serve` exits naming
+/// the stream it could not make and both ways out; taking the first one, it serves.
+#[tokio::test]
+async fn serve_on_a_store_too_small_for_its_limits_names_the_way_out_and_serves_once_lowered() {
+    let server = test_harness::nats_with(test_harness::Options {
+        max_file_store: Some(256 << 20),
+        ..test_harness::Options::default()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("probed.yaml");
+    std::fs::write(&file, WORKFLOW).unwrap();
+    let serve = |limits: &[String]| {
+        let mut command = process::workflow_node();
+        command
+            .arg("serve")
+            .arg(&file)
+            .args(["--nats-url", &server.url(), "--namespace", "small"])
+            .args(limits)
+            .env("RUST_LOG", "warn");
+        Child::spawn(&mut command)
+    };
+
+    let mut refused = serve(&[]);
+    let status = refused.exited().await;
+    let stderr = refused.lines().join("\n");
+    assert!(!status.success(), "{stderr}");
+    assert!(stderr.contains("setting up "), "{stderr}");
+    assert!(
+        stderr.contains("cannot reserve this store's byte limit")
+            && stderr.contains("--store-limit NAME=BYTES")
+            && stderr.contains("max_file_store"),
+        "{stderr}"
+    );
+
+    // 12 stores and one event stream of 8 MiB each fit in 256 MiB.
+    let limits: Vec<String> = workflow_node::limits::StoreLimits::NAMES
+        .iter()
+        .flat_map(|name| ["--store-limit".to_string(), format!("{name}={}", 8 << 20)])
+        .collect();
+    let mut lowered = serve(&limits);
+    lowered
+        .line_where("'serving'", |l| l.contains("serving Probed"))
+        .await;
+}

@@ -14,7 +14,8 @@ use crate::shell::error::{Error, Result};
 const SETUP_PATIENCE: Duration = Duration::from_secs(30);
 
 /// Runs the setup step `step` until it succeeds or [`SETUP_PATIENCE`] has passed (then its
-/// last error), waiting 100 ms, then twice as long each time, up to 2 s, between tries.
+/// last error), waiting 100 ms, then twice as long each time, up to 2 s, between tries. A
+/// server's refusal to reserve a store's byte limit ends it at once: no wait clears it.
 pub(in crate::shell) async fn patiently<T, F, Fut>(mut step: F) -> Result<T>
 where
     F: FnMut() -> Fut,
@@ -25,7 +26,7 @@ where
     loop {
         match step().await {
             Ok(value) => return Ok(value),
-            Err(e) if tokio::time::Instant::now() + wait < deadline => {
+            Err(e) if !e.is_no_room() && tokio::time::Instant::now() + wait < deadline => {
                 tracing::warn!("{e}; trying again in {} ms", wait.as_millis());
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(2));
@@ -75,8 +76,11 @@ pub(in crate::shell) async fn kv_bucket(
     };
     match js.create_key_value(config).await {
         Ok(store) => Ok(store),
-        // Another replica created it in between.
-        Err(_) => js.get_key_value(bucket).await.map_err(|e| setup(e.into())),
+        // Another replica created it in between; if not, the refusal is the cause.
+        Err(refused) => js
+            .get_key_value(bucket)
+            .await
+            .map_err(|_| setup(refused.into())),
     }
 }
 
