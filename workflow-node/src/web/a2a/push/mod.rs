@@ -81,10 +81,11 @@ pub(super) async fn bucket(client: &async_nats::Client, ns: &str) -> Result<kv::
     };
     match js.create_key_value(config).await {
         Ok(store) => Ok(store),
-        Err(_) => js
+        // Another node made it in between; if not, the refusal is the cause.
+        Err(refused) => js
             .get_key_value(&name)
             .await
-            .map_err(|e| format!("opening the push configs' bucket {name}: {e}")),
+            .map_err(|_| format!("making the push configs' bucket {name}: {refused}")),
     }
 }
 
