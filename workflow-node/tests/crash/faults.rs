@@ -181,7 +181,7 @@ async fn runs_end_right_under_every_fault_kind_once() {
 
     let mut problems = check_replies(&outcome, RUNS);
     problems.extend(check_records(&client, RUNS).await);
-    problems.extend(check_no_call_after_end(&client, &calls).await);
+    problems.extend(check_no_call_after_end(&client, &calls, HOLD).await);
     if applied.len() != KINDS.len() {
         problems.push(format!("only {applied:?} of {KINDS:?} were applied"));
     }

@@ -143,7 +143,7 @@ async fn runs_in_flight_through_partitions_and_heals_all_end_right() {
 
     let mut problems = check_replies(&outcome, RUNS);
     problems.extend(check_records(&client, RUNS).await);
-    problems.extend(check_no_call_after_end(&client, &calls).await);
+    problems.extend(check_no_call_after_end(&client, &calls, HOLD).await);
     if applied.len() != CUTS.len() {
         problems.push(format!("only {applied:?} of {CUTS:?} were applied"));
     }

@@ -364,7 +364,7 @@ async fn the_soak_ends_every_run_right_under_random_faults() {
     }
     let _ = stop_tx.send(true);
     injector.await.expect("injector");
-    problems.extend(check_no_call_after_end(&client, &calls).await);
+    problems.extend(check_no_call_after_end(&client, &calls, HOLD * 2).await);
     let counts = counts.lock().unwrap_or_else(|e| e.into_inner()).clone();
     if counts.values().sum::<usize>() >= KINDS.len() && counts.len() < KINDS.len() {
         problems.push(format!(

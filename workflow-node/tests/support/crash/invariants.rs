@@ -14,8 +14,8 @@ use workflow_node::shell::{run::names, RunRecord};
 
 use super::NAME;
 
-/// The most an agent request may trail its run's end: one sent just before the end and
-/// still on its way.
+/// The most an agent request may trail its run's end when nothing holds it: one sent just
+/// before the end and still on its way.
 const IN_FLIGHT_ALLOWANCE_MS: u64 = 2_000;
 
 /// The last time each run's calls were seen going out (wall-clock ms), by execution id.
@@ -52,11 +52,16 @@ pub(crate) async fn spy_calls(client: &async_nats::Client) -> LastCalls {
     seen
 }
 
-/// Runs whose calls went out after they ended (beyond the allowance).
+/// Runs whose calls went out after they ended (beyond the allowance). Calls are seen when
+/// they arrive, not when they were made: `held` is the longest a fault of the scenario
+/// holds a replica's messages (a frozen process, a black hole), which a call made just
+/// before its run ended may spend on its way too.
 pub(crate) async fn check_no_call_after_end(
     client: &async_nats::Client,
     calls: &LastCalls,
+    held: std::time::Duration,
 ) -> Vec<String> {
+    let allowance = IN_FLIGHT_ALLOWANCE_MS + u64::try_from(held.as_millis()).unwrap_or(u64::MAX);
     let js = async_nats::jetstream::new(client.clone());
     let kv = js
         .get_key_value(names::runs_bucket("mesh"))
@@ -78,7 +83,7 @@ pub(crate) async fn check_no_call_after_end(
             continue;
         };
         if let Some(ended) = record.ended_at {
-            if at > ended.0 + IN_FLIGHT_ALLOWANCE_MS {
+            if at > ended.0.saturating_add(allowance) {
                 problems.push(format!(
                     "run {execution}: an agent call {} ms after it ended",
                     at - ended.0
