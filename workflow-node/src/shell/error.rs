@@ -184,6 +184,15 @@ fn jetstream_error(
     None
 }
 
+/// The codes of the server's refusal to reserve a new stream's byte limit: its file or
+/// memory store, or the account's share, is spoken for by the limits of the streams it
+/// holds. Nothing passing clears it.
+const NO_ROOM: [async_nats::jetstream::ErrorCode; 3] = [
+    async_nats::jetstream::ErrorCode::STORAGE_RESOURCES_EXCEEDED,
+    async_nats::jetstream::ErrorCode::MEMORY_RESOURCES_EXCEEDED,
+    async_nats::jetstream::ErrorCode::ACCOUNT_RESOURCES_EXCEEDED,
+];
+
 /// Whether the first JetStream API error in the chain from `cause` is a full store (see
 /// [`Error::is_store_full`]).
 fn store_full(cause: Option<&(dyn std::error::Error + 'static)>) -> bool {
@@ -194,29 +203,19 @@ fn store_full(cause: Option<&(dyn std::error::Error + 'static)>) -> bool {
     let code = js.error_code();
     let bytes =
         code == ErrorCode::STREAM_STORE_FAILED && js.to_string().contains("maximum bytes exceeded");
-    bytes || code == ErrorCode::INSUFFICIENT_RESOURCES || no_room(cause)
+    bytes || code == ErrorCode::INSUFFICIENT_RESOURCES || NO_ROOM.contains(&code)
 }
 
-/// Whether the first JetStream API error in the chain from `cause` is the server's refusal
-/// to reserve a new stream's byte limit: its file or memory store, or the account's share,
-/// is spoken for by the limits of the streams it holds. Nothing passing clears it.
+/// Whether the first JetStream API error in the chain from `cause` is one of [`NO_ROOM`].
 fn no_room(cause: Option<&(dyn std::error::Error + 'static)>) -> bool {
-    use async_nats::jetstream::ErrorCode;
-    jetstream_error(cause).is_some_and(|js| {
-        [
-            ErrorCode::STORAGE_RESOURCES_EXCEEDED,
-            ErrorCode::MEMORY_RESOURCES_EXCEEDED,
-            ErrorCode::ACCOUNT_RESOURCES_EXCEEDED,
-        ]
-        .contains(&js.error_code())
-    })
+    jetstream_error(cause).is_some_and(|js| NO_ROOM.contains(&js.error_code()))
 }
 
 /// What to do when a stream or bucket could not be made for want of room: every one the
 /// node makes reserves its byte limit against the server's store when it is made.
 fn no_room_hint(source: &(dyn std::error::Error + Send + Sync + 'static)) -> &'static str {
     let source: &(dyn std::error::Error + 'static) = source;
-    if store_full(Some(source)) {
+    if no_room(Some(source)) {
         "; the server cannot reserve this store's byte limit beside the limits it already \
          holds: lower the node's limits (`serve --store-limit NAME=BYTES`, listed in \
          docs/security.md) or raise the server's JetStream `max_file_store`"
